@@ -6,8 +6,7 @@ pub mod v1 {
     tonic::include_proto!("sandpool.v1");
 
     /// Encoded `FileDescriptorSet` of the package, for gRPC server reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        include_bytes!(concat!(env!("OUT_DIR"), "/sandpool_descriptor.bin"));
+    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sandpool_descriptor.bin"));
 }
 
 pub use v1::*;

@@ -1,0 +1,40 @@
+//! `sandpool`: the user CLI. `exec` runs one file, through an endpoint or an
+//! embedded executor; `bench` measures the executor against bare spawns.
+
+mod bench;
+mod exec;
+mod target;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "sandpool", version, about = "Run and judge untrusted code with Sandpool")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one source file and print its verdict, output and usage.
+    Exec(Box<exec::ExecArgs>),
+    /// Compare sandboxed runs over gRPC with bare process spawns.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Runtime::new()?;
+    let code = rt.block_on(async {
+        match cli.command {
+            Command::Exec(a) => exec::run(*a).await,
+            Command::Bench(a) => bench::run(a).await,
+        }
+    })?;
+    std::process::exit(code)
+}

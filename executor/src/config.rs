@@ -1,0 +1,227 @@
+//! Executor configuration: command-line flags with environment fallbacks.
+
+use crate::engine::{EngineConfig, Identity};
+use crate::limits::{LimitPolicy, Limits};
+use crate::sandbox::{IsolationMode, SandboxConfig, rootfs};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+/// Settings of the engine and sandbox, shared by the server and the embedded CLI.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExecutorArgs {
+    /// Isolation mode; the executor refuses to start if the kernel or its privileges cannot provide it.
+    #[arg(long, env = "SANDPOOL_ISOLATION", value_enum, default_value = "namespaces")]
+    pub isolation: IsolationMode,
+    /// Concurrent run slots (default: the CPUs this process may use).
+    #[arg(long, env = "SANDPOOL_SLOTS")]
+    pub slots: Option<usize>,
+    /// Requests that may wait for a slot before new ones get RESOURCE_EXHAUSTED (default: 4 x slots).
+    #[arg(long, env = "SANDPOOL_QUEUE")]
+    pub queue: Option<usize>,
+    /// Language table (TOML); default: the built-in table.
+    #[arg(long, env = "SANDPOOL_LANGUAGES")]
+    pub languages: Option<PathBuf>,
+    /// Offer only these languages (comma-separated).
+    #[arg(long, env = "SANDPOOL_ENABLE_LANGUAGES", value_delimiter = ',')]
+    pub enable_languages: Vec<String>,
+    /// Directory for work dirs and the sandbox root (root-owned).
+    #[arg(long, env = "SANDPOOL_WORK_ROOT", default_value = "/var/lib/sandpool")]
+    pub work_root: PathBuf,
+    /// Host paths visible read-only inside the sandbox (comma-separated).
+    #[arg(long, env = "SANDPOOL_RO_PATHS", value_delimiter = ',', default_values_t = rootfs::DEFAULT_RO_PATHS.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
+    pub ro_paths: Vec<String>,
+    /// uid/gid of slot 0; slot i runs as uid_base + i.
+    #[arg(long, env = "SANDPOOL_UID_BASE", default_value_t = 60000)]
+    pub uid_base: u32,
+    /// Give cuda and python_gpu runs the NVIDIA devices (default: on when /dev/nvidia* exists).
+    #[arg(long, env = "SANDPOOL_GPU")]
+    pub gpu: bool,
+    /// Size cap of each run's work dir, bytes.
+    #[arg(long, env = "SANDPOOL_WORK_DIR_BYTES", default_value_t = 256 * MIB)]
+    pub work_dir_bytes: u64,
+    /// Size cap of each run's /tmp and /dev/shm, bytes.
+    #[arg(long, env = "SANDPOOL_TMP_BYTES", default_value_t = 256 * MIB)]
+    pub tmp_bytes: u64,
+    /// Largest file returned through fetch_files, bytes.
+    #[arg(long, env = "SANDPOOL_FETCH_FILE_BYTES", default_value_t = 16 * MIB)]
+    pub fetch_file_bytes: u64,
+
+    #[arg(long, env = "SANDPOOL_DEFAULT_WALL_TIME_MS", default_value_t = 10_000)]
+    pub default_wall_time_ms: u64,
+    #[arg(long, env = "SANDPOOL_MAX_WALL_TIME_MS", default_value_t = 60_000)]
+    pub max_wall_time_ms: u64,
+    #[arg(long, env = "SANDPOOL_DEFAULT_CPU_TIME_MS", default_value_t = 10_000)]
+    pub default_cpu_time_ms: u64,
+    #[arg(long, env = "SANDPOOL_MAX_CPU_TIME_MS", default_value_t = 60_000)]
+    pub max_cpu_time_ms: u64,
+    #[arg(long, env = "SANDPOOL_DEFAULT_MEMORY_BYTES", default_value_t = 512 * MIB)]
+    pub default_memory_bytes: u64,
+    #[arg(long, env = "SANDPOOL_MAX_MEMORY_BYTES", default_value_t = 4096 * MIB)]
+    pub max_memory_bytes: u64,
+    #[arg(long, env = "SANDPOOL_DEFAULT_OUTPUT_BYTES", default_value_t = 8 * MIB)]
+    pub default_output_bytes: u64,
+    #[arg(long, env = "SANDPOOL_MAX_OUTPUT_BYTES", default_value_t = 64 * MIB)]
+    pub max_output_bytes: u64,
+    #[arg(long, env = "SANDPOOL_DEFAULT_PROCESSES", default_value_t = 256)]
+    pub default_processes: u32,
+    #[arg(long, env = "SANDPOOL_MAX_PROCESSES", default_value_t = 1024)]
+    pub max_processes: u32,
+    #[arg(long, env = "SANDPOOL_DEFAULT_FILE_SIZE_BYTES", default_value_t = 64 * MIB)]
+    pub default_file_size_bytes: u64,
+    #[arg(long, env = "SANDPOOL_MAX_FILE_SIZE_BYTES", default_value_t = 256 * MIB)]
+    pub max_file_size_bytes: u64,
+    /// Compile-phase defaults for wall and CPU time, ms.
+    #[arg(long, env = "SANDPOOL_COMPILE_TIME_MS", default_value_t = 30_000)]
+    pub compile_time_ms: u64,
+    /// Compile-phase default memory, bytes.
+    #[arg(long, env = "SANDPOOL_COMPILE_MEMORY_BYTES", default_value_t = 2048 * MIB)]
+    pub compile_memory_bytes: u64,
+}
+
+/// Flags of the gRPC server binary.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "sandpool-executor",
+    version,
+    about = "Sandpool executor: runs untrusted code in sandboxes over gRPC"
+)]
+pub struct ServerArgs {
+    /// gRPC address (sandpool.v1.Executor, grpc.health.v1, reflection).
+    #[arg(long, env = "SANDPOOL_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// SandboxFusion-compatible HTTP address (off unless set).
+    #[arg(long, env = "SANDPOOL_HTTP_LISTEN")]
+    pub http_listen: Option<SocketAddr>,
+    /// Prometheus /metrics address (off unless set).
+    #[arg(long, env = "SANDPOOL_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Largest decoded request, bytes; larger ones get RESOURCE_EXHAUSTED.
+    #[arg(long, env = "SANDPOOL_MAX_REQUEST_BYTES", default_value_t = 64 * MIB as usize)]
+    pub max_request_bytes: usize,
+    /// On SIGTERM, how long in-flight runs may take before the executor exits anyway.
+    #[arg(long, env = "SANDPOOL_DRAIN_TIMEOUT_MS", default_value_t = 70_000)]
+    pub drain_timeout_ms: u64,
+    /// Log as JSON lines.
+    #[arg(long, env = "SANDPOOL_LOG_JSON")]
+    pub log_json: bool,
+    #[command(flatten)]
+    pub executor: ExecutorArgs,
+}
+
+impl ServerArgs {
+    /// Drain timeout as a duration.
+    pub fn drain_timeout(&self) -> Duration {
+        Duration::from_millis(self.drain_timeout_ms)
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+fn gpu_devices(force: bool) -> Vec<PathBuf> {
+    let devs: Vec<PathBuf> = std::fs::read_dir("/dev")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("nvidia"))
+                        && !p.is_dir()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if force || !devs.is_empty() { devs } else { vec![] }
+}
+
+impl ExecutorArgs {
+    /// The sandbox part of the configuration.
+    pub fn sandbox_config(&self) -> SandboxConfig {
+        let slots = self.slots.unwrap_or_else(cpus).max(1);
+        SandboxConfig {
+            mode: self.isolation,
+            work_root: self.work_root.clone(),
+            ro_paths: self.ro_paths.iter().map(PathBuf::from).collect(),
+            slots,
+            uid_base: self.uid_base,
+            gpu_devices: gpu_devices(self.gpu),
+            work_dir_bytes: self.work_dir_bytes,
+            tmp_bytes: self.tmp_bytes,
+        }
+    }
+
+    /// Default and ceiling limits.
+    pub fn policy(&self) -> LimitPolicy {
+        let ms = Duration::from_millis;
+        let run_defaults = Limits {
+            wall: ms(self.default_wall_time_ms),
+            cpu: ms(self.default_cpu_time_ms),
+            memory: self.default_memory_bytes,
+            output: self.default_output_bytes,
+            processes: self.default_processes,
+            file_size: self.default_file_size_bytes,
+        };
+        let max = Limits {
+            wall: ms(self.max_wall_time_ms),
+            cpu: ms(self.max_cpu_time_ms),
+            memory: self.max_memory_bytes,
+            output: self.max_output_bytes,
+            processes: self.max_processes,
+            file_size: self.max_file_size_bytes,
+        };
+        let compile_defaults = Limits {
+            wall: ms(self.compile_time_ms),
+            cpu: ms(self.compile_time_ms),
+            memory: self.compile_memory_bytes,
+            ..run_defaults
+        };
+        LimitPolicy {
+            run_defaults,
+            compile_defaults,
+            max,
+        }
+    }
+
+    /// The engine part of the configuration.
+    pub fn engine_config(&self) -> EngineConfig {
+        let slots = self.slots.unwrap_or_else(cpus).max(1);
+        let name = std::env::var("SANDPOOL_NAME")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .or_else(|| nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()))
+            .unwrap_or_else(|| "sandpool-executor".into());
+        EngineConfig {
+            policy: self.policy(),
+            queue_capacity: self.queue.unwrap_or(4 * slots),
+            fetch_file_bytes: self.fetch_file_bytes,
+            identity: Identity {
+                name,
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            },
+        }
+    }
+
+    /// Builds the whole engine: sandbox, language table, probes.
+    pub async fn build_engine(&self) -> Result<crate::engine::Engine, StartError> {
+        let mut table = crate::languages::LanguageTable::load(self.languages.as_deref())?;
+        if !self.enable_languages.is_empty() {
+            table.retain(&self.enable_languages);
+        }
+        let sandbox = crate::sandbox::Sandbox::new(self.sandbox_config())?;
+        Ok(crate::engine::Engine::new(sandbox, table, self.engine_config()).await)
+    }
+}
+
+/// Why the executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Table(#[from] crate::languages::TableError),
+    #[error("starting the sandbox: {0}")]
+    Sandbox(#[from] crate::sandbox::SandboxError),
+}

@@ -1,0 +1,444 @@
+//! The engine: languages, limits, admission and the sandbox, put together to
+//! execute requests. The gRPC service, the HTTP API, the judge and the
+//! embedded CLI all call it.
+
+use crate::admission::{Admission, AdmissionError, SlotGuard};
+use crate::languages::{Availability, Language, LanguageTable, version_line};
+use crate::limits::{LimitError, LimitPolicy, Limits};
+use crate::metrics::{Metrics, Phase};
+use crate::sandbox::{RunSpec, Sandbox, WorkDir, workdir::validate_rel_path};
+use crate::verdict;
+use futures::StreamExt;
+use sandpool_proto::v1 as pb;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Errors that reject a request before or instead of running it.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("{field}: {message}")]
+    InvalidArgument { field: String, message: String },
+    #[error("language {0:?} is not available on this executor: {1}")]
+    Unavailable(String, String),
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
+    #[error("deadline exceeded while running")]
+    DeadlineExceeded,
+}
+
+impl ExecError {
+    /// An INVALID_ARGUMENT naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ExecError::InvalidArgument {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<LimitError> for ExecError {
+    fn from(e: LimitError) -> Self {
+        ExecError::InvalidArgument {
+            field: e.field.clone(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Static facts about this executor, for `ExecutorInfo`.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub name: String,
+    pub version: String,
+}
+
+/// Engine settings beyond the sandbox's.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub policy: LimitPolicy,
+    pub queue_capacity: usize,
+    /// Largest file returned by `fetch_files`.
+    pub fetch_file_bytes: u64,
+    pub identity: Identity,
+}
+
+/// Executes requests.
+#[derive(Debug)]
+pub struct Engine {
+    pub sandbox: Sandbox,
+    pub languages: LanguageTable,
+    availability: BTreeMap<String, Availability>,
+    pub policy: LimitPolicy,
+    pub admission: Arc<Admission>,
+    pub metrics: Arc<Metrics>,
+    pub identity: Identity,
+    fetch_file_bytes: u64,
+}
+
+/// Environment every run starts from; the language's `env` is added to it.
+pub fn base_env() -> Vec<(String, String)> {
+    [
+        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C.UTF-8"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// Outcome of one phase run through the engine.
+#[derive(Debug, Clone)]
+pub struct Phased {
+    pub result: pb::PhaseResult,
+    pub verdict: pb::Verdict,
+    /// Set for SANDBOX_ERROR: what failed.
+    pub error: Option<String>,
+}
+
+impl Engine {
+    /// Builds the engine and probes every language inside the sandbox.
+    pub async fn new(sandbox: Sandbox, languages: LanguageTable, cfg: EngineConfig) -> Self {
+        let metrics = Metrics::new();
+        metrics.slots.set(sandbox.slots() as i64);
+        let admission = Admission::new(sandbox.slots(), cfg.queue_capacity);
+        let mut engine = Engine {
+            sandbox,
+            languages,
+            availability: BTreeMap::new(),
+            policy: cfg.policy,
+            admission,
+            metrics,
+            identity: cfg.identity,
+            fetch_file_bytes: cfg.fetch_file_bytes,
+        };
+        engine.availability = engine.probe_languages().await;
+        engine
+    }
+
+    async fn probe_languages(&self) -> BTreeMap<String, Availability> {
+        let limits = Limits {
+            wall: Duration::from_secs(30),
+            cpu: Duration::from_secs(30),
+            ..self.policy.compile_defaults
+        };
+        let probes = self.languages.iter().map(|lang| async move {
+            if lang.gpu && !self.sandbox.has_gpu() {
+                return (
+                    lang.name.clone(),
+                    Availability::Unavailable {
+                        reason: "needs a GPU executor (--gpu)".into(),
+                    },
+                );
+            }
+            let spec = RunSpec {
+                argv: lang.version.clone(),
+                env: self.env_for(lang),
+                stdin: vec![],
+                limits,
+                gpu: lang.gpu,
+            };
+            let res = async {
+                let slot = self.admission.acquire(None).await.map_err(|e| e.to_string())?;
+                let work = self.sandbox.work_dir(slot.index()).map_err(|e| e.to_string())?;
+                self.sandbox
+                    .run(slot.index(), &work, &spec)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            .await;
+            let avail = match res {
+                Ok(o) if o.exit_code == 0 && o.signal == 0 => Availability::Available {
+                    version: version_line(&o.stdout, &o.stderr).unwrap_or_else(|| "unknown".into()),
+                },
+                Ok(o) => Availability::Unavailable {
+                    reason: format!(
+                        "version command {:?} failed (exit {}, signal {}): {}",
+                        lang.version,
+                        o.exit_code,
+                        o.signal,
+                        version_line(&o.stderr, &o.stdout).unwrap_or_default()
+                    ),
+                },
+                Err(e) => Availability::Unavailable { reason: e },
+            };
+            tracing::info!(language = %lang.name, availability = ?avail, "probed language");
+            (lang.name.clone(), avail)
+        });
+        // At most `slots` probes at once, so none ever waits in the queue.
+        futures::stream::iter(probes)
+            .buffer_unordered(self.sandbox.slots().max(1))
+            .collect()
+            .await
+    }
+
+    /// The environment of a run of `lang`.
+    pub fn env_for(&self, lang: &Language) -> Vec<(String, String)> {
+        let mut env = base_env();
+        env.extend(lang.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if lang.gpu {
+            env.push((
+                "CUDA_VISIBLE_DEVICES".into(),
+                std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "all".into()),
+            ));
+        }
+        env
+    }
+
+    /// Availability of every language.
+    pub fn availability(&self) -> &BTreeMap<String, Availability> {
+        &self.availability
+    }
+
+    /// True when at least one language works.
+    pub fn any_language_available(&self) -> bool {
+        self.availability
+            .values()
+            .any(|a| matches!(a, Availability::Available { .. }))
+    }
+
+    /// Finds an available language, or the error the client should get.
+    pub fn language(&self, name: &str, field: &str) -> Result<(&Language, &str), ExecError> {
+        let Some(lang) = self.languages.get(name) else {
+            return Err(ExecError::invalid(
+                field,
+                format!(
+                    "unknown language {name:?}; known: {}",
+                    self.languages.names().join(", ")
+                ),
+            ));
+        };
+        match self.availability.get(&lang.name) {
+            Some(Availability::Available { version }) => Ok((lang, version)),
+            Some(Availability::Unavailable { reason }) => {
+                Err(ExecError::Unavailable(lang.name.clone(), reason.clone()))
+            }
+            None => Err(ExecError::Unavailable(lang.name.clone(), "not probed".into())),
+        }
+    }
+
+    /// ExecutorInfo for a response.
+    pub fn info(&self, toolchain: &str) -> pb::ExecutorInfo {
+        pb::ExecutorInfo {
+            name: self.identity.name.clone(),
+            version: self.identity.version.clone(),
+            isolation: self.sandbox.mode().name().to_owned(),
+            toolchain: toolchain.to_owned(),
+        }
+    }
+
+    /// Waits for a run slot, recording the queue time.
+    pub async fn acquire(&self, deadline: Option<tokio::time::Instant>) -> Result<SlotGuard, ExecError> {
+        let t = Instant::now();
+        self.metrics.queue_length.set(self.admission.queued() as i64 + 1);
+        let slot = self.admission.acquire(deadline).await;
+        self.metrics.queue_length.set(self.admission.queued() as i64);
+        self.metrics.observe(Phase::Queue, t.elapsed().as_secs_f64());
+        self.metrics.busy_slots.set(self.admission.busy() as i64);
+        Ok(slot?)
+    }
+
+    /// Runs one phase in `work`; sandbox failures become a SANDBOX_ERROR phase.
+    pub async fn run_phase(&self, slot: &SlotGuard, work: &WorkDir, spec: &RunSpec, phase: Phase) -> Phased {
+        let t = Instant::now();
+        let res = self.sandbox.run(slot.index(), work, spec).await;
+        self.metrics.observe(phase, t.elapsed().as_secs_f64());
+        match res {
+            Ok(o) => {
+                let result = verdict::phase_result(o);
+                let verdict = pb::Verdict::try_from(result.verdict).unwrap_or(pb::Verdict::SandboxError);
+                Phased {
+                    result,
+                    verdict,
+                    error: None,
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "sandbox failure");
+                Phased {
+                    result: verdict::sandbox_error_phase(),
+                    verdict: pb::Verdict::SandboxError,
+                    error: Some(e.to_string()),
+                }
+            }
+        }
+    }
+
+    /// Validates file paths of a request.
+    pub fn validate_files(files: &[pb::File], field: &str) -> Result<(), ExecError> {
+        for (i, f) in files.iter().enumerate() {
+            validate_rel_path(&f.path).map_err(|e| ExecError::invalid(format!("{field}[{i}].path"), e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Executes one request: compile (if needed), run, fetch files.
+    pub async fn execute(
+        &self,
+        req: pb::ExecuteRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<pb::ExecuteResponse, ExecError> {
+        let (lang, version) = self.language(&req.language, "language")?;
+        Self::validate_files(&req.files, "files")?;
+        for (i, p) in req.fetch_files.iter().enumerate() {
+            validate_rel_path(p).map_err(|e| ExecError::invalid(format!("fetch_files[{i}]"), e.to_string()))?;
+        }
+        let run_limits = self
+            .policy
+            .resolve(req.limits.as_ref(), &self.policy.run_defaults, "limits")?;
+        let compile_limits = self.policy.resolve(
+            req.compile_limits.as_ref(),
+            &self.policy.compile_defaults,
+            "compile_limits",
+        )?;
+
+        let slot = self.acquire(deadline).await?;
+        let fut = self.execute_in_slot(&slot, lang, version, req, run_limits, compile_limits);
+        let res = match deadline {
+            Some(d) => tokio::time::timeout_at(d, fut)
+                .await
+                .map_err(|_| ExecError::DeadlineExceeded)?,
+            None => fut.await,
+        };
+        drop(slot);
+        self.metrics.busy_slots.set(self.admission.busy() as i64);
+        let verdict = pb::Verdict::try_from(res.verdict).unwrap_or_default();
+        self.metrics.run_finished(&lang.name, verdict.as_str_name());
+        Ok(res)
+    }
+
+    async fn execute_in_slot(
+        &self,
+        slot: &SlotGuard,
+        lang: &Language,
+        version: &str,
+        req: pb::ExecuteRequest,
+        run_limits: Limits,
+        compile_limits: Limits,
+    ) -> pb::ExecuteResponse {
+        let mut resp = pb::ExecuteResponse {
+            executor: Some(self.info(version)),
+            ..Default::default()
+        };
+        let fail = |mut resp: pb::ExecuteResponse, msg: String| {
+            resp.verdict = pb::Verdict::SandboxError as i32;
+            resp.message = msg;
+            resp
+        };
+        let work = match self.sandbox.work_dir(slot.index()) {
+            Ok(w) => w,
+            Err(e) => return fail(resp, e.to_string()),
+        };
+        let writes = std::iter::once((lang.source.as_str(), req.code.as_bytes(), false)).chain(
+            req.files
+                .iter()
+                .map(|f| (f.path.as_str(), f.content.as_slice(), f.executable)),
+        );
+        for (path, content, exec) in writes {
+            if let Err(e) = work.write_file(path, content, exec) {
+                return fail(resp, e.to_string());
+            }
+        }
+        let env = self.env_for(lang);
+        if let Some(compile) = &lang.compile {
+            let spec = RunSpec {
+                argv: compile.clone(),
+                env: env.clone(),
+                stdin: vec![],
+                limits: compile_limits,
+                gpu: lang.gpu,
+            };
+            let c = self.run_phase(slot, &work, &spec, Phase::Compile).await;
+            resp.compile = Some(c.result);
+            match c.verdict {
+                pb::Verdict::Ok => {}
+                pb::Verdict::SandboxError => return fail(resp, c.error.unwrap_or_default()),
+                _ => {
+                    resp.verdict = pb::Verdict::CompileError as i32;
+                    return resp;
+                }
+            }
+        }
+        let mut argv = lang.run.clone();
+        argv.extend(req.args.iter().cloned());
+        let spec = RunSpec {
+            argv,
+            env,
+            stdin: req.stdin,
+            limits: run_limits,
+            gpu: lang.gpu,
+        };
+        let r = self.run_phase(slot, &work, &spec, Phase::Run).await;
+        resp.run = Some(r.result);
+        resp.verdict = r.verdict as i32;
+        if let Some(e) = r.error {
+            resp.message = e;
+        }
+        for p in &req.fetch_files {
+            match work.read_file(p, self.fetch_file_bytes) {
+                Ok(content) => resp.files.push(pb::File {
+                    path: p.clone(),
+                    content,
+                    executable: false,
+                }),
+                Err(e) => {
+                    let sep = if resp.message.is_empty() { "" } else { "; " };
+                    resp.message = format!("{}{sep}fetch {p}: {e}", resp.message);
+                }
+            }
+        }
+        resp
+    }
+
+    /// The Capabilities message.
+    pub fn capabilities(&self) -> pb::Capabilities {
+        let languages = self
+            .languages
+            .iter()
+            .map(|l| {
+                let (available, version, reason) = match self.availability.get(&l.name) {
+                    Some(Availability::Available { version }) => (true, version.clone(), String::new()),
+                    Some(Availability::Unavailable { reason }) => (false, String::new(), reason.clone()),
+                    None => (false, String::new(), "not probed".into()),
+                };
+                pb::LanguageInfo {
+                    name: l.name.clone(),
+                    available,
+                    version,
+                    unavailable_reason: reason,
+                    compiled: l.compile.is_some(),
+                    source_file: l.source.clone(),
+                    gpu: l.gpu,
+                }
+            })
+            .collect();
+        let features = self
+            .sandbox
+            .features()
+            .0
+            .iter()
+            .map(|f| pb::IsolationFeature {
+                name: f.name.to_owned(),
+                available: f.available,
+                in_use: f.in_use,
+                detail: f.detail.clone(),
+            })
+            .collect();
+        pb::Capabilities {
+            languages,
+            isolation: Some(pb::Isolation {
+                mode: self.sandbox.mode().name().to_owned(),
+                features,
+            }),
+            default_limits: Some(self.policy.run_defaults.to_proto()),
+            max_limits: Some(self.policy.max.to_proto()),
+            slots: self.admission.slots() as u32,
+            queue_capacity: self.admission.queue_capacity() as u32,
+            executor: Some(self.info("")),
+            gpu: self.sandbox.has_gpu(),
+        }
+    }
+}

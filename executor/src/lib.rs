@@ -1,0 +1,26 @@
+//! Sandpool's executor: compiles and runs untrusted code in sandboxes and
+//! serves it over gRPC.
+//!
+//! - [`languages`]: the language table (data, not code).
+//! - [`sandbox`]: isolation and limits for one run.
+//! - [`limits`]: defaults, ceilings and per-request resolution.
+//! - [`verdict`]: from what a run did to a verdict.
+//! - [`admission`]: run slots and the wait queue.
+//! - [`engine`]: the above put together to execute requests.
+//! - [`service`] and [`server`]: the thin gRPC layer, health, reflection, draining.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`config`]: flags and environment.
+
+pub mod admission;
+pub mod config;
+pub mod engine;
+pub mod languages;
+pub mod limits;
+pub mod metrics;
+pub mod sandbox;
+pub mod server;
+pub mod service;
+pub mod verdict;
+
+pub use engine::Engine;
+pub use sandpool_proto::v1 as proto;

@@ -1,0 +1,148 @@
+//! Resource limits: executor defaults, ceilings, and per-request resolution.
+
+use sandpool_proto::v1 as pb;
+use std::time::Duration;
+
+/// Limits in force for one phase of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub wall: Duration,
+    pub cpu: Duration,
+    pub memory: u64,
+    /// Per output stream.
+    pub output: u64,
+    /// Processes and threads together.
+    pub processes: u32,
+    pub file_size: u64,
+}
+
+impl Limits {
+    /// The proto form, for capabilities.
+    pub fn to_proto(self) -> pb::Limits {
+        pb::Limits {
+            wall_time_ms: self.wall.as_millis() as u64,
+            cpu_time_ms: self.cpu.as_millis() as u64,
+            memory_bytes: self.memory,
+            output_bytes: self.output,
+            processes: self.processes,
+            file_size_bytes: self.file_size,
+        }
+    }
+}
+
+/// A requested limit above the executor's ceiling.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{field} = {value} is above this executor's ceiling of {max}")]
+pub struct LimitError {
+    pub field: String,
+    pub value: u64,
+    pub max: u64,
+}
+
+/// Defaults and ceilings, from the executor's flags.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitPolicy {
+    pub run_defaults: Limits,
+    pub compile_defaults: Limits,
+    pub max: Limits,
+}
+
+impl LimitPolicy {
+    /// Resolves a request's limits: zero fields take `defaults`; any field above the ceiling is an error naming it.
+    pub fn resolve(&self, req: Option<&pb::Limits>, defaults: &Limits, field: &str) -> Result<Limits, LimitError> {
+        let r = req.cloned().unwrap_or_default();
+        let pick = |name: &str, v: u64, d: u64, max: u64| -> Result<u64, LimitError> {
+            if v == 0 {
+                return Ok(d.min(max));
+            }
+            if v > max {
+                return Err(LimitError {
+                    field: format!("{field}.{name}"),
+                    value: v,
+                    max,
+                });
+            }
+            Ok(v)
+        };
+        let ms = |d: Duration| d.as_millis() as u64;
+        Ok(Limits {
+            wall: Duration::from_millis(pick(
+                "wall_time_ms",
+                r.wall_time_ms,
+                ms(defaults.wall),
+                ms(self.max.wall),
+            )?),
+            cpu: Duration::from_millis(pick("cpu_time_ms", r.cpu_time_ms, ms(defaults.cpu), ms(self.max.cpu))?),
+            memory: pick("memory_bytes", r.memory_bytes, defaults.memory, self.max.memory)?,
+            output: pick("output_bytes", r.output_bytes, defaults.output, self.max.output)?,
+            processes: pick(
+                "processes",
+                r.processes as u64,
+                defaults.processes as u64,
+                self.max.processes as u64,
+            )? as u32,
+            file_size: pick(
+                "file_size_bytes",
+                r.file_size_bytes,
+                defaults.file_size,
+                self.max.file_size,
+            )?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> LimitPolicy {
+        let l = |s, m| Limits {
+            wall: Duration::from_secs(s),
+            cpu: Duration::from_secs(s),
+            memory: m,
+            output: 10,
+            processes: 8,
+            file_size: 100,
+        };
+        LimitPolicy {
+            run_defaults: l(10, 512),
+            compile_defaults: l(30, 1024),
+            max: l(60, 2048),
+        }
+    }
+
+    #[test]
+    fn zero_fields_take_defaults_and_lower_values_win() {
+        let p = policy();
+        let got = p
+            .resolve(
+                Some(&pb::Limits {
+                    wall_time_ms: 500,
+                    ..Default::default()
+                }),
+                &p.run_defaults,
+                "limits",
+            )
+            .unwrap();
+        assert_eq!(got.wall, Duration::from_millis(500));
+        assert_eq!(got.cpu, Duration::from_secs(10));
+        assert_eq!(got.memory, 512);
+    }
+
+    #[test]
+    fn above_ceiling_names_the_field() {
+        let p = policy();
+        let err = p
+            .resolve(
+                Some(&pb::Limits {
+                    memory_bytes: 4096,
+                    ..Default::default()
+                }),
+                &p.run_defaults,
+                "limits",
+            )
+            .unwrap_err();
+        assert_eq!(err.field, "limits.memory_bytes");
+        assert_eq!(err.max, 2048);
+    }
+}

@@ -1,0 +1,99 @@
+//! Prometheus metrics: runs by language and verdict, phase latencies, slots.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    language: String,
+    verdict: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+/// The executor's metrics and their registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    runs: Family<RunLabels, Counter>,
+    phases: Family<PhaseLabels, Histogram>,
+    pub busy_slots: Gauge,
+    pub queue_length: Gauge,
+    pub slots: Gauge,
+}
+
+/// A pipeline phase whose latency is recorded.
+#[derive(Debug, Clone, Copy)]
+pub enum Phase {
+    Queue,
+    Compile,
+    Run,
+}
+
+impl Metrics {
+    /// Registers every metric under the `sandpool` prefix.
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("sandpool");
+        let runs = Family::<RunLabels, Counter>::default();
+        let phases = Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+        });
+        let (busy_slots, queue_length, slots) = (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register("runs", "Executions by language and final verdict", runs.clone());
+        registry.register(
+            "phase_duration_seconds",
+            "Latency per phase (queue, compile, run)",
+            phases.clone(),
+        );
+        registry.register("busy_slots", "Run slots in use", busy_slots.clone());
+        registry.register("queue_length", "Requests waiting for a run slot", queue_length.clone());
+        registry.register("slots", "Run slots in total", slots.clone());
+        Arc::new(Metrics {
+            registry,
+            runs,
+            phases,
+            busy_slots,
+            queue_length,
+            slots,
+        })
+    }
+
+    /// Counts one finished execution.
+    pub fn run_finished(&self, language: &str, verdict: &str) {
+        self.runs
+            .get_or_create(&RunLabels {
+                language: language.to_owned(),
+                verdict: verdict.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Records a phase's duration.
+    pub fn observe(&self, phase: Phase, seconds: f64) {
+        let phase = match phase {
+            Phase::Queue => "queue",
+            Phase::Compile => "compile",
+            Phase::Run => "run",
+        };
+        self.phases
+            .get_or_create(&PhaseLabels {
+                phase: phase.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,315 @@
+//! Per-slot cgroups: memory, process-count and CPU accounting for each run.
+//!
+//! One cgroup per run slot, created at start-up and reused: runs in a slot
+//! never overlap, and every process of a run is dead before the slot is
+//! released. Both cgroup v1 (memory, pids, cpuacct hierarchies) and the v2
+//! unified hierarchy are supported.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = "/sys/fs/cgroup";
+const DIR_NAME: &str = "sandpool";
+
+/// Which cgroup hierarchy is in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// Errors setting up or driving cgroups.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("no usable cgroup hierarchy with memory and pids controllers")]
+    Unavailable,
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
+    move |source| CgroupError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
+    fs::write(path, value).map_err(io(path))
+}
+
+fn read_file(path: &Path) -> Result<String, CgroupError> {
+    fs::read_to_string(path).map_err(io(path))
+}
+
+/// Reads `key value` from a flat-keyed cgroup file.
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The cgroup hierarchy this executor may use, if any.
+#[derive(Debug, Clone)]
+pub struct Hierarchy {
+    pub version: Version,
+    /// v1: one base per controller (memory, pids, cpuacct); v2: one base.
+    bases: Vec<PathBuf>,
+}
+
+impl Hierarchy {
+    /// Finds a writable hierarchy and creates the executor's base cgroup(s).
+    pub fn setup() -> Result<Self, CgroupError> {
+        let root = Path::new(ROOT);
+        if root.join("cgroup.controllers").exists() {
+            return Self::setup_v2(root);
+        }
+        if ["memory", "pids", "cpuacct"]
+            .iter()
+            .all(|c| root.join(c).join("cgroup.procs").exists())
+        {
+            return Self::setup_v1(root);
+        }
+        Err(CgroupError::Unavailable)
+    }
+
+    fn own_path(controller: Option<&str>) -> String {
+        let text = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, ctrls, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+            let matches = match controller {
+                None => ctrls.is_empty(),
+                Some(c) => ctrls.split(',').any(|x| x == c),
+            };
+            if matches {
+                return path.trim_start_matches('/').to_owned();
+            }
+        }
+        String::new()
+    }
+
+    fn setup_v1(root: &Path) -> Result<Self, CgroupError> {
+        let mut bases = vec![];
+        for ctrl in ["memory", "pids", "cpuacct"] {
+            let base = root.join(ctrl).join(Self::own_path(Some(ctrl))).join(DIR_NAME);
+            fs::create_dir_all(&base).map_err(io(&base))?;
+            bases.push(base);
+        }
+        Ok(Hierarchy {
+            version: Version::V1,
+            bases,
+        })
+    }
+
+    fn setup_v2(root: &Path) -> Result<Self, CgroupError> {
+        let own = root.join(Self::own_path(None));
+        let controllers = read_file(&own.join("cgroup.controllers"))?;
+        if !["memory", "pids", "cpu"]
+            .iter()
+            .all(|c| controllers.split_whitespace().any(|x| x == *c))
+        {
+            return Err(CgroupError::Unavailable);
+        }
+        // "No internal processes": the executor moves into a leaf of its own
+        // so that its cgroup may delegate controllers to the slot cgroups.
+        let base = own.join(DIR_NAME);
+        fs::create_dir_all(&base).map_err(io(&base))?;
+        if own != root {
+            let sup = own.join("supervisor");
+            fs::create_dir_all(&sup).map_err(io(&sup))?;
+            write_file(&sup.join("cgroup.procs"), &std::process::id().to_string())?;
+            write_file(&own.join("cgroup.subtree_control"), "+memory +pids +cpu")?;
+        }
+        write_file(&base.join("cgroup.subtree_control"), "+memory +pids +cpu")?;
+        Ok(Hierarchy {
+            version: Version::V2,
+            bases: vec![base],
+        })
+    }
+
+    /// Creates (or resets) the cgroup of slot `index`, killing leftovers of a previous executor.
+    pub fn slot(&self, index: usize) -> Result<SlotCgroup, CgroupError> {
+        let name = format!("slot-{index}");
+        let dirs: Vec<PathBuf> = self.bases.iter().map(|b| b.join(&name)).collect();
+        for d in &dirs {
+            if d.exists() {
+                kill_all(d);
+            } else {
+                fs::create_dir_all(d).map_err(io(d))?;
+            }
+        }
+        let procs = dirs
+            .iter()
+            .map(|d| {
+                let p = d.join("cgroup.procs");
+                OpenOptions::new().write(true).open(&p).map_err(io(&p))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SlotCgroup {
+            version: self.version,
+            dirs,
+            procs,
+        })
+    }
+}
+
+/// SIGKILLs every process left in a cgroup directory.
+fn kill_all(dir: &Path) {
+    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            // SAFETY: plain kill(2) of a pid read from our own cgroup.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// One slot's cgroup (one directory per v1 controller, or one v2 directory).
+#[derive(Debug)]
+pub struct SlotCgroup {
+    version: Version,
+    dirs: Vec<PathBuf>,
+    procs: Vec<File>,
+}
+
+/// Counters read before a run, to report the run's own usage.
+#[derive(Debug)]
+pub struct Baseline {
+    cpu_ns: u64,
+    oom_kills: u64,
+    peak: Option<File>,
+}
+
+/// What a run used, read from the cgroup after it ended.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub cpu_ns: u64,
+    pub peak_memory: u64,
+    pub oom_killed: bool,
+}
+
+impl SlotCgroup {
+    fn memory(&self) -> &Path {
+        &self.dirs[0]
+    }
+    fn pids(&self) -> &Path {
+        if self.version == Version::V1 {
+            &self.dirs[1]
+        } else {
+            &self.dirs[0]
+        }
+    }
+    fn cpu(&self) -> &Path {
+        if self.version == Version::V1 {
+            &self.dirs[2]
+        } else {
+            &self.dirs[0]
+        }
+    }
+
+    /// Open `cgroup.procs` files the init writes "0" into to join the slot.
+    pub fn procs_fds(&self) -> Vec<i32> {
+        self.procs.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    /// Sets the run's limits and records the counters to subtract afterwards.
+    pub fn prepare(&self, memory: u64, processes: u32) -> Result<Baseline, CgroupError> {
+        match self.version {
+            Version::V1 => {
+                let m = self.memory();
+                write_file(&m.join("memory.limit_in_bytes"), &memory.to_string())?;
+                // Resets the high-water mark to the current usage.
+                write_file(&m.join("memory.max_usage_in_bytes"), "0")?;
+                write_file(&self.pids().join("pids.max"), &processes.to_string())?;
+            }
+            Version::V2 => {
+                let d = self.memory();
+                write_file(&d.join("memory.max"), &memory.to_string())?;
+                let _ = write_file(&d.join("memory.swap.max"), "0");
+                write_file(&d.join("pids.max"), &processes.to_string())?;
+            }
+        }
+        let peak = match self.version {
+            // Writing to memory.peak resets it for reads through this descriptor.
+            Version::V2 => {
+                let p = self.memory().join("memory.peak");
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&p)
+                    .ok()
+                    .and_then(|mut f| {
+                        f.write_all(b"reset").ok()?;
+                        Some(f)
+                    })
+            }
+            Version::V1 => None,
+        };
+        Ok(Baseline {
+            cpu_ns: self.cpu_ns(),
+            oom_kills: self.oom_kills(),
+            peak,
+        })
+    }
+
+    /// CPU time used by everything in the slot so far, in nanoseconds.
+    pub fn cpu_ns(&self) -> u64 {
+        match self.version {
+            Version::V1 => read_file(&self.cpu().join("cpuacct.usage"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
+            Version::V2 => read_file(&self.cpu().join("cpu.stat"))
+                .ok()
+                .and_then(|s| keyed(&s, "usage_usec"))
+                .map(|u| u * 1000),
+        }
+        .unwrap_or(0)
+    }
+
+    fn oom_kills(&self) -> u64 {
+        let (file, key) = match self.version {
+            Version::V1 => ("memory.oom_control", "oom_kill"),
+            Version::V2 => ("memory.events", "oom_kill"),
+        };
+        read_file(&self.memory().join(file))
+            .ok()
+            .and_then(|s| keyed(&s, key))
+            .unwrap_or(0)
+    }
+
+    /// What the run used since `prepare`.
+    pub fn usage(&self, base: &mut Baseline) -> Usage {
+        let peak_memory = match (&mut base.peak, self.version) {
+            (Some(f), _) => {
+                let mut s = String::new();
+                let _ = f.seek(SeekFrom::Start(0)).and_then(|_| f.read_to_string(&mut s));
+                s.trim().parse().unwrap_or(0)
+            }
+            (None, Version::V1) => read_file(&self.memory().join("memory.max_usage_in_bytes"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0),
+            (None, Version::V2) => 0,
+        };
+        Usage {
+            cpu_ns: self.cpu_ns().saturating_sub(base.cpu_ns),
+            peak_memory,
+            oom_killed: self.oom_kills() > base.oom_kills,
+        }
+    }
+
+    /// Kills anything still in the slot (normally nothing is).
+    pub fn kill_all(&self) {
+        for d in &self.dirs {
+            kill_all(d);
+        }
+    }
+}
+
+impl Baseline {
+    /// The slot's CPU counter when the run started.
+    pub fn cpu_ns(&self) -> u64 {
+        self.cpu_ns
+    }
+}

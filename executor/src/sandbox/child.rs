@@ -1,0 +1,305 @@
+//! The child side of a sandboxed run: the namespace init and the program.
+//!
+//! Everything here runs after `clone`, sharing the executor's memory, so it
+//! uses only [`sys`] raw calls and data prepared beforehand in [`ChildPlan`]:
+//! no allocation, no locks, no `errno`.
+
+use super::sys;
+use std::ffi::CString;
+
+/// One mount performed by the init inside the new mount namespace.
+pub(crate) struct MountStep {
+    pub src: Option<CString>,
+    pub target: CString,
+    pub fstype: Option<CString>,
+    pub flags: u64,
+    pub data: Option<CString>,
+}
+
+/// Memory for a child's stack, with a guard page below it.
+pub(crate) struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    pub fn new(len: usize) -> std::io::Result<Self> {
+        let page = 4096;
+        // SAFETY: anonymous private mapping; checked for failure below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len + page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the lowest page of our own mapping becomes the guard.
+        unsafe { libc::mprotect(base, page, libc::PROT_NONE) };
+        Ok(Stack { base, len: len + page })
+    }
+
+    /// Highest address, where a downward-growing stack starts (16-byte aligned).
+    pub fn top(&self) -> *mut libc::c_void {
+        ((self.base as usize + self.len) & !15) as *mut libc::c_void
+    }
+}
+
+// SAFETY: the mapping is owned exclusively by this value.
+unsafe impl Send for Stack {}
+unsafe impl Sync for Stack {}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping created in `new`.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Everything the init and the program need, prepared before `clone`.
+pub(crate) struct ChildPlan {
+    pub keep_fds: Vec<i32>,
+    pub cgroup_procs_fds: Vec<i32>,
+    pub mounts: Vec<MountStep>,
+    pub root: CString,
+    pub hostname: &'static [u8],
+    pub stdin_fd: i32,
+    pub stdout_fd: i32,
+    pub stderr_fd: i32,
+    pub report_fd: i32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rlimits: Vec<(u32, libc::rlimit64)>,
+    pub seccomp: Vec<Vec<libc::sock_filter>>,
+    pub cwd: CString,
+    pub exe: CString,
+    pub _argv: Vec<CString>,
+    pub argv_ptrs: Vec<*const libc::c_char>,
+    pub _envp: Vec<CString>,
+    pub envp_ptrs: Vec<*const libc::c_char>,
+    pub prog_stack: Stack,
+}
+
+// SAFETY: the raw pointers point into the CStrings owned by the same plan.
+unsafe impl Send for ChildPlan {}
+unsafe impl Sync for ChildPlan {}
+
+/// What the init reports through the report pipe (12 bytes each).
+pub(crate) mod report {
+    /// Setup step `stage` failed with errno `value`.
+    pub const SETUP_FAILED: u32 = 1;
+    /// execve of the program failed with errno `value`.
+    pub const EXEC_FAILED: u32 = 2;
+    /// The program ended with wait status `value`.
+    pub const STATUS: u32 = 3;
+
+    /// Human-readable name of a setup stage.
+    pub fn stage_name(stage: u32) -> &'static str {
+        match stage {
+            1 => "closing inherited file descriptors",
+            2 => "joining the run's cgroup",
+            3 => "making mounts private",
+            4 => "entering the new root",
+            5 => "pivot_root",
+            6 => "detaching the old root",
+            7 => "entering the work dir",
+            8 => "setting the hostname",
+            9 => "bringing up loopback",
+            10 => "starting the program",
+            20 => "redirecting standard streams",
+            21 => "starting a new session",
+            22 => "dropping supplementary groups",
+            23 => "setting the group id",
+            24 => "setting the user id",
+            25 => "setting resource limits",
+            26 => "setting no_new_privs",
+            27 => "installing the seccomp filter",
+            28 => "entering the work dir",
+            s if s >= 100 => "mounting the sandbox filesystem",
+            _ => "unknown step",
+        }
+    }
+}
+
+fn send(fd: i32, tag: u32, stage: u32, value: i32) {
+    let mut rec = [0u8; 12];
+    rec[0..4].copy_from_slice(&tag.to_ne_bytes());
+    rec[4..8].copy_from_slice(&stage.to_ne_bytes());
+    rec[8..12].copy_from_slice(&value.to_ne_bytes());
+    let _ = sys::write(fd, &rec);
+}
+
+fn fail(fd: i32, stage: u32, errno: i32) -> ! {
+    send(fd, report::SETUP_FAILED, stage, errno);
+    sys::exit(126)
+}
+
+macro_rules! step {
+    ($fd:expr, $stage:expr, $call:expr) => {
+        if let Err(e) = $call {
+            fail($fd, $stage, e);
+        }
+    };
+}
+
+/// Entry point of the sandbox's init: pid 1 of the run's pid namespace.
+///
+/// Sets up the filesystem, starts the program and waits for it; when the init
+/// exits, the kernel kills every other process left in the namespace.
+pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the plan, kept alive by the supervisor until we are reaped.
+    let plan = unsafe { &*(arg as *const ChildPlan) };
+    let rep = plan.report_fd;
+    for sig in 1..=64 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            let _ = sys::reset_signal(sig);
+        }
+    }
+    let _ = sys::unblock_all_signals();
+
+    // Other runs' pipes may have been inherited through the clone: drop them
+    // so their readers see EOF as soon as their own programs end.
+    let mut next = 0u32;
+    for &fd in &plan.keep_fds {
+        let fd = fd as u32;
+        if fd > next {
+            step!(rep, 1, sys::close_range(next, fd - 1, 0));
+        }
+        next = fd + 1;
+    }
+    step!(rep, 1, sys::close_range(next, u32::MAX, 0));
+
+    for &fd in &plan.cgroup_procs_fds {
+        step!(rep, 2, sys::write(fd, b"0"));
+    }
+
+    step!(
+        rep,
+        3,
+        sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+    );
+    for (i, m) in plan.mounts.iter().enumerate() {
+        step!(
+            rep,
+            100 + i as u32,
+            sys::mount(
+                m.src.as_deref(),
+                &m.target,
+                m.fstype.as_deref(),
+                m.flags,
+                m.data.as_deref()
+            )
+        );
+    }
+    step!(rep, 4, sys::chdir(&plan.root));
+    step!(rep, 5, sys::pivot_root(c".", c"."));
+    step!(rep, 6, sys::umount2(c".", libc::MNT_DETACH));
+    step!(rep, 7, sys::chdir(c"/"));
+    step!(rep, 8, sys::sethostname(plan.hostname));
+    bring_up_loopback(rep);
+
+    // SAFETY: the program child runs on its own stack; CLONE_VFORK suspends us
+    // until it has exec'd, so sharing memory with it is safe.
+    let pid = unsafe {
+        libc::clone(
+            prog_main,
+            plan.prog_stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg,
+        )
+    };
+    if pid < 0 {
+        fail(rep, 10, 0);
+    }
+    let mut status = 0i32;
+    loop {
+        match sys::wait_any(&mut status) {
+            Ok(p) if p as i32 == pid => {
+                send(rep, report::STATUS, 0, status);
+                sys::exit(0);
+            }
+            Ok(_) | Err(libc::EINTR) => continue,
+            Err(_) => sys::exit(0),
+        }
+    }
+}
+
+fn bring_up_loopback(rep: i32) {
+    let fd = match sys::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) {
+        Ok(fd) => fd as i32,
+        Err(e) => fail(rep, 9, e),
+    };
+    // SAFETY: ifreq is plain data; zeroed is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+        *d = *s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
+    step!(rep, 9, sys::ioctl(fd, libc::SIOCSIFFLAGS, &ifr as *const _ as usize));
+    let _ = sys::close(fd);
+}
+
+/// Entry point of the program child: drops every privilege, then execs.
+extern "C" fn prog_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: as in init_main.
+    let plan = unsafe { &*(arg as *const ChildPlan) };
+    let rep = plan.report_fd;
+    step!(rep, 20, sys::dup_to(plan.stdin_fd, 0));
+    step!(rep, 20, sys::dup_to(plan.stdout_fd, 1));
+    step!(rep, 20, sys::dup_to(plan.stderr_fd, 2));
+    step!(rep, 21, sys::setsid());
+    step!(rep, 22, sys::clear_groups());
+    step!(rep, 23, sys::setresgid(plan.gid));
+    step!(rep, 24, sys::setresuid(plan.uid));
+    for (res, lim) in &plan.rlimits {
+        step!(rep, 25, sys::setrlimit(*res, lim));
+    }
+    step!(rep, 26, sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1));
+    for filter in &plan.seccomp {
+        let prog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_ptr() as *mut _,
+        };
+        step!(rep, 27, sys::seccomp_filter(&prog));
+    }
+    step!(rep, 28, sys::chdir(&plan.cwd));
+    let err = match sys::execve(&plan.exe, plan.argv_ptrs.as_ptr(), plan.envp_ptrs.as_ptr()) {
+        Err(e) => e,
+        Ok(_) => 0,
+    };
+    send(rep, report::EXEC_FAILED, 0, err);
+    sys::exit(127)
+}
+
+/// Parses the init's report records.
+pub(crate) fn parse_reports(buf: &[u8]) -> Vec<(u32, u32, i32)> {
+    buf.chunks_exact(12)
+        .map(|c| {
+            let w = |i: usize| [c[i], c[i + 1], c[i + 2], c[i + 3]];
+            (
+                u32::from_ne_bytes(w(0)),
+                u32::from_ne_bytes(w(4)),
+                i32::from_ne_bytes(w(8)),
+            )
+        })
+        .collect()
+}
+
+/// Builds a NUL-terminated pointer array over `strings`.
+pub(crate) fn ptr_array(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// Shorthand for the optional C strings of a mount step.
+pub(crate) fn cstr(s: &str) -> CString {
+    CString::new(s).unwrap_or_default()
+}

@@ -1,0 +1,293 @@
+//! Isolation and limits for one run: the sandbox.
+//!
+//! Mode `namespaces` (the only one so far): each run gets fresh pid, mount,
+//! network, IPC and UTS namespaces, a read-only root with a private tmpfs
+//! `/work`, `/tmp` and `/dev/shm`, a per-slot uid and cgroup, rlimits,
+//! `no_new_privs` and a seccomp filter. The init of the pid namespace is the
+//! run's anchor: when it exits the kernel kills everything the run started.
+//!
+//! Submodules: [`probe`] finds what the kernel allows, [`rootfs`] builds the
+//! root template, [`workdir`] the per-run tmpfs, [`cgroup`] the slot cgroups,
+//! [`seccomp`] the filter, [`child`] and [`sys`] the post-clone code, and
+//! [`supervise`] watches a run from the outside.
+
+pub mod cgroup;
+mod child;
+mod mounts;
+pub mod probe;
+pub mod rootfs;
+pub mod seccomp;
+mod supervise;
+mod sys;
+pub mod workdir;
+
+pub use probe::{Feature, Features};
+pub use supervise::{RunOutcome, Termination};
+pub use workdir::{FetchError, WorkDir, WorkDirError};
+
+use crate::limits::Limits;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How runs are isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IsolationMode {
+    /// Fresh namespaces, cgroups, seccomp and an unprivileged uid per run (needs root or CAP_SYS_ADMIN).
+    Namespaces,
+    /// For pods without extra privileges (rlimits, seccomp, landlock); not available yet.
+    Restricted,
+}
+
+impl IsolationMode {
+    /// The mode's name as reported to clients.
+    pub fn name(self) -> &'static str {
+        match self {
+            IsolationMode::Namespaces => "namespaces",
+            IsolationMode::Restricted => "restricted",
+        }
+    }
+}
+
+/// Sandbox settings, from the executor's flags.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    pub mode: IsolationMode,
+    /// Where work dirs and the root template live (root-owned, private).
+    pub work_root: PathBuf,
+    /// Host paths the sandbox sees read-only.
+    pub ro_paths: Vec<PathBuf>,
+    /// Number of run slots; each has its own uid and cgroup.
+    pub slots: usize,
+    /// uid (and gid) of slot 0; slot i runs as `uid_base + i`.
+    pub uid_base: u32,
+    /// Device nodes given to GPU runs (empty: no GPU).
+    pub gpu_devices: Vec<PathBuf>,
+    /// Size cap of each run's work dir.
+    pub work_dir_bytes: u64,
+    /// Size cap of each run's /tmp and /dev/shm.
+    pub tmp_bytes: u64,
+}
+
+/// Errors of the sandbox itself (never the program's fault).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("isolation mode {0} is not available: {1}")]
+    ModeUnavailable(&'static str, String),
+    #[error(transparent)]
+    Rootfs(#[from] rootfs::RootfsError),
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::CgroupError),
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::SeccompError),
+    #[error(transparent)]
+    WorkDir(#[from] WorkDirError),
+    #[error("{0}: {1}")]
+    Os(&'static str, std::io::Error),
+    #[error("sandbox setup failed while {stage}: {errno}")]
+    Setup { stage: &'static str, errno: std::io::Error },
+    #[error("could not start {exe}: {errno}")]
+    Exec { exe: String, errno: std::io::Error },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What one run executes.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// Program and arguments; a bare name is looked up in the sandbox's PATH.
+    pub argv: Vec<String>,
+    /// The complete environment (nothing is inherited).
+    pub env: Vec<(String, String)>,
+    pub stdin: Vec<u8>,
+    pub limits: Limits,
+    /// Gives the run the GPU device nodes.
+    pub gpu: bool,
+}
+
+/// The sandbox: everything set up once at start-up and shared by all runs.
+#[derive(Debug)]
+pub struct Sandbox {
+    cfg: SandboxConfig,
+    root: rootfs::RootTemplate,
+    gpu_root: Option<rootfs::RootTemplate>,
+    cgroups: Option<Vec<cgroup::SlotCgroup>>,
+    seccomp: Vec<Vec<libc::sock_filter>>,
+    features: Features,
+    next_run: AtomicU64,
+}
+
+/// Directory (inside the sandbox) where runs start.
+pub const WORK_DIR: &str = "/work";
+
+impl Sandbox {
+    /// Probes the kernel and sets up templates, cgroups and the seccomp filter.
+    ///
+    /// Refuses to start when the mode asks for more than the kernel or the
+    /// executor's privileges allow.
+    pub fn new(cfg: SandboxConfig) -> Result<Self, SandboxError> {
+        if cfg.mode == IsolationMode::Restricted {
+            return Err(SandboxError::ModeUnavailable(
+                "restricted",
+                "not implemented in this version; use namespaces".into(),
+            ));
+        }
+        let mut features = probe::probe();
+        if let Some(missing) = features.missing_for_namespaces() {
+            return Err(SandboxError::ModeUnavailable("namespaces", missing));
+        }
+        std::fs::create_dir_all(&cfg.work_root).map_err(|e| SandboxError::Os("creating the work root", e))?;
+        // Our mounts must not propagate to the host's other namespaces.
+        mounts::mount(Some(&cfg.work_root), &cfg.work_root, None, libc::MS_BIND, None)
+            .and_then(|_| mounts::mount(None, &cfg.work_root, None, libc::MS_PRIVATE, None))
+            .map_err(|e| SandboxError::Os("making the work root a private mount", e))?;
+        let runs = cfg.work_root.join("runs");
+        if let Ok(entries) = std::fs::read_dir(&runs) {
+            for e in entries.flatten() {
+                mounts::detach_all(&e.path());
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+        std::fs::create_dir_all(&runs).map_err(|e| SandboxError::Os("creating the runs dir", e))?;
+
+        let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots);
+        let base_devices: Vec<PathBuf> = rootfs::BASE_DEVICES.iter().map(PathBuf::from).collect();
+        let root = rootfs::build(
+            &cfg.work_root.join("root"),
+            &cfg.ro_paths,
+            &base_devices,
+            &passwd,
+            &group,
+        )?;
+        let gpu_root = if cfg.gpu_devices.is_empty() {
+            None
+        } else {
+            let devices: Vec<PathBuf> = base_devices.iter().chain(&cfg.gpu_devices).cloned().collect();
+            Some(rootfs::build(
+                &cfg.work_root.join("root-gpu"),
+                &cfg.ro_paths,
+                &devices,
+                &passwd,
+                &group,
+            )?)
+        };
+
+        let cgroups = match cgroup::Hierarchy::setup() {
+            Ok(h) => {
+                let slots = (0..cfg.slots).map(|i| h.slot(i)).collect::<Result<Vec<_>, _>>();
+                match slots {
+                    Ok(s) => {
+                        features.set_in_use(
+                            if h.version == cgroup::Version::V1 {
+                                "cgroup_v1"
+                            } else {
+                                "cgroup_v2"
+                            },
+                            true,
+                        );
+                        Some(s)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cgroups unavailable; memory and process limits fall back to rlimits");
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cgroups unavailable; memory and process limits fall back to rlimits");
+                None
+            }
+        };
+        let seccomp = seccomp::build_filters()?.iter().map(seccomp::to_kernel).collect();
+        for f in [
+            "pid_namespace",
+            "mount_namespace",
+            "net_namespace",
+            "ipc_namespace",
+            "uts_namespace",
+            "seccomp",
+            "no_new_privs",
+        ] {
+            features.set_in_use(f, true);
+        }
+        let sandbox = Sandbox {
+            cfg,
+            root,
+            gpu_root,
+            cgroups,
+            seccomp,
+            features,
+            next_run: AtomicU64::new(0),
+        };
+        tracing::info!(mode = sandbox.cfg.mode.name(), features = %sandbox.features, "sandbox ready");
+        Ok(sandbox)
+    }
+
+    /// The isolation mode in force.
+    pub fn mode(&self) -> IsolationMode {
+        self.cfg.mode
+    }
+
+    /// What the kernel offers and what is in use.
+    pub fn features(&self) -> &Features {
+        &self.features
+    }
+
+    /// Number of run slots.
+    pub fn slots(&self) -> usize {
+        self.cfg.slots
+    }
+
+    /// True when GPU runs get device nodes.
+    pub fn has_gpu(&self) -> bool {
+        self.gpu_root.is_some()
+    }
+
+    /// Creates a fresh work dir for a run in `slot`.
+    pub fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
+        let id = self.next_run.fetch_add(1, Ordering::Relaxed);
+        let uid = self.uid(slot);
+        let path = self.cfg.work_root.join("runs").join(format!("{slot}-{id}"));
+        Ok(WorkDir::create(path, self.cfg.work_dir_bytes, uid, uid)?)
+    }
+
+    fn uid(&self, slot: usize) -> u32 {
+        self.cfg.uid_base + slot as u32
+    }
+
+    fn root_for(&self, gpu: bool) -> &Path {
+        match (&self.gpu_root, gpu) {
+            (Some(g), true) => &g.path,
+            _ => &self.root.path,
+        }
+    }
+
+    /// Runs `spec` in slot `slot` with `work` mounted at `/work`.
+    ///
+    /// Every process the run started is dead when this returns. Dropping the
+    /// future kills the run.
+    pub async fn run(&self, slot: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
+        let cg = self.cgroups.as_ref().and_then(|c| c.get(slot));
+        let ctx = supervise::Context {
+            root: self.root_for(spec.gpu),
+            work,
+            uid: self.uid(slot),
+            cgroup: cg,
+            seccomp: &self.seccomp,
+            tmp_bytes: self.cfg.tmp_bytes,
+        };
+        supervise::run(ctx, spec).await
+    }
+}
+
+/// /etc/passwd and /etc/group naming every slot's uid `sandbox`.
+fn passwd_files(uid_base: u32, slots: usize) -> (String, String) {
+    let mut passwd =
+        String::from("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+    let mut group = String::from("root:x:0:\nnogroup:x:65534:\n");
+    for i in 0..slots as u32 {
+        let id = uid_base + i;
+        passwd.push_str(&format!("sandbox{i}:x:{id}:{id}:sandbox:/tmp:/bin/sh\n"));
+        group.push_str(&format!("sandbox{i}:x:{id}:\n"));
+    }
+    (passwd, group)
+}

@@ -1,0 +1,180 @@
+//! Start-up probe: which isolation features this kernel and these privileges allow.
+
+use std::fmt;
+
+/// One kernel feature the sandbox may use.
+#[derive(Debug, Clone)]
+pub struct Feature {
+    pub name: &'static str,
+    pub available: bool,
+    pub in_use: bool,
+    pub detail: String,
+}
+
+/// Every probed feature.
+#[derive(Debug, Clone)]
+pub struct Features(pub Vec<Feature>);
+
+impl Features {
+    fn get(&self, name: &str) -> Option<&Feature> {
+        self.0.iter().find(|f| f.name == name)
+    }
+
+    /// Marks a feature as used by the mode in force.
+    pub fn set_in_use(&mut self, name: &str, in_use: bool) {
+        if let Some(f) = self.0.iter_mut().find(|f| f.name == name) {
+            f.in_use = in_use && f.available;
+        }
+    }
+
+    /// What `namespaces` mode needs but cannot have, if anything.
+    pub fn missing_for_namespaces(&self) -> Option<String> {
+        let needed = [
+            "pid_namespace",
+            "mount_namespace",
+            "net_namespace",
+            "ipc_namespace",
+            "uts_namespace",
+            "seccomp",
+        ];
+        let missing: Vec<String> = needed
+            .iter()
+            .filter_map(|n| self.get(n))
+            .filter(|f| !f.available)
+            .map(|f| format!("{} ({})", f.name, f.detail))
+            .collect();
+        if missing.is_empty() {
+            None
+        } else {
+            Some(format!(
+                "missing {}; run as root or with CAP_SYS_ADMIN and an unconfined seccomp profile",
+                missing.join(", ")
+            ))
+        }
+    }
+}
+
+impl fmt::Display for Features {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|x| {
+                format!(
+                    "{}={}",
+                    x.name,
+                    if x.in_use {
+                        "in-use"
+                    } else if x.available {
+                        "available"
+                    } else {
+                        "unavailable"
+                    }
+                )
+            })
+            .collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+extern "C" fn exit_now(_: *mut libc::c_void) -> libc::c_int {
+    super::sys::exit(0)
+}
+
+/// Tries to create a namespace of one kind; returns the error if it fails.
+fn try_namespace(flag: libc::c_int) -> Result<(), std::io::Error> {
+    let stack = super::child::Stack::new(64 * 1024)?;
+    // SAFETY: the child only calls the raw exit system call on its own stack.
+    let pid = unsafe {
+        libc::clone(
+            exit_now,
+            stack.top(),
+            flag | libc::CLONE_VM | libc::SIGCHLD,
+            std::ptr::null_mut(),
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+    Ok(())
+}
+
+fn feature(name: &'static str, r: Result<String, String>) -> Feature {
+    match r {
+        Ok(detail) => Feature {
+            name,
+            available: true,
+            in_use: false,
+            detail,
+        },
+        Err(detail) => Feature {
+            name,
+            available: false,
+            in_use: false,
+            detail,
+        },
+    }
+}
+
+/// Probes the kernel. Cheap: a few clones and file reads.
+pub fn probe() -> Features {
+    let ns = |flag| {
+        try_namespace(flag)
+            .map(|_| "can create".to_owned())
+            .map_err(|e| e.to_string())
+    };
+    let userns = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|&n| n > 0)
+        .map(|n| format!("max_user_namespaces={n} (not used: the executor is already privileged)"))
+        .ok_or_else(|| "disabled".to_owned());
+    let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists();
+    // SAFETY: landlock_create_ruleset with LANDLOCK_CREATE_RULESET_VERSION only queries the ABI.
+    let landlock = unsafe { libc::syscall(444, std::ptr::null::<u8>(), 0usize, 1u32) };
+    Features(vec![
+        feature("pid_namespace", ns(libc::CLONE_NEWPID)),
+        feature("mount_namespace", ns(libc::CLONE_NEWNS)),
+        feature("net_namespace", ns(libc::CLONE_NEWNET)),
+        feature("ipc_namespace", ns(libc::CLONE_NEWIPC)),
+        feature("uts_namespace", ns(libc::CLONE_NEWUTS)),
+        feature("user_namespace", userns),
+        feature(
+            "cgroup_v2",
+            if v2 {
+                Ok("unified hierarchy".into())
+            } else {
+                Err("not mounted with controllers".into())
+            },
+        ),
+        feature(
+            "cgroup_v1",
+            if v1 {
+                Ok("memory, pids, cpuacct hierarchies".into())
+            } else {
+                Err("not mounted".into())
+            },
+        ),
+        feature(
+            "seccomp",
+            if super::seccomp::available() {
+                Ok("filter mode".into())
+            } else {
+                Err("kernel without seccomp".into())
+            },
+        ),
+        feature("no_new_privs", Ok("prctl".into())),
+        feature(
+            "landlock",
+            if landlock > 0 {
+                Ok(format!("ABI {landlock} (not used by namespaces mode)"))
+            } else {
+                Err("not enabled".into())
+            },
+        ),
+    ])
+}

@@ -1,0 +1,123 @@
+//! The read-only root filesystem every run sees, built once at start-up.
+//!
+//! A small tmpfs holds the skeleton; allow-listed host paths (`/usr`, `/etc`,
+//! ...) are bind-mounted into it read-only, device nodes one by one. Each
+//! run's init then mounts its own `/work`, `/tmp`, `/dev/shm` and `/proc` on
+//! top, inside its private mount namespace, and pivots into it.
+
+use super::mounts;
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+/// Host paths visible (read-only) inside the sandbox by default.
+pub const DEFAULT_RO_PATHS: &[&str] = &[
+    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/opt",
+];
+
+/// Device nodes every run gets.
+pub const BASE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// A built root filesystem template.
+#[derive(Debug)]
+pub struct RootTemplate {
+    pub path: PathBuf,
+}
+
+/// Errors building the template.
+#[derive(Debug, thiserror::Error)]
+#[error("building the sandbox root at {path}: {step}: {source}")]
+pub struct RootfsError {
+    path: PathBuf,
+    step: String,
+    source: std::io::Error,
+}
+
+/// Builds the template at `dir`, replacing any left by an earlier executor.
+pub fn build(
+    dir: &Path,
+    ro_paths: &[PathBuf],
+    devices: &[PathBuf],
+    passwd: &str,
+    group: &str,
+) -> Result<RootTemplate, RootfsError> {
+    let e = |step: &str| {
+        let step = step.to_owned();
+        move |source| RootfsError {
+            path: dir.to_owned(),
+            step,
+            source,
+        }
+    };
+    mounts::detach_all(dir);
+    fs::create_dir_all(dir).map_err(e("mkdir"))?;
+    mounts::tmpfs(dir, "size=4m,mode=0755").map_err(e("mounting the skeleton tmpfs"))?;
+    for p in ro_paths {
+        let rel = p.strip_prefix("/").unwrap_or(p);
+        let target = dir.join(rel);
+        let Ok(meta) = fs::symlink_metadata(p) else { continue };
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).map_err(e("mkdir"))?;
+        }
+        if meta.file_type().is_symlink() {
+            // Merged-/usr systems link /bin to usr/bin: keep the link.
+            let to = fs::read_link(p).map_err(e("readlink"))?;
+            symlink(to, &target).map_err(e("symlink"))?;
+            continue;
+        }
+        if meta.is_dir() {
+            fs::create_dir_all(&target).map_err(e("mkdir"))?;
+        } else {
+            fs::write(&target, b"").map_err(e("creating a mount point"))?;
+        }
+        mounts::bind_ro(p, &target, libc::MS_NODEV).map_err(e(&format!("binding {}", p.display())))?;
+    }
+    // Name the sandbox users so tools that look up the current user work.
+    let etc = dir.join("etc");
+    if etc.is_dir() {
+        let generated = dir.with_extension("etc");
+        fs::create_dir_all(&generated).map_err(e("mkdir"))?;
+        for (name, text) in [("passwd", passwd), ("group", group)] {
+            fs::write(generated.join(name), text).map_err(e("writing passwd"))?;
+            if etc.join(name).exists() {
+                mounts::bind_ro(&generated.join(name), &etc.join(name), libc::MS_NODEV).map_err(e("binding passwd"))?;
+            }
+        }
+    }
+    for d in ["work", "tmp", "proc", "dev/shm"] {
+        fs::create_dir_all(dir.join(d)).map_err(e("mkdir"))?;
+    }
+    for dev in devices {
+        let Some(name) = dev.file_name() else { continue };
+        if !dev.exists() {
+            continue;
+        }
+        let target = dir.join("dev").join(name);
+        fs::write(&target, b"").map_err(e("creating a device mount point"))?;
+        mounts::bind_ro(dev, &target, libc::MS_NOEXEC).map_err(e(&format!("binding {}", dev.display())))?;
+    }
+    for (name, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        symlink(to, dir.join("dev").join(name)).map_err(e("symlink"))?;
+    }
+    mounts::mount(
+        None,
+        dir,
+        None,
+        libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        None,
+    )
+    .map_err(e("making the skeleton read-only"))?;
+    Ok(RootTemplate { path: dir.to_owned() })
+}

@@ -1,0 +1,453 @@
+//! The supervisor side of a run: clone the init, feed it, watch it, reap it.
+
+use super::cgroup::SlotCgroup;
+use super::child::{self, ChildPlan, MountStep, Stack, cstr};
+use super::{RunSpec, SandboxError, WORK_DIR, WorkDir, mounts::c_path};
+use std::ffi::CString;
+use std::io::{Read, Seek, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+use tokio::io::unix::AsyncFd;
+
+/// Why the supervisor ended a run early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Termination {
+    WallTime,
+    CpuTime,
+    Output,
+}
+
+/// Everything observed about one run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOutcome {
+    /// Exit code when the program exited normally.
+    pub exit_code: i32,
+    /// Signal that killed the program, 0 if none.
+    pub signal: i32,
+    pub killed_by: Option<Termination>,
+    pub oom_killed: bool,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub wall: Duration,
+    pub cpu: Duration,
+    pub peak_memory: u64,
+    /// True when CPU time reached the limit (from the cgroup or SIGXCPU).
+    pub cpu_exceeded: bool,
+}
+
+/// Shared per-run inputs from the sandbox.
+pub(crate) struct Context<'a> {
+    pub root: &'a Path,
+    pub work: &'a WorkDir,
+    pub uid: u32,
+    pub cgroup: Option<&'a SlotCgroup>,
+    pub seccomp: &'a [Vec<libc::sock_filter>],
+    pub tmp_bytes: u64,
+}
+
+const STACK_BYTES: usize = 256 * 1024;
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
+    move |e| SandboxError::Os(what, e)
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fresh descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(SandboxError::Os("pipe2", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fresh descriptors we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn stdin_memfd(data: &[u8]) -> Result<OwnedFd, SandboxError> {
+    // SAFETY: memfd_create with a static name.
+    let fd = unsafe { libc::memfd_create(c"stdin".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(SandboxError::Os("memfd_create", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fresh descriptor we own.
+    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.write_all(data).map_err(os("writing stdin"))?;
+    f.rewind().map_err(os("rewinding stdin"))?;
+    Ok(f.into())
+}
+
+/// Finds `name` in the sandbox's PATH by looking inside the root template.
+fn resolve_exe(root: &Path, name: &str) -> String {
+    if name.contains('/') {
+        return name.to_owned();
+    }
+    for dir in PATH.split(':') {
+        let p = format!("{dir}/{name}");
+        if root.join(p.trim_start_matches('/')).is_file() {
+            return p;
+        }
+    }
+    name.to_owned()
+}
+
+fn rlimit(cur: u64, max: u64) -> libc::rlimit64 {
+    libc::rlimit64 {
+        rlim_cur: cur,
+        rlim_max: max,
+    }
+}
+
+fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 4]) -> Result<ChildPlan, SandboxError> {
+    let [stdin_fd, stdout_fd, stderr_fd, report_fd] = fds;
+    let root = ctx.root;
+    let at = |p: &str| c_path(&root.join(p)).map_err(os("mount target path"));
+    let tmp_opts = format!("size={},mode=1777", ctx.tmp_bytes);
+    let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
+    let mounts = vec![
+        MountStep {
+            src: Some(c_path(ctx.work.path()).map_err(os("work dir path"))?),
+            target: at("work")?,
+            fstype: None,
+            flags: libc::MS_BIND,
+            data: None,
+        },
+        MountStep {
+            src: None,
+            target: at("work")?,
+            fstype: None,
+            flags: (libc::MS_BIND | libc::MS_REMOUNT) | nosuid_nodev,
+            data: None,
+        },
+        MountStep {
+            src: Some(cstr("tmpfs")),
+            target: at("tmp")?,
+            fstype: Some(cstr("tmpfs")),
+            flags: nosuid_nodev,
+            data: Some(cstr(&tmp_opts)),
+        },
+        MountStep {
+            src: Some(cstr("tmpfs")),
+            target: at("dev/shm")?,
+            fstype: Some(cstr("tmpfs")),
+            flags: nosuid_nodev | libc::MS_NOEXEC,
+            data: Some(cstr(&tmp_opts)),
+        },
+        MountStep {
+            src: Some(cstr("proc")),
+            target: at("proc")?,
+            fstype: Some(cstr("proc")),
+            flags: nosuid_nodev | libc::MS_NOEXEC,
+            // Other users' processes (the root-owned init) stay invisible.
+            data: Some(cstr("hidepid=2")),
+        },
+    ];
+    let l = &spec.limits;
+    let cpu_s = l.cpu.as_secs() + u64::from(l.cpu.subsec_nanos() > 0);
+    let mut rlimits = vec![
+        // Backstop per process; the cgroup poll enforces the exact limit.
+        (libc::RLIMIT_CPU, rlimit(cpu_s + 1, cpu_s + 2)),
+        (libc::RLIMIT_FSIZE, rlimit(l.file_size, l.file_size)),
+        (libc::RLIMIT_NPROC, rlimit(l.processes as u64, l.processes as u64)),
+        (libc::RLIMIT_CORE, rlimit(0, 0)),
+        (libc::RLIMIT_NOFILE, rlimit(4096, 4096)),
+        (
+            libc::RLIMIT_STACK,
+            rlimit(l.memory.min(256 << 20), l.memory.min(256 << 20)),
+        ),
+    ];
+    if ctx.cgroup.is_none() {
+        // Without a cgroup the address-space cap is the only memory limit.
+        rlimits.push((libc::RLIMIT_AS, rlimit(l.memory, l.memory)));
+    }
+    let argv0 = spec
+        .argv
+        .first()
+        .ok_or_else(|| SandboxError::Other("empty command".into()))?;
+    let exe = resolve_exe(root, argv0);
+    let to_c = |s: &str| CString::new(s).map_err(|_| SandboxError::Other(format!("NUL byte in {s:?}")));
+    let argv: Vec<CString> = spec.argv.iter().map(|a| to_c(a)).collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = spec
+        .env
+        .iter()
+        .map(|(k, v)| to_c(&format!("{k}={v}")))
+        .collect::<Result<_, _>>()?;
+    let cgroup_procs_fds = ctx.cgroup.map(|c| c.procs_fds()).unwrap_or_default();
+    let mut keep_fds: Vec<i32> = [stdin_fd, stdout_fd, stderr_fd, report_fd]
+        .into_iter()
+        .chain(cgroup_procs_fds.iter().copied())
+        .collect();
+    keep_fds.sort_unstable();
+    keep_fds.dedup();
+    Ok(ChildPlan {
+        keep_fds,
+        cgroup_procs_fds,
+        mounts,
+        root: c_path(root).map_err(os("root path"))?,
+        hostname: b"sandbox",
+        stdin_fd,
+        stdout_fd,
+        stderr_fd,
+        report_fd,
+        uid: ctx.uid,
+        gid: ctx.uid,
+        rlimits,
+        seccomp: ctx.seccomp.to_vec(),
+        cwd: cstr(WORK_DIR),
+        exe: to_c(&exe)?,
+        argv_ptrs: child::ptr_array(&argv),
+        _argv: argv,
+        envp_ptrs: child::ptr_array(&envp),
+        _envp: envp,
+        prog_stack: Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?,
+    })
+}
+
+/// A cloned init that is killed and reaped even if the run future is dropped.
+struct Child {
+    pid: i32,
+    pidfd: Option<AsyncFd<OwnedFd>>,
+    // The init shares our memory: plan and stack must outlive it.
+    keep: Option<(Box<ChildPlan>, Stack)>,
+}
+
+impl Child {
+    fn kill(&self) {
+        if let Some(fd) = &self.pidfd {
+            // SAFETY: pidfd_send_signal on our own pidfd; no pid-reuse race.
+            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
+        }
+    }
+
+    /// Reaps the exited init; returns its rusage.
+    fn reap(&mut self) -> libc::rusage {
+        // SAFETY: zeroed rusage is valid; wait4 on our own child.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let mut status = 0;
+        loop {
+            let r = unsafe { libc::wait4(self.pid, &mut status, libc::__WALL, &mut ru) };
+            if r == self.pid || (r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)) {
+                break;
+            }
+        }
+        self.keep = None;
+        self.pidfd = None;
+        ru
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Some((plan, stack)) = self.keep.take() {
+            self.kill();
+            let pid = self.pid;
+            // Reap off the async runtime; only then may the shared memory go.
+            std::thread::spawn(move || {
+                let mut status = 0;
+                // SAFETY: blocking wait on our own child.
+                unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+                drop((plan, stack));
+            });
+        }
+    }
+}
+
+/// Reads a stream up to `cap` bytes; past it, flags truncation and kills the run.
+async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>) -> (Vec<u8>, bool) {
+    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        return (Vec::new(), false);
+    };
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match rx.read(&mut buf).await {
+            Ok(0) | Err(_) => return (out, false),
+            Ok(n) => {
+                let room = (cap as usize).saturating_sub(out.len());
+                out.extend_from_slice(&buf[..n.min(room)]);
+                if n > room {
+                    on_overflow();
+                    return (out, true);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
+    let mut baseline = match ctx.cgroup {
+        Some(c) => Some(c.prepare(spec.limits.memory, spec.limits.processes)?),
+        None => None,
+    };
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let (rep_r, rep_w) = pipe()?;
+    let stdin = stdin_memfd(&spec.stdin)?;
+    let plan = Box::new(build_plan(
+        &ctx,
+        spec,
+        [
+            stdin.as_raw_fd(),
+            out_w.as_raw_fd(),
+            err_w.as_raw_fd(),
+            rep_w.as_raw_fd(),
+        ],
+    )?);
+    let stack = Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?;
+
+    let flags = libc::CLONE_VM
+        | libc::CLONE_PIDFD
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::SIGCHLD;
+    let mut pidfd: libc::c_int = -1;
+    let started = Instant::now();
+    // SAFETY: the init runs on its own stack and reads the plan, both kept
+    // alive by `Child` until it is reaped; it touches nothing else.
+    let pid = unsafe {
+        libc::clone(
+            child::init_main,
+            stack.top(),
+            flags,
+            &*plan as *const ChildPlan as *mut libc::c_void,
+            &mut pidfd as *mut libc::c_int,
+        )
+    };
+    if pid < 0 {
+        return Err(SandboxError::Os("clone", std::io::Error::last_os_error()));
+    }
+    // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let mut kid = Child {
+        pid,
+        pidfd: None,
+        keep: Some((plan, stack)),
+    };
+    // SAFETY: an OwnedFd keeps returning the same open descriptor while registered.
+    let registered = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
+    kid.pidfd = Some(registered.map_err(|e| SandboxError::Os("watching the pidfd", e.into()))?);
+    drop((out_w, err_w, rep_w, stdin));
+
+    let pidfd_raw = kid.pidfd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
+    let overflowed = Arc::new(AtomicBool::new(false));
+    let on_overflow: Arc<dyn Fn() + Send + Sync> = {
+        let overflowed = overflowed.clone();
+        Arc::new(move || {
+            overflowed.store(true, Ordering::SeqCst);
+            // SAFETY: the pidfd stays open until the init is reaped, after the readers finish.
+            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd_raw, libc::SIGKILL, 0usize, 0u32) };
+        })
+    };
+    let cap = spec.limits.output;
+    let stdout_task = tokio::spawn(capture(out_r, cap, on_overflow.clone()));
+    let stderr_task = tokio::spawn(capture(err_r, cap, on_overflow));
+
+    let deadline = tokio::time::Instant::from_std(started + spec.limits.wall);
+    let cpu_limit_ns = spec.limits.cpu.as_nanos() as u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    let mut killed_by = None;
+    {
+        let exited = kid.pidfd.as_ref().map(|f| f.readable());
+        let Some(exited) = exited else {
+            return Err(SandboxError::Other("no pidfd".into()));
+        };
+        tokio::pin!(exited);
+        loop {
+            tokio::select! {
+                _ = &mut exited => break,
+                _ = tokio::time::sleep_until(deadline), if killed_by.is_none() => {
+                    kid.kill();
+                    killed_by = Some(Termination::WallTime);
+                }
+                _ = tick.tick(), if killed_by.is_none() && ctx.cgroup.is_some() => {
+                    if ctx.cgroup.is_some_and(|c| c.cpu_ns() >= baseline_cpu(&baseline, c) + cpu_limit_ns) {
+                        kid.kill();
+                        killed_by = Some(Termination::CpuTime);
+                    }
+                }
+            }
+        }
+    }
+    let wall = started.elapsed();
+    let ru = kid.reap();
+
+    // All writers are dead; the readers reach EOF promptly.
+    let grace = Duration::from_secs(2);
+    let (stdout, stdout_truncated) = tokio::time::timeout(grace, stdout_task)
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_default();
+    let (stderr, stderr_truncated) = tokio::time::timeout(grace, stderr_task)
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_default();
+    if overflowed.load(Ordering::SeqCst) && killed_by.is_none() {
+        killed_by = Some(Termination::Output);
+    }
+
+    let mut reports = Vec::new();
+    let _ = std::fs::File::from(rep_r).read_to_end(&mut reports);
+    let mut status = None;
+    for (tag, stage, value) in child::parse_reports(&reports) {
+        match tag {
+            child::report::SETUP_FAILED => {
+                return Err(SandboxError::Setup {
+                    stage: child::report::stage_name(stage),
+                    errno: std::io::Error::from_raw_os_error(value),
+                });
+            }
+            child::report::EXEC_FAILED => {
+                return Err(SandboxError::Exec {
+                    exe: spec.argv.first().cloned().unwrap_or_default(),
+                    errno: std::io::Error::from_raw_os_error(value),
+                });
+            }
+            child::report::STATUS => status = Some(value),
+            _ => {}
+        }
+    }
+    let usage = match (ctx.cgroup, baseline.as_mut()) {
+        (Some(c), Some(b)) => Some(c.usage(b)),
+        _ => None,
+    };
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    let cpu = usage.map_or(tv(ru.ru_utime) + tv(ru.ru_stime), |u| Duration::from_nanos(u.cpu_ns));
+    let (exit_code, signal) = match status {
+        Some(s) if libc::WIFEXITED(s) => (libc::WEXITSTATUS(s), 0),
+        Some(s) if libc::WIFSIGNALED(s) => (0, libc::WTERMSIG(s)),
+        // The init died before reporting: killed by us (limits) or by the OOM killer.
+        _ => (0, libc::SIGKILL),
+    };
+    // A program killed at the wall limit that was busy on the CPU the whole
+    // time (a loop, not a sleep) exceeded its time, not just its wall time.
+    let cpu_bound = killed_by == Some(Termination::WallTime) && cpu.as_secs_f64() >= 0.9 * wall.as_secs_f64();
+    let cpu_exceeded =
+        cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime) || cpu_bound;
+    Ok(RunOutcome {
+        exit_code,
+        signal,
+        killed_by,
+        oom_killed: usage.is_some_and(|u| u.oom_killed),
+        stdout,
+        stderr,
+        stdout_truncated,
+        stderr_truncated,
+        wall,
+        cpu,
+        peak_memory: usage.map_or(ru.ru_maxrss as u64 * 1024, |u| u.peak_memory),
+        cpu_exceeded,
+    })
+}
+
+fn baseline_cpu(b: &Option<super::cgroup::Baseline>, _c: &SlotCgroup) -> u64 {
+    b.as_ref().map_or(0, |b| b.cpu_ns())
+}

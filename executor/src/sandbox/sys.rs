@@ -1,0 +1,243 @@
+//! Raw Linux system calls for the sandbox's child side.
+//!
+//! The sandbox's init process shares the executor's memory (`CLONE_VM`), so it
+//! must not touch libc state: `errno` lives in the parent thread's TLS and the
+//! allocator's locks may be held by other threads. These wrappers issue the
+//! system call directly and return `-errno` instead of setting `errno`.
+
+use std::ffi::CStr;
+
+/// Issues system call `nr` with up to six arguments; returns the raw result.
+///
+/// # Safety
+/// The caller guarantees the arguments are valid for that system call.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub unsafe fn syscall6(nr: i64, a1: usize, a2: usize, a3: usize, a4: usize, a5: usize, a6: usize) -> isize {
+    let ret: isize;
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a1, in("rsi") a2, in("rdx") a3,
+            in("r10") a4, in("r8") a5, in("r9") a6,
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// Issues system call `nr` with up to six arguments; returns the raw result.
+///
+/// # Safety
+/// The caller guarantees the arguments are valid for that system call.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+pub unsafe fn syscall6(nr: i64, a1: usize, a2: usize, a3: usize, a4: usize, a5: usize, a6: usize) -> isize {
+    let ret: isize;
+    unsafe {
+        core::arch::asm!(
+            "svc 0",
+            in("x8") nr as usize,
+            inlateout("x0") a1 => ret,
+            in("x1") a2, in("x2") a3, in("x3") a4, in("x4") a5, in("x5") a6,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[inline(always)]
+fn ptr(s: &CStr) -> usize {
+    s.as_ptr() as usize
+}
+
+#[inline(always)]
+fn opt_ptr(s: Option<&CStr>) -> usize {
+    s.map_or(0, ptr)
+}
+
+/// Result of a raw call: `Ok(value)` or `Err(errno)`.
+pub type Res = Result<usize, i32>;
+
+#[inline(always)]
+fn res(r: isize) -> Res {
+    if (-4095..0).contains(&r) {
+        Err((-r) as i32)
+    } else {
+        Ok(r as usize)
+    }
+}
+
+macro_rules! sc {
+    ($nr:expr) => {
+        res(unsafe { syscall6($nr, 0, 0, 0, 0, 0, 0) })
+    };
+    ($nr:expr, $a:expr) => {
+        res(unsafe { syscall6($nr, $a, 0, 0, 0, 0, 0) })
+    };
+    ($nr:expr, $a:expr, $b:expr) => {
+        res(unsafe { syscall6($nr, $a, $b, 0, 0, 0, 0) })
+    };
+    ($nr:expr, $a:expr, $b:expr, $c:expr) => {
+        res(unsafe { syscall6($nr, $a, $b, $c, 0, 0, 0) })
+    };
+    ($nr:expr, $a:expr, $b:expr, $c:expr, $d:expr) => {
+        res(unsafe { syscall6($nr, $a, $b, $c, $d, 0, 0) })
+    };
+    ($nr:expr, $a:expr, $b:expr, $c:expr, $d:expr, $e:expr) => {
+        res(unsafe { syscall6($nr, $a, $b, $c, $d, $e, 0) })
+    };
+}
+
+/// mount(2).
+pub fn mount(src: Option<&CStr>, target: &CStr, fstype: Option<&CStr>, flags: u64, data: Option<&CStr>) -> Res {
+    sc!(
+        libc::SYS_mount,
+        opt_ptr(src),
+        ptr(target),
+        opt_ptr(fstype),
+        flags as usize,
+        opt_ptr(data)
+    )
+}
+
+/// umount2(2).
+pub fn umount2(target: &CStr, flags: i32) -> Res {
+    sc!(libc::SYS_umount2, ptr(target), flags as usize)
+}
+
+/// pivot_root(2).
+pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> Res {
+    sc!(libc::SYS_pivot_root, ptr(new_root), ptr(put_old))
+}
+
+/// chdir(2).
+pub fn chdir(path: &CStr) -> Res {
+    sc!(libc::SYS_chdir, ptr(path))
+}
+
+/// sethostname(2).
+pub fn sethostname(name: &[u8]) -> Res {
+    sc!(libc::SYS_sethostname, name.as_ptr() as usize, name.len())
+}
+
+/// dup3(2); a no-op when `old == new`, clearing close-on-exec like dup2.
+pub fn dup_to(old: i32, new: i32) -> Res {
+    if old == new {
+        // dup3 refuses equal fds; clear FD_CLOEXEC instead.
+        return sc!(libc::SYS_fcntl, old as usize, libc::F_SETFD as usize, 0);
+    }
+    sc!(libc::SYS_dup3, old as usize, new as usize, 0)
+}
+
+/// close(2).
+pub fn close(fd: i32) -> Res {
+    sc!(libc::SYS_close, fd as usize)
+}
+
+/// close_range(2).
+pub fn close_range(first: u32, last: u32, flags: u32) -> Res {
+    sc!(libc::SYS_close_range, first as usize, last as usize, flags as usize)
+}
+
+/// write(2) of the whole buffer (short writes on a pipe of <= PIPE_BUF bytes cannot happen).
+pub fn write(fd: i32, buf: &[u8]) -> Res {
+    sc!(libc::SYS_write, fd as usize, buf.as_ptr() as usize, buf.len())
+}
+
+/// setsid(2).
+pub fn setsid() -> Res {
+    sc!(libc::SYS_setsid)
+}
+
+/// setgroups(2) with an empty list.
+pub fn clear_groups() -> Res {
+    sc!(libc::SYS_setgroups, 0, 0)
+}
+
+/// setresgid(2) for this thread.
+pub fn setresgid(gid: u32) -> Res {
+    sc!(libc::SYS_setresgid, gid as usize, gid as usize, gid as usize)
+}
+
+/// setresuid(2) for this thread.
+pub fn setresuid(uid: u32) -> Res {
+    sc!(libc::SYS_setresuid, uid as usize, uid as usize, uid as usize)
+}
+
+/// prlimit64(2) on the calling process.
+pub fn setrlimit(resource: u32, limit: &libc::rlimit64) -> Res {
+    sc!(libc::SYS_prlimit64, 0, resource as usize, limit as *const _ as usize, 0)
+}
+
+/// prctl(2) with two arguments.
+pub fn prctl(option: i32, arg: usize) -> Res {
+    sc!(libc::SYS_prctl, option as usize, arg, 0, 0, 0)
+}
+
+/// seccomp(SECCOMP_SET_MODE_FILTER).
+pub fn seccomp_filter(prog: &libc::sock_fprog) -> Res {
+    sc!(
+        libc::SYS_seccomp,
+        1, /* SECCOMP_SET_MODE_FILTER */
+        0,
+        prog as *const _ as usize
+    )
+}
+
+/// execve(2); returns only on failure.
+pub fn execve(path: &CStr, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> Res {
+    sc!(libc::SYS_execve, ptr(path), argv as usize, envp as usize)
+}
+
+/// wait4(2) for any child, including clone children.
+pub fn wait_any(status: &mut i32) -> Res {
+    sc!(
+        libc::SYS_wait4,
+        usize::MAX, /* -1 */
+        status as *mut i32 as usize,
+        libc::__WALL as usize,
+        0
+    )
+}
+
+/// rt_sigaction(2) resetting `sig` to its default disposition.
+pub fn reset_signal(sig: i32) -> Res {
+    // struct kernel_sigaction { handler, flags, restorer, mask } with SIG_DFL = 0.
+    let act = [0usize; 4];
+    sc!(libc::SYS_rt_sigaction, sig as usize, act.as_ptr() as usize, 0, 8)
+}
+
+/// rt_sigprocmask(SIG_SETMASK, empty).
+pub fn unblock_all_signals() -> Res {
+    let set = 0u64;
+    sc!(
+        libc::SYS_rt_sigprocmask,
+        libc::SIG_SETMASK as usize,
+        &set as *const u64 as usize,
+        0,
+        8
+    )
+}
+
+/// socket(2).
+pub fn socket(domain: i32, ty: i32, proto: i32) -> Res {
+    sc!(libc::SYS_socket, domain as usize, ty as usize, proto as usize)
+}
+
+/// ioctl(2) with a pointer argument.
+pub fn ioctl(fd: i32, req: u64, arg: usize) -> Res {
+    sc!(libc::SYS_ioctl, fd as usize, req as usize, arg)
+}
+
+/// exit(2) of this thread; never returns.
+pub fn exit(code: i32) -> ! {
+    unsafe {
+        syscall6(libc::SYS_exit, code as usize, 0, 0, 0, 0, 0);
+    }
+    // exit cannot fail; loop to satisfy the type checker.
+    #[allow(clippy::empty_loop)]
+    loop {}
+}

@@ -1,0 +1,198 @@
+//! A run's work dir: a fresh, size-capped tmpfs owned by the run's uid.
+//!
+//! The supervisor touches it only through a directory descriptor with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so nothing the program
+//! plants (symlinks, FIFOs, hard links) can redirect a read or a write, and
+//! clean-up is an unmount: nothing is traversed at all.
+
+use super::mounts;
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// Errors creating or using a work dir.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkDirError {
+    #[error("invalid path {0:?}: must be relative, without '..' or NUL")]
+    InvalidPath(String),
+    #[error("work dir {path}: {what}: {source}")]
+    Io {
+        path: String,
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// Why a requested file was not fetched.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FetchError {
+    #[error("not found")]
+    NotFound,
+    #[error("not a regular file (links are never followed)")]
+    NotRegular,
+    #[error("larger than the {0}-byte cap")]
+    TooLarge(u64),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Checks that `p` is a relative path that stays inside the work dir.
+pub fn validate_rel_path(p: &str) -> Result<(), WorkDirError> {
+    let bad = p.is_empty()
+        || p.starts_with('/')
+        || p.contains('\0')
+        || p.split('/').any(|c| c == "..")
+        || p.split('/').all(|c| c.is_empty() || c == ".");
+    if bad {
+        Err(WorkDirError::InvalidPath(p.to_owned()))
+    } else {
+        Ok(())
+    }
+}
+
+/// A mounted work dir; unmounted and removed on drop.
+#[derive(Debug)]
+pub struct WorkDir {
+    path: PathBuf,
+    dir: OwnedFd,
+    uid: u32,
+    gid: u32,
+}
+
+fn openat2(dir: i32, path: &str, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
+    let c = CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: open_how is plain data; zeroed is valid and future fields stay zero.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.mode = mode as u64;
+    how.resolve =
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_XDEV;
+    // SAFETY: openat2 with a valid dir fd, C string and open_how struct.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            c.as_ptr(),
+            &how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+impl WorkDir {
+    /// Mounts a fresh tmpfs of `size` bytes at `path`, owned by `uid:gid`.
+    pub fn create(path: PathBuf, size: u64, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
+        let e = |what| {
+            let p = path.display().to_string();
+            move |source| WorkDirError::Io { path: p, what, source }
+        };
+        mounts::detach_all(&path);
+        fs::create_dir_all(&path).map_err(e("mkdir"))?;
+        mounts::tmpfs(&path, &format!("size={size},mode=0755,uid={uid},gid={gid}")).map_err(e("mounting tmpfs"))?;
+        let dir = fs::File::open(&path).map_err(e("opening"))?;
+        Ok(WorkDir {
+            path,
+            dir: dir.into(),
+            uid,
+            gid,
+        })
+    }
+
+    /// Host path of the work dir (for bind-mounting into the sandbox).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `content` at relative `rel`, creating parent directories, owned by the run's uid.
+    pub fn write_file(&self, rel: &str, content: &[u8], executable: bool) -> Result<(), WorkDirError> {
+        validate_rel_path(rel)?;
+        let e = |what| {
+            move |source| WorkDirError::Io {
+                path: rel.to_owned(),
+                what,
+                source,
+            }
+        };
+        let parts: Vec<&str> = rel.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+        let mut prefix = String::new();
+        for comp in &parts[..parts.len().saturating_sub(1)] {
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(comp);
+            let c = CString::new(prefix.as_str()).map_err(|_| WorkDirError::InvalidPath(rel.to_owned()))?;
+            // SAFETY: mkdirat relative to our dir fd; EEXIST is fine.
+            let r = unsafe { libc::mkdirat(self.dir.as_raw_fd(), c.as_ptr(), 0o755) };
+            if r == 0 {
+                let d = openat2(self.dir.as_raw_fd(), &prefix, libc::O_DIRECTORY | libc::O_RDONLY, 0)
+                    .map_err(e("opening a directory"))?;
+                // SAFETY: fchown on a descriptor we own.
+                unsafe { libc::fchown(d.as_raw_fd(), self.uid, self.gid) };
+            }
+        }
+        let mode = if executable { 0o755 } else { 0o644 };
+        let fd = openat2(
+            self.dir.as_raw_fd(),
+            rel,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
+            mode,
+        )
+        .map_err(e("creating"))?;
+        // SAFETY: fchmod/fchown on a descriptor we own.
+        unsafe {
+            libc::fchown(fd.as_raw_fd(), self.uid, self.gid);
+            libc::fchmod(fd.as_raw_fd(), mode);
+        }
+        fs::File::from(fd).write_all(content).map_err(e("writing"))
+    }
+
+    /// Reads regular file `rel` if it is at most `cap` bytes; never follows links.
+    pub fn read_file(&self, rel: &str, cap: u64) -> Result<Vec<u8>, FetchError> {
+        validate_rel_path(rel).map_err(|e| FetchError::Other(e.to_string()))?;
+        let fd = match openat2(
+            self.dir.as_raw_fd(),
+            rel,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(FetchError::NotFound),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::EXDEV)) => {
+                return Err(FetchError::NotRegular);
+            }
+            Err(e) => return Err(FetchError::Other(e.to_string())),
+        };
+        let mut f = fs::File::from(fd);
+        let meta = f.metadata().map_err(|e| FetchError::Other(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(FetchError::NotRegular);
+        }
+        if meta.len() > cap {
+            return Err(FetchError::TooLarge(cap));
+        }
+        let mut buf = Vec::with_capacity(meta.len() as usize);
+        (&mut f)
+            .take(cap + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| FetchError::Other(e.to_string()))?;
+        if buf.len() as u64 > cap {
+            return Err(FetchError::TooLarge(cap));
+        }
+        Ok(buf)
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        // Unmounting discards everything the run wrote without walking it.
+        mounts::detach_all(&self.path);
+        let _ = fs::remove_dir(&self.path);
+    }
+}

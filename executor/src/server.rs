@@ -1,0 +1,180 @@
+//! Serving: gRPC (with health, reflection, compression), metrics, and draining on SIGTERM.
+
+use crate::engine::Engine;
+use crate::service::ExecutorService;
+use sandpool_proto::v1 as pb;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::codec::CompressionEncoding;
+use tonic_health::ServingStatus;
+
+/// Where and how to serve.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub metrics_listen: Option<SocketAddr>,
+    pub max_request_bytes: usize,
+    pub drain_timeout: Duration,
+}
+
+/// Errors serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("binding {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// Health service name that stays SERVING while the process lives (for liveness probes).
+pub const LIVENESS: &str = "liveness";
+
+/// Rewrites tonic's OUT_OF_RANGE for oversize requests into RESOURCE_EXHAUSTED naming the limit.
+fn oversize_to_resource_exhausted(
+    limit: usize,
+) -> impl Fn(http::Response<tonic::body::Body>) -> http::Response<tonic::body::Body> + Clone {
+    move |mut resp| {
+        let h = resp.headers();
+        let oversize = h.get("grpc-status").is_some_and(|v| v == "11")
+            && h.get("grpc-message")
+                .and_then(|m| m.to_str().ok())
+                .is_some_and(|m| m.contains("too%20large") || m.contains("too large"));
+        if oversize {
+            let msg = format!("request larger than this executor's limit of {limit} bytes (--max-request-bytes)");
+            let h = resp.headers_mut();
+            h.insert("grpc-status", http::HeaderValue::from_static("8"));
+            if let Ok(v) = http::HeaderValue::from_str(&msg.replace(' ', "%20")) {
+                h.insert("grpc-message", v);
+            }
+        }
+        resp
+    }
+}
+
+/// Binds `listen` and serves until `shutdown` resolves, then drains.
+pub async fn serve(
+    engine: Arc<Engine>,
+    opts: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| ServeError::Bind(opts.listen, e))?;
+    serve_on(engine, listener, opts, shutdown).await
+}
+
+/// Serves on an already bound listener (tests bind port 0).
+pub async fn serve_on(
+    engine: Arc<Engine>,
+    listener: tokio::net::TcpListener,
+    opts: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let (health, health_svc) = tonic_health::server::health_reporter();
+    let ready = if engine.any_language_available() {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    if ready == ServingStatus::NotServing {
+        tracing::error!("no language works in this sandbox; reporting NOT_SERVING");
+    }
+    health.set_service_status("", ready).await;
+    health.set_service_status("sandpool.v1.Executor", ready).await;
+    health.set_service_status(LIVENESS, ServingStatus::Serving).await;
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let svc = pb::executor_server::ExecutorServer::new(ExecutorService::new(engine.clone()))
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Zstd)
+        .max_decoding_message_size(opts.max_request_bytes)
+        .max_encoding_message_size(usize::MAX);
+
+    if let Some(addr) = opts.metrics_listen {
+        let engine = engine.clone();
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| ServeError::Bind(addr, e))?;
+        tokio::spawn(async move {
+            let app = axum::Router::new().route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let engine = engine.clone();
+                    async move {
+                        (
+                            [(
+                                http::header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            engine.metrics.encode(),
+                        )
+                    }
+                }),
+            );
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "metrics server failed");
+            }
+        });
+        tracing::info!(%addr, "serving metrics");
+    }
+
+    let addr = listener.local_addr().map_err(|e| ServeError::Bind(opts.listen, e))?;
+    tracing::info!(%addr, "serving gRPC");
+    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    let drain_engine = engine.clone();
+    let drain_health = health.clone();
+    let on_shutdown = async move {
+        shutdown.await;
+        tracing::info!("shutting down: NOT_SERVING, finishing in-flight runs");
+        drain_engine.admission.drain();
+        drain_health.set_service_status("", ServingStatus::NotServing).await;
+        drain_health
+            .set_service_status("sandpool.v1.Executor", ServingStatus::NotServing)
+            .await;
+        let _ = drained_tx.send(());
+    };
+    let server = tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(oversize_to_resource_exhausted(
+            opts.max_request_bytes,
+        )))
+        .add_service(health_svc)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(svc)
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), on_shutdown);
+    tokio::pin!(server);
+    tokio::select! {
+        r = &mut server => r?,
+        _ = async {
+            let _ = drained_rx.await;
+            tokio::time::sleep(opts.drain_timeout).await;
+        } => tracing::warn!("drain timeout reached; exiting with runs in flight"),
+    }
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn termination_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

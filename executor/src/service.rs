@@ -1,0 +1,87 @@
+//! The gRPC service `sandpool.v1.Executor`: a thin layer over the [`Engine`].
+
+use crate::admission::AdmissionError;
+use crate::engine::{Engine, ExecError};
+use sandpool_proto::v1 as pb;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// Implements `sandpool.v1.Executor`.
+#[derive(Debug, Clone)]
+pub struct ExecutorService {
+    engine: Arc<Engine>,
+}
+
+impl ExecutorService {
+    /// Serves `engine`.
+    pub fn new(engine: Arc<Engine>) -> Self {
+        ExecutorService { engine }
+    }
+}
+
+/// Maps an engine error to the gRPC status clients rely on.
+pub fn status(e: ExecError) -> Status {
+    match &e {
+        ExecError::InvalidArgument { .. } => Status::invalid_argument(e.to_string()),
+        ExecError::Unavailable(..) => Status::failed_precondition(e.to_string()),
+        ExecError::Admission(AdmissionError::QueueFull { .. }) => Status::resource_exhausted(e.to_string()),
+        ExecError::Admission(AdmissionError::Deadline) | ExecError::DeadlineExceeded => {
+            Status::deadline_exceeded(e.to_string())
+        }
+        ExecError::Admission(AdmissionError::Draining) => Status::unavailable(e.to_string()),
+    }
+}
+
+/// Parses the `grpc-timeout` header ("100m", "5S", ...) into a deadline.
+pub fn deadline<T>(req: &Request<T>) -> Option<tokio::time::Instant> {
+    let v = req.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (num, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = num.parse().ok()?;
+    let d = match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    };
+    tokio::time::Instant::now().checked_add(d)
+}
+
+type EvalStream = Pin<Box<dyn futures::Stream<Item = Result<pb::EvaluateResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::executor_server::Executor for ExecutorService {
+    async fn execute(&self, req: Request<pb::ExecuteRequest>) -> Result<Response<pb::ExecuteResponse>, Status> {
+        let deadline = deadline(&req);
+        let req = req.into_inner();
+        let span = tracing::info_span!("execute", language = %req.language, request_id = %req.request_id);
+        let _e = span.enter();
+        drop(_e);
+        let resp = self.engine.execute(req, deadline).await.map_err(status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn get_capabilities(
+        &self,
+        _: Request<pb::GetCapabilitiesRequest>,
+    ) -> Result<Response<pb::Capabilities>, Status> {
+        Ok(Response::new(self.engine.capabilities()))
+    }
+
+    async fn evaluate(&self, _: Request<pb::EvaluateRequest>) -> Result<Response<pb::EvaluateResponse>, Status> {
+        Err(Status::unimplemented("Evaluate is not implemented yet"))
+    }
+
+    type EvaluateStreamStream = EvalStream;
+
+    async fn evaluate_stream(
+        &self,
+        _: Request<tonic::Streaming<pb::EvaluateRequest>>,
+    ) -> Result<Response<EvalStream>, Status> {
+        Err(Status::unimplemented("EvaluateStream is not implemented yet"))
+    }
+}
