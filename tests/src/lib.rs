@@ -1,1 +1,224 @@
+//! Helpers for Sandpool's end-to-end tests: start the real `sandpool-executor`
+//! binary on a free loopback port and connect a gRPC client to it.
+//!
+//! Build the binaries first (`cargo build --workspace`); the helper finds them
+//! next to the test executable, or at `$SANDPOOL_EXECUTOR_BIN`.
 
+use sandpool_proto::v1 as pb;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+/// Path of a workspace binary built next to the test executable.
+pub fn binary(name: &str) -> PathBuf {
+    if let Ok(p) = std::env::var(format!(
+        "SANDPOOL_{}_BIN",
+        name.trim_start_matches("sandpool-").to_uppercase()
+    )) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} not found: run `cargo build --workspace` before the tests",
+        p.display()
+    );
+    p
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+static INSTANCE: AtomicU32 = AtomicU32::new(0);
+
+/// A running executor process, killed (SIGTERM, then SIGKILL) on drop.
+pub struct Executor {
+    child: Option<Child>,
+    pub addr: String,
+    pub metrics_addr: String,
+    pub work_root: tempfile::TempDir,
+    pub client: pb::executor_client::ExecutorClient<Channel>,
+    pub channel: Channel,
+}
+
+/// Options for [`Executor::start`].
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub slots: usize,
+    pub queue: Option<usize>,
+    /// Languages to enable (empty: all).
+    pub languages: Vec<&'static str>,
+    pub extra_args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Executor {
+    /// Starts an executor with `opts` and waits until its health check says SERVING.
+    pub async fn start(opts: Options) -> Executor {
+        let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
+        // Distinct uid ranges keep concurrent executors' rlimits apart.
+        let uid_base = 63000 + (std::process::id() % 50) * 400 + n * 20;
+        let port = free_port();
+        let metrics_port = free_port();
+        let work_root = tempfile::Builder::new()
+            .prefix("sandpool-test-")
+            .tempdir()
+            .expect("tempdir");
+        let mut cmd = Command::new(binary("sandpool-executor"));
+        cmd.arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--metrics-listen")
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .arg("--work-root")
+            .arg(work_root.path())
+            .arg("--uid-base")
+            .arg(uid_base.to_string())
+            .arg("--slots")
+            .arg(opts.slots.max(1).to_string());
+        if let Some(q) = opts.queue {
+            cmd.arg("--queue").arg(q.to_string());
+        }
+        if !opts.languages.is_empty() {
+            cmd.arg("--enable-languages").arg(opts.languages.join(","));
+        }
+        cmd.args(&opts.extra_args);
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null());
+        if std::env::var_os("SANDPOOL_TEST_QUIET").is_some() {
+            cmd.stderr(Stdio::null());
+        }
+        let mut child = cmd.spawn().expect("spawning sandpool-executor");
+        let addr = format!("127.0.0.1:{port}");
+        let channel = wait_ready(&addr, &mut child).await;
+        let client = pb::executor_client::ExecutorClient::new(channel.clone())
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        Executor {
+            child: Some(child),
+            addr,
+            metrics_addr: format!("127.0.0.1:{metrics_port}"),
+            work_root,
+            client,
+            channel,
+        }
+    }
+
+    /// A fresh client on the same channel.
+    pub fn client(&self) -> pb::executor_client::ExecutorClient<Channel> {
+        self.client.clone()
+    }
+
+    /// Pid of the executor process.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Sends SIGTERM and waits (up to `timeout`) for the process to exit; returns its exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            if let Ok(Some(s)) = child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        child.wait().ok()
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.terminate(Duration::from_secs(10));
+    }
+}
+
+async fn wait_ready(addr: &str, child: &mut Child) -> Channel {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("sandpool-executor exited during start-up: {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sandpool-executor at {addr} not ready after 120 s"
+        );
+        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
+            .expect("uri")
+            .connect()
+            .await
+        {
+            let mut health = tonic_health::pb::health_client::HealthClient::new(ch.clone());
+            let req = tonic_health::pb::HealthCheckRequest { service: String::new() };
+            if let Ok(r) = health.check(req).await
+                && r.into_inner().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            {
+                return ch;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A request for `language` with `code` and `stdin`.
+pub fn request(language: &str, code: &str, stdin: &str) -> pb::ExecuteRequest {
+    pb::ExecuteRequest {
+        language: language.into(),
+        code: code.into(),
+        stdin: stdin.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+/// Name of a verdict code.
+pub fn verdict(v: i32) -> &'static str {
+    pb::Verdict::try_from(v).map(|v| v.as_str_name()).unwrap_or("?")
+}
+
+/// Stdout of the run phase, lossily decoded.
+pub fn stdout(r: &pb::ExecuteResponse) -> String {
+    r.run
+        .as_ref()
+        .map(|p| String::from_utf8_lossy(&p.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// Everything useful for a failed assertion about a response.
+pub fn describe(r: &pb::ExecuteResponse) -> String {
+    let p = |p: &Option<pb::PhaseResult>| {
+        p.as_ref()
+            .map(|p| {
+                format!(
+                    "[{} exit={} sig={} stdout={:?} stderr={:?}]",
+                    verdict(p.verdict),
+                    p.exit_code,
+                    p.signal,
+                    String::from_utf8_lossy(&p.stdout),
+                    String::from_utf8_lossy(&p.stderr)
+                )
+            })
+            .unwrap_or_default()
+    };
+    format!(
+        "verdict={} message={:?} compile={} run={}",
+        verdict(r.verdict),
+        r.message,
+        p(&r.compile),
+        p(&r.run)
+    )
+}

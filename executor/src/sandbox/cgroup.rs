@@ -11,7 +11,6 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = "/sys/fs/cgroup";
-const DIR_NAME: &str = "sandpool";
 
 /// Which cgroup hierarchy is in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,16 +59,19 @@ pub struct Hierarchy {
 
 impl Hierarchy {
     /// Finds a writable hierarchy and creates the executor's base cgroup(s).
-    pub fn setup() -> Result<Self, CgroupError> {
+    ///
+    /// `name` is the executor's own directory: distinct executors on one
+    /// machine must use distinct names.
+    pub fn setup(name: &str) -> Result<Self, CgroupError> {
         let root = Path::new(ROOT);
         if root.join("cgroup.controllers").exists() {
-            return Self::setup_v2(root);
+            return Self::setup_v2(root, name);
         }
         if ["memory", "pids", "cpuacct"]
             .iter()
             .all(|c| root.join(c).join("cgroup.procs").exists())
         {
-            return Self::setup_v1(root);
+            return Self::setup_v1(root, name);
         }
         Err(CgroupError::Unavailable)
     }
@@ -90,10 +92,10 @@ impl Hierarchy {
         String::new()
     }
 
-    fn setup_v1(root: &Path) -> Result<Self, CgroupError> {
+    fn setup_v1(root: &Path, name: &str) -> Result<Self, CgroupError> {
         let mut bases = vec![];
         for ctrl in ["memory", "pids", "cpuacct"] {
-            let base = root.join(ctrl).join(Self::own_path(Some(ctrl))).join(DIR_NAME);
+            let base = root.join(ctrl).join(Self::own_path(Some(ctrl))).join(name);
             fs::create_dir_all(&base).map_err(io(&base))?;
             bases.push(base);
         }
@@ -103,7 +105,7 @@ impl Hierarchy {
         })
     }
 
-    fn setup_v2(root: &Path) -> Result<Self, CgroupError> {
+    fn setup_v2(root: &Path, name: &str) -> Result<Self, CgroupError> {
         let own = root.join(Self::own_path(None));
         let controllers = read_file(&own.join("cgroup.controllers"))?;
         if !["memory", "pids", "cpu"]
@@ -114,7 +116,7 @@ impl Hierarchy {
         }
         // "No internal processes": the executor moves into a leaf of its own
         // so that its cgroup may delegate controllers to the slot cgroups.
-        let base = own.join(DIR_NAME);
+        let base = own.join(name);
         fs::create_dir_all(&base).map_err(io(&base))?;
         if own != root {
             let sup = own.join("supervisor");
@@ -152,6 +154,16 @@ impl Hierarchy {
             dirs,
             procs,
         })
+    }
+
+    /// Removes the slot cgroups and the executor's base (all must be empty).
+    pub fn remove(&self, slots: usize) {
+        for b in &self.bases {
+            for i in 0..slots {
+                let _ = fs::remove_dir(b.join(format!("slot-{i}")));
+            }
+            let _ = fs::remove_dir(b);
+        }
     }
 }
 

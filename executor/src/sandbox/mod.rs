@@ -111,6 +111,7 @@ pub struct Sandbox {
     root: rootfs::RootTemplate,
     gpu_root: Option<rootfs::RootTemplate>,
     cgroups: Option<Vec<cgroup::SlotCgroup>>,
+    hierarchy: Option<cgroup::Hierarchy>,
     seccomp: Vec<Vec<libc::sock_filter>>,
     features: Features,
     next_run: AtomicU64,
@@ -171,7 +172,7 @@ impl Sandbox {
             )?)
         };
 
-        let cgroups = match cgroup::Hierarchy::setup() {
+        let (cgroups, hierarchy) = match cgroup::Hierarchy::setup(&cgroup_name(&cfg.work_root)) {
             Ok(h) => {
                 let slots = (0..cfg.slots).map(|i| h.slot(i)).collect::<Result<Vec<_>, _>>();
                 match slots {
@@ -184,17 +185,17 @@ impl Sandbox {
                             },
                             true,
                         );
-                        Some(s)
+                        (Some(s), Some(h))
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "cgroups unavailable; memory and process limits fall back to rlimits");
-                        None
+                        (None, None)
                     }
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cgroups unavailable; memory and process limits fall back to rlimits");
-                None
+                (None, None)
             }
         };
         let seccomp = seccomp::build_filters()?.iter().map(seccomp::to_kernel).collect();
@@ -214,6 +215,7 @@ impl Sandbox {
             root,
             gpu_root,
             cgroups,
+            hierarchy,
             seccomp,
             features,
             next_run: AtomicU64::new(0),
@@ -277,6 +279,34 @@ impl Sandbox {
         };
         supervise::run(ctx, spec).await
     }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // Leave the host as we found it: cgroups removed, mounts gone.
+        if let (Some(h), Some(slots)) = (&self.hierarchy, &self.cgroups) {
+            slots.iter().for_each(cgroup::SlotCgroup::kill_all);
+            h.remove(slots.len());
+        }
+        for root in std::iter::once(&self.root).chain(self.gpu_root.as_ref()) {
+            mounts::detach_all(&root.path);
+        }
+        mounts::detach_all(&self.cfg.work_root);
+    }
+}
+
+/// The cgroup directory name of the executor using `work_root`: distinct
+/// executors on one machine (tests, several pods' worth) need distinct ones.
+fn cgroup_name(work_root: &Path) -> String {
+    // FNV-1a: stable across runs, so a restarted executor reclaims its own.
+    let hash = work_root
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ *b as u64).wrapping_mul(0x100000001b3)
+        });
+    format!("sandpool-{:08x}", hash as u32)
 }
 
 /// /etc/passwd and /etc/group naming every slot's uid `sandbox`.

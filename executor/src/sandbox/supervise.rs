@@ -429,7 +429,8 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     };
     // A program killed at the wall limit that was busy on the CPU the whole
     // time (a loop, not a sleep) exceeded its time, not just its wall time.
-    let cpu_bound = killed_by == Some(Termination::WallTime) && cpu.as_secs_f64() >= 0.9 * wall.as_secs_f64();
+    // Half the wall time allows for CPU contention on a busy node.
+    let cpu_bound = killed_by == Some(Termination::WallTime) && cpu.as_secs_f64() >= 0.5 * wall.as_secs_f64();
     let cpu_exceeded =
         cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime) || cpu_bound;
     Ok(RunOutcome {

@@ -1,0 +1,283 @@
+//! Every isolation promise, attacked: network, filesystem, other runs,
+//! process tree, environment, privileges, and the supervisor's own reads.
+
+use sandpool_proto::v1 as pb;
+use sandpool_tests::{Executor, Options, describe, request, stdout};
+use std::time::{Duration, Instant};
+
+async fn executor() -> Executor {
+    Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "c", "bash"],
+        env: vec![("SANDPOOL_TEST_SECRET".into(), "hunter2-executor-env".into())],
+        ..Default::default()
+    })
+    .await
+}
+
+async fn py(exe: &Executor, code: &str) -> pb::ExecuteResponse {
+    exe.client()
+        .execute(request("python", code, ""))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test]
+async fn outbound_tcp_udp_and_dns_fail_at_once() {
+    let exe = executor().await;
+    let code = r#"
+import socket
+def tcp():
+    s = socket.socket(); s.settimeout(5); s.connect(("10.0.0.1", 80))
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("10.0.0.1", 53))
+def dns():
+    socket.getaddrinfo("example.com", 80)
+def tcp6():
+    s = socket.socket(socket.AF_INET6); s.settimeout(5); s.connect(("2001:db8::1", 80))
+for name, f in [("tcp", tcp), ("udp", udp), ("dns", dns), ("tcp6", tcp6)]:
+    try:
+        f(); print(name, "CONNECTED")
+    except OSError as e:
+        print(name, "blocked", type(e).__name__)
+import os
+print("interfaces", sorted(os.listdir("/sys/class/net")) if os.path.exists("/sys/class/net") else open("/proc/net/dev").read().count(":"))
+"#;
+    let t = Instant::now();
+    let r = py(&exe, code).await;
+    let out = stdout(&r);
+    assert!(!out.contains("CONNECTED"), "{}", describe(&r));
+    for n in ["tcp", "udp", "dns", "tcp6"] {
+        assert!(out.contains(&format!("{n} blocked")), "{n}: {}", describe(&r));
+    }
+    // Only loopback exists: one interface line in /proc/net/dev.
+    assert!(out.contains("interfaces 1"), "{}", describe(&r));
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "network failures were not immediate: {:?}",
+        t.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn loopback_works_inside_one_run() {
+    let exe = executor().await;
+    let code = "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\nc = socket.create_connection(s.getsockname())\na, _ = s.accept(); c.sendall(b'ping'); print(a.recv(4).decode())\n";
+    let r = py(&exe, code).await;
+    assert_eq!(stdout(&r).trim(), "ping", "{}", describe(&r));
+}
+
+#[tokio::test]
+async fn concurrent_runs_cannot_see_each_other() {
+    let exe = executor().await;
+    // Run A plants files, an abstract socket and a TCP listener, then waits.
+    let a = r#"
+import os, socket, time
+open("/work/secret-a", "w").write("A-SECRET")
+open("/tmp/secret-a", "w").write("A-SECRET")
+open("/dev/shm/secret-a", "w").write("A-SECRET")
+u = socket.socket(socket.AF_UNIX); u.bind("\0sandpool-test-a"); u.listen(1)
+t = socket.socket(); t.bind(("127.0.0.1", 45678)); t.listen(1)
+print("ready", flush=True)
+time.sleep(3)
+"#;
+    let b = r#"
+import os, socket, time
+time.sleep(1)
+found = []
+for d in ["/work", "/tmp", "/dev/shm"]:
+    found += [d + "/" + f for f in os.listdir(d) if "secret" in f]
+pids = [p for p in os.listdir("/proc") if p.isdigit()]
+try:
+    u = socket.socket(socket.AF_UNIX); u.connect("\0sandpool-test-a"); found.append("abstract socket")
+except OSError: pass
+try:
+    socket.create_connection(("127.0.0.1", 45678), timeout=1); found.append("tcp listener")
+except OSError: pass
+print("found", found, "pids", len(pids))
+"#;
+    let (mut ca, mut cb) = (exe.client(), exe.client());
+    let (ra, rb) = tokio::join!(
+        ca.execute(request("python", a, "")),
+        cb.execute(request("python", b, ""))
+    );
+    let (ra, rb) = (ra.unwrap().into_inner(), rb.unwrap().into_inner());
+    assert!(stdout(&ra).contains("ready"), "{}", describe(&ra));
+    let out = stdout(&rb);
+    assert!(out.contains("found []"), "{}", describe(&rb));
+    // Only B's own process(es) are visible in its /proc.
+    assert!(out.contains("pids 1") || out.contains("pids 2"), "{}", describe(&rb));
+
+    // A later run in the same slot sees nothing of A either.
+    let c =
+        "import os\nprint(sorted(os.listdir('/work')), sorted(os.listdir('/tmp')), sorted(os.listdir('/dev/shm')))\n";
+    let rc = py(&exe, c).await;
+    assert_eq!(stdout(&rc).trim(), "['main.py'] [] []", "{}", describe(&rc));
+}
+
+/// uids of every process on the host.
+fn host_uids() -> Vec<(u32, u32)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+            let uid = status
+                .lines()
+                .find(|l| l.starts_with("Uid:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, uid))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn daemonised_grandchild_is_gone_after_the_response() {
+    let exe = executor().await;
+    let code = r#"
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.closerange(0, 3)
+        while True:
+            time.sleep(0.1)
+    os._exit(0)
+time.sleep(0.3)
+print("uid", os.getuid())
+"#;
+    let r = py(&exe, code).await;
+    let uid: u32 = stdout(&r)
+        .trim()
+        .trim_start_matches("uid ")
+        .parse()
+        .unwrap_or_else(|_| panic!("{}", describe(&r)));
+    assert_ne!(uid, 0);
+    let left: Vec<_> = host_uids().into_iter().filter(|(_, u)| *u == uid).collect();
+    assert!(left.is_empty(), "processes of the run's uid {uid} survive: {left:?}");
+}
+
+#[tokio::test]
+async fn executor_environment_and_files_are_invisible() {
+    let exe = executor().await;
+    let code = r#"
+import os
+hits = []
+if any("hunter2" in v for v in os.environ.values()): hits.append("environ")
+for p in os.listdir("/proc"):
+    for f in ("environ", "cmdline"):
+        try:
+            if b"hunter2" in open(f"/proc/{p}/{f}", "rb").read(): hits.append(f"/proc/{p}/{f}")
+        except OSError: pass
+for path in ["/root", "/home", "/var/run/secrets", "/run/secrets", "/var/lib/sandpool", "/sys"]:
+    if os.path.exists(path): hits.append(path)
+print("hits", hits, sorted(os.environ))
+"#;
+    let r = py(&exe, code).await;
+    assert!(stdout(&r).starts_with("hits []"), "{}", describe(&r));
+    // The work root lives on the host, invisible: nothing under it leaks by path.
+    let wr = exe.work_root.path().display().to_string();
+    let r = py(&exe, &format!("import os\nprint(os.path.exists({wr:?}))\n")).await;
+    assert_eq!(stdout(&r).trim(), "False", "{}", describe(&r));
+}
+
+#[tokio::test]
+async fn writes_outside_the_work_dir_fail() {
+    let exe = executor().await;
+    let code = r#"
+import os
+ok = []
+for p in ["/evil", "/usr/evil", "/etc/evil", "/bin/evil", "/proc/evil", "/dev/evil", "/work/../evil"]:
+    try:
+        open(p, "w").write("x"); ok.append(p)
+    except OSError: pass
+try:
+    os.remove("/usr/bin/env"); ok.append("rm /usr/bin/env")
+except OSError: pass
+open("/work/fine", "w").write("x"); open("/tmp/fine", "w").write("x")
+print("wrote", ok)
+"#;
+    let r = py(&exe, code).await;
+    assert_eq!(stdout(&r).trim(), "wrote []", "{}", describe(&r));
+    assert!(std::fs::metadata("/usr/evil").is_err() && std::fs::metadata("/evil").is_err());
+}
+
+#[tokio::test]
+async fn runs_are_unprivileged_and_dangerous_syscalls_are_denied() {
+    let exe = executor().await;
+    let code = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+status = open("/proc/self/status").read()
+caps = [l for l in status.splitlines() if l.startswith(("CapEff", "CapPrm", "NoNewPrivs", "Seccomp:"))]
+res = {}
+res["unshare"] = libc.unshare(0x10000000)  # CLONE_NEWUSER
+res["mount"] = libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)
+res["ptrace"] = libc.ptrace(16, 1, 0, 0)  # PTRACE_ATTACH
+res["setuid0"] = libc.setuid(0)
+print("uid", os.getuid(), "euid", os.geteuid(), caps, res)
+"#;
+    let r = py(&exe, code).await;
+    let out = stdout(&r);
+    assert!(!out.contains("uid 0"), "{}", describe(&r));
+    assert!(out.contains("'CapEff:\\t0000000000000000'"), "{}", describe(&r));
+    assert!(out.contains("'NoNewPrivs:\\t1'"), "{}", describe(&r));
+    assert!(out.contains("'Seccomp:\\t2'"), "{}", describe(&r));
+    for k in ["unshare", "mount", "ptrace", "setuid0"] {
+        assert!(out.contains(&format!("'{k}': -1")), "{k}: {}", describe(&r));
+    }
+}
+
+#[tokio::test]
+async fn symlink_planted_under_a_fetch_files_name_does_not_leak() {
+    let exe = executor().await;
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "HOST-SECRET").unwrap();
+    let target = secret.path().display().to_string();
+    let code = format!(
+        "import os\nos.symlink({target:?}, 'out.txt')\nos.symlink('/etc/hostname', 'host.txt')\nos.mkfifo('fifo')\nos.link('main.py', 'hard.txt')\nopen('real.txt', 'w').write('ok')\n"
+    );
+    let mut req = request("python", &code, "");
+    req.fetch_files = vec![
+        "out.txt".into(),
+        "host.txt".into(),
+        "fifo".into(),
+        "real.txt".into(),
+        "missing.txt".into(),
+    ];
+    let t = Instant::now();
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
+    assert!(t.elapsed() < Duration::from_secs(5), "a FIFO must not block the fetch");
+    let names: Vec<&str> = r.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(names, vec!["real.txt"], "message: {}", r.message);
+    assert!(
+        r.files
+            .iter()
+            .all(|f| !String::from_utf8_lossy(&f.content).contains("HOST-SECRET"))
+    );
+    assert!(
+        r.message.contains("out.txt") && r.message.contains("not a regular file"),
+        "{}",
+        r.message
+    );
+}
+
+#[tokio::test]
+async fn nothing_is_left_behind_after_the_response() {
+    let exe = executor().await;
+    let r = py(
+        &exe,
+        "open('/work/left', 'w').write('x' * 1000)\nopen('/tmp/left', 'w').write('x')\n",
+    )
+    .await;
+    assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
+    let runs = exe.work_root.path().join("runs");
+    let left: Vec<_> = std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "work dirs left behind: {left:?}");
+}

@@ -1,0 +1,233 @@
+//! Every limit, pushed past: CPU, wall time, memory, output, processes, file
+//! size and work-dir size; the executor survives and the next run works.
+
+use sandpool_proto::v1 as pb;
+use sandpool_tests::{Executor, Options, describe, request, stdout};
+use std::time::{Duration, Instant};
+
+/// Serialises the CPU-hungry tests so that they measure limits, not contention.
+static CPU_HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn python_executor() -> Executor {
+    Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "c"],
+        ..Default::default()
+    })
+    .await
+}
+
+fn with_limits(mut r: pb::ExecuteRequest, l: pb::Limits) -> pb::ExecuteRequest {
+    r.limits = Some(l);
+    r
+}
+
+async fn next_run_works(exe: &Executor) {
+    let r = exe
+        .client()
+        .execute(request("python", "print('still here')", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
+    assert_eq!(stdout(&r), "still here\n");
+}
+
+fn run(r: &pb::ExecuteResponse) -> &pb::PhaseResult {
+    r.run.as_ref().expect("run phase")
+}
+
+#[tokio::test]
+async fn busy_loop_gets_time_limit_exceeded_within_a_second_of_the_limit() {
+    let _cpu = CPU_HEAVY.lock().await;
+    let exe = python_executor().await;
+    let req = with_limits(
+        request("python", "while True:\n    pass\n", ""),
+        pb::Limits {
+            cpu_time_ms: 1000,
+            wall_time_ms: 10_000,
+            ..Default::default()
+        },
+    );
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert_eq!(r.verdict, pb::Verdict::TimeLimitExceeded as i32, "{}", describe(&r));
+    let p = run(&r);
+    assert!(p.cpu_time_us >= 1_000_000, "cpu {} us", p.cpu_time_us);
+    assert!(
+        p.wall_time_us < 2_000_000,
+        "killed {} us after start, limit 1 s",
+        p.wall_time_us
+    );
+}
+
+#[tokio::test]
+async fn busy_loop_at_default_limits_is_a_time_limit_not_a_wall_limit() {
+    let _cpu = CPU_HEAVY.lock().await;
+    let exe = python_executor().await;
+    let req = with_limits(
+        request("python", "while True:\n    pass\n", ""),
+        pb::Limits {
+            cpu_time_ms: 1500,
+            wall_time_ms: 1500,
+            ..Default::default()
+        },
+    );
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert_eq!(r.verdict, pb::Verdict::TimeLimitExceeded as i32, "{}", describe(&r));
+}
+
+#[tokio::test]
+async fn sleeping_program_gets_wall_time_limit_exceeded() {
+    let exe = python_executor().await;
+    let req = with_limits(
+        request("python", "import time\ntime.sleep(30)\n", ""),
+        pb::Limits {
+            wall_time_ms: 1000,
+            ..Default::default()
+        },
+    );
+    let t = Instant::now();
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert_eq!(r.verdict, pb::Verdict::WallTimeLimitExceeded as i32, "{}", describe(&r));
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(run(&r).cpu_time_us < 500_000);
+}
+
+#[tokio::test]
+async fn memory_hog_gets_memory_limit_exceeded_and_executor_lives() {
+    let exe = python_executor().await;
+    let hog = "x = []\nwhile True:\n    x.append(bytearray(16 * 1024 * 1024))\n";
+    let req = with_limits(
+        request("python", hog, ""),
+        pb::Limits {
+            memory_bytes: 128 << 20,
+            ..Default::default()
+        },
+    );
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert_eq!(r.verdict, pb::Verdict::MemoryLimitExceeded as i32, "{}", describe(&r));
+    assert!(
+        run(&r).peak_memory_bytes >= 100 << 20,
+        "peak {}",
+        run(&r).peak_memory_bytes
+    );
+    assert!(
+        run(&r).peak_memory_bytes <= 130 << 20,
+        "peak {}",
+        run(&r).peak_memory_bytes
+    );
+    next_run_works(&exe).await;
+}
+
+#[tokio::test]
+async fn output_flood_is_cut_with_its_first_bytes_intact() {
+    let exe = python_executor().await;
+    let code = "import sys\nsys.stdout.write('BEGIN-')\nwhile True:\n    sys.stdout.write('x' * 65536)\n";
+    let req = with_limits(
+        request("python", code, ""),
+        pb::Limits {
+            output_bytes: 100_000,
+            ..Default::default()
+        },
+    );
+    let t = Instant::now();
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert_eq!(r.verdict, pb::Verdict::OutputLimitExceeded as i32, "{}", describe(&r));
+    let p = run(&r);
+    assert!(p.stdout_truncated);
+    assert_eq!(p.stdout.len(), 100_000);
+    assert!(p.stdout.starts_with(b"BEGIN-xxxx"));
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "flood not stopped promptly: {:?}",
+        t.elapsed()
+    );
+    next_run_works(&exe).await;
+}
+
+#[tokio::test]
+async fn stderr_flood_is_cut_too() {
+    let exe = python_executor().await;
+    let code = "import sys\nwhile True:\n    sys.stderr.write('e' * 65536)\n";
+    let req = with_limits(
+        request("python", code, ""),
+        pb::Limits {
+            output_bytes: 50_000,
+            ..Default::default()
+        },
+    );
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert_eq!(r.verdict, pb::Verdict::OutputLimitExceeded as i32, "{}", describe(&r));
+    assert!(run(&r).stderr_truncated);
+    assert_eq!(run(&r).stderr.len(), 50_000);
+}
+
+#[tokio::test]
+async fn fork_bomb_is_contained_and_the_next_run_works() {
+    let _cpu = CPU_HEAVY.lock().await;
+    let exe = python_executor().await;
+    let bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n";
+    let req = with_limits(
+        request("python", bomb, ""),
+        pb::Limits {
+            wall_time_ms: 2000,
+            processes: 64,
+            ..Default::default()
+        },
+    );
+    let t = Instant::now();
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert_ne!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
+    assert_ne!(r.verdict, pb::Verdict::SandboxError as i32, "{}", describe(&r));
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    next_run_works(&exe).await;
+}
+
+#[tokio::test]
+async fn process_limit_caps_forks() {
+    let exe = python_executor().await;
+    let code = "import os, time\nn = 0\ntry:\n    for _ in range(200):\n        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n";
+    let req = with_limits(
+        request("python", code, ""),
+        pb::Limits {
+            processes: 20,
+            ..Default::default()
+        },
+    );
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let n: u32 = stdout(&r).trim().parse().unwrap_or_else(|_| panic!("{}", describe(&r)));
+    assert!(n < 20, "{n} children with a limit of 20 processes");
+}
+
+#[tokio::test]
+async fn file_size_limit_stops_big_writes() {
+    let exe = python_executor().await;
+    let code = "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\ntry:\n    open('big', 'wb').write(b'x' * (4 << 20))\n    print('wrote')\nexcept OSError as e:\n    print('refused', e.errno)\n";
+    let req = with_limits(
+        request("python", code, ""),
+        pb::Limits {
+            file_size_bytes: 1 << 20,
+            ..Default::default()
+        },
+    );
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert!(stdout(&r).starts_with("refused"), "{}", describe(&r));
+}
+
+#[tokio::test]
+async fn work_dir_is_size_capped() {
+    let exe = Executor::start(Options {
+        languages: vec!["python"],
+        extra_args: vec!["--work-dir-bytes".into(), (8u64 << 20).to_string()],
+        ..Default::default()
+    })
+    .await;
+    let code = "try:\n    with open('fill', 'wb') as f:\n        for _ in range(64):\n            f.write(b'x' * (1 << 20))\n    print('filled')\nexcept OSError as e:\n    print('full', e.errno)\n";
+    let r = exe
+        .client()
+        .execute(request("python", code, ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stdout(&r).trim(), "full 28", "{}", describe(&r));
+}
