@@ -48,7 +48,10 @@ pub fn deadline<T>(req: &Request<T>) -> Option<tokio::time::Instant> {
         "n" => Duration::from_nanos(n),
         _ => return None,
     };
-    tokio::time::Instant::now().checked_add(d)
+    // Answer a little before the deadline: tonic's own timeout layers (here and
+    // in tonic clients) would otherwise race us and report CANCELLED.
+    let margin = (d / 20).clamp(Duration::from_millis(20), Duration::from_millis(200));
+    tokio::time::Instant::now().checked_add(d.saturating_sub(margin))
 }
 
 type EvalStream = Pin<Box<dyn futures::Stream<Item = Result<pb::EvaluateResponse, Status>> + Send>>;

@@ -1,0 +1,418 @@
+//! The gRPC contract around runs: bad input, admission, deadlines,
+//! cancellation, draining, compression, health, reflection and metrics.
+
+use sandpool_proto::v1 as pb;
+use sandpool_tests::{Executor, Options, describe, request, stdout};
+use std::time::{Duration, Instant};
+use tonic::Code;
+use tonic::codec::CompressionEncoding;
+
+async fn executor() -> Executor {
+    Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "c", "cuda"],
+        ..Default::default()
+    })
+    .await
+}
+
+fn sleep_req(seconds: f64) -> pb::ExecuteRequest {
+    request(
+        "python",
+        &format!("import time\ntime.sleep({seconds})\nprint('slept')\n"),
+        "",
+    )
+}
+
+#[tokio::test]
+async fn unknown_language_is_invalid_argument_listing_known_ones() {
+    let exe = executor().await;
+    let err = exe
+        .client()
+        .execute(request("cobol", "DISPLAY 'x'.", ""))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("language") && err.message().contains("cobol"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        err.message().contains("python") && err.message().contains("c,"),
+        "{}",
+        err.message()
+    );
+}
+
+#[tokio::test]
+async fn unavailable_language_is_failed_precondition_naming_it() {
+    if std::path::Path::new("/dev/nvidia0").exists() {
+        println!("skipped: this machine has a GPU, so cuda may be available");
+        return;
+    }
+    let exe = executor().await;
+    let err = exe
+        .client()
+        .execute(request("cuda", "int main(){}", ""))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("cuda"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn paths_outside_the_work_dir_are_invalid_arguments() {
+    let exe = executor().await;
+    for (path, field) in [
+        ("../escape", "files[0].path"),
+        ("/etc/passwd", "files[0].path"),
+        ("a\0b", "files[0].path"),
+        ("", "files[0].path"),
+    ] {
+        let mut req = request("python", "print(1)", "");
+        req.files = vec![pb::File {
+            path: path.into(),
+            content: b"x".to_vec(),
+            executable: false,
+        }];
+        let err = exe.client().execute(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{path:?}");
+        assert!(err.message().contains(field), "{path:?}: {}", err.message());
+    }
+    let mut req = request("python", "print(1)", "");
+    req.fetch_files = vec!["ok.txt".into(), "a/../../etc/shadow".into()];
+    let err = exe.client().execute(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("fetch_files[1]"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn limits_above_the_ceilings_are_invalid_arguments_naming_the_field() {
+    let exe = executor().await;
+    let cases = [
+        (
+            pb::Limits {
+                memory_bytes: 1 << 40,
+                ..Default::default()
+            },
+            "limits.memory_bytes",
+        ),
+        (
+            pb::Limits {
+                wall_time_ms: 3_600_000,
+                ..Default::default()
+            },
+            "limits.wall_time_ms",
+        ),
+        (
+            pb::Limits {
+                processes: 100_000,
+                ..Default::default()
+            },
+            "limits.processes",
+        ),
+    ];
+    for (limits, field) in cases {
+        let mut req = request("python", "print(1)", "");
+        req.limits = Some(limits);
+        let err = exe.client().execute(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().contains(field), "{}", err.message());
+    }
+    let mut req = request("c", "int main(){return 0;}", "");
+    req.compile_limits = Some(pb::Limits {
+        cpu_time_ms: 10_000_000,
+        ..Default::default()
+    });
+    let err = exe.client().execute(req).await.unwrap_err();
+    assert!(
+        err.message().contains("compile_limits.cpu_time_ms"),
+        "{}",
+        err.message()
+    );
+    // Lowering is always allowed, and files inside the work dir are fine.
+    let mut req = request("python", "print(open('data/in.txt').read())", "");
+    req.limits = Some(pb::Limits {
+        memory_bytes: 64 << 20,
+        wall_time_ms: 2000,
+        ..Default::default()
+    });
+    req.files = vec![pb::File {
+        path: "data/in.txt".into(),
+        content: b"payload".to_vec(),
+        executable: false,
+    }];
+    let r = exe.client().execute(req).await.unwrap().into_inner();
+    assert_eq!(stdout(&r).trim(), "payload", "{}", describe(&r));
+}
+
+#[tokio::test]
+async fn oversize_payload_is_resource_exhausted_naming_the_limit() {
+    let exe = Executor::start(Options {
+        languages: vec!["python"],
+        extra_args: vec!["--max-request-bytes".into(), "1048576".into()],
+        ..Default::default()
+    })
+    .await;
+    let big = format!("x = '{}'\n", "a".repeat(2 << 20));
+    let err = exe.client().execute(request("python", &big, "")).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("1048576"), "{}", err.message());
+    // The executor is unharmed.
+    let r = exe
+        .client()
+        .execute(request("python", "print('ok')", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stdout(&r), "ok\n");
+}
+
+#[tokio::test]
+async fn gzip_and_zstd_requests_are_accepted() {
+    let exe = executor().await;
+    let payload = "print(len('".to_owned() + &"z".repeat(100_000) + "'))";
+    for enc in [CompressionEncoding::Gzip, CompressionEncoding::Zstd] {
+        let mut c = exe.client().send_compressed(enc).accept_compressed(enc);
+        let r = c.execute(request("python", &payload, "")).await.unwrap().into_inner();
+        assert_eq!(stdout(&r).trim(), "100000", "{enc:?}: {}", describe(&r));
+    }
+}
+
+#[tokio::test]
+async fn full_queue_is_refused_at_once_and_queued_deadline_is_exceeded() {
+    let exe = Executor::start(Options {
+        slots: 1,
+        queue: Some(1),
+        languages: vec!["python"],
+        ..Default::default()
+    })
+    .await;
+    let mut c1 = exe.client();
+    let busy = tokio::spawn(async move { c1.execute(sleep_req(3.0)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut c2 = exe.client();
+    let queued = tokio::spawn(async move { c2.execute(request("python", "print('queued ran')", "")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let err = exe
+        .client()
+        .execute(request("python", "print(1)", ""))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        !busy.is_finished(),
+        "the refusal must come while the slot is still busy"
+    );
+
+    let r = busy.await.unwrap().unwrap().into_inner();
+    assert_eq!(stdout(&r), "slept\n");
+    let r = queued.await.unwrap().unwrap().into_inner();
+    assert_eq!(stdout(&r), "queued ran\n");
+
+    // A deadline reached while queued: DEADLINE_EXCEEDED, and the program never runs.
+    let mut c1 = exe.client();
+    let busy = tokio::spawn(async move { c1.execute(sleep_req(3.0)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut req = tonic::Request::new(request("python", "open('/work/x','w')\nprint('ran')", ""));
+    req.set_timeout(Duration::from_millis(1000));
+    let t = Instant::now();
+    let err = exe.client().execute(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
+    assert!(!busy.is_finished());
+    busy.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_cancelled_call_kills_its_run() {
+    let exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        ..Default::default()
+    })
+    .await;
+    let mut req = tonic::Request::new(sleep_req(30.0));
+    req.set_timeout(Duration::from_millis(800));
+    let err = exe.client().execute(req).await.unwrap_err();
+    assert!(
+        matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{err:?}"
+    );
+    // The only slot is free again long before the 30 s sleep would end.
+    let t = Instant::now();
+    let r = exe
+        .client()
+        .execute(request("python", "print('free')", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stdout(&r), "free\n");
+    assert!(t.elapsed() < Duration::from_secs(5), "slot was held {:?}", t.elapsed());
+}
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_runs_then_exits() {
+    let mut exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        ..Default::default()
+    })
+    .await;
+    let mut c = exe.client();
+    let inflight = tokio::spawn(async move { c.execute(sleep_req(2.0)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = exe.pid() as i32;
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(exe.channel.clone());
+    let st = health
+        .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+        .await;
+    if let Ok(st) = st {
+        assert_eq!(
+            st.into_inner().status,
+            tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
+        );
+    }
+    let r = inflight.await.unwrap().expect("in-flight run finishes").into_inner();
+    assert_eq!(stdout(&r), "slept\n", "{}", describe(&r));
+    let status = exe.terminate(Duration::from_secs(10)).expect("exited");
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test]
+async fn capabilities_health_reflection_and_metrics() {
+    let exe = executor().await;
+    let caps = exe
+        .client()
+        .get_capabilities(pb::GetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let py = caps.languages.iter().find(|l| l.name == "python").unwrap();
+    assert!(py.available && py.version.starts_with("Python 3"), "{py:?}");
+    assert_eq!(caps.slots, 2);
+    assert_eq!(caps.default_limits.unwrap().wall_time_ms, 10_000);
+    assert_eq!(caps.default_limits.unwrap().memory_bytes, 512 << 20);
+    let iso = caps.isolation.unwrap();
+    assert_eq!(iso.mode, "namespaces");
+    for f in ["pid_namespace", "net_namespace", "mount_namespace", "seccomp"] {
+        assert!(
+            iso.features.iter().any(|x| x.name == f && x.in_use),
+            "{f} not in use: {:?}",
+            iso.features
+        );
+    }
+    let r = exe
+        .client()
+        .execute(request("python", "print(1)", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    let info = r.executor.unwrap();
+    assert_eq!(info.isolation, "namespaces");
+    assert!(info.toolchain.starts_with("Python 3"));
+    assert!(!info.name.is_empty() && !info.version.is_empty());
+
+    let mut health = tonic_health::pb::health_client::HealthClient::new(exe.channel.clone());
+    for svc in ["", "sandpool.v1.Executor", "liveness"] {
+        let st = health
+            .check(tonic_health::pb::HealthCheckRequest { service: svc.into() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            st.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{svc}"
+        );
+    }
+
+    use tonic_reflection::pb::{v1, v1alpha};
+    let req = v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
+    };
+    let mut stream = v1::server_reflection_client::ServerReflectionClient::new(exe.channel.clone())
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let msg = stream.message().await.unwrap().unwrap();
+    assert!(format!("{msg:?}").contains("sandpool.v1.Executor"), "{msg:?}");
+    let req = v1alpha::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(v1alpha::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
+    };
+    let mut stream = v1alpha::server_reflection_client::ServerReflectionClient::new(exe.channel.clone())
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let msg = stream.message().await.unwrap().unwrap();
+    assert!(format!("{msg:?}").contains("sandpool.v1.Executor"), "{msg:?}");
+
+    let body = http_get(&exe.metrics_addr, "/metrics").await;
+    assert!(
+        body.contains("sandpool_runs_total{language=\"python\",verdict=\"OK\"}"),
+        "{body}"
+    );
+    assert!(body.contains("sandpool_phase_duration_seconds_bucket{le="), "{body}");
+    assert!(
+        body.contains("phase=\"queue\"") && body.contains("phase=\"run\""),
+        "{body}"
+    );
+    assert!(
+        body.contains("sandpool_busy_slots") && body.contains("sandpool_queue_length"),
+        "{body}"
+    );
+}
+
+/// A minimal HTTP/1.1 GET over loopback.
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn gpu_languages_get_the_gpu_only_on_gpu_machines() {
+    if !std::path::Path::new("/dev/nvidia0").exists() {
+        println!("skipped: no /dev/nvidia0 on this machine, so the GPU pass-through cannot be tested here");
+        return;
+    }
+    let exe = Executor::start(Options {
+        languages: vec!["python", "python_gpu"],
+        extra_args: vec!["--gpu".into()],
+        ..Default::default()
+    })
+    .await;
+    let code = "import os\nprint(os.path.exists('/dev/nvidia0'), os.environ.get('CUDA_VISIBLE_DEVICES'))\n";
+    let r = exe
+        .client()
+        .execute(request("python_gpu", code, ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stdout(&r).starts_with("True"), "{}", describe(&r));
+    let r = exe
+        .client()
+        .execute(request("python", code, ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stdout(&r).trim(), "False None", "{}", describe(&r));
+}
