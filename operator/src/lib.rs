@@ -1,0 +1,18 @@
+//! Sandpool's Kubernetes operator: `SandboxPool` objects in, locked-down executor fleets out.
+//!
+//! - [`crd`]: the `SandboxPool` resource and its generated CRD.
+//! - [`resolve`]: checks a spec and fills in defaults, or names the field it cannot honour.
+//! - [`build`]: pure builders from a resolved pool to Deployment, Service, NetworkPolicy,
+//!   ServiceAccount and PodDisruptionBudget.
+//! - [`units`]: durations and quantities in the executor's units.
+//! - [`labels`]: names, labels and ports shared by every object.
+//! - [`defaults`]: operator-wide defaults (image, isolation, runtime class).
+//! - [`render`]: the `render` subcommand, objects for pools in a file.
+
+pub mod build;
+pub mod crd;
+pub mod defaults;
+pub mod labels;
+pub mod render;
+pub mod resolve;
+pub mod units;
