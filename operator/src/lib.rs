@@ -4,15 +4,23 @@
 //! - [`resolve`]: checks a spec and fills in defaults, or names the field it cannot honour.
 //! - [`build`]: pure builders from a resolved pool to Deployment, Service, NetworkPolicy,
 //!   ServiceAccount and PodDisruptionBudget.
+//! - [`apply`]: server-side apply of one child, skipped when nothing would change.
+//! - [`status`]: the pool's status and its Ready/Progressing/Degraded conditions.
+//! - [`reconcile`]: the reconcile loop and its error policy.
+//! - [`metrics`]: Prometheus metrics of the loop.
 //! - [`units`]: durations and quantities in the executor's units.
 //! - [`labels`]: names, labels and ports shared by every object.
 //! - [`defaults`]: operator-wide defaults (image, isolation, runtime class).
 //! - [`render`]: the `render` subcommand, objects for pools in a file.
 
+pub mod apply;
 pub mod build;
 pub mod crd;
 pub mod defaults;
 pub mod labels;
+pub mod metrics;
+pub mod reconcile;
 pub mod render;
 pub mod resolve;
+pub mod status;
 pub mod units;
