@@ -8,6 +8,9 @@
 //! - [`status`]: the pool's status and its Ready/Progressing/Degraded conditions.
 //! - [`reconcile`]: the reconcile loop and its error policy.
 //! - [`metrics`]: Prometheus metrics of the loop.
+//! - [`controller`]: the `run` subcommand: watches, leader election, shutdown.
+//! - [`leader`]: Lease-based leader election.
+//! - [`http`]: `/metrics`, `/healthz` and `/readyz`.
 //! - [`units`]: durations and quantities in the executor's units.
 //! - [`labels`]: names, labels and ports shared by every object.
 //! - [`defaults`]: operator-wide defaults (image, isolation, runtime class).
@@ -15,9 +18,12 @@
 
 pub mod apply;
 pub mod build;
+pub mod controller;
 pub mod crd;
 pub mod defaults;
+pub mod http;
 pub mod labels;
+pub mod leader;
 pub mod metrics;
 pub mod reconcile;
 pub mod render;
