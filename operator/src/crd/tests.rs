@@ -14,15 +14,20 @@ fn pool(spec: serde_json::Value) -> SandboxPool {
 }
 
 #[test]
-fn committed_crd_matches_the_rust_types() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/crd.yaml");
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
+fn committed_crds_match_the_rust_types() {
     let generated = crd_yaml().expect("CRD serializes");
-    assert!(
-        committed == generated,
-        "manifests/crd.yaml is out of date; regenerate it with \
-         `cargo run -p sandpool-operator -- crd > manifests/crd.yaml`"
-    );
+    for copy in [
+        "manifests/crd.yaml",
+        "charts/sandpool/crds/sandboxpools.sandpool.dev.yaml",
+    ] {
+        let path = format!("{}/../{copy}", env!("CARGO_MANIFEST_DIR"));
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "{copy} is out of date; regenerate it with `scripts/check-manifests.sh --update` \
+             (or `cargo run -p sandpool-operator -- crd > {copy}`)"
+        );
+    }
 }
 
 #[test]
