@@ -97,20 +97,44 @@ pub fn stamp<K: Resource + Serialize>(desired: &mut K) -> Result<(), serde_json:
 
 /// Whether every field set in `desired` has the same value in `live`. Empty values in
 /// `desired` (`null`, `[]`, `{}`) also match a missing field, because the API server drops
-/// empty fields; lists must match element by element.
+/// empty fields; lists must match element by element; resource quantities compare by value,
+/// because the API server rewrites them in canonical form (`0.5` becomes `500m`).
 pub fn is_subset(desired: &Value, live: &Value) -> bool {
+    subset_under(desired, live, false)
+}
+
+/// `quantity_map`: `desired` maps resource names to quantities (container `requests` and
+/// `limits`).
+fn subset_under(desired: &Value, live: &Value, quantity_map: bool) -> bool {
     match (desired, live) {
         (Value::Object(want), Value::Object(have)) => {
             want.iter().all(|(key, value)| match have.get(key) {
-                Some(live_value) => is_subset(value, live_value),
+                Some(live_value) if quantity_map => same_quantity(value, live_value),
+                Some(live_value) => {
+                    subset_under(value, live_value, key == "requests" || key == "limits")
+                }
                 None => is_empty(value),
             })
         }
         (Value::Array(want), Value::Array(have)) => {
-            want.len() == have.len() && want.iter().zip(have).all(|(w, h)| is_subset(w, h))
+            want.len() == have.len()
+                && want
+                    .iter()
+                    .zip(have)
+                    .all(|(w, h)| subset_under(w, h, false))
         }
         (want, Value::Null) => is_empty(want),
         (want, have) => want == have,
+    }
+}
+
+fn same_quantity(want: &Value, have: &Value) -> bool {
+    match (want.as_str(), have.as_str()) {
+        (Some(w), Some(h)) if w != h => matches!(
+            (crate::units::quantity(w), crate::units::quantity(h)),
+            (Ok(w), Ok(h)) if w == h
+        ),
+        _ => want == have,
     }
 }
 
@@ -251,6 +275,20 @@ mod tests {
         assert!(!is_subset(
             &want,
             &json!({"spec": {"args": ["--a", "--b"]}})
+        ));
+    }
+
+    #[test]
+    fn resource_quantities_compare_by_value() {
+        let want = json!({"resources": {"requests": {"cpu": "0.5", "memory": "1024Mi"}}});
+        let canonical = json!({"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}});
+        assert!(is_subset(&want, &canonical));
+        let changed = json!({"resources": {"requests": {"cpu": "600m", "memory": "1Gi"}}});
+        assert!(!is_subset(&want, &changed));
+        // Outside resources, strings are compared as written.
+        assert!(!is_subset(
+            &json!({"labels": {"a": "0.5"}}),
+            &json!({"labels": {"a": "500m"}})
         ));
     }
 

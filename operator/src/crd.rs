@@ -289,6 +289,7 @@ pub struct SandboxPoolStatus {
     pub observed_generation: Option<i64>,
     /// Ready, Progressing and Degraded (KEP-1623).
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 

@@ -67,61 +67,29 @@ fn previous(pool: &SandboxPool) -> &[Condition] {
 /// Status for a pool whose spec cannot be honoured. Replica counts are carried over,
 /// because the pool's existing objects are left untouched.
 pub fn invalid(pool: &SandboxPool, error: &InvalidSpec, now: &Time) -> SandboxPoolStatus {
-    let old = pool.status.clone().unwrap_or_default();
-    let message = format!("{error}");
-    let generation = pool.metadata.generation;
-    let wants = vec![
-        Want {
-            type_: READY,
-            status: false,
-            reason: INVALID_SPEC,
-            message: message.clone(),
-        },
-        Want {
-            type_: PROGRESSING,
-            status: false,
-            reason: INVALID_SPEC,
-            message: message.clone(),
-        },
-        Want {
-            type_: DEGRADED,
-            status: true,
-            reason: INVALID_SPEC,
-            message,
-        },
-    ];
-    SandboxPoolStatus {
-        conditions: conditions(previous(pool), wants, generation, now),
-        observed_generation: generation,
-        selector: Some(labels::selector_string(&pool.name_any())),
-        ..old
-    }
+    failed(pool, INVALID_SPEC, &error.to_string(), now)
 }
 
 /// Status for a pool whose child objects cannot be applied because another object holds
 /// one of their names.
 pub fn conflict(pool: &SandboxPool, message: &str, now: &Time) -> SandboxPoolStatus {
+    failed(pool, OBJECT_CONFLICT, message, now)
+}
+
+/// Not ready, not progressing, degraded, all for `reason`; counts and endpoint carried over.
+fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> SandboxPoolStatus {
     let old = pool.status.clone().unwrap_or_default();
     let generation = pool.metadata.generation;
+    let want = |type_, status| Want {
+        type_,
+        status,
+        reason,
+        message: message.to_owned(),
+    };
     let wants = vec![
-        Want {
-            type_: READY,
-            status: false,
-            reason: OBJECT_CONFLICT,
-            message: message.to_owned(),
-        },
-        Want {
-            type_: PROGRESSING,
-            status: false,
-            reason: OBJECT_CONFLICT,
-            message: message.to_owned(),
-        },
-        Want {
-            type_: DEGRADED,
-            status: true,
-            reason: OBJECT_CONFLICT,
-            message: message.to_owned(),
-        },
+        want(READY, false),
+        want(PROGRESSING, false),
+        want(DEGRADED, true),
     ];
     SandboxPoolStatus {
         conditions: conditions(previous(pool), wants, generation, now),
