@@ -162,10 +162,12 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     if let Some(leadership) = leadership {
         leadership.release().await;
     }
-    let _ = server.await;
     if lost_leadership {
+        // No shutdown signal came, so the server would wait for one forever.
+        server.abort();
         return Err(RunError::LostLeadership);
     }
+    let _ = server.await;
     tracing::info!("stopped");
     Ok(())
 }
