@@ -57,9 +57,15 @@ pub enum RunError {
     Http(#[source] std::io::Error),
 }
 
-/// Runs the operator until SIGTERM/SIGINT (or lost leadership).
+/// Runs the operator until SIGTERM/SIGINT (or lost leadership), with the client that the
+/// environment configures (in-cluster or `KUBECONFIG`).
 pub async fn run(config: RunConfig) -> Result<(), RunError> {
     let client = Client::try_default().await.map_err(RunError::Client)?;
+    run_with_client(client, config).await
+}
+
+/// [`run`] with a given client.
+pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), RunError> {
     let metrics = Metrics::default();
     let mut registry = Registry::default();
     metrics.register(&mut registry);
