@@ -42,6 +42,7 @@ failures=()
 passed=0
 ok() { echo "ok    $*"; passed=$((passed + 1)); }
 fail() { echo "FAIL  $*"; failures+=("$*"); }
+indent() { sed 's/^/      /'; }
 
 # --- tools ---------------------------------------------------------------------------
 mkdir -p "$CACHE/bin"
@@ -102,14 +103,14 @@ validate_objects() {
   local file="$1" what="$2" out
   if ! out="$("$KV" --strict --quiet -k "$KUBE_VERSION" "$file" 2>&1)"; then
     fail "$what: kubernetes-validate --strict"
-    echo "$out" | sed 's/^/      /'
+    indent <<< "$out"
     return
   fi
   local unknown
   unknown="$(echo "$out" | grep "Couldn't find schema" | grep -Ev "$CUSTOM_KINDS_RE" || true)"
   if [[ -n "$unknown" ]]; then
     fail "$what: kinds unknown to Kubernetes $KUBE_VERSION"
-    echo "$unknown" | sed 's/^/      /'
+    indent <<< "$unknown"
     return
   fi
   ok "$what: $(grep -c '^kind:' "$file") objects valid (kubernetes-validate --strict)"
@@ -185,7 +186,7 @@ check_pools() {
     ok "$what: $count SandboxPool(s) match the CRD schema"
   else
     fail "$what: SandboxPool(s) do not match the CRD schema"
-    echo "$out" | sed 's/^/      /'
+    indent <<< "$out"
   fi
 }
 
@@ -219,7 +220,7 @@ for values in "${values_files[@]}"; do
     ok "$label: helm lint --strict"
   else
     fail "$label: helm lint --strict"
-    echo "$out" | sed 's/^/      /'
+    indent <<< "$out"
   fi
   rendered="$WORK/helm-$(basename "${values:-default}" .yaml).yaml"
   if "$HELM" template "$INSTALL_RELEASE" "$CHART" --namespace "$INSTALL_NAMESPACE" \
@@ -228,7 +229,7 @@ for values in "${values_files[@]}"; do
     check_pools "$rendered" "$label"
   else
     fail "$label: helm template"
-    sed 's/^/      /' "$WORK/helm.err"
+    indent < "$WORK/helm.err"
   fi
 done
 
@@ -259,7 +260,7 @@ for example in manifests/examples/*.yaml; do
       validate_objects "$out_file" "sandpool-operator render -f $example"
     else
       fail "sandpool-operator render -f $example"
-      sed 's/^/      /' "$WORK/render.err"
+      indent < "$WORK/render.err"
     fi
   fi
 done
