@@ -1,0 +1,290 @@
+//! The executor Deployment: arguments, probes, security context and scheduling.
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    AppArmorProfile, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, GRPCAction, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, SeccompProfile, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::child_meta;
+use crate::crd::IsolationMode;
+use crate::labels::{self, GRPC_PORT, HTTP_PORT, METRICS_PORT};
+use crate::resolve::ResolvedPool;
+
+/// Where the executor keeps per-run work directories (an emptyDir, so `/` can be read-only).
+pub const WORK_ROOT: &str = "/var/lib/sandpool";
+/// Name of the executor container.
+pub const CONTAINER: &str = "executor";
+/// The unprivileged uid/gid of `restricted` mode (the image's non-root user).
+pub const RESTRICTED_UID: i64 = 65532;
+/// Health service that stays SERVING while the process lives.
+const LIVENESS_SERVICE: &str = "liveness";
+
+/// Capabilities `namespaces` mode needs, each for one documented reason (docs/operator.md).
+pub const NAMESPACES_CAPABILITIES: [&str; 7] = [
+    "SYS_ADMIN",    // unshare pid/net/mount/ipc/uts namespaces, mount tmpfs work dirs
+    "SETUID",       // drop each run to an unprivileged uid
+    "SETGID",       // ... and gid
+    "KILL",         // kill a run's processes after they changed uid
+    "CHOWN",        // hand a run's work dir to the run's uid
+    "DAC_OVERRIDE", // clean up work dirs and write cgroup files owned by others
+    "FOWNER",       // set modes on files the run's uid owns
+];
+
+/// The executor's command-line arguments for a pool (every flag the spec decides).
+pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
+    let mut args = vec![
+        format!("--listen=0.0.0.0:{GRPC_PORT}"),
+        format!("--metrics-listen=0.0.0.0:{METRICS_PORT}"),
+    ];
+    if pool.http {
+        args.push(format!("--http-listen=0.0.0.0:{HTTP_PORT}"));
+    }
+    args.push(format!("--slots={}", pool.slots));
+    args.push(format!("--isolation={}", pool.isolation.as_str()));
+    if let Some(languages) = &pool.languages {
+        args.push(format!("--enable-languages={}", languages.join(",")));
+    }
+    let l = &pool.limits;
+    let optional = [
+        ("--default-wall-time-ms", l.wall_time_ms),
+        ("--max-wall-time-ms", Some(l.max_wall_time_ms)),
+        ("--default-cpu-time-ms", l.cpu_time_ms),
+        ("--max-cpu-time-ms", l.max_cpu_time_ms),
+        ("--default-memory-bytes", l.memory_bytes),
+        ("--max-memory-bytes", l.max_memory_bytes),
+        ("--default-output-bytes", l.output_bytes),
+        ("--max-output-bytes", l.max_output_bytes),
+        ("--default-processes", l.processes),
+        ("--max-processes", l.max_processes),
+    ];
+    for (flag, value) in optional {
+        if let Some(value) = value {
+            args.push(format!("{flag}={value}"));
+        }
+    }
+    if pool.gpu.is_some() {
+        args.push("--gpu".to_owned());
+    }
+    args.push(format!("--drain-timeout-ms={}", pool.drain_timeout_ms()));
+    args.push(format!("--work-root={WORK_ROOT}"));
+    args
+}
+
+/// The executor Deployment for a pool.
+pub fn deployment(pool: &ResolvedPool) -> Deployment {
+    let mut pod_labels = pool.pod_labels.clone();
+    pod_labels.extend(labels::common_labels(&pool.name));
+    let mut annotations = pool.pod_annotations.clone();
+    annotations.insert(
+        "kubectl.kubernetes.io/default-container".to_owned(),
+        CONTAINER.to_owned(),
+    );
+
+    let mut tolerations = pool.tolerations.clone();
+    if let Some(gpu) = &pool.gpu {
+        tolerations.extend(gpu.tolerations.iter().cloned());
+    }
+
+    let pod = PodSpec {
+        service_account_name: Some(pool.name.clone()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        host_network: Some(false),
+        host_pid: Some(false),
+        host_ipc: Some(false),
+        termination_grace_period_seconds: Some(pool.termination_grace_seconds()),
+        runtime_class_name: pool.runtime_class_name.clone(),
+        node_selector: (!pool.node_selector.is_empty()).then(|| pool.node_selector.clone()),
+        affinity: pool.affinity.clone(),
+        tolerations: (!tolerations.is_empty()).then_some(tolerations),
+        image_pull_secrets: (!pool.image_pull_secrets.is_empty())
+            .then(|| pool.image_pull_secrets.clone()),
+        security_context: pod_security_context(pool.isolation),
+        containers: vec![container(pool)],
+        volumes: Some(vec![empty_dir("work"), empty_dir("tmp")]),
+        ..Default::default()
+    };
+
+    Deployment {
+        metadata: child_meta(pool),
+        spec: Some(DeploymentSpec {
+            replicas: Some(pool.replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels::selector_labels(&pool.name)),
+                ..Default::default()
+            },
+            strategy: Some(strategy(pool)),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(annotations),
+                    ..Default::default()
+                }),
+                spec: Some(pod),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// CPU pools surge a new pod before an old one drains, so capacity never dips; GPU pools
+/// replace in place because a spare GPU for the surge pod usually does not exist.
+fn strategy(pool: &ResolvedPool) -> DeploymentStrategy {
+    let (max_surge, max_unavailable) = if pool.gpu.is_some() { (0, 1) } else { (1, 0) };
+    DeploymentStrategy {
+        type_: Some("RollingUpdate".to_owned()),
+        rolling_update: Some(RollingUpdateDeployment {
+            max_surge: Some(IntOrString::Int(max_surge)),
+            max_unavailable: Some(IntOrString::Int(max_unavailable)),
+        }),
+    }
+}
+
+fn container(pool: &ResolvedPool) -> Container {
+    let mut ports = vec![container_port("grpc", GRPC_PORT)];
+    if pool.http {
+        ports.push(container_port("http", HTTP_PORT));
+    }
+    ports.push(container_port("metrics", METRICS_PORT));
+    Container {
+        name: CONTAINER.to_owned(),
+        image: Some(pool.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        args: Some(executor_args(pool)),
+        env: Some(vec![EnvVar {
+            name: "SANDPOOL_NAME".to_owned(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".to_owned(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ports: Some(ports),
+        resources: pool.resources.clone(),
+        // Readiness uses the overall health service (""), which goes NOT_SERVING while
+        // draining or when no language works, so such pods leave the Service's DNS.
+        readiness_probe: Some(grpc_probe(None, 5, 2)),
+        // Liveness only asks whether the process is alive: a draining pod must not be
+        // restarted in the middle of its last runs.
+        liveness_probe: Some(grpc_probe(Some(LIVENESS_SERVICE), 10, 3)),
+        // Toolchain self-checks at startup may take a while; up to two minutes.
+        startup_probe: Some(grpc_probe(Some(LIVENESS_SERVICE), 2, 60)),
+        security_context: Some(container_security_context(pool.isolation)),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "work".to_owned(),
+                mount_path: WORK_ROOT.to_owned(),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "tmp".to_owned(),
+                mount_path: "/tmp".to_owned(),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    }
+}
+
+fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: port,
+        protocol: Some("TCP".to_owned()),
+        ..Default::default()
+    }
+}
+
+fn grpc_probe(service: Option<&str>, period: i32, failures: i32) -> Probe {
+    Probe {
+        grpc: Some(GRPCAction {
+            port: GRPC_PORT,
+            service: service.map(str::to_owned),
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+/// Pod-level settings: `restricted` pins the non-root identity for every container and volume.
+fn pod_security_context(mode: IsolationMode) -> Option<PodSecurityContext> {
+    match mode {
+        IsolationMode::Namespaces => None,
+        IsolationMode::Restricted => Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RESTRICTED_UID),
+            run_as_group: Some(RESTRICTED_UID),
+            fs_group: Some(RESTRICTED_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Container-level settings per isolation mode; docs/operator.md explains each item.
+fn container_security_context(mode: IsolationMode) -> SecurityContext {
+    match mode {
+        IsolationMode::Namespaces => SecurityContext {
+            // uid 0 inside the container, but with only the capabilities listed below.
+            run_as_user: Some(0),
+            run_as_non_root: Some(false),
+            privileged: Some(false),
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: Some(NAMESPACES_CAPABILITIES.map(str::to_owned).to_vec()),
+            }),
+            // The runtime's default seccomp and AppArmor profiles block mount(2) and
+            // unshare(2), which every run needs; the executor confines each run itself.
+            seccomp_profile: Some(SeccompProfile {
+                type_: "Unconfined".to_owned(),
+                ..Default::default()
+            }),
+            app_armor_profile: Some(AppArmorProfile {
+                type_: "Unconfined".to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        IsolationMode::Restricted => SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RESTRICTED_UID),
+            run_as_group: Some(RESTRICTED_UID),
+            privileged: Some(false),
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: None,
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
+}

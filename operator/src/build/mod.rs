@@ -1,0 +1,64 @@
+//! Pure builders: a [`ResolvedPool`] in, the Kubernetes objects for it out. No I/O here, so
+//! every field can be unit-tested without a cluster.
+
+mod deployment;
+mod disruption_budget;
+mod network_policy;
+mod service;
+mod service_account;
+
+#[cfg(test)]
+mod tests;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::labels;
+use crate::resolve::ResolvedPool;
+
+pub use deployment::{deployment, executor_args};
+pub use disruption_budget::disruption_budget;
+pub use network_policy::network_policy;
+pub use service::service;
+pub use service_account::service_account;
+
+/// Every object the operator wants for one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Children {
+    /// Identity of the executor pods (no token).
+    pub service_account: ServiceAccount,
+    /// Locks the pods down; applied before the Deployment so no pod runs unprotected.
+    pub network_policy: NetworkPolicy,
+    /// Headless Service for client-side round-robin.
+    pub service: Service,
+    /// Budget for voluntary disruptions; `None` means the pool wants none (and any is removed).
+    pub disruption_budget: Option<PodDisruptionBudget>,
+    /// The executor pods.
+    pub deployment: Deployment,
+}
+
+/// Builds every object for a pool.
+pub fn children(pool: &ResolvedPool) -> Children {
+    Children {
+        service_account: service_account(pool),
+        network_policy: network_policy(pool),
+        service: service(pool),
+        disruption_budget: disruption_budget(pool),
+        deployment: deployment(pool),
+    }
+}
+
+/// Metadata shared by every child: the pool's name and namespace, common labels, and the
+/// owner reference that makes deletion cascade.
+fn child_meta(pool: &ResolvedPool) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(pool.name.clone()),
+        namespace: Some(pool.namespace.clone()),
+        labels: Some(labels::common_labels(&pool.name)),
+        owner_references: pool.owner.clone().map(|o| vec![o]),
+        ..Default::default()
+    }
+}

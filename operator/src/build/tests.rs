@@ -1,0 +1,407 @@
+use serde_json::{Value, json};
+
+use super::*;
+use crate::crd::SandboxPool;
+use crate::defaults::PoolDefaults;
+use crate::resolve::resolve;
+
+fn resolved(spec: Value) -> ResolvedPool {
+    let pool: SandboxPool = serde_json::from_value(json!({
+        "apiVersion": "sandpool.dev/v1alpha1",
+        "kind": "SandboxPool",
+        "metadata": {"name": "python", "namespace": "evals", "uid": "u-1"},
+        "spec": spec,
+    }))
+    .expect("test pool deserializes");
+    resolve(&pool, &PoolDefaults::default(), "default").expect("test pool is valid")
+}
+
+fn to_json<T: serde::Serialize>(object: &T) -> Value {
+    serde_json::to_value(object).expect("object serializes")
+}
+
+fn meta() -> Value {
+    json!({
+        "name": "python",
+        "namespace": "evals",
+        "labels": {
+            "app.kubernetes.io/component": "executor",
+            "app.kubernetes.io/instance": "python",
+            "app.kubernetes.io/managed-by": "sandpool-operator",
+            "app.kubernetes.io/name": "sandpool-executor",
+            "app.kubernetes.io/part-of": "sandpool",
+            "sandpool.dev/pool": "python",
+        },
+        "ownerReferences": [{
+            "apiVersion": "sandpool.dev/v1alpha1",
+            "kind": "SandboxPool",
+            "name": "python",
+            "uid": "u-1",
+            "controller": true,
+        }],
+    })
+}
+
+fn selector() -> Value {
+    json!({
+        "app.kubernetes.io/instance": "python",
+        "app.kubernetes.io/name": "sandpool-executor",
+        "sandpool.dev/pool": "python",
+    })
+}
+
+/// The example from the issue, minus GPU (covered separately).
+fn example() -> Value {
+    json!({
+        "replicas": 3,
+        "image": "example.org/sandpool/executor:0.1.0",
+        "languages": ["python", "cpp"],
+        "concurrency": 2,
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+        "limits": {"wallTime": "10s", "maxWallTime": "60s", "memory": "512Mi", "maxMemory": "2Gi",
+                   "output": "8Mi", "processes": 256},
+        "isolation": {"mode": "namespaces", "runtimeClassName": "gvisor"},
+        "access": {"clients": [{"podSelector": {"matchLabels": {"role": "sandbox-user"}}}], "http": true},
+    })
+}
+
+#[test]
+fn service_account_has_no_token() {
+    assert_eq!(
+        to_json(&service_account(&resolved(json!({})))),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(), "automountServiceAccountToken": false})
+    );
+}
+
+#[test]
+fn service_is_headless_with_grpc_and_optional_http() {
+    let grpc = json!({"name": "grpc", "port": 50051, "targetPort": "grpc", "protocol": "TCP"});
+    let http = json!({"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"});
+    let metrics =
+        json!({"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"});
+    let expected = |ports: Value| {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta(),
+            "spec": {"clusterIP": "None", "selector": selector(), "ports": ports,
+                     "publishNotReadyAddresses": false},
+        })
+    };
+    assert_eq!(
+        to_json(&service(&resolved(json!({})))),
+        expected(json!([grpc.clone(), metrics.clone()]))
+    );
+    assert_eq!(
+        to_json(&service(&resolved(json!({"access": {"http": true}})))),
+        expected(json!([grpc, http, metrics]))
+    );
+}
+
+#[test]
+fn network_policy_default_denies_all_egress_and_admits_sandbox_users() {
+    assert_eq!(
+        to_json(&network_policy(&resolved(json!({})))),
+        json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta(),
+            "spec": {
+                "podSelector": {"matchLabels": selector()},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{
+                    "from": [{"podSelector": {"matchLabels": {"role": "sandbox-user"}}}],
+                    "ports": [{"protocol": "TCP", "port": 50051}],
+                }],
+                "egress": [],
+            },
+        })
+    );
+}
+
+#[test]
+fn network_policy_keeps_namespace_and_pod_selectors_anded() {
+    // One entry with both selectors: pods labelled eval-runner in namespaces labelled
+    // team=ml. Splitting it would admit every pod in team=ml namespaces.
+    let anded = json!({
+        "namespaceSelector": {"matchLabels": {"team": "ml"}},
+        "podSelector": {"matchLabels": {"app": "eval-runner"}},
+    });
+    let ored = json!({"namespaceSelector": {"matchLabels": {"team": "infra"}}});
+    let np = to_json(&network_policy(&resolved(json!({
+        "access": {"clients": [anded.clone(), ored.clone()], "http": true}
+    }))));
+    assert_eq!(
+        np["spec"]["ingress"],
+        json!([{
+            "from": [anded, ored],
+            "ports": [{"protocol": "TCP", "port": 50051}, {"protocol": "TCP", "port": 8080}],
+        }])
+    );
+    assert_eq!(
+        np["spec"]["ingress"][0]["from"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(np["spec"]["egress"], json!([]));
+    assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+}
+
+#[test]
+fn network_policy_with_no_clients_has_no_ingress_rule_at_all() {
+    // A rule without `from` would admit everyone; an empty client list must admit no one.
+    let np = to_json(&network_policy(&resolved(
+        json!({"access": {"clients": []}}),
+    )));
+    assert_eq!(np["spec"]["ingress"], json!([]));
+    assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+}
+
+#[test]
+fn network_policy_metrics_clients_get_only_the_metrics_port() {
+    let prom = json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                      "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}});
+    let np = to_json(&network_policy(&resolved(
+        json!({"access": {"metricsClients": [prom.clone()]}}),
+    )));
+    assert_eq!(
+        np["spec"]["ingress"][1],
+        json!({"from": [prom], "ports": [{"protocol": "TCP", "port": 9090}]})
+    );
+}
+
+#[test]
+fn disruption_budget_defaults_to_one_and_can_be_disabled() {
+    assert_eq!(
+        to_json(&disruption_budget(&resolved(json!({})))),
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(), "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector()}}})
+    );
+    let pdb = to_json(&disruption_budget(&resolved(
+        json!({"disruptionBudget": {"maxUnavailable": "50%"}}),
+    )));
+    assert_eq!(pdb["spec"]["maxUnavailable"], "50%");
+    assert!(
+        disruption_budget(&resolved(json!({"disruptionBudget": {"enabled": false}}))).is_none()
+    );
+}
+
+#[test]
+fn executor_args_follow_the_spec() {
+    assert_eq!(
+        executor_args(&resolved(example())),
+        [
+            "--listen=0.0.0.0:50051",
+            "--metrics-listen=0.0.0.0:9090",
+            "--http-listen=0.0.0.0:8080",
+            "--slots=2",
+            "--isolation=namespaces",
+            "--enable-languages=python,cpp",
+            "--default-wall-time-ms=10000",
+            "--max-wall-time-ms=60000",
+            "--default-memory-bytes=536870912",
+            "--max-memory-bytes=2147483648",
+            "--default-output-bytes=8388608",
+            "--default-processes=256",
+            "--drain-timeout-ms=65000",
+            "--work-root=/var/lib/sandpool",
+        ]
+    );
+    assert_eq!(
+        executor_args(&resolved(
+            json!({"isolation": {"mode": "restricted"}, "gpu": {"count": 1},
+            "limits": {"cpuTime": "5s", "maxCpuTime": "30s", "maxOutput": "1Mi", "maxProcesses": 32}})
+        )),
+        [
+            "--listen=0.0.0.0:50051",
+            "--metrics-listen=0.0.0.0:9090",
+            "--slots=1",
+            "--isolation=restricted",
+            "--max-wall-time-ms=60000",
+            "--default-cpu-time-ms=5000",
+            "--max-cpu-time-ms=30000",
+            "--max-output-bytes=1048576",
+            "--max-processes=32",
+            "--gpu",
+            "--drain-timeout-ms=65000",
+            "--work-root=/var/lib/sandpool",
+        ]
+    );
+}
+
+#[test]
+fn deployment_for_the_issue_example_is_exact() {
+    let mut pod_labels = meta()["labels"].clone();
+    pod_labels["team"] = json!("ml");
+    let mut spec = example();
+    spec["podTemplate"] = json!({"labels": {"team": "ml"}, "annotations": {"cost-center": "42"}});
+    spec["nodeSelector"] = json!({"pool": "sandbox"});
+    spec["tolerations"] = json!([{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}]);
+    spec["affinity"] = json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"sandpool.dev/pool": "python"}}}}]}});
+    spec["imagePullSecrets"] = json!([{"name": "regcred"}]);
+    let pool = resolved(spec.clone());
+    let container = json!({
+                "name": "executor",
+                "image": "example.org/sandpool/executor:0.1.0",
+                "imagePullPolicy": "IfNotPresent",
+                "args": executor_args(&pool),
+                "env": [{"name": "SANDPOOL_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "ports": [
+                    {"name": "grpc", "containerPort": 50051, "protocol": "TCP"},
+                    {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                    {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+                ],
+                "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+                "readinessProbe": {"grpc": {"port": 50051}, "periodSeconds": 5, "failureThreshold": 2},
+                "livenessProbe": {"grpc": {"port": 50051, "service": "liveness"}, "periodSeconds": 10, "failureThreshold": 3},
+                "startupProbe": {"grpc": {"port": 50051, "service": "liveness"}, "periodSeconds": 2, "failureThreshold": 60},
+                "securityContext": {
+                    "runAsUser": 0,
+                    "runAsNonRoot": false,
+                    "privileged": false,
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN", "SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"]},
+                    "seccompProfile": {"type": "Unconfined"},
+                    "appArmorProfile": {"type": "Unconfined"},
+                },
+                "volumeMounts": [
+                    {"name": "work", "mountPath": "/var/lib/sandpool"},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                ],
+    });
+    assert_eq!(
+        to_json(&deployment(&pool)),
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta(),
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": selector()},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "template": {
+                    "metadata": {
+                        "labels": pod_labels,
+                        "annotations": {"cost-center": "42", "kubectl.kubernetes.io/default-container": "executor"},
+                    },
+                    "spec": {
+                        "serviceAccountName": "python",
+                        "automountServiceAccountToken": false,
+                        "enableServiceLinks": false,
+                        "hostNetwork": false,
+                        "hostPID": false,
+                        "hostIPC": false,
+                        "terminationGracePeriodSeconds": 75,
+                        "runtimeClassName": "gvisor",
+                        "nodeSelector": {"pool": "sandbox"},
+                        "affinity": spec["affinity"],
+                        "tolerations": spec["tolerations"],
+                        "imagePullSecrets": [{"name": "regcred"}],
+                        "containers": [container],
+                        "volumes": [{"name": "work", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
+                    },
+                },
+            },
+        })
+    );
+}
+
+#[test]
+fn restricted_mode_fits_the_restricted_pod_security_standard() {
+    let d = to_json(&deployment(&resolved(
+        json!({"isolation": {"mode": "restricted"}}),
+    )));
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
+               "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert_eq!(
+        pod["containers"][0]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "privileged": false,
+               "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+               "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert!(pod.get("runtimeClassName").is_none());
+    for host in ["hostNetwork", "hostPID", "hostIPC"] {
+        assert_eq!(pod[host], false, "{host}");
+    }
+}
+
+#[test]
+fn gpu_pool_gets_limit_selector_tolerations_flag_and_in_place_rollouts() {
+    let pool = resolved(json!({
+        "resources": {"limits": {"memory": "16Gi"}},
+        "nodeSelector": {"pool": "gpu"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "evals", "effect": "NoSchedule"}],
+        "gpu": {"count": 2, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+    }));
+    let d = to_json(&deployment(&pool));
+    let pod = &d["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(
+        c["resources"]["limits"],
+        json!({"memory": "16Gi", "nvidia.com/gpu": "2"})
+    );
+    assert!(
+        c["args"]
+            .as_array()
+            .is_some_and(|a| a.contains(&json!("--gpu")))
+    );
+    assert_eq!(
+        pod["nodeSelector"],
+        json!({"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    );
+    assert_eq!(
+        pod["tolerations"],
+        json!([
+            {"key": "dedicated", "operator": "Equal", "value": "evals", "effect": "NoSchedule"},
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        ])
+    );
+    assert_eq!(
+        d["spec"]["strategy"]["rollingUpdate"],
+        json!({"maxSurge": 0, "maxUnavailable": 1})
+    );
+
+    let custom = to_json(&deployment(&resolved(
+        json!({"gpu": {"count": 1, "resourceName": "amd.com/gpu",
+        "tolerations": [{"key": "amd", "operator": "Exists"}]}}),
+    )));
+    let pod = &custom["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["resources"],
+        json!({"limits": {"amd.com/gpu": "1"}})
+    );
+    assert_eq!(
+        pod["tolerations"],
+        json!([{"key": "amd", "operator": "Exists"}])
+    );
+}
+
+#[test]
+fn termination_grace_covers_the_longest_run() {
+    let grace = |spec| {
+        to_json(&deployment(&resolved(spec)))["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].clone()
+    };
+    assert_eq!(grace(json!({})), json!(75));
+    assert_eq!(grace(json!({"limits": {"maxWallTime": "10m"}})), json!(615));
+    assert_eq!(
+        grace(json!({"limits": {"maxWallTime": "1500ms"}})),
+        json!(17)
+    );
+}
+
+#[test]
+fn children_skip_the_budget_when_disabled() {
+    let all = children(&resolved(json!({})));
+    assert!(all.disruption_budget.is_some());
+    let none = children(&resolved(json!({"disruptionBudget": {"enabled": false}})));
+    assert!(none.disruption_budget.is_none());
+    assert_eq!(
+        none.deployment,
+        deployment(&resolved(json!({"disruptionBudget": {"enabled": false}})))
+    );
+}

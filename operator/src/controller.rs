@@ -1,0 +1,211 @@
+//! The `run` subcommand: wires the reconcile loop to watches, leader election, the health
+//! and metrics endpoint, and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::ListParams;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::crd::SandboxPool;
+use crate::defaults::PoolDefaults;
+use crate::http::{self, Health};
+use crate::labels::FIELD_MANAGER;
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::reconcile::{self, Context};
+
+/// Settings of `sandpool-operator run`.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Namespace to watch; `None` watches all namespaces.
+    pub namespace: Option<String>,
+    /// Defaults for pools.
+    pub defaults: PoolDefaults,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    pub http_listen: SocketAddr,
+    /// Lease namespace and identity; `None` disables leader election (one replica only).
+    pub leader: Option<(String, String)>,
+}
+
+/// Why `run` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No usable kubeconfig or in-cluster config.
+    #[error("cannot configure a Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// The SandboxPool CRD is not installed or not readable.
+    #[error("cannot list SandboxPools (is the CRD installed and RBAC granted?): {0}")]
+    Crd(#[source] kube::Error),
+    /// Leader election could not start.
+    #[error("leader election: {0}")]
+    Leader(#[from] kube_lease_manager::LeaseManagerError),
+    /// Another replica took over; exiting lets this one restart as a standby.
+    #[error("lost the leader lease")]
+    LostLeadership,
+    /// The HTTP endpoint could not bind.
+    #[error("health endpoint: {0}")]
+    Http(#[source] std::io::Error),
+}
+
+/// Runs the operator until SIGTERM/SIGINT (or lost leadership), with the client that the
+/// environment configures (in-cluster or `KUBECONFIG`).
+pub async fn run(config: RunConfig) -> Result<(), RunError> {
+    let client = Client::try_default().await.map_err(RunError::Client)?;
+    run_with_client(client, config).await
+}
+
+/// [`run`] with a given client.
+pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), RunError> {
+    let metrics = Metrics::default();
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let health = Arc::new(Health {
+        registry,
+        ready: Default::default(),
+    });
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested");
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let listener = tokio::net::TcpListener::bind(config.http_listen)
+        .await
+        .map_err(RunError::Http)?;
+    let server = tokio::spawn(http::serve(listener, health.clone(), stopped()));
+
+    let pools: Api<SandboxPool> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    pools
+        .list(&ListParams::default().limit(1))
+        .await
+        .map_err(RunError::Crd)?;
+    health.ready.store(true, Ordering::Relaxed);
+
+    let leadership = match &config.leader {
+        None => None,
+        Some((namespace, identity)) => {
+            let mut leadership = Leadership::start(client.clone(), namespace, identity).await?;
+            tracing::info!(%namespace, %identity, "waiting for the leader lease");
+            tokio::select! {
+                acquired = leadership.acquired() => {
+                    if !acquired {
+                        return Err(RunError::LostLeadership);
+                    }
+                }
+                () = stopped() => {
+                    leadership.release().await;
+                    return Ok(());
+                }
+            }
+            tracing::info!("leading");
+            metrics.leader.set(1);
+            Some(leadership)
+        }
+    };
+
+    let lost = leadership.as_ref().map(Leadership::lost);
+    let (lost_tx, mut lost_rx) = watch::channel(false);
+    let stop = stopped();
+    let shutdown = async move {
+        match lost {
+            Some(lost) => tokio::select! {
+                () = stop => {}
+                () = lost => { let _ = lost_tx.send(true); }
+            },
+            None => stop.await,
+        }
+    };
+
+    tracing::info!(namespace = ?config.namespace, "watching SandboxPools");
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        config.defaults,
+        metrics.clone(),
+    ));
+    // Only the operator's own children matter; the label keeps the caches small.
+    let owned =
+        watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
+    let ns = config.namespace.as_deref();
+    Controller::new(pools, watcher::Config::default())
+        .owns(api::<Deployment>(&client, ns), owned.clone())
+        .owns(api::<Service>(&client, ns), owned.clone())
+        .owns(api::<NetworkPolicy>(&client, ns), owned.clone())
+        .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
+        .owns(api::<ServiceAccount>(&client, ns), owned)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((pool, _)) => tracing::debug!(pool = %pool, "reconciled"),
+                Err(error) => tracing::debug!(%error, "reconcile did not complete"),
+            }
+        })
+        .await;
+
+    metrics.leader.set(0);
+    let lost_leadership = lost_rx.borrow_and_update().to_owned();
+    if let Some(leadership) = leadership {
+        leadership.release().await;
+    }
+    if lost_leadership {
+        // No shutdown signal came, so the server would wait for one forever.
+        server.abort();
+        return Err(RunError::LostLeadership);
+    }
+    let _ = server.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -1,0 +1,306 @@
+//! The `SandboxPool` custom resource (`sandpool.dev/v1alpha1`).
+//!
+//! Field names are the user-facing contract. Values the schema can check are checked here
+//! (patterns, minimums, CEL rules); everything else is checked by [`crate::validate`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// API group of every Sandpool resource.
+pub const GROUP: &str = "sandpool.dev";
+
+/// Go-style duration as Kubernetes writes it (`500ms`, `10s`, `1m30s`).
+const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$";
+/// Kubernetes resource quantity (`512Mi`, `2Gi`, `1000000`).
+const QUANTITY_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
+
+/// A pool of identical Sandpool executors that only the pool's clients can reach.
+// The printer columns repeat `type_ = "integer"`, which this lint mistakes for a duplicate.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "sandpool.dev",
+    version = "v1alpha1",
+    kind = "SandboxPool",
+    namespaced,
+    shortname = "sbp",
+    category = "sandpool",
+    status = "SandboxPoolStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A pool of Sandpool executors that run untrusted code for the pool's clients.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Languages", type_ = "string", json_path = ".spec.languages"),
+    printcolumn(name = "GPU", type_ = "integer", json_path = ".spec.gpu.count"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxPoolSpec {
+    /// Number of executor pods.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    /// Executor image; defaults to the operator's `--executor-image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+    /// Secrets for pulling the executor image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
+    /// Languages the pool offers; defaults to every language the image offers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(regex(pattern = r"^[a-z][a-z0-9_+#.-]*$"))
+    )]
+    pub languages: Option<Vec<String>>,
+    /// Run slots per pod; defaults to the CPU request rounded down (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub concurrency: Option<i32>,
+    /// Compute resources of each executor container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Per-run limits: defaults applied when a request names none, and ceilings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RunLimits>,
+    /// How each run is isolated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
+    /// Who may reach the pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<Access>,
+    /// Makes this a GPU pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuSpec>,
+    /// Node selector for the executor pods (merged with `gpu.nodeSelector`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Affinity of the executor pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Tolerations of the executor pods (added to the GPU tolerations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// Extra labels and annotations for the executor pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateMeta>,
+    /// The pool's PodDisruptionBudget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption_budget: Option<DisruptionBudget>,
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+/// Per-run limits. Durations are Go-style (`10s`), sizes are quantities (`512Mi`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.wallTime) || !has(self.maxWallTime) || duration(self.wallTime) <= duration(self.maxWallTime)").message("wallTime must not exceed maxWallTime"),
+    validation = Rule::new("!has(self.cpuTime) || !has(self.maxCpuTime) || duration(self.cpuTime) <= duration(self.maxCpuTime)").message("cpuTime must not exceed maxCpuTime"),
+    validation = Rule::new("!has(self.memory) || !has(self.maxMemory) || quantity(self.memory).compareTo(quantity(self.maxMemory)) <= 0").message("memory must not exceed maxMemory"),
+    validation = Rule::new("!has(self.output) || !has(self.maxOutput) || quantity(self.output).compareTo(quantity(self.maxOutput)) <= 0").message("output must not exceed maxOutput"),
+    validation = Rule::new("!has(self.processes) || !has(self.maxProcesses) || self.processes <= self.maxProcesses").message("processes must not exceed maxProcesses")
+)]
+pub struct RunLimits {
+    /// Default wall-clock limit of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = DURATION_PATTERN))]
+    pub wall_time: Option<String>,
+    /// Largest wall-clock limit a run may ask for; also sizes the pods' termination grace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = DURATION_PATTERN))]
+    pub max_wall_time: Option<String>,
+    /// Default CPU-time limit of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = DURATION_PATTERN))]
+    pub cpu_time: Option<String>,
+    /// Largest CPU-time limit a run may ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = DURATION_PATTERN))]
+    pub max_cpu_time: Option<String>,
+    /// Default memory limit of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
+    pub memory: Option<String>,
+    /// Largest memory limit a run may ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
+    pub max_memory: Option<String>,
+    /// Default cap on a run's captured output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
+    pub output: Option<String>,
+    /// Largest output cap a run may ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
+    pub max_output: Option<String>,
+    /// Default process limit of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub processes: Option<i32>,
+    /// Largest process limit a run may ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_processes: Option<i32>,
+}
+
+/// How runs are isolated from each other and from the pod.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Isolation {
+    /// Isolation mode; defaults to the operator's `--default-isolation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<IsolationMode>,
+    /// RuntimeClass for the pods (e.g. `gvisor`, `kata`); defaults to the operator's
+    /// `--default-runtime-class`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub runtime_class_name: Option<String>,
+}
+
+/// Executor isolation mode (the executor's `--isolation`).
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum IsolationMode {
+    /// Per-run Linux namespaces, cgroups and an unprivileged uid; needs a few capabilities.
+    #[default]
+    Namespaces,
+    /// Fits the Pod Security Standard "restricted"; relies on the pod boundary
+    /// (pair it with a sandboxing RuntimeClass such as gVisor).
+    Restricted,
+}
+
+impl IsolationMode {
+    /// The executor's spelling of the mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IsolationMode::Namespaces => "namespaces",
+            IsolationMode::Restricted => "restricted",
+        }
+    }
+}
+
+/// Who may connect to the pool.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Access {
+    /// NetworkPolicy peers allowed to reach the executor ports. Unset: pods labelled
+    /// `role=sandbox-user` in the pool's namespace. An empty list admits nobody.
+    /// A `podSelector` and `namespaceSelector` in the same entry must both match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Vec<NetworkPolicyPeer>>,
+    /// Also serve the SandboxFusion-compatible HTTP API on port 8080.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<bool>,
+    /// NetworkPolicy peers allowed to scrape `/metrics` on port 9090. Unset: nobody.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_clients: Option<Vec<NetworkPolicyPeer>>,
+}
+
+/// GPU settings of a GPU pool.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.count >= 1").message("gpu.count must be at least 1"))]
+pub struct GpuSpec {
+    /// GPUs per pod.
+    #[serde(default = "default_gpu_count")]
+    pub count: i64,
+    /// Extended resource that counts the GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub resource_name: Option<String>,
+    /// Extra node selector for GPU nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Tolerations for GPU nodes. Unset: tolerate the `<resourceName>` NoSchedule taint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+}
+
+fn default_gpu_count() -> i64 {
+    1
+}
+
+/// Extra metadata for the executor pods.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplateMeta {
+    /// Extra pod labels; may not override the labels the operator selects on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Extra pod annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+/// The pool's PodDisruptionBudget.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionBudget {
+    /// Create the budget (default true); false removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Pods that may be down at once during voluntary disruptions (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+/// Observed state of a pool.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxPoolStatus {
+    /// Executor pods that exist.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Executor pods that pass readiness.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Label selector of the pool's pods (for the scale subresource and HPA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// gRPC target clients dial, e.g. `dns:///python.evals.svc.cluster.local:50051`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready, Progressing and Degraded (KEP-1623).
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// The CustomResourceDefinition as YAML, exactly as committed at `manifests/crd.yaml`.
+pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::from(
+        "# Generated by `sandpool-operator crd` from operator/src/crd.rs; do not edit.\n",
+    );
+    out.push_str(&serde_yaml::to_string(&SandboxPool::crd())?);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,118 @@
+use kube::core::cel::validate_cel;
+use serde_json::json;
+
+use super::*;
+
+fn pool(spec: serde_json::Value) -> SandboxPool {
+    serde_json::from_value(json!({
+        "apiVersion": "sandpool.dev/v1alpha1",
+        "kind": "SandboxPool",
+        "metadata": {"name": "python", "namespace": "evals"},
+        "spec": spec,
+    }))
+    .expect("test pool deserializes")
+}
+
+#[test]
+fn committed_crds_match_the_rust_types() {
+    let generated = crd_yaml().expect("CRD serializes");
+    for copy in [
+        "manifests/crd.yaml",
+        "charts/sandpool/crds/sandboxpools.sandpool.dev.yaml",
+    ] {
+        let path = format!("{}/../{copy}", env!("CARGO_MANIFEST_DIR"));
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "{copy} is out of date; regenerate it with `scripts/check-manifests.sh --update` \
+             (or `cargo run -p sandpool-operator -- crd > {copy}`)"
+        );
+    }
+}
+
+#[test]
+fn crd_names_and_subresources() {
+    let crd = serde_json::to_value(SandboxPool::crd()).expect("CRD serializes");
+    assert_eq!(crd["metadata"]["name"], "sandboxpools.sandpool.dev");
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    assert_eq!(crd["spec"]["names"]["shortNames"], json!(["sbp"]));
+    assert_eq!(crd["spec"]["names"]["categories"], json!(["sandpool"]));
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(version["name"], "v1alpha1");
+    assert_eq!(version["subresources"]["status"], json!({}));
+    assert_eq!(
+        version["subresources"]["scale"],
+        json!({
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        })
+    );
+    let columns: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .expect("printer columns")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(columns, ["Replicas", "Ready", "Languages", "GPU", "Age"]);
+}
+
+#[test]
+fn the_issue_example_passes_cel() {
+    let example = pool(json!({
+        "replicas": 3,
+        "languages": ["python", "cpp"],
+        "concurrency": 2,
+        "limits": {"wallTime": "10s", "maxWallTime": "60s", "memory": "512Mi",
+                   "maxMemory": "2Gi", "output": "8Mi", "processes": 256},
+        "isolation": {"mode": "namespaces", "runtimeClassName": "gvisor"},
+        "gpu": {"count": 1, "resourceName": "nvidia.com/gpu"},
+    }));
+    assert!(
+        validate_cel(&example).is_ok(),
+        "{:?}",
+        validate_cel(&example)
+    );
+}
+
+#[test]
+fn cel_rejects_wall_time_above_its_maximum() {
+    let bad = pool(json!({"limits": {"wallTime": "2m", "maxWallTime": "90s"}}));
+    let err = format!("{:?}", validate_cel(&bad).expect_err("CEL must reject"));
+    assert!(
+        err.contains("wallTime must not exceed maxWallTime"),
+        "{err}"
+    );
+    let ok = pool(json!({"limits": {"wallTime": "1m30s", "maxWallTime": "90s"}}));
+    assert!(validate_cel(&ok).is_ok());
+}
+
+#[test]
+fn cel_compares_quantities_by_value_not_text() {
+    let bad = pool(json!({"limits": {"memory": "3Gi", "maxMemory": "2048Mi"}}));
+    let err = format!("{:?}", validate_cel(&bad).expect_err("CEL must reject"));
+    assert!(err.contains("memory must not exceed maxMemory"), "{err}");
+    let ok = pool(json!({"limits": {"memory": "512Mi", "maxMemory": "2Gi"}}));
+    assert!(validate_cel(&ok).is_ok());
+}
+
+#[test]
+fn cel_rejects_zero_gpus_and_excess_processes() {
+    let gpu = pool(json!({"gpu": {"count": 0}}));
+    let err = format!("{:?}", validate_cel(&gpu).expect_err("CEL must reject"));
+    assert!(err.contains("gpu.count must be at least 1"), "{err}");
+    let procs = pool(json!({"limits": {"processes": 300, "maxProcesses": 256}}));
+    let err = format!("{:?}", validate_cel(&procs).expect_err("CEL must reject"));
+    assert!(
+        err.contains("processes must not exceed maxProcesses"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unset_spec_fields_stay_unset_on_the_wire() {
+    let minimal = pool(json!({}));
+    assert_eq!(minimal.spec.replicas, 1);
+    let wire = serde_json::to_value(&minimal.spec).expect("spec serializes");
+    assert_eq!(wire, json!({"replicas": 1}));
+}

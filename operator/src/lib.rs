@@ -1,0 +1,32 @@
+//! Sandpool's Kubernetes operator: `SandboxPool` objects in, locked-down executor fleets out.
+//!
+//! - [`crd`]: the `SandboxPool` resource and its generated CRD.
+//! - [`resolve`]: checks a spec and fills in defaults, or names the field it cannot honour.
+//! - [`build`]: pure builders from a resolved pool to Deployment, Service, NetworkPolicy,
+//!   ServiceAccount and PodDisruptionBudget.
+//! - [`apply`]: server-side apply of one child, skipped when nothing would change.
+//! - [`status`]: the pool's status and its Ready/Progressing/Degraded conditions.
+//! - [`reconcile`]: the reconcile loop and its error policy.
+//! - [`metrics`]: Prometheus metrics of the loop.
+//! - [`controller`]: the `run` subcommand: watches, leader election, shutdown.
+//! - [`leader`]: Lease-based leader election.
+//! - [`http`]: `/metrics`, `/healthz` and `/readyz`.
+//! - [`units`]: durations and quantities in the executor's units.
+//! - [`labels`]: names, labels and ports shared by every object.
+//! - [`defaults`]: operator-wide defaults (image, isolation, runtime class).
+//! - [`render`]: the `render` subcommand, objects for pools in a file.
+
+pub mod apply;
+pub mod build;
+pub mod controller;
+pub mod crd;
+pub mod defaults;
+pub mod http;
+pub mod labels;
+pub mod leader;
+pub mod metrics;
+pub mod reconcile;
+pub mod render;
+pub mod resolve;
+pub mod status;
+pub mod units;

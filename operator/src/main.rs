@@ -1,0 +1,179 @@
+//! `sandpool-operator`: run the controller, print the CRD, or render a pool's objects.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use sandpool_operator::controller::{self, RunConfig};
+use sandpool_operator::crd::IsolationMode;
+use sandpool_operator::defaults::{PoolDefaults, default_executor_image};
+
+#[derive(Parser)]
+#[command(
+    name = "sandpool-operator",
+    version,
+    about = "Kubernetes operator for Sandpool executor pools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the controller: watch SandboxPools and manage their executors.
+    Run(RunArgs),
+    /// Print the SandboxPool CustomResourceDefinition as YAML.
+    Crd,
+    /// Print every object the operator would apply for the pools in a file (no cluster needed).
+    Render(RenderArgs),
+}
+
+/// Defaults applied to pools that leave these fields unset.
+#[derive(Args, Clone)]
+struct DefaultsArgs {
+    /// Executor image for pools without `spec.image`.
+    #[arg(long, env = "SANDPOOL_EXECUTOR_IMAGE", default_value_t = default_executor_image())]
+    executor_image: String,
+    /// Isolation mode for pools without `spec.isolation.mode`.
+    #[arg(long, env = "SANDPOOL_DEFAULT_ISOLATION", default_value = "namespaces", value_parser = parse_isolation)]
+    default_isolation: IsolationMode,
+    /// RuntimeClass for pools without `spec.isolation.runtimeClassName`.
+    #[arg(long, env = "SANDPOOL_DEFAULT_RUNTIME_CLASS")]
+    default_runtime_class: Option<String>,
+    /// Cluster DNS domain, for `status.endpoint`.
+    #[arg(long, env = "SANDPOOL_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    cluster_domain: String,
+}
+
+impl From<DefaultsArgs> for PoolDefaults {
+    fn from(a: DefaultsArgs) -> Self {
+        PoolDefaults {
+            executor_image: a.executor_image,
+            isolation: a.default_isolation,
+            runtime_class_name: a.default_runtime_class.filter(|s| !s.is_empty()),
+            cluster_domain: a.cluster_domain,
+        }
+    }
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Namespace to watch; unset watches all namespaces (needs a ClusterRole).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(
+        long,
+        env = "SANDPOOL_OPERATOR_HTTP_LISTEN",
+        default_value = "0.0.0.0:8081"
+    )]
+    http_listen: SocketAddr,
+    /// Elect a leader with a Lease so several replicas are safe.
+    #[arg(long, env = "SANDPOOL_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the leader Lease (defaults to the watched namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// This replica's identity in the Lease (defaults to the host name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Log format.
+    #[arg(long, env = "SANDPOOL_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    #[command(flatten)]
+    defaults: DefaultsArgs,
+}
+
+#[derive(Args)]
+struct RenderArgs {
+    /// File with one or more SandboxPool documents (`-` reads standard input).
+    #[arg(short = 'f', long = "filename")]
+    file: PathBuf,
+    /// Namespace for pools that name none.
+    #[arg(short, long, default_value = "default")]
+    namespace: String,
+    #[command(flatten)]
+    defaults: DefaultsArgs,
+}
+
+fn parse_isolation(s: &str) -> Result<IsolationMode, String> {
+    match s {
+        "namespaces" => Ok(IsolationMode::Namespaces),
+        "restricted" => Ok(IsolationMode::Restricted),
+        other => Err(format!(
+            "{other:?} is not an isolation mode (namespaces, restricted)"
+        )),
+    }
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_tracing(&args.log_format);
+    // An empty WATCH_NAMESPACE (as a chart renders it for cluster-wide installs) means all.
+    let namespace = args.namespace.filter(|ns| !ns.is_empty());
+    let leader = if args.leader_elect {
+        let namespace = args
+            .lease_namespace
+            .filter(|ns| !ns.is_empty())
+            .or_else(|| namespace.clone())
+            .context("leader election needs --lease-namespace (POD_NAMESPACE) or --namespace")?;
+        let identity = match args.identity {
+            Some(identity) => identity,
+            None => std::env::var("HOSTNAME")
+                .context("leader election needs --identity (POD_NAME) or HOSTNAME")?,
+        };
+        Some((namespace, identity))
+    } else {
+        None
+    };
+    let config = RunConfig {
+        namespace,
+        defaults: args.defaults.into(),
+        http_listen: args.http_listen,
+        leader,
+    };
+    controller::run(config).await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => run(args).await,
+        Command::Crd => {
+            print!("{}", sandpool_operator::crd::crd_yaml()?);
+            Ok(())
+        }
+        Command::Render(args) => {
+            let input = if args.file.as_os_str() == "-" {
+                let mut s = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut s)
+                    .context("reading standard input")?;
+                s
+            } else {
+                std::fs::read_to_string(&args.file)
+                    .with_context(|| format!("reading {}", args.file.display()))?
+            };
+            let out =
+                sandpool_operator::render::render(&input, &args.defaults.into(), &args.namespace)?;
+            print!("{out}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! Turns a `SandboxPool` into a fully defaulted, checked [`ResolvedPool`], or an
+//! [`InvalidSpec`] naming the field the operator cannot honour.
+//!
+//! The CRD schema catches most mistakes at admission; this catches the rest (and everything,
+//! for `render` and for API servers that skip CEL), so builders never see unchecked input.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    Affinity, LocalObjectReference, ResourceRequirements, Toleration,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use crate::crd::{IsolationMode, RunLimits, SandboxPool};
+use crate::defaults::PoolDefaults;
+use crate::labels;
+use crate::units;
+
+/// Default GPU extended resource.
+pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// Largest run time the pool allows when `limits.maxWallTime` is unset.
+pub const DEFAULT_MAX_WALL_TIME_MS: u64 = 60_000;
+/// Extra time the executor's drain gets beyond the longest run (process teardown, reply).
+pub const DRAIN_MARGIN_MS: u64 = 5_000;
+/// Extra grace beyond the drain timeout before the kubelet sends SIGKILL.
+pub const TERMINATION_MARGIN_S: i64 = 10;
+
+/// A spec the schema admitted but the operator cannot honour.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidSpec {
+    /// Path of the offending field, e.g. `spec.limits.wallTime`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl InvalidSpec {
+    fn new(field: impl Into<String>, message: impl ToString) -> Self {
+        Self {
+            field: field.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Per-run limits in the executor's units. `None` leaves the executor's own default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResolvedLimits {
+    /// `--default-wall-time-ms`.
+    pub wall_time_ms: Option<u64>,
+    /// `--max-wall-time-ms`; always set because it sizes the drain and termination grace.
+    pub max_wall_time_ms: u64,
+    /// `--default-cpu-time-ms`.
+    pub cpu_time_ms: Option<u64>,
+    /// `--max-cpu-time-ms`.
+    pub max_cpu_time_ms: Option<u64>,
+    /// `--default-memory-bytes`.
+    pub memory_bytes: Option<u64>,
+    /// `--max-memory-bytes`.
+    pub max_memory_bytes: Option<u64>,
+    /// `--default-output-bytes`.
+    pub output_bytes: Option<u64>,
+    /// `--max-output-bytes`.
+    pub max_output_bytes: Option<u64>,
+    /// `--default-processes`.
+    pub processes: Option<u64>,
+    /// `--max-processes`.
+    pub max_processes: Option<u64>,
+}
+
+/// GPU settings with defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedGpu {
+    /// GPUs per pod.
+    pub count: i64,
+    /// Extended resource name.
+    pub resource_name: String,
+    /// Tolerations for GPU nodes.
+    pub tolerations: Vec<Toleration>,
+}
+
+/// Everything the builders need, checked and defaulted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedPool {
+    /// Pool name; also the name of every child object.
+    pub name: String,
+    /// Pool namespace.
+    pub namespace: String,
+    /// Owner reference to the pool (absent when rendering a pool that was never stored).
+    pub owner: Option<OwnerReference>,
+    /// Desired pod count.
+    pub replicas: i32,
+    /// Executor image.
+    pub image: String,
+    /// Image pull secrets.
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Languages to enable; `None` enables all the image offers.
+    pub languages: Option<Vec<String>>,
+    /// Run slots per pod.
+    pub slots: u32,
+    /// Container resources (with the GPU limit added for GPU pools).
+    pub resources: Option<ResourceRequirements>,
+    /// Per-run limits.
+    pub limits: ResolvedLimits,
+    /// Isolation mode.
+    pub isolation: IsolationMode,
+    /// RuntimeClass, if any.
+    pub runtime_class_name: Option<String>,
+    /// Serve the HTTP port too.
+    pub http: bool,
+    /// Peers allowed on the executor ports.
+    pub clients: Vec<NetworkPolicyPeer>,
+    /// Peers allowed on the metrics port.
+    pub metrics_clients: Vec<NetworkPolicyPeer>,
+    /// GPU settings for GPU pools.
+    pub gpu: Option<ResolvedGpu>,
+    /// Merged node selector.
+    pub node_selector: BTreeMap<String, String>,
+    /// Pod affinity.
+    pub affinity: Option<Affinity>,
+    /// Pool tolerations (GPU tolerations come from [`ResolvedGpu`]).
+    pub tolerations: Vec<Toleration>,
+    /// Extra pod labels.
+    pub pod_labels: BTreeMap<String, String>,
+    /// Extra pod annotations.
+    pub pod_annotations: BTreeMap<String, String>,
+    /// PDB `maxUnavailable`, or `None` when the budget is disabled.
+    pub max_unavailable: Option<IntOrString>,
+}
+
+impl ResolvedPool {
+    /// How long the executor waits for in-flight runs after SIGTERM.
+    pub fn drain_timeout_ms(&self) -> u64 {
+        self.limits.max_wall_time_ms + DRAIN_MARGIN_MS
+    }
+
+    /// Pod termination grace: the drain plus a margin, so the kubelet never kills a run that
+    /// was still within its allowed time.
+    pub fn termination_grace_seconds(&self) -> i64 {
+        let drain_s = self.drain_timeout_ms().div_ceil(1000);
+        i64::try_from(drain_s).unwrap_or(i64::MAX / 2) + TERMINATION_MARGIN_S
+    }
+
+    /// The gRPC target clients dial.
+    pub fn endpoint(&self, cluster_domain: &str) -> String {
+        format!(
+            "dns:///{}.{}.svc.{}:{}",
+            self.name,
+            self.namespace,
+            cluster_domain,
+            labels::GRPC_PORT
+        )
+    }
+}
+
+/// The default client peer: pods labelled `role=sandbox-user` in the pool's namespace.
+pub fn default_clients() -> Vec<NetworkPolicyPeer> {
+    vec![NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "role".to_owned(),
+                "sandbox-user".to_owned(),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }]
+}
+
+/// Checks and defaults a pool. `namespace` is used when the object carries none (rendering).
+pub fn resolve(
+    pool: &SandboxPool,
+    defaults: &PoolDefaults,
+    namespace: &str,
+) -> Result<ResolvedPool, InvalidSpec> {
+    let spec = &pool.spec;
+    let name = pool.name_any();
+    check_name(&name)?;
+    let namespace = pool.namespace().unwrap_or_else(|| namespace.to_owned());
+
+    if spec.replicas < 0 {
+        return Err(InvalidSpec::new("spec.replicas", "must not be negative"));
+    }
+    let image = spec
+        .image
+        .clone()
+        .unwrap_or_else(|| defaults.executor_image.clone());
+    if image.is_empty() || image.chars().any(char::is_whitespace) {
+        return Err(InvalidSpec::new(
+            "spec.image",
+            "must be a non-empty image reference",
+        ));
+    }
+
+    let languages = match &spec.languages {
+        None => None,
+        Some(list) => Some(check_languages(list)?),
+    };
+
+    let limits = resolve_limits(spec.limits.as_ref().unwrap_or(&RunLimits::default()))?;
+
+    let gpu = match &spec.gpu {
+        None => None,
+        Some(g) => {
+            if g.count < 1 {
+                return Err(InvalidSpec::new("spec.gpu.count", "must be at least 1"));
+            }
+            let resource_name = g
+                .resource_name
+                .clone()
+                .unwrap_or_else(|| DEFAULT_GPU_RESOURCE.to_owned());
+            if !resource_name.contains('/') || resource_name.chars().any(char::is_whitespace) {
+                return Err(InvalidSpec::new(
+                    "spec.gpu.resourceName",
+                    "must be an extended resource name such as nvidia.com/gpu",
+                ));
+            }
+            let tolerations = g.tolerations.clone().unwrap_or_else(|| {
+                vec![Toleration {
+                    key: Some(resource_name.clone()),
+                    operator: Some("Exists".to_owned()),
+                    effect: Some("NoSchedule".to_owned()),
+                    ..Default::default()
+                }]
+            });
+            Some(ResolvedGpu {
+                count: g.count,
+                resource_name,
+                tolerations,
+            })
+        }
+    };
+
+    let resources = resolve_resources(spec.resources.clone(), gpu.as_ref(), &limits)?;
+    let slots = match spec.concurrency {
+        Some(n) => u32::try_from(n)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| InvalidSpec::new("spec.concurrency", "must be at least 1"))?,
+        None => slots_from_cpu(resources.as_ref())?,
+    };
+
+    let isolation_spec = spec.isolation.clone().unwrap_or_default();
+    let isolation = isolation_spec.mode.unwrap_or(defaults.isolation);
+    let runtime_class_name = isolation_spec
+        .runtime_class_name
+        .or_else(|| defaults.runtime_class_name.clone());
+
+    let access = spec.access.clone().unwrap_or_default();
+    let clients = access.clients.unwrap_or_else(default_clients);
+    check_peers("spec.access.clients", &clients)?;
+    let metrics_clients = access.metrics_clients.unwrap_or_default();
+    check_peers("spec.access.metricsClients", &metrics_clients)?;
+
+    let mut node_selector = spec.node_selector.clone().unwrap_or_default();
+    if let Some(gpu_selector) = spec.gpu.as_ref().and_then(|g| g.node_selector.as_ref()) {
+        for (key, value) in gpu_selector {
+            match node_selector.get(key) {
+                Some(existing) if existing != value => {
+                    return Err(InvalidSpec::new(
+                        format!("spec.gpu.nodeSelector[{key:?}]"),
+                        format!("conflicts with spec.nodeSelector ({existing:?} vs {value:?})"),
+                    ));
+                }
+                _ => {
+                    node_selector.insert(key.clone(), value.clone());
+                }
+            }
+        }
+    }
+
+    let template = spec.pod_template.clone().unwrap_or_default();
+    let pod_labels = template.labels.unwrap_or_default();
+    if let Some(key) = pod_labels.keys().find(|k| labels::is_reserved(k)) {
+        return Err(InvalidSpec::new(
+            format!("spec.podTemplate.labels[{key:?}]"),
+            "is set by the operator and may not be overridden",
+        ));
+    }
+
+    let budget = spec.disruption_budget.clone().unwrap_or_default();
+    let max_unavailable = if budget.enabled == Some(false) {
+        None
+    } else {
+        let value = budget.max_unavailable.unwrap_or(IntOrString::Int(1));
+        check_max_unavailable(&value)?;
+        Some(value)
+    };
+
+    Ok(ResolvedPool {
+        owner: pool.controller_owner_ref(&()).filter(|o| !o.uid.is_empty()),
+        name,
+        namespace,
+        replicas: spec.replicas,
+        image,
+        image_pull_secrets: spec.image_pull_secrets.clone().unwrap_or_default(),
+        languages,
+        slots,
+        resources,
+        limits,
+        isolation,
+        runtime_class_name,
+        http: access.http.unwrap_or(false),
+        clients,
+        metrics_clients,
+        gpu,
+        node_selector,
+        affinity: spec.affinity.clone(),
+        tolerations: spec.tolerations.clone().unwrap_or_default(),
+        pod_labels,
+        pod_annotations: template.annotations.unwrap_or_default(),
+        max_unavailable,
+    })
+}
+
+/// Child objects are named after the pool, and a Service name must be a DNS-1035 label.
+fn check_name(name: &str) -> Result<(), InvalidSpec> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(InvalidSpec::new(
+            "metadata.name",
+            "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, at most 63 characters) because the pool's Service takes its name",
+        ))
+    }
+}
+
+fn check_languages(list: &[String]) -> Result<Vec<String>, InvalidSpec> {
+    if list.is_empty() {
+        return Err(InvalidSpec::new(
+            "spec.languages",
+            "must name at least one language (omit it to enable all)",
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, lang) in list.iter().enumerate() {
+        let valid = lang.starts_with(|c: char| c.is_ascii_lowercase())
+            && lang
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_+#.-".contains(c));
+        if !valid {
+            return Err(InvalidSpec::new(
+                format!("spec.languages[{i}]"),
+                format!("{lang:?} is not a language name"),
+            ));
+        }
+        if !seen.insert(lang.as_str()) {
+            return Err(InvalidSpec::new(
+                format!("spec.languages[{i}]"),
+                format!("{lang:?} is listed twice"),
+            ));
+        }
+    }
+    Ok(list.to_vec())
+}
+
+fn resolve_limits(spec: &RunLimits) -> Result<ResolvedLimits, InvalidSpec> {
+    let ms = |field: &str, value: &Option<String>| -> Result<Option<u64>, InvalidSpec> {
+        value
+            .as_deref()
+            .map(|text| units::duration_ms(text).map_err(|e| InvalidSpec::new(field, e)))
+            .transpose()
+    };
+    let bytes = |field: &str, value: &Option<String>| -> Result<Option<u64>, InvalidSpec> {
+        value
+            .as_deref()
+            .map(|text| units::bytes(text).map_err(|e| InvalidSpec::new(field, e)))
+            .transpose()
+    };
+    let count = |field: &str, value: Option<i32>| -> Result<Option<u64>, InvalidSpec> {
+        value
+            .map(|n| {
+                u64::try_from(n)
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| InvalidSpec::new(field, "must be at least 1"))
+            })
+            .transpose()
+    };
+    let limits = ResolvedLimits {
+        wall_time_ms: ms("spec.limits.wallTime", &spec.wall_time)?,
+        max_wall_time_ms: ms("spec.limits.maxWallTime", &spec.max_wall_time)?
+            .unwrap_or(DEFAULT_MAX_WALL_TIME_MS),
+        cpu_time_ms: ms("spec.limits.cpuTime", &spec.cpu_time)?,
+        max_cpu_time_ms: ms("spec.limits.maxCpuTime", &spec.max_cpu_time)?,
+        memory_bytes: bytes("spec.limits.memory", &spec.memory)?,
+        max_memory_bytes: bytes("spec.limits.maxMemory", &spec.max_memory)?,
+        output_bytes: bytes("spec.limits.output", &spec.output)?,
+        max_output_bytes: bytes("spec.limits.maxOutput", &spec.max_output)?,
+        processes: count("spec.limits.processes", spec.processes)?,
+        max_processes: count("spec.limits.maxProcesses", spec.max_processes)?,
+    };
+    let pairs = [
+        (
+            "wallTime",
+            "maxWallTime",
+            limits.wall_time_ms,
+            Some(limits.max_wall_time_ms),
+        ),
+        (
+            "cpuTime",
+            "maxCpuTime",
+            limits.cpu_time_ms,
+            limits.max_cpu_time_ms,
+        ),
+        (
+            "memory",
+            "maxMemory",
+            limits.memory_bytes,
+            limits.max_memory_bytes,
+        ),
+        (
+            "output",
+            "maxOutput",
+            limits.output_bytes,
+            limits.max_output_bytes,
+        ),
+        (
+            "processes",
+            "maxProcesses",
+            limits.processes,
+            limits.max_processes,
+        ),
+    ];
+    for (field, max_field, value, max) in pairs {
+        if let (Some(value), Some(max)) = (value, max)
+            && value > max
+        {
+            let hint = if max_field == "maxWallTime" && spec.max_wall_time.is_none() {
+                " (maxWallTime defaults to 60s)"
+            } else {
+                ""
+            };
+            return Err(InvalidSpec::new(
+                format!("spec.limits.{field}"),
+                format!("must not exceed {max_field}{hint}"),
+            ));
+        }
+    }
+    Ok(limits)
+}
+
+/// Adds the GPU limit and checks that a run's memory ceiling fits in the container.
+fn resolve_resources(
+    resources: Option<ResourceRequirements>,
+    gpu: Option<&ResolvedGpu>,
+    limits: &ResolvedLimits,
+) -> Result<Option<ResourceRequirements>, InvalidSpec> {
+    let mut resources = resources;
+    for (section, map) in resources
+        .iter()
+        .flat_map(|r| [("requests", &r.requests), ("limits", &r.limits)])
+    {
+        for (key, value) in map.iter().flatten() {
+            units::quantity(&value.0)
+                .map_err(|e| InvalidSpec::new(format!("spec.resources.{section}[{key:?}]"), e))?;
+        }
+    }
+    if let (Some(container_limit), Some(run_max)) = (
+        resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("memory")),
+        limits.max_memory_bytes.or(limits.memory_bytes),
+    ) {
+        let container_bytes = units::quantity(&container_limit.0)
+            .map(units::Milli::floor)
+            .map_err(|e| InvalidSpec::new("spec.resources.limits[\"memory\"]", e))?;
+        if u128::from(run_max) > container_bytes {
+            return Err(InvalidSpec::new(
+                if limits.max_memory_bytes.is_some() {
+                    "spec.limits.maxMemory"
+                } else {
+                    "spec.limits.memory"
+                },
+                format!(
+                    "a run may use more memory than the container's limit of {}",
+                    container_limit.0
+                ),
+            ));
+        }
+    }
+    if let Some(gpu) = gpu {
+        let r = resources.get_or_insert_with(Default::default);
+        let limits_map = r.limits.get_or_insert_with(Default::default);
+        let wanted = Quantity(gpu.count.to_string());
+        match limits_map.get(&gpu.resource_name) {
+            Some(existing) if *existing != wanted => {
+                return Err(InvalidSpec::new(
+                    format!("spec.resources.limits[{:?}]", gpu.resource_name),
+                    format!("conflicts with spec.gpu.count ({})", gpu.count),
+                ));
+            }
+            _ => {
+                limits_map.insert(gpu.resource_name.clone(), wanted);
+            }
+        }
+    }
+    Ok(resources)
+}
+
+/// Default slots: the CPU request (or limit, which Kubernetes copies into an unset request)
+/// rounded down, at least 1.
+fn slots_from_cpu(resources: Option<&ResourceRequirements>) -> Result<u32, InvalidSpec> {
+    let from = |section: &str, map: Option<&BTreeMap<String, Quantity>>| {
+        map.and_then(|m| m.get("cpu")).map(|q| {
+            units::quantity(&q.0)
+                .map(units::Milli::floor)
+                .map_err(|e| InvalidSpec::new(format!("spec.resources.{section}[\"cpu\"]"), e))
+        })
+    };
+    let cpus = from("requests", resources.and_then(|r| r.requests.as_ref()))
+        .or_else(|| from("limits", resources.and_then(|r| r.limits.as_ref())))
+        .transpose()?
+        .unwrap_or(1);
+    Ok(u32::try_from(cpus).unwrap_or(u32::MAX).max(1))
+}
+
+/// An empty peer is rejected by the API server, and one with only empty selectors would admit
+/// every pod in the namespace (or cluster), which is never what a pool wants by accident.
+fn check_peers(field: &str, peers: &[NetworkPolicyPeer]) -> Result<(), InvalidSpec> {
+    for (i, peer) in peers.iter().enumerate() {
+        if peer.pod_selector.is_none()
+            && peer.namespace_selector.is_none()
+            && peer.ip_block.is_none()
+        {
+            return Err(InvalidSpec::new(
+                format!("{field}[{i}]"),
+                "must set podSelector, namespaceSelector or ipBlock",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_max_unavailable(value: &IntOrString) -> Result<(), InvalidSpec> {
+    let field = "spec.disruptionBudget.maxUnavailable";
+    match value {
+        IntOrString::Int(n) if *n >= 0 => Ok(()),
+        IntOrString::Int(_) => Err(InvalidSpec::new(field, "must not be negative")),
+        IntOrString::String(s) => {
+            let ok = s
+                .strip_suffix('%')
+                .and_then(|n| n.parse::<u8>().ok())
+                .is_some_and(|n| n <= 100);
+            if ok {
+                Ok(())
+            } else {
+                Err(InvalidSpec::new(
+                    field,
+                    format!("{s:?} is neither a count nor a percentage like 25%"),
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,229 @@
+//! Pool status and its KEP-1623 conditions (Ready, Progressing, Degraded), computed purely
+//! from the pool, its live Deployment and the previous status.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+
+use crate::crd::{SandboxPool, SandboxPoolStatus};
+use crate::labels;
+use crate::resolve::{InvalidSpec, ResolvedPool};
+
+/// Condition type: every desired executor is ready.
+pub const READY: &str = "Ready";
+/// Condition type: a rollout is in progress.
+pub const PROGRESSING: &str = "Progressing";
+/// Condition type: the pool cannot reach or keep its desired state.
+pub const DEGRADED: &str = "Degraded";
+/// Reason used on every condition when the spec cannot be honoured.
+pub const INVALID_SPEC: &str = "InvalidSpec";
+/// Reason used when a child's name is taken by an object the pool does not own.
+pub const OBJECT_CONFLICT: &str = "ObjectConflict";
+
+/// One condition's desired state, before timestamps.
+struct Want<'a> {
+    type_: &'a str,
+    status: bool,
+    reason: &'a str,
+    message: String,
+}
+
+/// Builds the conditions, keeping `lastTransitionTime` from `previous` when a condition's
+/// status did not change (so an unchanged pool yields an identical status and no write).
+fn conditions(
+    previous: &[Condition],
+    wants: Vec<Want<'_>>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    wants
+        .into_iter()
+        .map(|w| {
+            let status = if w.status { "True" } else { "False" }.to_owned();
+            let last_transition_time = previous
+                .iter()
+                .find(|c| c.type_ == w.type_ && c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: w.type_.to_owned(),
+                status,
+                reason: w.reason.to_owned(),
+                message: w.message,
+                observed_generation: generation,
+                last_transition_time,
+            }
+        })
+        .collect()
+}
+
+fn previous(pool: &SandboxPool) -> &[Condition] {
+    pool.status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default()
+}
+
+/// Status for a pool whose spec cannot be honoured. Replica counts are carried over,
+/// because the pool's existing objects are left untouched.
+pub fn invalid(pool: &SandboxPool, error: &InvalidSpec, now: &Time) -> SandboxPoolStatus {
+    failed(pool, INVALID_SPEC, &error.to_string(), now)
+}
+
+/// Status for a pool whose child objects cannot be applied because another object holds
+/// one of their names.
+pub fn conflict(pool: &SandboxPool, message: &str, now: &Time) -> SandboxPoolStatus {
+    failed(pool, OBJECT_CONFLICT, message, now)
+}
+
+/// Not ready, not progressing, degraded, all for `reason`; counts and endpoint carried over.
+fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> SandboxPoolStatus {
+    let old = pool.status.clone().unwrap_or_default();
+    let generation = pool.metadata.generation;
+    let want = |type_, status| Want {
+        type_,
+        status,
+        reason,
+        message: message.to_owned(),
+    };
+    let wants = vec![
+        want(READY, false),
+        want(PROGRESSING, false),
+        want(DEGRADED, true),
+    ];
+    SandboxPoolStatus {
+        conditions: conditions(previous(pool), wants, generation, now),
+        observed_generation: generation,
+        selector: Some(labels::selector_string(&pool.name_any())),
+        ..old
+    }
+}
+
+/// Status for a pool whose objects were applied, from its live Deployment.
+pub fn from_deployment(
+    pool: &SandboxPool,
+    resolved: &ResolvedPool,
+    deployment: &Deployment,
+    cluster_domain: &str,
+    now: &Time,
+) -> SandboxPoolStatus {
+    let desired = resolved.replicas;
+    let status = deployment.status.clone().unwrap_or_default();
+    let replicas = status.replicas.unwrap_or(0);
+    let ready = status.ready_replicas.unwrap_or(0);
+    let updated = status.updated_replicas.unwrap_or(0);
+    let available = status.available_replicas.unwrap_or(0);
+    let seen_latest = match (deployment.metadata.generation, status.observed_generation) {
+        (Some(generation), Some(observed)) => observed >= generation,
+        (None, _) => true,
+        (Some(_), None) => false,
+    };
+    let deployment_condition = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+    };
+    let deadline_exceeded = deployment_condition("Progressing")
+        .filter(|c| c.status == "False")
+        .map(|c| {
+            c.message
+                .clone()
+                .unwrap_or_else(|| "progress deadline exceeded".to_owned())
+        });
+    let replica_failure = deployment_condition("ReplicaFailure")
+        .filter(|c| c.status == "True")
+        .map(|c| {
+            c.message
+                .clone()
+                .unwrap_or_else(|| "pods cannot be created".to_owned())
+        });
+    let rolled_out =
+        seen_latest && updated == desired && replicas == desired && available == desired;
+
+    let ready_message = format!("{ready}/{desired} executors ready");
+    // Ready means the pool serves at full size, even while a rollout replaces pods.
+    let ready_want = if ready >= desired {
+        Want {
+            type_: READY,
+            status: true,
+            reason: "AllReplicasReady",
+            message: ready_message,
+        }
+    } else {
+        Want {
+            type_: READY,
+            status: false,
+            reason: "ReplicasNotReady",
+            message: ready_message,
+        }
+    };
+    let progressing_want = match (&deadline_exceeded, rolled_out) {
+        (Some(message), _) => Want {
+            type_: PROGRESSING,
+            status: false,
+            reason: "ProgressDeadlineExceeded",
+            message: message.clone(),
+        },
+        (None, true) => Want {
+            type_: PROGRESSING,
+            status: false,
+            reason: "RolloutComplete",
+            message: format!("{updated}/{desired} executors run the current spec"),
+        },
+        (None, false) => Want {
+            type_: PROGRESSING,
+            status: true,
+            reason: "RollingOut",
+            message: format!("{updated}/{desired} executors run the current spec"),
+        },
+    };
+    let degraded_want = if let Some(message) = replica_failure {
+        Want {
+            type_: DEGRADED,
+            status: true,
+            reason: "ReplicaFailure",
+            message,
+        }
+    } else if let Some(message) = deadline_exceeded {
+        Want {
+            type_: DEGRADED,
+            status: true,
+            reason: "ProgressDeadlineExceeded",
+            message,
+        }
+    } else if rolled_out && ready < desired {
+        Want {
+            type_: DEGRADED,
+            status: true,
+            reason: "ReplicasUnavailable",
+            message: format!("only {ready}/{desired} executors ready after the rollout finished"),
+        }
+    } else {
+        Want {
+            type_: DEGRADED,
+            status: false,
+            reason: "AsExpected",
+            message: "no problems detected".to_owned(),
+        }
+    };
+
+    let generation = pool.metadata.generation;
+    SandboxPoolStatus {
+        replicas,
+        ready_replicas: ready,
+        selector: Some(labels::selector_string(&resolved.name)),
+        endpoint: Some(resolved.endpoint(cluster_domain)),
+        observed_generation: generation,
+        conditions: conditions(
+            previous(pool),
+            vec![ready_want, progressing_want, degraded_want],
+            generation,
+            now,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,200 @@
+use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+
+use super::*;
+use crate::defaults::PoolDefaults;
+use crate::resolve::resolve;
+
+fn time(s: &str) -> Time {
+    Time(s.parse::<Timestamp>().expect("test timestamp parses"))
+}
+
+fn pool(status: Option<SandboxPoolStatus>) -> SandboxPool {
+    let mut p: SandboxPool = serde_json::from_value(json!({
+        "apiVersion": "sandpool.dev/v1alpha1", "kind": "SandboxPool",
+        "metadata": {"name": "python", "namespace": "evals", "uid": "u-1", "generation": 4},
+        "spec": {"replicas": 3}
+    }))
+    .expect("test pool deserializes");
+    p.status = status;
+    p
+}
+
+fn deployment(status: DeploymentStatus) -> Deployment {
+    let mut d = Deployment::default();
+    d.metadata.generation = Some(7);
+    d.status = Some(status);
+    d
+}
+
+fn rolled_out(ready: i32) -> DeploymentStatus {
+    DeploymentStatus {
+        observed_generation: Some(7),
+        replicas: Some(3),
+        updated_replicas: Some(3),
+        available_replicas: Some(3),
+        ready_replicas: Some(ready),
+        ..Default::default()
+    }
+}
+
+fn summary(s: &SandboxPoolStatus) -> Vec<(String, String, String)> {
+    s.conditions
+        .iter()
+        .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+        .collect()
+}
+
+fn c(t: &str, s: &str, r: &str) -> (String, String, String) {
+    (t.to_owned(), s.to_owned(), r.to_owned())
+}
+
+#[test]
+fn a_rolled_out_pool_is_ready() {
+    let p = pool(None);
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    let now = time("2026-01-01T00:00:00Z");
+    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), "cluster.local", &now);
+    assert_eq!(
+        (s.replicas, s.ready_replicas, s.observed_generation),
+        (3, 3, Some(4))
+    );
+    assert_eq!(
+        s.endpoint.as_deref(),
+        Some("dns:///python.evals.svc.cluster.local:50051")
+    );
+    assert_eq!(
+        s.selector.as_deref(),
+        Some(
+            "app.kubernetes.io/instance=python,app.kubernetes.io/name=sandpool-executor,sandpool.dev/pool=python"
+        )
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            c("Ready", "True", "AllReplicasReady"),
+            c("Progressing", "False", "RolloutComplete"),
+            c("Degraded", "False", "AsExpected")
+        ]
+    );
+    assert!(
+        s.conditions
+            .iter()
+            .all(|c| c.last_transition_time == now && c.observed_generation == Some(4))
+    );
+}
+
+#[test]
+fn transition_times_survive_unchanged_conditions() {
+    let p = pool(None);
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    let first = from_deployment(
+        &p,
+        &r,
+        &deployment(rolled_out(3)),
+        "cluster.local",
+        &time("2026-01-01T00:00:00Z"),
+    );
+    let p = pool(Some(first.clone()));
+    let again = from_deployment(
+        &p,
+        &r,
+        &deployment(rolled_out(3)),
+        "cluster.local",
+        &time("2026-01-02T00:00:00Z"),
+    );
+    assert_eq!(
+        again, first,
+        "nothing changed, so the status must be identical"
+    );
+    let later = time("2026-01-03T00:00:00Z");
+    let lost_one = from_deployment(&p, &r, &deployment(rolled_out(2)), "cluster.local", &later);
+    assert_eq!(
+        summary(&lost_one),
+        [
+            c("Ready", "False", "ReplicasNotReady"),
+            c("Progressing", "False", "RolloutComplete"),
+            c("Degraded", "True", "ReplicasUnavailable")
+        ]
+    );
+    assert_eq!(lost_one.conditions[0].last_transition_time, later);
+    assert_eq!(
+        lost_one.conditions[1].last_transition_time,
+        first.conditions[1].last_transition_time
+    );
+}
+
+#[test]
+fn rollouts_and_failures_are_reported() {
+    let p = pool(None);
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    let now = time("2026-01-01T00:00:00Z");
+    let mut rolling = rolled_out(3);
+    rolling.updated_replicas = Some(1);
+    rolling.replicas = Some(4);
+    let s = from_deployment(&p, &r, &deployment(rolling), "cluster.local", &now);
+    assert_eq!(
+        summary(&s),
+        [
+            c("Ready", "True", "AllReplicasReady"),
+            c("Progressing", "True", "RollingOut"),
+            c("Degraded", "False", "AsExpected")
+        ]
+    );
+    let mut stuck = rolled_out(0);
+    stuck.conditions = Some(vec![
+        DeploymentCondition {
+            type_: "Progressing".to_owned(),
+            status: "False".to_owned(),
+            reason: Some("ProgressDeadlineExceeded".to_owned()),
+            message: Some("ReplicaSet python-abc has timed out progressing.".to_owned()),
+            ..Default::default()
+        },
+        DeploymentCondition {
+            type_: "ReplicaFailure".to_owned(),
+            status: "True".to_owned(),
+            message: Some("pods \"python-x\" is forbidden: violates PodSecurity".to_owned()),
+            ..Default::default()
+        },
+    ]);
+    let s = from_deployment(&p, &r, &deployment(stuck), "cluster.local", &now);
+    assert_eq!(
+        summary(&s),
+        [
+            c("Ready", "False", "ReplicasNotReady"),
+            c("Progressing", "False", "ProgressDeadlineExceeded"),
+            c("Degraded", "True", "ReplicaFailure")
+        ]
+    );
+    assert!(s.conditions[2].message.contains("PodSecurity"));
+}
+
+#[test]
+fn invalid_spec_keeps_counts_and_names_the_field() {
+    let old = SandboxPoolStatus {
+        replicas: 3,
+        ready_replicas: 3,
+        endpoint: Some("dns:///e".to_owned()),
+        ..Default::default()
+    };
+    let p = pool(Some(old));
+    let err = InvalidSpec {
+        field: "spec.limits.wallTime".to_owned(),
+        message: "bad".to_owned(),
+    };
+    let s = invalid(&p, &err, &time("2026-01-01T00:00:00Z"));
+    assert_eq!(
+        (s.replicas, s.ready_replicas, s.endpoint.as_deref()),
+        (3, 3, Some("dns:///e"))
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            c("Ready", "False", "InvalidSpec"),
+            c("Progressing", "False", "InvalidSpec"),
+            c("Degraded", "True", "InvalidSpec")
+        ]
+    );
+    assert_eq!(s.conditions[0].message, "spec.limits.wallTime: bad");
+}

