@@ -107,21 +107,13 @@ pub fn is_subset(desired: &Value, live: &Value) -> bool {
 /// `limits`).
 fn subset_under(desired: &Value, live: &Value, quantity_map: bool) -> bool {
     match (desired, live) {
-        (Value::Object(want), Value::Object(have)) => {
-            want.iter().all(|(key, value)| match have.get(key) {
-                Some(live_value) if quantity_map => same_quantity(value, live_value),
-                Some(live_value) => {
-                    subset_under(value, live_value, key == "requests" || key == "limits")
-                }
-                None => is_empty(value),
-            })
-        }
+        (Value::Object(want), Value::Object(have)) => want.iter().all(|(key, value)| match have.get(key) {
+            Some(live_value) if quantity_map => same_quantity(value, live_value),
+            Some(live_value) => subset_under(value, live_value, key == "requests" || key == "limits"),
+            None => is_empty(value),
+        }),
         (Value::Array(want), Value::Array(have)) => {
-            want.len() == have.len()
-                && want
-                    .iter()
-                    .zip(have)
-                    .all(|(w, h)| subset_under(w, h, false))
+            want.len() == have.len() && want.iter().zip(have).all(|(w, h)| subset_under(w, h, false))
         }
         (want, Value::Null) => is_empty(want),
         (want, have) => want == have,
@@ -160,17 +152,9 @@ fn owned_by<K: Resource>(object: &K, owner_uid: Option<&str>) -> bool {
 
 /// Makes the live object match `desired` with one server-side apply under the operator's
 /// field manager, or with no write at all when it already matches. Returns the live object.
-pub async fn ensure<K>(
-    api: &Api<K>,
-    mut desired: K,
-    owner_uid: Option<&str>,
-) -> Result<(K, Outcome), ApplyError>
+pub async fn ensure<K>(api: &Api<K>, mut desired: K, owner_uid: Option<&str>) -> Result<(K, Outcome), ApplyError>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned,
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
     let kind = K::kind(&()).into_owned();
     let name = desired.name_any();
@@ -213,16 +197,9 @@ where
 
 /// Deletes the object named `name` if it exists and this pool owns it. Objects owned by
 /// others are left alone.
-pub async fn ensure_absent<K>(
-    api: &Api<K>,
-    name: &str,
-    owner_uid: Option<&str>,
-) -> Result<Outcome, ApplyError>
+pub async fn ensure_absent<K>(api: &Api<K>, name: &str, owner_uid: Option<&str>) -> Result<Outcome, ApplyError>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + Debug
-        + DeserializeOwned,
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + DeserializeOwned,
 {
     let kind = K::kind(&()).into_owned();
     let api_err = |source| ApplyError::Api {
@@ -232,9 +209,7 @@ where
     };
     match api.get_opt(name).await.map_err(api_err)? {
         Some(live) if owner_uid.is_some() && owned_by(&live, owner_uid) => {
-            api.delete(name, &DeleteParams::background())
-                .await
-                .map_err(api_err)?;
+            api.delete(name, &DeleteParams::background()).await.map_err(api_err)?;
             tracing::info!(%kind, %name, "deleted unwanted object");
             Ok(Outcome::Deleted)
         }
@@ -264,18 +239,12 @@ mod tests {
             &want,
             &json!({"spec": {"replicas": 2, "args": ["--a", "--b"]}})
         ));
-        assert!(!is_subset(
-            &want,
-            &json!({"spec": {"replicas": 3, "args": ["--a"]}})
-        ));
+        assert!(!is_subset(&want, &json!({"spec": {"replicas": 3, "args": ["--a"]}})));
         assert!(!is_subset(
             &want,
             &json!({"spec": {"replicas": 3, "args": ["--a", "--b", "--c"]}})
         ));
-        assert!(!is_subset(
-            &want,
-            &json!({"spec": {"args": ["--a", "--b"]}})
-        ));
+        assert!(!is_subset(&want, &json!({"spec": {"args": ["--a", "--b"]}})));
     }
 
     #[test]

@@ -138,14 +138,9 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
     };
 
     tracing::info!(namespace = ?config.namespace, "watching SandboxPools");
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        config.defaults,
-        metrics.clone(),
-    ));
+    let ctx = Arc::new(Context::new(client.clone(), config.defaults, metrics.clone()));
     // Only the operator's own children matter; the label keeps the caches small.
-    let owned =
-        watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
+    let owned = watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
     let ns = config.namespace.as_deref();
     Controller::new(pools, watcher::Config::default())
         .owns(api::<Deployment>(&client, ns), owned.clone())

@@ -80,11 +80,7 @@ mod tests {
 
     async fn get(health: &Arc<Health>, path: &str) -> (StatusCode, String) {
         let response = router(health.clone())
-            .oneshot(
-                Request::get(path)
-                    .body(Body::empty())
-                    .expect("request builds"),
-            )
+            .oneshot(Request::get(path).body(Body::empty()).expect("request builds"))
             .await
             .expect("router answers");
         let status = response.status();
@@ -105,17 +101,11 @@ mod tests {
             ready: AtomicBool::new(false),
         });
         assert_eq!(get(&health, "/healthz").await.0, StatusCode::OK);
-        assert_eq!(
-            get(&health, "/readyz").await.0,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        assert_eq!(get(&health, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
         health.ready.store(true, Ordering::Relaxed);
         assert_eq!(get(&health, "/readyz").await.0, StatusCode::OK);
         let (status, text) = get(&health, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
-        assert!(
-            text.contains("sandpool_operator_reconciles_total 1"),
-            "{text}"
-        );
+        assert!(text.contains("sandpool_operator_reconciles_total 1"), "{text}");
     }
 }

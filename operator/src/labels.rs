@@ -22,10 +22,7 @@ pub const METRICS_PORT: i32 = 9090;
 /// Deployment selectors are immutable.
 pub fn selector_labels(pool: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (
-            "app.kubernetes.io/name".to_owned(),
-            EXECUTOR_APP_NAME.to_owned(),
-        ),
+        ("app.kubernetes.io/name".to_owned(), EXECUTOR_APP_NAME.to_owned()),
         ("app.kubernetes.io/instance".to_owned(), pool.to_owned()),
         (POOL_LABEL.to_owned(), pool.to_owned()),
     ])
@@ -44,18 +41,9 @@ pub fn selector_string(pool: &str) -> String {
 pub fn common_labels(pool: &str) -> BTreeMap<String, String> {
     let mut labels = selector_labels(pool);
     labels.extend([
-        (
-            "app.kubernetes.io/component".to_owned(),
-            "executor".to_owned(),
-        ),
-        (
-            "app.kubernetes.io/part-of".to_owned(),
-            "sandpool".to_owned(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_owned(),
-            FIELD_MANAGER.to_owned(),
-        ),
+        ("app.kubernetes.io/component".to_owned(), "executor".to_owned()),
+        ("app.kubernetes.io/part-of".to_owned(), "sandpool".to_owned()),
+        ("app.kubernetes.io/managed-by".to_owned(), FIELD_MANAGER.to_owned()),
     ]);
     labels
 }

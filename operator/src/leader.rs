@@ -21,11 +21,7 @@ pub struct Leadership {
 
 impl Leadership {
     /// Starts competing for the lease in `namespace` as `identity`.
-    pub async fn start(
-        client: Client,
-        namespace: &str,
-        identity: &str,
-    ) -> Result<Self, LeaseManagerError> {
+    pub async fn start(client: Client, namespace: &str, identity: &str) -> Result<Self, LeaseManagerError> {
         let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
             .with_namespace(namespace)
             .with_identity(identity)

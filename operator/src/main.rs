@@ -66,11 +66,7 @@ struct RunArgs {
     #[arg(long, env = "WATCH_NAMESPACE")]
     namespace: Option<String>,
     /// Address of /metrics, /healthz and /readyz.
-    #[arg(
-        long,
-        env = "SANDPOOL_OPERATOR_HTTP_LISTEN",
-        default_value = "0.0.0.0:8081"
-    )]
+    #[arg(long, env = "SANDPOOL_OPERATOR_HTTP_LISTEN", default_value = "0.0.0.0:8081")]
     http_listen: SocketAddr,
     /// Elect a leader with a Lease so several replicas are safe.
     #[arg(long, env = "SANDPOOL_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
@@ -104,9 +100,7 @@ fn parse_isolation(s: &str) -> Result<IsolationMode, String> {
     match s {
         "namespaces" => Ok(IsolationMode::Namespaces),
         "restricted" => Ok(IsolationMode::Restricted),
-        other => Err(format!(
-            "{other:?} is not an isolation mode (namespaces, restricted)"
-        )),
+        other => Err(format!("{other:?} is not an isolation mode (namespaces, restricted)")),
     }
 }
 
@@ -133,8 +127,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .context("leader election needs --lease-namespace (POD_NAMESPACE) or --namespace")?;
         let identity = match args.identity {
             Some(identity) => identity,
-            None => std::env::var("HOSTNAME")
-                .context("leader election needs --identity (POD_NAME) or HOSTNAME")?,
+            None => std::env::var("HOSTNAME").context("leader election needs --identity (POD_NAME) or HOSTNAME")?,
         };
         Some((namespace, identity))
     } else {
@@ -167,11 +160,9 @@ async fn main() -> anyhow::Result<()> {
                     .context("reading standard input")?;
                 s
             } else {
-                std::fs::read_to_string(&args.file)
-                    .with_context(|| format!("reading {}", args.file.display()))?
+                std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?
             };
-            let out =
-                sandpool_operator::render::render(&input, &args.defaults.into(), &args.namespace)?;
+            let out = sandpool_operator::render::render(&input, &args.defaults.into(), &args.namespace)?;
             print!("{out}");
             Ok(())
         }

@@ -122,10 +122,7 @@ mod tests {
             .inc();
         let mut text = String::new();
         encode(&mut text, &registry).expect("metrics encode");
-        assert!(
-            text.contains("sandpool_operator_reconciles_total 1"),
-            "{text}"
-        );
+        assert!(text.contains("sandpool_operator_reconciles_total 1"), "{text}");
         assert!(
             text.contains("sandpool_operator_reconcile_errors_total{error=\"api\"} 1"),
             "{text}"
@@ -135,9 +132,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(
-                "sandpool_operator_child_writes_total{kind=\"Deployment\",outcome=\"created\"} 1"
-            ),
+            text.contains("sandpool_operator_child_writes_total{kind=\"Deployment\",outcome=\"created\"} 1"),
             "{text}"
         );
     }

@@ -66,10 +66,7 @@ impl Context {
     }
 
     fn succeed(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
     }
 }
 
@@ -101,11 +98,7 @@ impl Error {
 }
 
 fn key(pool: &SandboxPool) -> String {
-    format!(
-        "{}/{}",
-        pool.namespace().unwrap_or_default(),
-        pool.name_any()
-    )
+    format!("{}/{}", pool.namespace().unwrap_or_default(), pool.name_any())
 }
 
 /// Reconciles one pool (the controller's reconcile function).
@@ -152,24 +145,17 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
     };
 
     let uid = pool.uid();
-    let deployment =
-        match apply_children(ctx, &namespace, build::children(&resolved), uid.as_deref()).await {
-            Ok(deployment) => deployment,
-            Err(error @ ApplyError::NotOwned { .. }) => {
-                let message = error.to_string();
-                write_status(&pools, pool, status::conflict(pool, &message, &now), ctx).await?;
-                return Err(error.into());
-            }
-            Err(error) => return Err(error.into()),
-        };
+    let deployment = match apply_children(ctx, &namespace, build::children(&resolved), uid.as_deref()).await {
+        Ok(deployment) => deployment,
+        Err(error @ ApplyError::NotOwned { .. }) => {
+            let message = error.to_string();
+            write_status(&pools, pool, status::conflict(pool, &message, &now), ctx).await?;
+            return Err(error.into());
+        }
+        Err(error) => return Err(error.into()),
+    };
 
-    let new_status = status::from_deployment(
-        pool,
-        &resolved,
-        &deployment,
-        &ctx.defaults.cluster_domain,
-        &now,
-    );
+    let new_status = status::from_deployment(pool, &resolved, &deployment, &ctx.defaults.cluster_domain, &now);
     write_status(&pools, pool, new_status, ctx).await?;
     Ok(Action::requeue(RESYNC))
 }
@@ -206,12 +192,7 @@ async fn apply_children(
     apply_one::<Deployment>(ctx, namespace, deployment, owner_uid).await
 }
 
-async fn apply_one<K>(
-    ctx: &Context,
-    namespace: &str,
-    desired: K,
-    owner_uid: Option<&str>,
-) -> Result<K, ApplyError>
+async fn apply_one<K>(ctx: &Context, namespace: &str, desired: K, owner_uid: Option<&str>) -> Result<K, ApplyError>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -226,10 +207,7 @@ where
 }
 
 fn record(ctx: &Context, kind: &str, outcome: Outcome) {
-    if matches!(
-        outcome,
-        Outcome::Created | Outcome::Updated | Outcome::Deleted
-    ) {
+    if matches!(outcome, Outcome::Created | Outcome::Updated | Outcome::Deleted) {
         ctx.metrics
             .child_writes
             .get_or_create(&WriteLabels {

@@ -44,18 +44,11 @@ pub enum RenderError {
 
 /// Reads SandboxPool documents from `input` (multi-document YAML; non-SandboxPool documents
 /// are an error) and renders their children, in apply order, as one multi-document YAML.
-pub fn render(
-    input: &str,
-    defaults: &PoolDefaults,
-    namespace: &str,
-) -> Result<String, RenderError> {
+pub fn render(input: &str, defaults: &PoolDefaults, namespace: &str) -> Result<String, RenderError> {
     let mut out = String::new();
     for (i, document) in serde_yaml::Deserializer::from_str(input).enumerate() {
         let value =
-            serde_yaml::Value::deserialize(document).map_err(|source| RenderError::Parse {
-                index: i + 1,
-                source,
-            })?;
+            serde_yaml::Value::deserialize(document).map_err(|source| RenderError::Parse { index: i + 1, source })?;
         if value.is_null() {
             continue; // an empty document, e.g. after a trailing `---`
         }
@@ -64,15 +57,10 @@ pub fn render(
             return Err(RenderError::NotAPool { index: i + 1 });
         }
         let pool: SandboxPool =
-            serde_yaml::from_value(value).map_err(|source| RenderError::Parse {
-                index: i + 1,
-                source,
-            })?;
-        let resolved = resolve::resolve(&pool, defaults, namespace).map_err(|source| {
-            RenderError::Invalid {
-                name: pool.metadata.name.clone().unwrap_or_default(),
-                source,
-            }
+            serde_yaml::from_value(value).map_err(|source| RenderError::Parse { index: i + 1, source })?;
+        let resolved = resolve::resolve(&pool, defaults, namespace).map_err(|source| RenderError::Invalid {
+            name: pool.metadata.name.clone().unwrap_or_default(),
+            source,
         })?;
         let Children {
             service_account,
@@ -94,12 +82,10 @@ pub fn render(
 
 fn push<T: serde::Serialize>(out: &mut String, object: &T, what: &str) -> Result<(), RenderError> {
     out.push_str("---\n");
-    out.push_str(
-        &serde_yaml::to_string(object).map_err(|source| RenderError::Serialize {
-            what: what.to_owned(),
-            source,
-        })?,
-    );
+    out.push_str(&serde_yaml::to_string(object).map_err(|source| RenderError::Serialize {
+        what: what.to_owned(),
+        source,
+    })?);
     Ok(())
 }
 
@@ -133,11 +119,7 @@ spec: {disruptionBudget: {enabled: false}}
                         .unwrap_or_default()
                         .to_owned()
                 };
-                (
-                    s(&["kind"]),
-                    s(&["metadata", "name"]),
-                    s(&["metadata", "namespace"]),
-                )
+                (s(&["kind"]), s(&["metadata", "name"]), s(&["metadata", "namespace"]))
             })
             .collect();
         let expect = |k: &str, n: &str, ns: &str| (k.to_owned(), n.to_owned(), ns.to_owned());
@@ -173,15 +155,15 @@ spec: {disruptionBudget: {enabled: false}}
 
     #[test]
     fn other_documents_are_refused() {
+        let err =
+            render("kind: ConfigMap\nmetadata: {name: x}\n", &PoolDefaults::default(), "x").expect_err("must refuse");
+        assert!(matches!(err, RenderError::NotAPool { index: 1 }), "{err}");
         let err = render(
-            "kind: ConfigMap\nmetadata: {name: x}\n",
+            "apiVersion: sandpool.dev/v1alpha1\nkind: SandboxPool\nmetadata: {name: x}\nspec: {replicas: many}\n",
             &PoolDefaults::default(),
             "x",
         )
         .expect_err("must refuse");
-        assert!(matches!(err, RenderError::NotAPool { index: 1 }), "{err}");
-        let err = render("apiVersion: sandpool.dev/v1alpha1\nkind: SandboxPool\nmetadata: {name: x}\nspec: {replicas: many}\n", &PoolDefaults::default(), "x")
-            .expect_err("must refuse");
         assert!(matches!(err, RenderError::Parse { index: 1, .. }), "{err}");
     }
 }

@@ -6,9 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{
-    Affinity, LocalObjectReference, ResourceRequirements, Toleration,
-};
+use k8s_openapi::api::core::v1::{Affinity, LocalObjectReference, ResourceRequirements, Toleration};
 use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -163,10 +161,7 @@ impl ResolvedPool {
 pub fn default_clients() -> Vec<NetworkPolicyPeer> {
     vec![NetworkPolicyPeer {
         pod_selector: Some(LabelSelector {
-            match_labels: Some(BTreeMap::from([(
-                "role".to_owned(),
-                "sandbox-user".to_owned(),
-            )])),
+            match_labels: Some(BTreeMap::from([("role".to_owned(), "sandbox-user".to_owned())])),
             ..Default::default()
         }),
         ..Default::default()
@@ -174,11 +169,7 @@ pub fn default_clients() -> Vec<NetworkPolicyPeer> {
 }
 
 /// Checks and defaults a pool. `namespace` is used when the object carries none (rendering).
-pub fn resolve(
-    pool: &SandboxPool,
-    defaults: &PoolDefaults,
-    namespace: &str,
-) -> Result<ResolvedPool, InvalidSpec> {
+pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> Result<ResolvedPool, InvalidSpec> {
     let spec = &pool.spec;
     let name = pool.name_any();
     check_name(&name)?;
@@ -187,15 +178,9 @@ pub fn resolve(
     if spec.replicas < 0 {
         return Err(InvalidSpec::new("spec.replicas", "must not be negative"));
     }
-    let image = spec
-        .image
-        .clone()
-        .unwrap_or_else(|| defaults.executor_image.clone());
+    let image = spec.image.clone().unwrap_or_else(|| defaults.executor_image.clone());
     if image.is_empty() || image.chars().any(char::is_whitespace) {
-        return Err(InvalidSpec::new(
-            "spec.image",
-            "must be a non-empty image reference",
-        ));
+        return Err(InvalidSpec::new("spec.image", "must be a non-empty image reference"));
     }
 
     let languages = match &spec.languages {
@@ -392,8 +377,7 @@ fn resolve_limits(spec: &RunLimits) -> Result<ResolvedLimits, InvalidSpec> {
     };
     let limits = ResolvedLimits {
         wall_time_ms: ms("spec.limits.wallTime", &spec.wall_time)?,
-        max_wall_time_ms: ms("spec.limits.maxWallTime", &spec.max_wall_time)?
-            .unwrap_or(DEFAULT_MAX_WALL_TIME_MS),
+        max_wall_time_ms: ms("spec.limits.maxWallTime", &spec.max_wall_time)?.unwrap_or(DEFAULT_MAX_WALL_TIME_MS),
         cpu_time_ms: ms("spec.limits.cpuTime", &spec.cpu_time)?,
         max_cpu_time_ms: ms("spec.limits.maxCpuTime", &spec.max_cpu_time)?,
         memory_bytes: bytes("spec.limits.memory", &spec.memory)?,
@@ -410,30 +394,10 @@ fn resolve_limits(spec: &RunLimits) -> Result<ResolvedLimits, InvalidSpec> {
             limits.wall_time_ms,
             Some(limits.max_wall_time_ms),
         ),
-        (
-            "cpuTime",
-            "maxCpuTime",
-            limits.cpu_time_ms,
-            limits.max_cpu_time_ms,
-        ),
-        (
-            "memory",
-            "maxMemory",
-            limits.memory_bytes,
-            limits.max_memory_bytes,
-        ),
-        (
-            "output",
-            "maxOutput",
-            limits.output_bytes,
-            limits.max_output_bytes,
-        ),
-        (
-            "processes",
-            "maxProcesses",
-            limits.processes,
-            limits.max_processes,
-        ),
+        ("cpuTime", "maxCpuTime", limits.cpu_time_ms, limits.max_cpu_time_ms),
+        ("memory", "maxMemory", limits.memory_bytes, limits.max_memory_bytes),
+        ("output", "maxOutput", limits.output_bytes, limits.max_output_bytes),
+        ("processes", "maxProcesses", limits.processes, limits.max_processes),
     ];
     for (field, max_field, value, max) in pairs {
         if let (Some(value), Some(max)) = (value, max)
@@ -465,8 +429,7 @@ fn resolve_resources(
         .flat_map(|r| [("requests", &r.requests), ("limits", &r.limits)])
     {
         for (key, value) in map.iter().flatten() {
-            units::quantity(&value.0)
-                .map_err(|e| InvalidSpec::new(format!("spec.resources.{section}[{key:?}]"), e))?;
+            units::quantity(&value.0).map_err(|e| InvalidSpec::new(format!("spec.resources.{section}[{key:?}]"), e))?;
         }
     }
     if let (Some(container_limit), Some(run_max)) = (
@@ -533,10 +496,7 @@ fn slots_from_cpu(resources: Option<&ResourceRequirements>) -> Result<u32, Inval
 /// every pod in the namespace (or cluster), which is never what a pool wants by accident.
 fn check_peers(field: &str, peers: &[NetworkPolicyPeer]) -> Result<(), InvalidSpec> {
     for (i, peer) in peers.iter().enumerate() {
-        if peer.pod_selector.is_none()
-            && peer.namespace_selector.is_none()
-            && peer.ip_block.is_none()
-        {
+        if peer.pod_selector.is_none() && peer.namespace_selector.is_none() && peer.ip_block.is_none() {
             return Err(InvalidSpec::new(
                 format!("{field}[{i}]"),
                 "must set podSelector, namespaceSelector or ipBlock",

@@ -30,12 +30,7 @@ struct Want<'a> {
 
 /// Builds the conditions, keeping `lastTransitionTime` from `previous` when a condition's
 /// status did not change (so an unchanged pool yields an identical status and no write).
-fn conditions(
-    previous: &[Condition],
-    wants: Vec<Want<'_>>,
-    generation: Option<i64>,
-    now: &Time,
-) -> Vec<Condition> {
+fn conditions(previous: &[Condition], wants: Vec<Want<'_>>, generation: Option<i64>, now: &Time) -> Vec<Condition> {
     wants
         .into_iter()
         .map(|w| {
@@ -86,11 +81,7 @@ fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> Sandbo
         reason,
         message: message.to_owned(),
     };
-    let wants = vec![
-        want(READY, false),
-        want(PROGRESSING, false),
-        want(DEGRADED, true),
-    ];
+    let wants = vec![want(READY, false), want(PROGRESSING, false), want(DEGRADED, true)];
     SandboxPoolStatus {
         conditions: conditions(previous(pool), wants, generation, now),
         observed_generation: generation,
@@ -118,13 +109,7 @@ pub fn from_deployment(
         (None, _) => true,
         (Some(_), None) => false,
     };
-    let deployment_condition = |type_: &str| {
-        status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == type_)
-    };
+    let deployment_condition = |type_: &str| status.conditions.iter().flatten().find(|c| c.type_ == type_);
     let deadline_exceeded = deployment_condition("Progressing")
         .filter(|c| c.status == "False")
         .map(|c| {
@@ -134,13 +119,8 @@ pub fn from_deployment(
         });
     let replica_failure = deployment_condition("ReplicaFailure")
         .filter(|c| c.status == "True")
-        .map(|c| {
-            c.message
-                .clone()
-                .unwrap_or_else(|| "pods cannot be created".to_owned())
-        });
-    let rolled_out =
-        seen_latest && updated == desired && replicas == desired && available == desired;
+        .map(|c| c.message.clone().unwrap_or_else(|| "pods cannot be created".to_owned()));
+    let rolled_out = seen_latest && updated == desired && replicas == desired && available == desired;
 
     let ready_message = format!("{ready}/{desired} executors ready");
     // Ready means the pool serves at full size, even while a rollout replaces pods.

@@ -26,19 +26,14 @@ pub fn duration_ms(text: &str) -> Result<u64, UnitError> {
     if text.is_empty() {
         return Err(UnitError::BadDuration(String::new()));
     }
-    let parsed = kube::core::Duration::from_str(text)
-        .map_err(|_| UnitError::BadDuration(text.to_owned()))?;
+    let parsed = kube::core::Duration::from_str(text).map_err(|_| UnitError::BadDuration(text.to_owned()))?;
     if parsed.is_negative() {
         return Err(UnitError::OutOfRange(text.to_owned(), "must be positive"));
     }
     let std: std::time::Duration = parsed.into();
-    let ms = u64::try_from(std.as_millis())
-        .map_err(|_| UnitError::OutOfRange(text.to_owned(), "too large"))?;
+    let ms = u64::try_from(std.as_millis()).map_err(|_| UnitError::OutOfRange(text.to_owned(), "too large"))?;
     if ms == 0 {
-        return Err(UnitError::OutOfRange(
-            text.to_owned(),
-            "must be at least 1ms",
-        ));
+        return Err(UnitError::OutOfRange(text.to_owned(), "must be at least 1ms"));
     }
     Ok(ms)
 }
@@ -119,10 +114,9 @@ pub fn quantity(text: &str) -> Result<Milli, UnitError> {
 
 /// Parses a quantity that must be a positive whole number of bytes.
 pub fn bytes(text: &str) -> Result<u64, UnitError> {
-    let value = quantity(text)?.whole().ok_or(UnitError::OutOfRange(
-        text.to_owned(),
-        "not a whole number of bytes",
-    ))?;
+    let value = quantity(text)?
+        .whole()
+        .ok_or(UnitError::OutOfRange(text.to_owned(), "not a whole number of bytes"))?;
     if value == 0 {
         return Err(UnitError::OutOfRange(text.to_owned(), "must be positive"));
     }
@@ -145,17 +139,11 @@ mod tests {
     #[test]
     fn bad_durations_are_refused() {
         assert!(matches!(duration_ms("10"), Err(UnitError::BadDuration(_))));
-        assert!(matches!(
-            duration_ms("ten seconds"),
-            Err(UnitError::BadDuration(_))
-        ));
+        assert!(matches!(duration_ms("ten seconds"), Err(UnitError::BadDuration(_))));
         assert!(matches!(duration_ms(""), Err(UnitError::BadDuration(_))));
         assert!(matches!(duration_ms("-5s"), Err(UnitError::OutOfRange(..))));
         assert!(matches!(duration_ms("0s"), Err(UnitError::OutOfRange(..))));
-        assert!(matches!(
-            duration_ms("10us"),
-            Err(UnitError::OutOfRange(..))
-        ));
+        assert!(matches!(duration_ms("10us"), Err(UnitError::OutOfRange(..))));
     }
 
     #[test]
@@ -178,10 +166,7 @@ mod tests {
         assert!(matches!(bytes("0"), Err(UnitError::OutOfRange(..))));
         assert!(matches!(bytes("1.5"), Err(UnitError::OutOfRange(..))));
         assert!(matches!(bytes("500m"), Err(UnitError::OutOfRange(..))));
-        assert!(matches!(
-            bytes("99999999999E"),
-            Err(UnitError::OutOfRange(..))
-        ));
+        assert!(matches!(bytes("99999999999E"), Err(UnitError::OutOfRange(..))));
     }
 
     #[test]

@@ -43,11 +43,9 @@ fn example_pools_pass_cel_resolve_and_render() {
             if let Err(e) = validate_cel(&pool) {
                 panic!("{path}: CEL rejects it: {e:?}");
             }
-            resolve::resolve(&pool, &PoolDefaults::default(), "default")
-                .unwrap_or_else(|e| panic!("{path}: {e}"));
+            resolve::resolve(&pool, &PoolDefaults::default(), "default").unwrap_or_else(|e| panic!("{path}: {e}"));
         }
-        let out = render::render(&text, &PoolDefaults::default(), "default")
-            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let out = render::render(&text, &PoolDefaults::default(), "default").unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(
             out.contains("kind: NetworkPolicy") && out.contains("kind: Deployment"),
             "{path}"

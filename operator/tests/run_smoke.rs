@@ -33,12 +33,7 @@ fn pool() -> Value {
 }
 
 fn json_response(status: StatusCode, body: Value) -> Response {
-    (
-        status,
-        [("content-type", "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    (status, [("content-type", "application/json")], body.to_string()).into_response()
 }
 
 /// Answers like an API server that holds one SandboxPool and no other objects.
@@ -70,11 +65,7 @@ async fn api(State(fake): State<Fake>, method: Method, uri: Uri, body: Bytes) ->
             >()))
         }
         Method::GET if is_collection => {
-            let items = if is_pool_collection {
-                vec![pool()]
-            } else {
-                vec![]
-            };
+            let items = if is_pool_collection { vec![pool()] } else { vec![] };
             json_response(
                 StatusCode::OK,
                 json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "10"}, "items": items}),
@@ -148,9 +139,7 @@ fn free_port() -> SocketAddr {
 
 async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connects");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connects");
     let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("writes");
     let mut response = String::new();
@@ -174,9 +163,7 @@ async fn run_until_status(
 ) {
     let fake = Fake::default();
     let log = fake.log.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
     let api_addr = listener.local_addr().expect("address");
     let app = Router::new().fallback(api).with_state(fake.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -199,19 +186,12 @@ async fn run_until_status(
     loop {
         let done = log
             .lock()
-            .map(|l| {
-                l.iter()
-                    .any(|(m, p)| m == Method::PATCH && p.starts_with(status_path))
-            })
+            .map(|l| l.iter().any(|(m, p)| m == Method::PATCH && p.starts_with(status_path)))
             .unwrap_or(false);
         if done {
             break;
         }
-        assert!(
-            !operator.is_finished(),
-            "run stopped early: {:?}",
-            operator.await
-        );
+        assert!(!operator.is_finished(), "run stopped early: {:?}", operator.await);
         assert!(
             tokio::time::Instant::now() < deadline,
             "no status write; saw {:?}",
@@ -263,21 +243,14 @@ async fn run_reconciles_an_existing_pool_and_serves_health() {
     assert_eq!(status, 200);
     let (status, metrics) = http_get(health, "/metrics").await;
     assert_eq!(status, 200);
-    assert!(
-        metrics.contains("sandpool_operator_reconciles_total 1"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("sandpool_operator_status_writes_total 1"),
-        "{metrics}"
-    );
+    assert!(metrics.contains("sandpool_operator_reconciles_total 1"), "{metrics}");
+    assert!(metrics.contains("sandpool_operator_status_writes_total 1"), "{metrics}");
     operator.abort();
 }
 
 #[tokio::test]
 async fn run_reconciles_only_after_taking_the_lease() {
-    let (fake, health, operator) =
-        run_until_status(Some(("evals".to_owned(), "replica-a".to_owned()))).await;
+    let (fake, health, operator) = run_until_status(Some(("evals".to_owned(), "replica-a".to_owned()))).await;
     let holder = fake
         .lease
         .lock()
@@ -286,13 +259,8 @@ async fn run_reconciles_only_after_taking_the_lease() {
     assert_eq!(holder, Some(json!("replica-a")));
     let seen = fake.log.lock().map(|l| l.clone()).unwrap_or_default();
     let first_lease = seen.iter().position(|(_, p)| p.contains("/leases"));
-    let first_child = seen
-        .iter()
-        .position(|(_, p)| p.contains("/serviceaccounts/python"));
-    assert!(
-        first_lease < first_child,
-        "reconciled before leading: {seen:?}"
-    );
+    let first_child = seen.iter().position(|(_, p)| p.contains("/serviceaccounts/python"));
+    assert!(first_lease < first_child, "reconciled before leading: {seen:?}");
     let (_, metrics) = http_get(health, "/metrics").await;
     assert!(metrics.contains("sandpool_operator_leader 1"), "{metrics}");
     operator.abort();

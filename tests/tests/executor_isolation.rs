@@ -277,7 +277,30 @@ async fn nothing_is_left_behind_after_the_response() {
     )
     .await;
     assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
-    let runs = exe.work_root.path().join("runs");
-    let left: Vec<_> = std::fs::read_dir(&runs).unwrap().flatten().map(|e| e.path()).collect();
-    assert!(left.is_empty(), "work dirs left behind: {left:?}");
+    // Work dirs are detached mounts: nothing of a run ever shows on the host,
+    // neither in the mount table nor under the work root.
+    let root = exe.work_root.path().display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let ours: Vec<&str> = mounts.lines().filter(|l| l.contains(&root)).collect();
+    assert!(ours.is_empty(), "mounts left on the host: {ours:#?}");
+    let files: Vec<_> = walk(exe.work_root.path());
+    assert!(
+        files.iter().all(|p| !p.ends_with("left")),
+        "run files on the host: {files:?}"
+    );
+    // The next run in the same slot starts clean.
+    let r = py(&exe, "import os\nprint(os.listdir('/work'), os.listdir('/tmp'))\n").await;
+    assert_eq!(stdout(&r).trim(), "['main.py'] []", "{}", describe(&r));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
 }

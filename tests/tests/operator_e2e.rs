@@ -31,28 +31,21 @@ where
 {
     let deadline = tokio::time::Instant::now() + timeout;
     while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
 
 fn condition_true(pool: &SandboxPool, type_: &str) -> bool {
-    pool.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status == "True")
-    })
+    pool.status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_ && c.status == "True"))
 }
 
 #[tokio::test]
 async fn operator_manages_a_pool_in_a_real_cluster() {
     if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        eprintln!(
-            "operator_e2e skipped: KUBECONFIG is not set, so there is no cluster to test against"
-        );
+        eprintln!("operator_e2e skipped: KUBECONFIG is not set, so there is no cluster to test against");
         return;
     }
     let timeout = Duration::from_secs(
@@ -61,9 +54,7 @@ async fn operator_manages_a_pool_in_a_real_cluster() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(300),
     );
-    let client = Client::try_default()
-        .await
-        .expect("KUBECONFIG gives a working client");
+    let client = Client::try_default().await.expect("KUBECONFIG gives a working client");
 
     // CRD, applied the way an upgrade would.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -75,29 +66,24 @@ async fn operator_manages_a_pool_in_a_real_cluster() {
     )
     .await
     .expect("CRD applies");
-    wait_for(
-        "the CRD to be established",
-        Duration::from_secs(60),
-        || async {
-            crds.get(&crd.name_any())
-                .await
-                .ok()
-                .and_then(|c| c.status)
-                .is_some_and(|s| {
-                    s.conditions
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                })
-        },
-    )
+    wait_for("the CRD to be established", Duration::from_secs(60), || async {
+        crds.get(&crd.name_any())
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .is_some_and(|s| {
+                s.conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
     .await;
 
     // A namespace of our own, so nothing else is touched.
     let ns_name = format!("sandpool-e2e-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns_name}})).expect("namespace");
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns_name}})).expect("namespace");
     namespaces
         .create(&PostParams::default(), &ns)
         .await
@@ -127,16 +113,10 @@ async fn operator_manages_a_pool_in_a_real_cluster() {
         }
     }))
     .expect("pool");
-    pools
-        .create(&PostParams::default(), &pool)
-        .await
-        .expect("pool creates");
+    pools.create(&PostParams::default(), &pool).await.expect("pool creates");
 
     wait_for("the pool to be Ready", timeout, || async {
-        pools
-            .get("e2e")
-            .await
-            .is_ok_and(|p| condition_true(&p, "Ready"))
+        pools.get("e2e").await.is_ok_and(|p| condition_true(&p, "Ready"))
     })
     .await;
     let live = pools.get("e2e").await.expect("pool reads");
@@ -149,8 +129,7 @@ async fn operator_manages_a_pool_in_a_real_cluster() {
     assert_eq!(status.observed_generation, live.metadata.generation);
     let uid = live.uid().expect("uid");
     let owned = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
-        refs.iter()
-            .any(|r| r.uid == uid && r.controller == Some(true))
+        refs.iter().any(|r| r.uid == uid && r.controller == Some(true))
     };
 
     let sa = Api::<ServiceAccount>::namespaced(client.clone(), &ns_name)
@@ -165,12 +144,7 @@ async fn operator_manages_a_pool_in_a_real_cluster() {
         .expect("Service");
     let svc_spec = svc.spec.clone().expect("spec");
     assert_eq!(svc_spec.cluster_ip.as_deref(), Some("None"));
-    let ports: Vec<i32> = svc_spec
-        .ports
-        .unwrap_or_default()
-        .iter()
-        .map(|p| p.port)
-        .collect();
+    let ports: Vec<i32> = svc_spec.ports.unwrap_or_default().iter().map(|p| p.port).collect();
     assert_eq!(ports, [50051, 8080, 9090]);
     assert!(owned(svc.owner_references()));
     let np = Api::<NetworkPolicy>::namespaced(client.clone(), &ns_name)

@@ -7,7 +7,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = "/sys/fs/cgroup";
@@ -220,9 +219,12 @@ impl SlotCgroup {
         }
     }
 
-    /// Open `cgroup.procs` files the init writes "0" into to join the slot.
-    pub fn procs_fds(&self) -> Vec<i32> {
-        self.procs.iter().map(|f| f.as_raw_fd()).collect()
+    /// Moves process `pid` (a slot's spawner) into this cgroup.
+    pub fn adopt(&self, pid: i32) -> Result<(), CgroupError> {
+        for (f, d) in self.procs.iter().zip(&self.dirs) {
+            (&*f).write_all(pid.to_string().as_bytes()).map_err(io(d))?;
+        }
+        Ok(())
     }
 
     /// Sets the run's limits and records the counters to subtract afterwards.
@@ -233,13 +235,14 @@ impl SlotCgroup {
                 write_file(&m.join("memory.limit_in_bytes"), &memory.to_string())?;
                 // Resets the high-water mark to the current usage.
                 write_file(&m.join("memory.max_usage_in_bytes"), "0")?;
-                write_file(&self.pids().join("pids.max"), &processes.to_string())?;
+                // The slot's spawner and the run's init are ours, not the program's.
+                write_file(&self.pids().join("pids.max"), &(processes + 2).to_string())?;
             }
             Version::V2 => {
                 let d = self.memory();
                 write_file(&d.join("memory.max"), &memory.to_string())?;
                 let _ = write_file(&d.join("memory.swap.max"), "0");
-                write_file(&d.join("pids.max"), &processes.to_string())?;
+                write_file(&d.join("pids.max"), &(processes + 2).to_string())?;
             }
         }
         let peak = match self.version {

@@ -17,6 +17,7 @@ pub(crate) struct MountStep {
 }
 
 /// Memory for a child's stack, with a guard page below it.
+#[derive(Debug)]
 pub(crate) struct Stack {
     base: *mut libc::c_void,
     len: usize,
@@ -64,9 +65,14 @@ impl Drop for Stack {
 /// Everything the init and the program need, prepared before `clone`.
 pub(crate) struct ChildPlan {
     pub keep_fds: Vec<i32>,
-    pub cgroup_procs_fds: Vec<i32>,
+    /// The slot's mount namespace (root = the read-only template).
+    pub mnt_ns_fd: i32,
+    /// Detached clone of the run's work-dir mount, attached at /work.
+    pub work_fd: i32,
+    /// Per-run mounts inside the slot namespace, after /work.
     pub mounts: Vec<MountStep>,
-    pub root: CString,
+    /// Mount points the init clears before and after the run.
+    pub run_mount_points: Vec<CString>,
     pub hostname: &'static [u8],
     pub stdin_fd: i32,
     pub stdout_fd: i32,
@@ -102,12 +108,8 @@ pub(crate) mod report {
     pub fn stage_name(stage: u32) -> &'static str {
         match stage {
             1 => "closing inherited file descriptors",
-            2 => "joining the run's cgroup",
-            3 => "making mounts private",
-            4 => "entering the new root",
-            5 => "pivot_root",
-            6 => "detaching the old root",
-            7 => "entering the work dir",
+            3 => "entering the slot's mount namespace",
+            4 => "attaching the work dir",
             8 => "setting the hostname",
             9 => "bringing up loopback",
             10 => "starting the program",
@@ -174,32 +176,22 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     }
     step!(rep, 1, sys::close_range(next, u32::MAX, 0));
 
-    for &fd in &plan.cgroup_procs_fds {
-        step!(rep, 2, sys::write(fd, b"0"));
+    // The slot's namespace outlives runs: clear what a killed init left.
+    step!(rep, 3, sys::setns(plan.mnt_ns_fd, libc::CLONE_NEWNS));
+    for p in &plan.run_mount_points {
+        sys::detach_all(p);
     }
-
-    step!(
-        rep,
-        3,
-        sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
-    );
+    step!(rep, 4, sys::move_mount_fd(plan.work_fd, c"/work"));
     for (i, m) in plan.mounts.iter().enumerate() {
-        step!(
-            rep,
-            100 + i as u32,
-            sys::mount(
-                m.src.as_deref(),
-                &m.target,
-                m.fstype.as_deref(),
-                m.flags,
-                m.data.as_deref()
-            )
+        let r = sys::mount(
+            m.src.as_deref(),
+            &m.target,
+            m.fstype.as_deref(),
+            m.flags,
+            m.data.as_deref(),
         );
+        step!(rep, 100 + i as u32, r);
     }
-    step!(rep, 4, sys::chdir(&plan.root));
-    step!(rep, 5, sys::pivot_root(c".", c"."));
-    step!(rep, 6, sys::umount2(c".", libc::MNT_DETACH));
-    step!(rep, 7, sys::chdir(c"/"));
     step!(rep, 8, sys::sethostname(plan.hostname));
     bring_up_loopback(rep);
 
@@ -221,6 +213,10 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         match sys::wait_any(&mut status) {
             Ok(p) if p as i32 == pid => {
                 send(rep, report::STATUS, 0, status);
+                // Leave the slot's namespace clean for the next run.
+                for p in plan.run_mount_points.iter().rev() {
+                    sys::detach_all(p);
+                }
                 sys::exit(0);
             }
             Ok(_) | Err(libc::EINTR) => continue,

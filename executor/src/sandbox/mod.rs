@@ -17,6 +17,8 @@ mod mounts;
 pub mod probe;
 pub mod rootfs;
 pub mod seccomp;
+mod slotns;
+mod spawner;
 mod supervise;
 mod sys;
 pub mod workdir;
@@ -26,8 +28,8 @@ pub use supervise::{RunOutcome, Termination};
 pub use workdir::{FetchError, WorkDir, WorkDirError};
 
 use crate::limits::Limits;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How runs are isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -108,13 +110,16 @@ pub struct RunSpec {
 #[derive(Debug)]
 pub struct Sandbox {
     cfg: SandboxConfig,
-    root: rootfs::RootTemplate,
-    gpu_root: Option<rootfs::RootTemplate>,
+    /// Per slot: a mount namespace rooted at the read-only template.
+    slot_ns: Vec<OwnedFd>,
+    /// Per slot, on GPU executors: the same with the GPU device nodes.
+    gpu_slot_ns: Vec<OwnedFd>,
     cgroups: Option<Vec<cgroup::SlotCgroup>>,
     hierarchy: Option<cgroup::Hierarchy>,
+    /// Per slot, with cgroups: the process that clones inits inside the slot's cgroup.
+    spawners: Vec<spawner::Spawner>,
     seccomp: Vec<Vec<libc::sock_filter>>,
     features: Features,
-    next_run: AtomicU64,
 }
 
 /// Directory (inside the sandbox) where runs start.
@@ -137,18 +142,12 @@ impl Sandbox {
             return Err(SandboxError::ModeUnavailable("namespaces", missing));
         }
         std::fs::create_dir_all(&cfg.work_root).map_err(|e| SandboxError::Os("creating the work root", e))?;
-        // Our mounts must not propagate to the host's other namespaces.
+        // Clear what a crashed executor left, then keep our mounts from
+        // propagating to the host's other namespaces.
+        mounts::detach_all(&cfg.work_root);
         mounts::mount(Some(&cfg.work_root), &cfg.work_root, None, libc::MS_BIND, None)
             .and_then(|_| mounts::mount(None, &cfg.work_root, None, libc::MS_PRIVATE, None))
             .map_err(|e| SandboxError::Os("making the work root a private mount", e))?;
-        let runs = cfg.work_root.join("runs");
-        if let Ok(entries) = std::fs::read_dir(&runs) {
-            for e in entries.flatten() {
-                mounts::detach_all(&e.path());
-                let _ = std::fs::remove_dir(e.path());
-            }
-        }
-        std::fs::create_dir_all(&runs).map_err(|e| SandboxError::Os("creating the runs dir", e))?;
 
         let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots);
         let base_devices: Vec<PathBuf> = rootfs::BASE_DEVICES.iter().map(PathBuf::from).collect();
@@ -159,18 +158,22 @@ impl Sandbox {
             &passwd,
             &group,
         )?;
-        let gpu_root = if cfg.gpu_devices.is_empty() {
-            None
+        let slot_ns = Self::slot_namespaces(&root.path, cfg.slots)?;
+        let gpu_slot_ns = if cfg.gpu_devices.is_empty() {
+            vec![]
         } else {
             let devices: Vec<PathBuf> = base_devices.iter().chain(&cfg.gpu_devices).cloned().collect();
-            Some(rootfs::build(
+            let gpu = rootfs::build(
                 &cfg.work_root.join("root-gpu"),
                 &cfg.ro_paths,
                 &devices,
                 &passwd,
                 &group,
-            )?)
+            )?;
+            Self::slot_namespaces(&gpu.path, cfg.slots)?
         };
+        // The slot namespaces hold their own copies: the host keeps nothing.
+        mounts::detach_all(&cfg.work_root);
 
         let (cgroups, hierarchy) = match cgroup::Hierarchy::setup(&cgroup_name(&cfg.work_root)) {
             Ok(h) => {
@@ -198,6 +201,17 @@ impl Sandbox {
                 (None, None)
             }
         };
+        let spawners = match &cgroups {
+            Some(slots) => slots
+                .iter()
+                .map(|cg| {
+                    let sp = spawner::Spawner::start().map_err(|e| SandboxError::Os("starting a slot spawner", e))?;
+                    cg.adopt(sp.pid())?;
+                    Ok(sp)
+                })
+                .collect::<Result<Vec<_>, SandboxError>>()?,
+            None => vec![],
+        };
         let seccomp = seccomp::build_filters()?.iter().map(seccomp::to_kernel).collect();
         for f in [
             "pid_namespace",
@@ -212,13 +226,13 @@ impl Sandbox {
         }
         let sandbox = Sandbox {
             cfg,
-            root,
-            gpu_root,
+            slot_ns,
+            gpu_slot_ns,
             cgroups,
             hierarchy,
+            spawners,
             seccomp,
             features,
-            next_run: AtomicU64::new(0),
         };
         tracing::info!(mode = sandbox.cfg.mode.name(), features = %sandbox.features, "sandbox ready");
         Ok(sandbox)
@@ -241,26 +255,23 @@ impl Sandbox {
 
     /// True when GPU runs get device nodes.
     pub fn has_gpu(&self) -> bool {
-        self.gpu_root.is_some()
+        !self.gpu_slot_ns.is_empty()
+    }
+
+    fn slot_namespaces(template: &Path, slots: usize) -> Result<Vec<OwnedFd>, SandboxError> {
+        (0..slots)
+            .map(|_| slotns::create(template).map_err(|e| SandboxError::Os("creating a slot's mount namespace", e)))
+            .collect()
     }
 
     /// Creates a fresh work dir for a run in `slot`.
     pub fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
-        let id = self.next_run.fetch_add(1, Ordering::Relaxed);
         let uid = self.uid(slot);
-        let path = self.cfg.work_root.join("runs").join(format!("{slot}-{id}"));
-        Ok(WorkDir::create(path, self.cfg.work_dir_bytes, uid, uid)?)
+        Ok(WorkDir::create(self.cfg.work_dir_bytes, uid, uid)?)
     }
 
     fn uid(&self, slot: usize) -> u32 {
         self.cfg.uid_base + slot as u32
-    }
-
-    fn root_for(&self, gpu: bool) -> &Path {
-        match (&self.gpu_root, gpu) {
-            (Some(g), true) => &g.path,
-            _ => &self.root.path,
-        }
     }
 
     /// Runs `spec` in slot `slot` with `work` mounted at `/work`.
@@ -269,8 +280,17 @@ impl Sandbox {
     /// future kills the run.
     pub async fn run(&self, slot: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
         let cg = self.cgroups.as_ref().and_then(|c| c.get(slot));
+        let namespaces = if spec.gpu && self.has_gpu() {
+            &self.gpu_slot_ns
+        } else {
+            &self.slot_ns
+        };
+        let mnt_ns = namespaces
+            .get(slot)
+            .ok_or_else(|| SandboxError::Other(format!("no slot {slot}")))?;
         let ctx = supervise::Context {
-            root: self.root_for(spec.gpu),
+            mnt_ns,
+            spawner: self.spawners.get(slot),
             work,
             uid: self.uid(slot),
             cgroup: cg,
@@ -284,12 +304,10 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         // Leave the host as we found it: cgroups removed, mounts gone.
+        self.spawners.clear();
         if let (Some(h), Some(slots)) = (&self.hierarchy, &self.cgroups) {
             slots.iter().for_each(cgroup::SlotCgroup::kill_all);
             h.remove(slots.len());
-        }
-        for root in std::iter::once(&self.root).chain(self.gpu_root.as_ref()) {
-            mounts::detach_all(&root.path);
         }
         mounts::detach_all(&self.cfg.work_root);
     }

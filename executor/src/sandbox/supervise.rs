@@ -2,7 +2,7 @@
 
 use super::cgroup::SlotCgroup;
 use super::child::{self, ChildPlan, MountStep, Stack, cstr};
-use super::{RunSpec, SandboxError, WORK_DIR, WorkDir, mounts::c_path};
+use super::{RunSpec, SandboxError, WORK_DIR, WorkDir};
 use std::ffi::CString;
 use std::io::{Read, Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -43,7 +43,10 @@ pub struct RunOutcome {
 
 /// Shared per-run inputs from the sandbox.
 pub(crate) struct Context<'a> {
-    pub root: &'a Path,
+    /// Clones inits inside the slot's cgroup (absent without cgroups).
+    pub spawner: Option<&'a super::spawner::Spawner>,
+    /// The slot's mount namespace.
+    pub mnt_ns: &'a OwnedFd,
     pub work: &'a WorkDir,
     pub uid: u32,
     pub cgroup: Option<&'a SlotCgroup>,
@@ -81,18 +84,16 @@ fn stdin_memfd(data: &[u8]) -> Result<OwnedFd, SandboxError> {
     Ok(f.into())
 }
 
-/// Finds `name` in the sandbox's PATH by looking inside the root template.
-fn resolve_exe(root: &Path, name: &str) -> String {
+/// Finds `name` in the sandbox's PATH. The sandbox's /usr, /bin, ... are
+/// read-only views of the host's, so the host's files answer.
+fn resolve_exe(name: &str) -> String {
     if name.contains('/') {
         return name.to_owned();
     }
-    for dir in PATH.split(':') {
-        let p = format!("{dir}/{name}");
-        if root.join(p.trim_start_matches('/')).is_file() {
-            return p;
-        }
-    }
-    name.to_owned()
+    PATH.split(':')
+        .map(|dir| format!("{dir}/{name}"))
+        .find(|p| Path::new(p).is_file())
+        .unwrap_or_else(|| name.to_owned())
 }
 
 fn rlimit(cur: u64, max: u64) -> libc::rlimit64 {
@@ -102,44 +103,29 @@ fn rlimit(cur: u64, max: u64) -> libc::rlimit64 {
     }
 }
 
-fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 4]) -> Result<ChildPlan, SandboxError> {
-    let [stdin_fd, stdout_fd, stderr_fd, report_fd] = fds;
-    let root = ctx.root;
-    let at = |p: &str| c_path(&root.join(p)).map_err(os("mount target path"));
+fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 5]) -> Result<ChildPlan, SandboxError> {
+    let [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd] = fds;
+    let at = |p: &str| Ok::<_, SandboxError>(cstr(p));
     let tmp_opts = format!("size={},mode=1777", ctx.tmp_bytes);
     let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
     let mounts = vec![
         MountStep {
-            src: Some(c_path(ctx.work.path()).map_err(os("work dir path"))?),
-            target: at("work")?,
-            fstype: None,
-            flags: libc::MS_BIND,
-            data: None,
-        },
-        MountStep {
-            src: None,
-            target: at("work")?,
-            fstype: None,
-            flags: (libc::MS_BIND | libc::MS_REMOUNT) | nosuid_nodev,
-            data: None,
-        },
-        MountStep {
             src: Some(cstr("tmpfs")),
-            target: at("tmp")?,
+            target: at("/tmp")?,
             fstype: Some(cstr("tmpfs")),
             flags: nosuid_nodev,
             data: Some(cstr(&tmp_opts)),
         },
         MountStep {
             src: Some(cstr("tmpfs")),
-            target: at("dev/shm")?,
+            target: at("/dev/shm")?,
             fstype: Some(cstr("tmpfs")),
             flags: nosuid_nodev | libc::MS_NOEXEC,
             data: Some(cstr(&tmp_opts)),
         },
         MountStep {
             src: Some(cstr("proc")),
-            target: at("proc")?,
+            target: at("/proc")?,
             fstype: Some(cstr("proc")),
             flags: nosuid_nodev | libc::MS_NOEXEC,
             // Other users' processes (the root-owned init) stay invisible.
@@ -168,7 +154,7 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 4]) -> Result<ChildP
         .argv
         .first()
         .ok_or_else(|| SandboxError::Other("empty command".into()))?;
-    let exe = resolve_exe(root, argv0);
+    let exe = resolve_exe(argv0);
     let to_c = |s: &str| CString::new(s).map_err(|_| SandboxError::Other(format!("NUL byte in {s:?}")));
     let argv: Vec<CString> = spec.argv.iter().map(|a| to_c(a)).collect::<Result<_, _>>()?;
     let envp: Vec<CString> = spec
@@ -176,18 +162,18 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 4]) -> Result<ChildP
         .iter()
         .map(|(k, v)| to_c(&format!("{k}={v}")))
         .collect::<Result<_, _>>()?;
-    let cgroup_procs_fds = ctx.cgroup.map(|c| c.procs_fds()).unwrap_or_default();
-    let mut keep_fds: Vec<i32> = [stdin_fd, stdout_fd, stderr_fd, report_fd]
+    let mnt_ns_fd = ctx.mnt_ns.as_raw_fd();
+    let mut keep_fds: Vec<i32> = [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd, mnt_ns_fd]
         .into_iter()
-        .chain(cgroup_procs_fds.iter().copied())
         .collect();
     keep_fds.sort_unstable();
     keep_fds.dedup();
     Ok(ChildPlan {
         keep_fds,
-        cgroup_procs_fds,
         mounts,
-        root: c_path(root).map_err(os("root path"))?,
+        mnt_ns_fd,
+        work_fd,
+        run_mount_points: ["/work", "/tmp", "/dev/shm", "/proc"].map(cstr).to_vec(),
         hostname: b"sandbox",
         stdin_fd,
         stdout_fd,
@@ -279,6 +265,7 @@ async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>
 }
 
 pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
+    let t0 = Instant::now();
     let mut baseline = match ctx.cgroup {
         Some(c) => Some(c.prepare(spec.limits.memory, spec.limits.processes)?),
         None => None,
@@ -287,44 +274,50 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     let (err_r, err_w) = pipe()?;
     let (rep_r, rep_w) = pipe()?;
     let stdin = stdin_memfd(&spec.stdin)?;
-    let plan = Box::new(build_plan(
-        &ctx,
-        spec,
-        [
-            stdin.as_raw_fd(),
-            out_w.as_raw_fd(),
-            err_w.as_raw_fd(),
-            rep_w.as_raw_fd(),
-        ],
-    )?);
+    let work = ctx.work.attachable().map_err(os("cloning the work dir mount"))?;
+    let fds = [
+        stdin.as_raw_fd(),
+        out_w.as_raw_fd(),
+        err_w.as_raw_fd(),
+        rep_w.as_raw_fd(),
+        work.as_raw_fd(),
+    ];
+    let plan = Box::new(build_plan(&ctx, spec, fds)?);
     let stack = Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?;
 
     let flags = libc::CLONE_VM
         | libc::CLONE_PIDFD
         | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNS
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::SIGCHLD;
-    let mut pidfd: libc::c_int = -1;
+    let t_prep = t0.elapsed();
     let started = Instant::now();
-    // SAFETY: the init runs on its own stack and reads the plan, both kept
-    // alive by `Child` until it is reaped; it touches nothing else.
-    let pid = unsafe {
-        libc::clone(
-            child::init_main,
-            stack.top(),
-            flags,
-            &*plan as *const ChildPlan as *mut libc::c_void,
-            &mut pidfd as *mut libc::c_int,
-        )
+    let (pid, pidfd) = match ctx.spawner {
+        Some(sp) => sp
+            .spawn(&plan, &stack, flags)
+            .map_err(|e| SandboxError::Os("spawning the init", e))?,
+        None => {
+            let mut pidfd: libc::c_int = -1;
+            // SAFETY: the init runs on its own stack and reads the plan, both kept
+            // alive by `Child` until it is reaped; it touches nothing else.
+            let pid = unsafe {
+                libc::clone(
+                    child::init_main,
+                    stack.top(),
+                    flags,
+                    &*plan as *const ChildPlan as *mut libc::c_void,
+                    &mut pidfd as *mut libc::c_int,
+                )
+            };
+            if pid < 0 {
+                return Err(SandboxError::Os("clone", std::io::Error::last_os_error()));
+            }
+            // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
+            (pid, unsafe { OwnedFd::from_raw_fd(pidfd) })
+        }
     };
-    if pid < 0 {
-        return Err(SandboxError::Os("clone", std::io::Error::last_os_error()));
-    }
-    // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     let mut kid = Child {
         pid,
         pidfd: None,
@@ -333,7 +326,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     // SAFETY: an OwnedFd keeps returning the same open descriptor while registered.
     let registered = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
     kid.pidfd = Some(registered.map_err(|e| SandboxError::Os("watching the pidfd", e.into()))?);
-    drop((out_w, err_w, rep_w, stdin));
+    drop((out_w, err_w, rep_w, stdin, work));
 
     let pidfd_raw = kid.pidfd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
     let overflowed = Arc::new(AtomicBool::new(false));
@@ -376,6 +369,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         }
     }
     let wall = started.elapsed();
+    let t_exit = started.elapsed();
     let ru = kid.reap();
 
     // All writers are dead; the readers reach EOF promptly.
@@ -394,6 +388,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         killed_by = Some(Termination::Output);
     }
 
+    let t_read = started.elapsed();
     let mut reports = Vec::new();
     let _ = std::fs::File::from(rep_r).read_to_end(&mut reports);
     let mut status = None;
@@ -433,6 +428,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     let cpu_bound = killed_by == Some(Termination::WallTime) && cpu.as_secs_f64() >= 0.5 * wall.as_secs_f64();
     let cpu_exceeded =
         cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime) || cpu_bound;
+    tracing::trace!(?t_prep, ?t_exit, ?t_read, total = ?started.elapsed(), "run timing");
     Ok(RunOutcome {
         exit_code,
         signal,

@@ -108,6 +108,33 @@ pub fn umount2(target: &CStr, flags: i32) -> Res {
     sc!(libc::SYS_umount2, ptr(target), flags as usize)
 }
 
+/// openat(2) relative to the current directory.
+pub fn open(path: &CStr, flags: i32) -> Res {
+    sc!(libc::SYS_openat, libc::AT_FDCWD as usize, ptr(path), flags as usize, 0)
+}
+
+/// setns(2).
+pub fn setns(fd: i32, nstype: i32) -> Res {
+    sc!(libc::SYS_setns, fd as usize, nstype as usize)
+}
+
+/// move_mount(2) of the detached mount `fd` onto `target`.
+pub fn move_mount_fd(fd: i32, target: &CStr) -> Res {
+    sc!(
+        libc::SYS_move_mount,
+        fd as usize,
+        c"".as_ptr() as usize,
+        libc::AT_FDCWD as usize,
+        ptr(target),
+        0x4 /* MOVE_MOUNT_F_EMPTY_PATH */
+    )
+}
+
+/// Lazily unmounts everything stacked on `target`.
+pub fn detach_all(target: &CStr) {
+    while umount2(target, libc::MNT_DETACH).is_ok() {}
+}
+
 /// pivot_root(2).
 pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> Res {
     sc!(libc::SYS_pivot_root, ptr(new_root), ptr(put_old))
@@ -130,6 +157,11 @@ pub fn dup_to(old: i32, new: i32) -> Res {
         return sc!(libc::SYS_fcntl, old as usize, libc::F_SETFD as usize, 0);
     }
     sc!(libc::SYS_dup3, old as usize, new as usize, 0)
+}
+
+/// read(2) into `buf`.
+pub fn read(fd: i32, buf: &mut [u8]) -> Res {
+    sc!(libc::SYS_read, fd as usize, buf.as_mut_ptr() as usize, buf.len())
 }
 
 /// close(2).

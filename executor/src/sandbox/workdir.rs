@@ -1,16 +1,17 @@
 //! A run's work dir: a fresh, size-capped tmpfs owned by the run's uid.
 //!
-//! The supervisor touches it only through a directory descriptor with
-//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so nothing the program
-//! plants (symlinks, FIFOs, hard links) can redirect a read or a write, and
-//! clean-up is an unmount: nothing is traversed at all.
+//! The tmpfs is created detached (`fsopen`/`fsmount`): it never appears in
+//! the host's mount table, and each phase's init attaches a clone of it at
+//! `/work` inside the slot's namespace. The supervisor touches it only
+//! through the mount's descriptor with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS)`, so nothing the program plants (symlinks, FIFOs,
+//! hard links) can redirect a read or a write, and clean-up is closing the
+//! descriptor: nothing is traversed at all.
 
-use super::mounts;
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
 
 /// Errors creating or using a work dir.
 #[derive(Debug, thiserror::Error)]
@@ -52,13 +53,20 @@ pub fn validate_rel_path(p: &str) -> Result<(), WorkDirError> {
     }
 }
 
-/// A mounted work dir; unmounted and removed on drop.
+/// A detached tmpfs; released when dropped.
 #[derive(Debug)]
 pub struct WorkDir {
-    path: PathBuf,
-    dir: OwnedFd,
+    mount: OwnedFd,
     uid: u32,
     gid: u32,
+}
+
+fn check(r: libc::c_long) -> std::io::Result<libc::c_long> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
 }
 
 fn openat2(dir: i32, path: &str, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
@@ -70,7 +78,7 @@ fn openat2(dir: i32, path: &str, flags: i32, mode: u32) -> std::io::Result<Owned
     how.resolve =
         libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_XDEV;
     // SAFETY: openat2 with a valid dir fd, C string and open_how struct.
-    let fd = unsafe {
+    let fd = check(unsafe {
         libc::syscall(
             libc::SYS_openat2,
             dir,
@@ -78,36 +86,80 @@ fn openat2(dir: i32, path: &str, flags: i32, mode: u32) -> std::io::Result<Owned
             &how,
             std::mem::size_of::<libc::open_how>(),
         )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    })?;
     // SAFETY: a fresh descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 impl WorkDir {
-    /// Mounts a fresh tmpfs of `size` bytes at `path`, owned by `uid:gid`.
-    pub fn create(path: PathBuf, size: u64, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
+    /// Creates a detached tmpfs of `size` bytes, owned by `uid:gid`, nosuid and nodev.
+    pub fn create(size: u64, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
         let e = |what| {
-            let p = path.display().to_string();
-            move |source| WorkDirError::Io { path: p, what, source }
+            move |source| WorkDirError::Io {
+                path: "/work".into(),
+                what,
+                source,
+            }
         };
-        mounts::detach_all(&path);
-        fs::create_dir_all(&path).map_err(e("mkdir"))?;
-        mounts::tmpfs(&path, &format!("size={size},mode=0755,uid={uid},gid={gid}")).map_err(e("mounting tmpfs"))?;
-        let dir = fs::File::open(&path).map_err(e("opening"))?;
-        Ok(WorkDir {
-            path,
-            dir: dir.into(),
-            uid,
-            gid,
-        })
+        // SAFETY: fsopen/fsconfig/fsmount with valid C strings; results checked.
+        unsafe {
+            let fs = check(libc::syscall(
+                libc::SYS_fsopen,
+                c"tmpfs".as_ptr(),
+                1, /* FSOPEN_CLOEXEC */
+            ))
+            .map_err(e("fsopen tmpfs"))?;
+            let fs = OwnedFd::from_raw_fd(fs as i32);
+            let opts = [
+                ("size", size.to_string()),
+                ("mode", "0755".into()),
+                ("uid", uid.to_string()),
+                ("gid", gid.to_string()),
+            ];
+            for (k, v) in opts {
+                let (k, v) = (CString::new(k).unwrap_or_default(), CString::new(v).unwrap_or_default());
+                check(libc::syscall(
+                    libc::SYS_fsconfig,
+                    fs.as_raw_fd(),
+                    1, /* SET_STRING */
+                    k.as_ptr(),
+                    v.as_ptr(),
+                    0,
+                ))
+                .map_err(e("configuring tmpfs"))?;
+            }
+            check(libc::syscall(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd(),
+                6, /* CMD_CREATE */
+                0usize,
+                0usize,
+                0,
+            ))
+            .map_err(e("creating tmpfs"))?;
+            let attrs = 0x2 | 0x4; // MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+            let m = check(libc::syscall(
+                libc::SYS_fsmount,
+                fs.as_raw_fd(),
+                1, /* FSMOUNT_CLOEXEC */
+                attrs,
+            ))
+            .map_err(e("fsmount"))?;
+            Ok(WorkDir {
+                mount: OwnedFd::from_raw_fd(m as i32),
+                uid,
+                gid,
+            })
+        }
     }
 
-    /// Host path of the work dir (for bind-mounting into the sandbox).
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// A detached clone of the mount, for one phase's init to attach at /work.
+    pub fn attachable(&self) -> std::io::Result<OwnedFd> {
+        let flags = 1 /* OPEN_TREE_CLONE */ | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32;
+        // SAFETY: open_tree on our own mount descriptor with an empty path.
+        let fd = check(unsafe { libc::syscall(libc::SYS_open_tree, self.mount.as_raw_fd(), c"".as_ptr(), flags) })?;
+        // SAFETY: a fresh descriptor we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 
     /// Writes `content` at relative `rel`, creating parent directories, owned by the run's uid.
@@ -128,23 +180,18 @@ impl WorkDir {
             }
             prefix.push_str(comp);
             let c = CString::new(prefix.as_str()).map_err(|_| WorkDirError::InvalidPath(rel.to_owned()))?;
-            // SAFETY: mkdirat relative to our dir fd; EEXIST is fine.
-            let r = unsafe { libc::mkdirat(self.dir.as_raw_fd(), c.as_ptr(), 0o755) };
+            // SAFETY: mkdirat relative to our mount fd; EEXIST is fine.
+            let r = unsafe { libc::mkdirat(self.mount.as_raw_fd(), c.as_ptr(), 0o755) };
             if r == 0 {
-                let d = openat2(self.dir.as_raw_fd(), &prefix, libc::O_DIRECTORY | libc::O_RDONLY, 0)
+                let d = openat2(self.mount.as_raw_fd(), &prefix, libc::O_DIRECTORY | libc::O_RDONLY, 0)
                     .map_err(e("opening a directory"))?;
                 // SAFETY: fchown on a descriptor we own.
                 unsafe { libc::fchown(d.as_raw_fd(), self.uid, self.gid) };
             }
         }
         let mode = if executable { 0o755 } else { 0o644 };
-        let fd = openat2(
-            self.dir.as_raw_fd(),
-            rel,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
-            mode,
-        )
-        .map_err(e("creating"))?;
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW;
+        let fd = openat2(self.mount.as_raw_fd(), rel, flags, mode).map_err(e("creating"))?;
         // SAFETY: fchmod/fchown on a descriptor we own.
         unsafe {
             libc::fchown(fd.as_raw_fd(), self.uid, self.gid);
@@ -156,12 +203,8 @@ impl WorkDir {
     /// Reads regular file `rel` if it is at most `cap` bytes; never follows links.
     pub fn read_file(&self, rel: &str, cap: u64) -> Result<Vec<u8>, FetchError> {
         validate_rel_path(rel).map_err(|e| FetchError::Other(e.to_string()))?;
-        let fd = match openat2(
-            self.dir.as_raw_fd(),
-            rel,
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-            0,
-        ) {
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+        let fd = match openat2(self.mount.as_raw_fd(), rel, flags, 0) {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(FetchError::NotFound),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::EXDEV)) => {
@@ -186,13 +229,5 @@ impl WorkDir {
             return Err(FetchError::TooLarge(cap));
         }
         Ok(buf)
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        // Unmounting discards everything the run wrote without walking it.
-        mounts::detach_all(&self.path);
-        let _ = fs::remove_dir(&self.path);
     }
 }

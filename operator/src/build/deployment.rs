@@ -1,12 +1,10 @@
 //! The executor Deployment: arguments, probes, security context and scheduling.
 
-use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
-};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
-    AppArmorProfile, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, GRPCAction, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    AppArmorProfile, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, GRPCAction,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -103,8 +101,7 @@ pub fn deployment(pool: &ResolvedPool) -> Deployment {
         node_selector: (!pool.node_selector.is_empty()).then(|| pool.node_selector.clone()),
         affinity: pool.affinity.clone(),
         tolerations: (!tolerations.is_empty()).then_some(tolerations),
-        image_pull_secrets: (!pool.image_pull_secrets.is_empty())
-            .then(|| pool.image_pull_secrets.clone()),
+        image_pull_secrets: (!pool.image_pull_secrets.is_empty()).then(|| pool.image_pull_secrets.clone()),
         security_context: pod_security_context(pool.isolation),
         containers: vec![container(pool)],
         volumes: Some(vec![empty_dir("work"), empty_dir("tmp")]),

@@ -77,8 +77,7 @@ fn service_account_has_no_token() {
 fn service_is_headless_with_grpc_and_optional_http() {
     let grpc = json!({"name": "grpc", "port": 50051, "targetPort": "grpc", "protocol": "TCP"});
     let http = json!({"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"});
-    let metrics =
-        json!({"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"});
+    let metrics = json!({"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"});
     let expected = |ports: Value| {
         json!({
             "apiVersion": "v1",
@@ -138,10 +137,7 @@ fn network_policy_keeps_namespace_and_pod_selectors_anded() {
             "ports": [{"protocol": "TCP", "port": 50051}, {"protocol": "TCP", "port": 8080}],
         }])
     );
-    assert_eq!(
-        np["spec"]["ingress"][0]["from"].as_array().map(Vec::len),
-        Some(2)
-    );
+    assert_eq!(np["spec"]["ingress"][0]["from"].as_array().map(Vec::len), Some(2));
     assert_eq!(np["spec"]["egress"], json!([]));
     assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
 }
@@ -149,9 +145,7 @@ fn network_policy_keeps_namespace_and_pod_selectors_anded() {
 #[test]
 fn network_policy_with_no_clients_has_no_ingress_rule_at_all() {
     // A rule without `from` would admit everyone; an empty client list must admit no one.
-    let np = to_json(&network_policy(&resolved(
-        json!({"access": {"clients": []}}),
-    )));
+    let np = to_json(&network_policy(&resolved(json!({"access": {"clients": []}}))));
     assert_eq!(np["spec"]["ingress"], json!([]));
     assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
 }
@@ -179,9 +173,7 @@ fn disruption_budget_defaults_to_one_and_can_be_disabled() {
         json!({"disruptionBudget": {"maxUnavailable": "50%"}}),
     )));
     assert_eq!(pdb["spec"]["maxUnavailable"], "50%");
-    assert!(
-        disruption_budget(&resolved(json!({"disruptionBudget": {"enabled": false}}))).is_none()
-    );
+    assert!(disruption_budget(&resolved(json!({"disruptionBudget": {"enabled": false}}))).is_none());
 }
 
 #[test]
@@ -309,9 +301,7 @@ fn deployment_for_the_issue_example_is_exact() {
 
 #[test]
 fn restricted_mode_fits_the_restricted_pod_security_standard() {
-    let d = to_json(&deployment(&resolved(
-        json!({"isolation": {"mode": "restricted"}}),
-    )));
+    let d = to_json(&deployment(&resolved(json!({"isolation": {"mode": "restricted"}}))));
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(
         pod["securityContext"],
@@ -345,11 +335,7 @@ fn gpu_pool_gets_limit_selector_tolerations_flag_and_in_place_rollouts() {
         c["resources"]["limits"],
         json!({"memory": "16Gi", "nvidia.com/gpu": "2"})
     );
-    assert!(
-        c["args"]
-            .as_array()
-            .is_some_and(|a| a.contains(&json!("--gpu")))
-    );
+    assert!(c["args"].as_array().is_some_and(|a| a.contains(&json!("--gpu"))));
     assert_eq!(
         pod["nodeSelector"],
         json!({"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
@@ -375,10 +361,7 @@ fn gpu_pool_gets_limit_selector_tolerations_flag_and_in_place_rollouts() {
         pod["containers"][0]["resources"],
         json!({"limits": {"amd.com/gpu": "1"}})
     );
-    assert_eq!(
-        pod["tolerations"],
-        json!([{"key": "amd", "operator": "Exists"}])
-    );
+    assert_eq!(pod["tolerations"], json!([{"key": "amd", "operator": "Exists"}]));
 }
 
 #[test]
@@ -388,10 +371,7 @@ fn termination_grace_covers_the_longest_run() {
     };
     assert_eq!(grace(json!({})), json!(75));
     assert_eq!(grace(json!({"limits": {"maxWallTime": "10m"}})), json!(615));
-    assert_eq!(
-        grace(json!({"limits": {"maxWallTime": "1500ms"}})),
-        json!(17)
-    );
+    assert_eq!(grace(json!({"limits": {"maxWallTime": "1500ms"}})), json!(17));
 }
 
 #[test]

@@ -68,21 +68,14 @@ fn the_issue_example_passes_cel() {
         "isolation": {"mode": "namespaces", "runtimeClassName": "gvisor"},
         "gpu": {"count": 1, "resourceName": "nvidia.com/gpu"},
     }));
-    assert!(
-        validate_cel(&example).is_ok(),
-        "{:?}",
-        validate_cel(&example)
-    );
+    assert!(validate_cel(&example).is_ok(), "{:?}", validate_cel(&example));
 }
 
 #[test]
 fn cel_rejects_wall_time_above_its_maximum() {
     let bad = pool(json!({"limits": {"wallTime": "2m", "maxWallTime": "90s"}}));
     let err = format!("{:?}", validate_cel(&bad).expect_err("CEL must reject"));
-    assert!(
-        err.contains("wallTime must not exceed maxWallTime"),
-        "{err}"
-    );
+    assert!(err.contains("wallTime must not exceed maxWallTime"), "{err}");
     let ok = pool(json!({"limits": {"wallTime": "1m30s", "maxWallTime": "90s"}}));
     assert!(validate_cel(&ok).is_ok());
 }
@@ -103,10 +96,7 @@ fn cel_rejects_zero_gpus_and_excess_processes() {
     assert!(err.contains("gpu.count must be at least 1"), "{err}");
     let procs = pool(json!({"limits": {"processes": 300, "maxProcesses": 256}}));
     let err = format!("{:?}", validate_cel(&procs).expect_err("CEL must reject"));
-    assert!(
-        err.contains("processes must not exceed maxProcesses"),
-        "{err}"
-    );
+    assert!(err.contains("processes must not exceed maxProcesses"), "{err}");
 }
 
 #[test]

@@ -79,11 +79,7 @@ impl Seen {
     /// Asserts this is a forced server-side apply under the operator's field manager.
     fn assert_apply(&self) {
         assert_eq!(self.method, Method::PATCH, "{} must be applied", self.path);
-        assert_eq!(
-            self.content_type, "application/apply-patch+yaml",
-            "{}",
-            self.path
-        );
+        assert_eq!(self.content_type, "application/apply-patch+yaml", "{}", self.path);
         let params: Vec<&str> = self.query.split('&').filter(|p| !p.is_empty()).collect();
         assert!(
             params.contains(&"fieldManager=sandpool-operator"),
@@ -91,12 +87,7 @@ impl Seen {
             self.path,
             self.query
         );
-        assert!(
-            params.contains(&"force=true"),
-            "{}?{}",
-            self.path,
-            self.query
-        );
+        assert!(params.contains(&"force=true"), "{}?{}", self.path, self.query);
     }
 }
 
@@ -116,8 +107,7 @@ fn spec() -> Value {
 
 /// What the operator would apply for `pool`, as the JSON it sends.
 fn desired(pool: &SandboxPool) -> Children {
-    let resolved =
-        resolve::resolve(pool, &PoolDefaults::default(), "evals").expect("test pool is valid");
+    let resolved = resolve::resolve(pool, &PoolDefaults::default(), "evals").expect("test pool is valid");
     build::children(&resolved)
 }
 
@@ -131,8 +121,7 @@ fn as_live(mut object: Value) -> Value {
     object["metadata"]["uid"] = json!("child-uid");
     object["metadata"]["resourceVersion"] = json!("42");
     object["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
-    object["metadata"]["managedFields"] =
-        json!([{"manager": "sandpool-operator", "operation": "Apply"}]);
+    object["metadata"]["managedFields"] = json!([{"manager": "sandpool-operator", "operation": "Apply"}]);
     if object["kind"] == "Deployment" {
         object["metadata"]["generation"] = json!(1);
         let pod = &mut object["spec"]["template"]["spec"];
@@ -175,10 +164,7 @@ fn rolled_out(replicas: i32) -> DeploymentStatus {
 /// Deployment fully rolled out.
 fn live_children(pool: &SandboxPool, replicas: i32) -> [Value; 5] {
     let c = desired(pool);
-    let pdb = c
-        .disruption_budget
-        .map(|pdb| as_live(stamped(pdb)))
-        .unwrap_or_default();
+    let pdb = c.disruption_budget.map(|pdb| as_live(stamped(pdb))).unwrap_or_default();
     let mut deployment = as_live(stamped(c.deployment));
     deployment["status"] = serde_json::to_value(rolled_out(replicas)).expect("serializes");
     [
@@ -202,10 +188,7 @@ fn echo(path: &str, body: &Value) -> Value {
 }
 
 /// Runs one reconcile against a fake API server that expects exactly `replies`, in order.
-async fn run(
-    pool: SandboxPool,
-    replies: Vec<Reply>,
-) -> (Result<Action, Error>, Vec<Seen>, Arc<Context>) {
+async fn run(pool: SandboxPool, replies: Vec<Reply>) -> (Result<Action, Error>, Vec<Seen>, Arc<Context>) {
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let ctx = Arc::new(Context::new(
         Client::new(service, "default"),
@@ -227,11 +210,7 @@ async fn run(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned();
-            let bytes = request
-                .into_body()
-                .collect_bytes()
-                .await
-                .expect("request body");
+            let bytes = request.into_body().collect_bytes().await.expect("request body");
             let body: Value = if bytes.is_empty() {
                 Value::Null
             } else {
@@ -247,9 +226,7 @@ async fn run(
             respond.send_response(
                 Response::builder()
                     .status(reply.status)
-                    .body(Body::from(
-                        serde_json::to_vec(&answer).expect("answer serializes"),
-                    ))
+                    .body(Body::from(serde_json::to_vec(&answer).expect("answer serializes")))
                     .expect("response builds"),
             );
             seen.push(Seen {
@@ -298,8 +275,7 @@ fn condition(status: &Value, type_: &str) -> (String, String, String) {
 /// The status a reconcile of `pool` over `live_children` reports, with a fixed clock.
 fn settled_status(pool: &SandboxPool, replicas: i32) -> SandboxPoolStatus {
     let resolved = resolve::resolve(pool, &PoolDefaults::default(), "evals").expect("valid");
-    let deployment: Deployment =
-        serde_json::from_value(live_children(pool, replicas)[4].clone()).expect("deployment");
+    let deployment: Deployment = serde_json::from_value(live_children(pool, replicas)[4].clone()).expect("deployment");
     let now = Time("2026-01-01T00:00:00Z".parse().expect("timestamp"));
     status::from_deployment(pool, &resolved, &deployment, "cluster.local", &now)
 }
@@ -346,10 +322,7 @@ async fn create_applies_every_child_in_order_then_status() {
     assert_eq!(status_write.body["apiVersion"], "sandpool.dev/v1alpha1");
     assert_eq!(status_write.body["kind"], "SandboxPool");
     let status = &status_write.body["status"];
-    assert_eq!(
-        status["endpoint"],
-        "dns:///python.evals.svc.cluster.local:50051"
-    );
+    assert_eq!(status["endpoint"], "dns:///python.evals.svc.cluster.local:50051");
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(status["replicas"], 0);
     assert_eq!(condition(status, "Ready").0, "False");
@@ -557,19 +530,12 @@ async fn a_name_taken_by_someone_else_is_reported_not_taken_over() {
         .as_object_mut()
         .expect("metadata")
         .remove("ownerReferences");
-    let (result, seen, _ctx) = run(
-        pool,
-        vec![get(SA, sa), get(NP, np), get(SVC, svc), apply(STATUS)],
-    )
-    .await;
+    let (result, seen, _ctx) = run(pool, vec![get(SA, sa), get(NP, np), get(SVC, svc), apply(STATUS)]).await;
     let err = result.expect_err("must not take over the Service");
     assert_eq!(err.class(), "conflict");
     let status = &seen[3].body["status"];
     let (ready, reason, message) = condition(status, "Ready");
-    assert_eq!(
-        (ready.as_str(), reason.as_str()),
-        ("False", "ObjectConflict")
-    );
+    assert_eq!((ready.as_str(), reason.as_str()), ("False", "ObjectConflict"));
     assert!(message.contains("Service python"), "{message}");
 }
 
@@ -590,9 +556,7 @@ async fn api_errors_back_off_exponentially() {
     let err = result.expect_err("a 500 fails the reconcile");
     assert_eq!(err.class(), "api");
     let pool = Arc::new(pool);
-    let delays: Vec<Action> = (0..3)
-        .map(|_| error_policy(pool.clone(), &err, ctx.clone()))
-        .collect();
+    let delays: Vec<Action> = (0..3).map(|_| error_policy(pool.clone(), &err, ctx.clone())).collect();
     assert_eq!(
         delays,
         [

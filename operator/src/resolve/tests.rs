@@ -66,10 +66,7 @@ fn operator_defaults_apply_when_the_spec_is_silent() {
         "default",
     )
     .expect("valid");
-    assert_eq!(
-        (p.image.as_str(), p.isolation),
-        ("x/y:1", IsolationMode::Namespaces)
-    );
+    assert_eq!((p.image.as_str(), p.isolation), ("x/y:1", IsolationMode::Namespaces));
     assert_eq!(p.runtime_class_name.as_deref(), Some("kata"));
 }
 
@@ -167,14 +164,8 @@ fn run_memory_must_fit_in_the_container() {
 fn slots_default_from_the_cpu_request() {
     let slots = |spec| resolve_spec(spec).expect("valid").slots;
     assert_eq!(slots(json!({"resources": {"requests": {"cpu": "2"}}})), 2);
-    assert_eq!(
-        slots(json!({"resources": {"requests": {"cpu": "3500m"}}})),
-        3
-    );
-    assert_eq!(
-        slots(json!({"resources": {"requests": {"cpu": "500m"}}})),
-        1
-    );
+    assert_eq!(slots(json!({"resources": {"requests": {"cpu": "3500m"}}})), 3);
+    assert_eq!(slots(json!({"resources": {"requests": {"cpu": "500m"}}})), 1);
     assert_eq!(slots(json!({"resources": {"limits": {"cpu": "4"}}})), 4);
     assert_eq!(
         slots(json!({"concurrency": 7, "resources": {"requests": {"cpu": "2"}}})),
@@ -190,19 +181,13 @@ fn slots_default_from_the_cpu_request() {
 #[test]
 fn languages_are_checked() {
     let p = resolve_spec(json!({"languages": ["python", "cpp"]})).expect("valid");
-    assert_eq!(
-        p.languages,
-        Some(vec!["python".to_owned(), "cpp".to_owned()])
-    );
+    assert_eq!(p.languages, Some(vec!["python".to_owned(), "cpp".to_owned()]));
     assert_eq!(invalid_field(json!({"languages": []})), "spec.languages");
     assert_eq!(
         invalid_field(json!({"languages": ["python", "c,pp"]})),
         "spec.languages[1]"
     );
-    assert_eq!(
-        invalid_field(json!({"languages": ["go", "go"]})),
-        "spec.languages[1]"
-    );
+    assert_eq!(invalid_field(json!({"languages": ["go", "go"]})), "spec.languages[1]");
 }
 
 #[test]
@@ -230,24 +215,17 @@ fn gpu_defaults_and_conflicts() {
         "explicit empty list is honoured"
     );
 
-    assert_eq!(
-        invalid_field(json!({"gpu": {"count": 0}})),
-        "spec.gpu.count"
-    );
+    assert_eq!(invalid_field(json!({"gpu": {"count": 0}})), "spec.gpu.count");
     assert_eq!(
         invalid_field(json!({"gpu": {"count": 1, "resourceName": "gpu"}})),
         "spec.gpu.resourceName"
     );
     assert_eq!(
-        invalid_field(
-            json!({"gpu": {"count": 2}, "resources": {"limits": {"nvidia.com/gpu": "1"}}})
-        ),
+        invalid_field(json!({"gpu": {"count": 2}, "resources": {"limits": {"nvidia.com/gpu": "1"}}})),
         "spec.resources.limits[\"nvidia.com/gpu\"]"
     );
     assert_eq!(
-        invalid_field(
-            json!({"nodeSelector": {"zone": "a"}, "gpu": {"count": 1, "nodeSelector": {"zone": "b"}}})
-        ),
+        invalid_field(json!({"nodeSelector": {"zone": "a"}, "gpu": {"count": 1, "nodeSelector": {"zone": "b"}}})),
         "spec.gpu.nodeSelector[\"zone\"]"
     );
 }

@@ -56,19 +56,14 @@ fn a_rolled_out_pool_is_ready() {
     let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
     let now = time("2026-01-01T00:00:00Z");
     let s = from_deployment(&p, &r, &deployment(rolled_out(3)), "cluster.local", &now);
-    assert_eq!(
-        (s.replicas, s.ready_replicas, s.observed_generation),
-        (3, 3, Some(4))
-    );
+    assert_eq!((s.replicas, s.ready_replicas, s.observed_generation), (3, 3, Some(4)));
     assert_eq!(
         s.endpoint.as_deref(),
         Some("dns:///python.evals.svc.cluster.local:50051")
     );
     assert_eq!(
         s.selector.as_deref(),
-        Some(
-            "app.kubernetes.io/instance=python,app.kubernetes.io/name=sandpool-executor,sandpool.dev/pool=python"
-        )
+        Some("app.kubernetes.io/instance=python,app.kubernetes.io/name=sandpool-executor,sandpool.dev/pool=python")
     );
     assert_eq!(
         summary(&s),
@@ -104,10 +99,7 @@ fn transition_times_survive_unchanged_conditions() {
         "cluster.local",
         &time("2026-01-02T00:00:00Z"),
     );
-    assert_eq!(
-        again, first,
-        "nothing changed, so the status must be identical"
-    );
+    assert_eq!(again, first, "nothing changed, so the status must be identical");
     let later = time("2026-01-03T00:00:00Z");
     let lost_one = from_deployment(&p, &r, &deployment(rolled_out(2)), "cluster.local", &later);
     assert_eq!(

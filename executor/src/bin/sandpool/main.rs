@@ -1,7 +1,7 @@
 //! `sandpool`: the user CLI. `exec` runs one file, through an endpoint or an
-//! embedded executor; `bench` measures the executor against bare spawns.
+//! embedded executor; `bench-isolation` measures the sandbox against bare spawns.
 
-mod bench;
+mod bench_isolation;
 mod exec;
 mod target;
 
@@ -18,8 +18,8 @@ struct Cli {
 enum Command {
     /// Run one source file and print its verdict, output and usage.
     Exec(Box<exec::ExecArgs>),
-    /// Compare sandboxed runs over gRPC with bare process spawns.
-    Bench(bench::BenchArgs),
+    /// Measure the sandbox's cost: sandboxed runs over gRPC against bare process spawns.
+    BenchIsolation(Box<bench_isolation::BenchArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,7 +33,7 @@ fn main() -> anyhow::Result<()> {
     let code = rt.block_on(async {
         match cli.command {
             Command::Exec(a) => exec::run(*a).await,
-            Command::Bench(a) => bench::run(a).await,
+            Command::BenchIsolation(a) => bench_isolation::run(*a).await,
         }
     })?;
     std::process::exit(code)

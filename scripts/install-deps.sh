@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs every toolchain and tool Sandpool's tests use, on Debian (bookworm), as root.
+# The Rust toolchain, python3, gcc/g++, Java and Node are expected to be there already.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+APT_PACKAGES=(
+  # languages of the executor's table (see executor/languages.toml)
+  golang-go golang-github-stretchr-testify-dev rustc ruby php-cli lua5.4 r-base-core
+  mono-mcs mono-runtime gdc racket iverilog sqlite3 scala kotlin python3-pytest junit4
+  libboost-dev libssl-dev
+  # test and CI tooling
+  python3-venv python3-pip
+)
+NPM_PACKAGES=(tsx@4 jest@29 js-md5@0.8)
+
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
+npm install -g --silent "${NPM_PACKAGES[@]}" >/dev/null
+echo "install-deps: apt ${#APT_PACKAGES[@]} packages, npm ${NPM_PACKAGES[*]}"
