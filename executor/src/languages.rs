@@ -35,6 +35,30 @@ pub struct Language {
     /// Debian packages (and `npm:` packages) providing the toolchain.
     #[serde(default)]
     pub packages: Vec<String>,
+    /// How the judge assembles test programs in this language.
+    #[serde(default)]
+    pub judge: JudgeData,
+}
+
+/// Per-language data for judging (see `docs/judging.md`); every key is optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeData {
+    /// Markdown fence tags that mean this language, besides its name and aliases.
+    #[serde(default)]
+    pub fences: Vec<String>,
+    /// Code put before the completion in assert tests (default imports/includes).
+    #[serde(default)]
+    pub assert_prelude: String,
+    /// HumanEval style: code calling `check` after the tests; `{entry_point}` is replaced.
+    #[serde(default)]
+    pub assert_call: Option<String>,
+    /// Code appended last that prints `{nonce}` on its own line once every test ran.
+    #[serde(default)]
+    pub assert_epilogue: Option<String>,
+    /// function_call harness appended to the code; `{fn_name}` and `{json_input}` are replaced.
+    #[serde(default)]
+    pub function_call_harness: Option<String>,
 }
 
 /// Whether a language can be used on this executor.
