@@ -20,8 +20,9 @@ use tokio::time::Instant;
 #[derive(Debug, Clone)]
 pub struct Judge {
     engine: Arc<Engine>,
-    /// Bounds the judge's slot requests to what the admission queue holds, so
-    /// tests wait here rather than being refused as QUEUE_FULL.
+    /// Bounds the judge's slot requests (waiting or running) to the admission
+    /// queue's capacity, so tests wait here rather than being refused as
+    /// QUEUE_FULL (a woken waiter still counts as queued until it runs).
     gate: Arc<Semaphore>,
 }
 
@@ -63,7 +64,7 @@ fn test_result(index: usize, verdict: pb::Verdict, message: impl Into<String>) -
 impl Judge {
     /// A judge on `engine`.
     pub fn new(engine: Arc<Engine>) -> Self {
-        let permits = engine.admission.slots() + engine.admission.queue_capacity();
+        let permits = engine.admission.slots().max(engine.admission.queue_capacity());
         Judge {
             engine,
             gate: Arc::new(Semaphore::new(permits.max(1))),
