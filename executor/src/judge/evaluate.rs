@@ -140,10 +140,6 @@ impl Judge {
             }
         };
         let program = program::build(&req, lang)?;
-        let started = Instant::now();
-        let total_deadline = (opts.total_timeout_ms > 0)
-            .then(|| started.checked_add(std::time::Duration::from_millis(opts.total_timeout_ms)))
-            .flatten();
 
         let mut resp = pb::EvaluateResponse {
             id: req.id.clone(),
@@ -215,6 +211,10 @@ impl Judge {
             _ => None,
         };
 
+        // Like ScaleBox, total_timeout covers the tests, not compiling them.
+        let total_deadline = (opts.total_timeout_ms > 0)
+            .then(|| Instant::now().checked_add(std::time::Duration::from_millis(opts.total_timeout_ms)))
+            .flatten();
         let slots = engine.admission.slots().max(1);
         let parallelism = match opts.parallelism as usize {
             0 => slots,
