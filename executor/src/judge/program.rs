@@ -185,6 +185,9 @@ pub fn build(req: &pb::EvaluateRequest, lang: &Language) -> Result<Program, Exec
             }
             let j = &lang.judge;
             let mut full = format!("{}{code}\n{}", j.assert_prelude.trim_start(), t.test_code);
+            if !full.ends_with('\n') {
+                full.push('\n');
+            }
             if !t.entry_point.is_empty() {
                 if !is_identifier(&t.entry_point) {
                     return Err(ExecError::invalid("tests.assert.entry_point", "must be an identifier"));

@@ -30,28 +30,20 @@ fn own_cgroup() {
     let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
         return;
     };
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let v2 = root.join("cgroup.controllers").exists();
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, ctrls, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
-        let dirs: Vec<PathBuf> = if ctrls.is_empty() {
-            vec![PathBuf::from("/sys/fs/cgroup").join(path.trim_start_matches('/'))]
+        let path = path.trim_start_matches('/');
+        // The hierarchies the executor uses: v2's unified one, or v1's memory, pids and cpuacct.
+        let dirs: Vec<std::path::PathBuf> = if ctrls.is_empty() {
+            if v2 { vec![root.join(path)] } else { vec![] }
         } else {
             ctrls
                 .split(',')
-                .filter(|c| ["memory", "pids", "cpuacct", "cpu"].contains(c))
-                .map(|c| {
-                    let c = if c == "cpu" || c == "cpuacct" {
-                        ["cpu,cpuacct", "cpuacct", "cpu"]
-                            .into_iter()
-                            .find(|d| Path::new("/sys/fs/cgroup").join(d).exists())
-                            .unwrap_or(c)
-                    } else {
-                        c
-                    };
-                    PathBuf::from("/sys/fs/cgroup")
-                        .join(c)
-                        .join(path.trim_start_matches('/'))
-                })
+                .filter(|c| ["memory", "pids", "cpuacct"].contains(c))
+                .map(|c| root.join(c).join(path))
                 .collect()
         };
         for base in dirs {
