@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 type Error = Box<dyn std::error::Error>;
 
+/// The sandbox's PATH finds this python3 (not, say, a pyenv shim earlier in ours).
+const PYTHON: &str = "/usr/bin/python3";
+
 fn humaneval_path() -> Result<PathBuf, Error> {
     if let Ok(p) = std::env::var("HUMANEVAL_JSONL_GZ") {
         return Ok(PathBuf::from(p));
@@ -108,7 +111,7 @@ fn own_cgroup() {
     }
 }
 
-/// Bare python3 on the same programs, `parallel` at a time.
+/// Bare python3 on the same programs (prelude-free: prompt, solution, test, check), `parallel` at a time.
 fn bare(problems: &[Problem], parallel: usize) -> Result<Duration, Error> {
     let dir = std::env::temp_dir().join(format!("sandpool-bench-bare-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -129,7 +132,8 @@ fn bare(problems: &[Problem], parallel: usize) -> Result<Duration, Error> {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let Some(f) = files.get(i) else { break };
-                    let ok = std::process::Command::new("python3")
+                    // The interpreter the sandbox resolves through its own PATH.
+                    let ok = std::process::Command::new(PYTHON)
                         .arg("-B")
                         .arg(f)
                         .stdout(std::process::Stdio::null())

@@ -194,6 +194,18 @@ mod tests {
     }
 
     #[test]
+    fn judge_data_is_parsed_and_optional() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let py = &t.get("python").unwrap().judge;
+        assert!(py.assert_call.as_deref().unwrap().contains("{entry_point}"));
+        assert!(py.assert_epilogue.as_deref().unwrap().contains("{nonce}"));
+        assert!(py.function_call_harness.as_deref().unwrap().contains("{fn_name}"));
+        assert!(t.get("js").unwrap().judge.assert_prelude.contains("console"));
+        assert!(t.get("bash").unwrap().judge.assert_epilogue.is_none());
+        assert!(LanguageTable::parse("[x]\nsource='a'\nrun=['a']\nversion=['a']\n[x.judge]\nbogus=1\n").is_err());
+    }
+
+    #[test]
     fn bad_entries_are_rejected() {
         assert!(LanguageTable::parse("[x]\nsource='../a'\nrun=['a']\nversion=['a']\n").is_err());
         assert!(LanguageTable::parse("[x]\nsource='a'\nrun=[]\nversion=['a']\n").is_err());

@@ -280,3 +280,33 @@ impl Drop for WorkDir {
         let _ = fs::remove_dir(&self.path);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    // Mounts tmpfs: needs root, as the executor does.
+    #[test]
+    fn copy_from_copies_files_and_dirs_and_never_follows_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = WorkDir::create(tmp.path().join("src"), 1 << 20, 0, 0).unwrap();
+        let dst = WorkDir::create(tmp.path().join("dst"), 1 << 20, 0, 0).unwrap();
+        src.write_file("a.txt", b"alpha", false).unwrap();
+        src.write_file("d/e/bin", b"#!/bin/sh\n", true).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", src.path().join("link")).unwrap();
+        std::os::unix::fs::symlink("/etc", src.path().join("d/dirlink")).unwrap();
+        let fifo = CString::new(src.path().join("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+
+        dst.copy_from(&src).unwrap();
+        assert_eq!(dst.read_file("a.txt", 100).unwrap(), b"alpha");
+        assert_eq!(dst.read_file("d/e/bin", 100).unwrap(), b"#!/bin/sh\n");
+        let mode = fs::metadata(dst.path().join("d/e/bin")).unwrap().permissions().mode();
+        assert_ne!(mode & 0o111, 0, "executable bit kept");
+        for gone in ["link", "d/dirlink", "fifo"] {
+            assert!(fs::symlink_metadata(dst.path().join(gone)).is_err(), "{gone} copied");
+        }
+    }
+}
