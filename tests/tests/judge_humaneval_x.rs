@@ -27,6 +27,9 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ("Rust/162", "needs crate md5 0.7"),
 ];
 
+/// Stubs that pass: the dataset's tests for these are commented out.
+const STUB_EXCEPTIONS: &[(&str, &str)] = &[("Rust/32", "its test is commented out in the dataset")];
+
 fn problems(file: &str) -> Vec<Value> {
     let p = read_jsonl_gz(&datasets_dir().join("humaneval-x").join(file));
     assert_eq!(p.len(), 164, "{file}");
@@ -144,7 +147,9 @@ async fn run(file: &str, lang: &str) {
                     .map(|t| String::from_utf8_lossy(&t.stderr).chars().take(300).collect::<String>())
                     .unwrap_or_default()
             )),
-            "stub" if r.accepted => failures.push(format!("{task} stub accepted")),
+            "stub" if r.accepted && !STUB_EXCEPTIONS.iter().any(|(t, _)| *t == task) => {
+                failures.push(format!("{task} stub accepted"))
+            }
             _ => {}
         }
     }
