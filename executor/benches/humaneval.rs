@@ -185,6 +185,7 @@ fn main() -> Result<(), Error> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let engine = Arc::new(args.executor.build_engine().await?);
+        let slots = engine.admission.slots();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let opts = ServeOptions {
@@ -237,7 +238,7 @@ fn main() -> Result<(), Error> {
             return Err(format!("EvaluateStream accepted {accepted}/{n}").into());
         }
 
-        println!("HumanEval canonical solutions: {n} evaluations, {cpus} CPUs, {cpus} slots");
+        println!("HumanEval canonical solutions: {n} evaluations, {cpus} CPUs, {slots} slots");
         report("bare python3 (baseline)", n, base, base);
         report("Evaluate (64 in flight)", n, d_unary, base);
         report("EvaluateStream (1 stream)", n, d_stream, base);

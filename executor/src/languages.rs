@@ -50,6 +50,9 @@ pub struct JudgeData {
     /// Code put before the completion in assert tests (default imports/includes).
     #[serde(default)]
     pub assert_prelude: String,
+    /// Keep a prelude line `import X` / `import X as Y` only when the program names `Y` (start-up cost).
+    #[serde(default)]
+    pub prelude_imports_on_use: bool,
     /// HumanEval style: code calling `check` after the tests; `{entry_point}` is replaced.
     #[serde(default)]
     pub assert_call: Option<String>,

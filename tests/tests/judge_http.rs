@@ -205,7 +205,7 @@ fn humaneval_assert_example() {
     check_shape(&r);
     assert_eq!(r["accepted"], json!(true), "{r}");
     let full = r["full_code"].as_str().expect("full_code");
-    assert!(full.starts_with("import math\n"), "{full}");
+    assert!(full.starts_with("from typing import *\n"), "{full}");
     assert!(full.contains("check(is_prime)"));
     let r = post(
         "/common_evaluate_batch",

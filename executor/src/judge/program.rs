@@ -184,7 +184,12 @@ pub fn build(req: &pb::EvaluateRequest, lang: &Language) -> Result<Program, Exec
                 code.truncate(cut);
             }
             let j = &lang.judge;
-            let mut full = format!("{}{code}\n{}", j.assert_prelude.trim_start(), t.test_code);
+            let prelude = if j.prelude_imports_on_use {
+                prelude_on_use(&j.assert_prelude, &[&code, &t.test_code])
+            } else {
+                j.assert_prelude.trim_start().to_owned()
+            };
+            let mut full = format!("{prelude}{code}\n{}", t.test_code);
             if !full.ends_with('\n') {
                 full.push('\n');
             }
@@ -226,6 +231,32 @@ pub fn build(req: &pb::EvaluateRequest, lang: &Language) -> Result<Program, Exec
         comparison,
         nonce,
     })
+}
+
+/// `prelude` without the `import X` / `import X as Y` lines whose name `Y` no part of `texts` mentions.
+pub fn prelude_on_use(prelude: &str, texts: &[&str]) -> String {
+    let mentions = |name: &str| {
+        texts.iter().any(|t| {
+            t.match_indices(name).any(|(i, _)| {
+                let before = t[..i].chars().next_back();
+                let after = t[i + name.len()..].chars().next();
+                let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                !word(before) && !word(after)
+            })
+        })
+    };
+    prelude
+        .trim_start()
+        .lines()
+        .filter(|l| {
+            let Some(rest) = l.trim().strip_prefix("import ") else {
+                return true;
+            };
+            let name = rest.rsplit(" as ").next().unwrap_or(rest).trim();
+            name.contains(',') || mentions(name)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// What the function-call harness printed after the nonce, on the last line carrying it.
@@ -294,11 +325,19 @@ mod tests {
         );
         let p = build(&r, py).unwrap();
         assert_eq!(p.extracted, "def f(x):\n    return x + 1");
-        assert!(p.full.starts_with("import math\n"));
+        assert!(p.full.starts_with("from typing import *\n"), "{}", p.full);
         assert!(p.full.contains("def f(x):\n    return x + 1\ndef check(candidate)"));
         assert!(p.full.contains("check(f)"));
         assert!(p.full.trim_end().ends_with(&format!("print(\"\\n{}\")", p.nonce)));
         assert!(matches!(p.cases[0].expect, Expect::Sentinel));
+    }
+
+    #[test]
+    fn prelude_keeps_only_the_imports_the_program_names() {
+        let p = "import math\nimport re\nimport numpy as np\nfrom typing import *\n";
+        let kept = prelude_on_use(p, &["x = math.sqrt(2)", "np.array([])  # rex"]);
+        assert_eq!(kept, "import math\nimport numpy as np\nfrom typing import *\n");
+        assert_eq!(prelude_on_use(p, &["mathematics = 1"]), "from typing import *\n");
     }
 
     #[test]
