@@ -121,3 +121,34 @@ async fn five_hundred_mixed_requests_each_answered_once() {
     let slow_at = order.iter().position(|id| id == "req-0").expect("req-0");
     assert!(slow_at >= 10, "req-0 answered at position {slow_at}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_stops_reading_stops_the_stream_being_read() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut c = client(LANGS).await;
+    let n = 300;
+    let pulled = Arc::new(AtomicUsize::new(0));
+    let counter = pulled.clone();
+    // 64 KiB each, so the HTTP/2 windows (1 MiB each way) buffer only a few dozen.
+    let padding = format!("# {}\n", "x".repeat(64 << 10));
+    let input = futures::stream::iter(0..n).map(move |i| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        stdio(format!("fc-{i}"), "python", &format!("{padding}print(1)"), "", "1")
+    });
+    let mut out = c.evaluate_stream(input).await.expect("EvaluateStream").into_inner();
+    // Not reading: the server may hold only a bounded number of requests.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let held = pulled.load(Ordering::SeqCst);
+    println!("requests taken while the client did not read: {held} of {n}");
+    assert!(
+        held < n / 2,
+        "the client could make the server take {held} of {n} requests"
+    );
+    let mut answered = 0;
+    while let Some(r) = out.next().await {
+        assert_eq!(verdict(r.expect("item").verdict), "OK");
+        answered += 1;
+    }
+    assert_eq!(answered, n);
+}
