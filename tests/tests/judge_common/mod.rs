@@ -55,9 +55,72 @@ fn own_cgroup() {
     }
 }
 
+/// Removes the work roots and cgroups that earlier test binaries (now dead) left:
+/// mounts outlive their process, so each run would otherwise leak a few dozen.
+fn clean_stale() {
+    let alive = |name: &str, prefix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|p| p.parse::<u32>().ok())
+            .is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    };
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("sandpool-judge-") || alive(&name, "sandpool-judge-") {
+                continue;
+            }
+            let path = e.path();
+            let Ok(c) = std::ffi::CString::new(path.display().to_string()) else {
+                continue;
+            };
+            // A lazy detach takes the whole subtree; stacked mounts need one each.
+            // SAFETY: umount2 with a valid C string.
+            while unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {}
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let mounted = mountinfo.contains(&format!(" {} ", path.display()))
+                || mountinfo.contains(&format!(" {}/", path.display()));
+            if !mounted {
+                // Nothing is mounted below any more: only the executor's own files are left.
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        }
+    }
+    for ctrl in ["memory", "pids", "cpuacct"] {
+        let mut stack = vec![Path::new("/sys/fs/cgroup").join(ctrl)];
+        // Only a few levels: the tests' cgroups sit where the test process was.
+        for _ in 0..4 {
+            let mut next = Vec::new();
+            for d in stack {
+                for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if name.starts_with("sandpool-judge-tests-") {
+                        if !alive(&name, "sandpool-judge-tests-") {
+                            remove_empty_dirs(&e.path());
+                        }
+                    } else if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        next.push(e.path());
+                    }
+                }
+            }
+            stack = next;
+        }
+    }
+}
+
+/// Removes `dir` and the directories below it, bottom-up, never a file.
+fn remove_empty_dirs(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_empty_dirs(&e.path());
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
 /// The executor of this test binary, with `languages` enabled (the first caller's list wins).
 pub fn server(languages: &[&str]) -> Server {
     *SERVER.get_or_init(|| {
+        clean_stale();
         own_cgroup();
         let pid = std::process::id();
         let work_root = std::env::temp_dir().join(format!("sandpool-judge-{pid}"));
