@@ -152,3 +152,25 @@ async fn a_client_that_stops_reading_stops_the_stream_being_read() {
     }
     assert_eq!(answered, n);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn closing_the_stream_cancels_its_runs() {
+    let mut c = client(LANGS).await;
+    let slow = (0..4).map(|i| stdio(format!("slow-{i}"), "python", "import time\ntime.sleep(20)", "", ""));
+    let out = c
+        .evaluate_stream(futures::stream::iter(slow))
+        .await
+        .expect("EvaluateStream");
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    drop(out);
+    // Were the sleepers still holding the slots, this would wait ~20 s.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let t = std::time::Instant::now();
+    let r = c
+        .evaluate(stdio("quick".into(), "python", "print(1)", "", "1"))
+        .await
+        .expect("Evaluate")
+        .into_inner();
+    assert!(r.accepted);
+    assert!(t.elapsed().as_secs() < 10, "took {:?}", t.elapsed());
+}

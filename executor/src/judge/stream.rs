@@ -48,7 +48,12 @@ where
             let (judge, tx) = (judge.clone(), tx.clone());
             tokio::spawn(async move {
                 let id = req.id.clone();
-                let resp = match judge.evaluate(req, deadline).await {
+                // A client that went away cancels its work: dropping the future kills the runs.
+                let res = tokio::select! {
+                    r = judge.evaluate(req, deadline) => r,
+                    _ = tx.closed() => return,
+                };
+                let resp = match res {
                     Ok(r) => r,
                     Err(e) => pb::EvaluateResponse {
                         id,
