@@ -35,6 +35,33 @@ pub struct Language {
     /// Debian packages (and `npm:` packages) providing the toolchain.
     #[serde(default)]
     pub packages: Vec<String>,
+    /// How the judge assembles test programs in this language.
+    #[serde(default)]
+    pub judge: JudgeData,
+}
+
+/// Per-language data for judging (see `docs/judging.md`); every key is optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeData {
+    /// Markdown fence tags that mean this language, besides its name and aliases.
+    #[serde(default)]
+    pub fences: Vec<String>,
+    /// Code put before the completion in assert tests (default imports/includes).
+    #[serde(default)]
+    pub assert_prelude: String,
+    /// Keep a prelude line `import X` / `import X as Y` only when the program names `Y` (start-up cost).
+    #[serde(default)]
+    pub prelude_imports_on_use: bool,
+    /// HumanEval style: code calling `check` after the tests; `{entry_point}` is replaced.
+    #[serde(default)]
+    pub assert_call: Option<String>,
+    /// Code appended last that prints `{nonce}` on its own line once every test ran.
+    #[serde(default)]
+    pub assert_epilogue: Option<String>,
+    /// function_call harness appended to the code; `{fn_name}` and `{json_input}` are replaced.
+    #[serde(default)]
+    pub function_call_harness: Option<String>,
 }
 
 /// Whether a language can be used on this executor.
@@ -167,6 +194,18 @@ mod tests {
         assert_eq!(t.get("Python3").unwrap().name, "python");
         assert!(t.get("cobol").is_none());
         assert!(t.get("cuda").unwrap().gpu);
+    }
+
+    #[test]
+    fn judge_data_is_parsed_and_optional() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let py = &t.get("python").unwrap().judge;
+        assert!(py.assert_call.as_deref().unwrap().contains("{entry_point}"));
+        assert!(py.assert_epilogue.as_deref().unwrap().contains("{nonce}"));
+        assert!(py.function_call_harness.as_deref().unwrap().contains("{fn_name}"));
+        assert!(t.get("js").unwrap().judge.assert_prelude.contains("console"));
+        assert!(t.get("bash").unwrap().judge.assert_epilogue.is_none());
+        assert!(LanguageTable::parse("[x]\nsource='a'\nrun=['a']\nversion=['a']\n[x.judge]\nbogus=1\n").is_err());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! - [`verdict`]: from what a run did to a verdict.
 //! - [`admission`]: run slots and the wait queue.
 //! - [`engine`]: the above put together to execute requests.
+//! - [`judge`]: verdicts for completions against tests (Evaluate).
+//! - [`http`]: the SandboxFusion/ScaleBox-compatible HTTP API.
 //! - [`service`] and [`server`]: the thin gRPC layer, health, reflection, draining.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`config`]: flags and environment.
@@ -14,6 +16,8 @@
 pub mod admission;
 pub mod config;
 pub mod engine;
+pub mod http;
+pub mod judge;
 pub mod languages;
 pub mod limits;
 pub mod metrics;

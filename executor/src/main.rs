@@ -24,6 +24,17 @@ async fn main() -> anyhow::Result<()> {
         max_request_bytes: args.max_request_bytes,
         drain_timeout: args.drain_timeout(),
     };
-    server::serve(engine, opts, server::termination_signal()).await?;
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| server::ServeError::Bind(opts.listen, e))?;
+    let http = match args.http_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| server::ServeError::Bind(addr, e))?,
+        ),
+        None => None,
+    };
+    server::serve_with_http(engine, listener, http, opts, server::termination_signal()).await?;
     Ok(())
 }

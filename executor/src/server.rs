@@ -1,6 +1,7 @@
 //! Serving: gRPC (with health, reflection, compression), metrics, and draining on SIGTERM.
 
 use crate::engine::Engine;
+use crate::judge::Judge;
 use crate::service::ExecutorService;
 use sandpool_proto::v1 as pb;
 use std::net::SocketAddr;
@@ -73,6 +74,32 @@ pub async fn serve_on(
     opts: ServeOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    serve_with_http(engine, listener, None, opts, shutdown).await
+}
+
+/// Serves gRPC on `listener` and, when given, the SandboxFusion-compatible HTTP
+/// API on `http`; both judge through one [`Judge`] and stop on `shutdown`.
+pub async fn serve_with_http(
+    engine: Arc<Engine>,
+    listener: tokio::net::TcpListener,
+    http: Option<tokio::net::TcpListener>,
+    opts: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let judge = Judge::new(engine.clone());
+    let (http_stop_tx, http_stop_rx) = tokio::sync::watch::channel(false);
+    if let Some(http) = http {
+        let (judge, mut stop) = (judge.clone(), http_stop_rx);
+        let max = opts.max_request_bytes;
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = crate::http::serve_on(judge, http, max, stopped).await {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        });
+    }
     let (health, health_svc) = tonic_health::server::health_reporter();
     let ready = if engine.any_language_available() {
         ServingStatus::Serving
@@ -95,7 +122,7 @@ pub async fn serve_on(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
-    let svc = pb::executor_server::ExecutorServer::new(ExecutorService::new(engine.clone()))
+    let svc = pb::executor_server::ExecutorServer::new(ExecutorService::with_judge(judge))
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Gzip)
@@ -140,6 +167,7 @@ pub async fn serve_on(
         shutdown.await;
         tracing::info!("shutting down: NOT_SERVING, finishing in-flight runs");
         drain_engine.admission.drain();
+        let _ = http_stop_tx.send(true);
         drain_health.set_service_status("", ServingStatus::NotServing).await;
         drain_health
             .set_service_status("sandpool.v1.Executor", ServingStatus::NotServing)

@@ -2,6 +2,8 @@
 
 use crate::admission::AdmissionError;
 use crate::engine::{Engine, ExecError};
+use crate::judge::{Judge, stream::judge_stream};
+use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,12 +14,31 @@ use tonic::{Request, Response, Status};
 #[derive(Debug, Clone)]
 pub struct ExecutorService {
     engine: Arc<Engine>,
+    judge: Judge,
 }
 
 impl ExecutorService {
     /// Serves `engine`.
     pub fn new(engine: Arc<Engine>) -> Self {
-        ExecutorService { engine }
+        let judge = Judge::new(engine.clone());
+        ExecutorService { engine, judge }
+    }
+
+    /// Serves `judge`'s engine, sharing `judge` (and its admission gate) with other front ends.
+    pub fn with_judge(judge: Judge) -> Self {
+        ExecutorService {
+            engine: judge.engine().clone(),
+            judge,
+        }
+    }
+}
+
+/// A rejected stream item's error, as carried in `EvaluateResponse.error`.
+pub fn request_error(e: ExecError) -> pb::RequestError {
+    let s = status(e);
+    pb::RequestError {
+        code: s.code() as i32,
+        message: s.message().to_owned(),
     }
 }
 
@@ -75,16 +96,33 @@ impl pb::executor_server::Executor for ExecutorService {
         Ok(Response::new(self.engine.capabilities()))
     }
 
-    async fn evaluate(&self, _: Request<pb::EvaluateRequest>) -> Result<Response<pb::EvaluateResponse>, Status> {
-        Err(Status::unimplemented("Evaluate is not implemented yet"))
+    async fn evaluate(&self, req: Request<pb::EvaluateRequest>) -> Result<Response<pb::EvaluateResponse>, Status> {
+        let deadline = deadline(&req);
+        let req = req.into_inner();
+        tracing::debug!(id = %req.id, language = %req.language, "evaluate");
+        let resp = self.judge.evaluate(req, deadline).await.map_err(status)?;
+        Ok(Response::new(resp))
     }
 
     type EvaluateStreamStream = EvalStream;
 
     async fn evaluate_stream(
         &self,
-        _: Request<tonic::Streaming<pb::EvaluateRequest>>,
+        req: Request<tonic::Streaming<pb::EvaluateRequest>>,
     ) -> Result<Response<EvalStream>, Status> {
-        Err(Status::unimplemented("EvaluateStream is not implemented yet"))
+        let deadline = deadline(&req);
+        // A broken inbound stream ends the input; requests already read are still answered.
+        let input = req.into_inner().scan((), |_, item| {
+            futures::future::ready(match item {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(error = %e, "EvaluateStream input failed");
+                    None
+                }
+            })
+        });
+        let rx = judge_stream(self.judge.clone(), Box::pin(input), deadline, request_error);
+        let out = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok);
+        Ok(Response::new(Box::pin(out)))
     }
 }

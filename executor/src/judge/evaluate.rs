@@ -1,0 +1,505 @@
+//! Judging one request: compile once, run the tests in parallel over free
+//! slots, decide each test's verdict, put the response together.
+
+use super::build::{self, Build, Compiled, SourceFile};
+use super::program::{self, Case, Expect, Program};
+use crate::admission::{AdmissionError, SlotGuard};
+use crate::engine::{Engine, ExecError};
+use crate::languages::Language;
+use crate::limits::Limits;
+use crate::metrics::Phase;
+use crate::sandbox::RunSpec;
+use futures::StreamExt;
+use sandpool_proto::v1 as pb;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+/// Judges requests on an engine. Cheap to clone; clones share the admission gate.
+#[derive(Debug, Clone)]
+pub struct Judge {
+    engine: Arc<Engine>,
+    /// Bounds the judge's slot requests (waiting or running) to the admission
+    /// queue's capacity, so tests wait here rather than being refused as
+    /// QUEUE_FULL (a woken waiter still counts as queued until it runs).
+    gate: Arc<Semaphore>,
+}
+
+/// A run slot held by the judge.
+struct Held {
+    slot: SlotGuard,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// The special judge, compiled (or ready to write) once per request.
+struct Checker<'a> {
+    lang: &'a Language,
+    build: Build,
+}
+
+/// Per-request settings for the test runs.
+struct Runs<'a> {
+    lang: &'a Language,
+    build: Build,
+    program: &'a Program,
+    limits: Limits,
+    checker: Option<Checker<'a>>,
+    stop_on_failure: bool,
+    total_deadline: Option<Instant>,
+    deadline: Option<Instant>,
+    stopped: AtomicBool,
+}
+
+fn test_result(index: usize, verdict: pb::Verdict, message: impl Into<String>) -> pb::TestResult {
+    pb::TestResult {
+        index: index as u32,
+        passed: verdict == pb::Verdict::Ok,
+        verdict: verdict as i32,
+        message: message.into(),
+        ..Default::default()
+    }
+}
+
+impl Judge {
+    /// A judge on `engine`.
+    pub fn new(engine: Arc<Engine>) -> Self {
+        let permits = engine.admission.slots().max(engine.admission.queue_capacity());
+        Judge {
+            engine,
+            gate: Arc::new(Semaphore::new(permits.max(1))),
+        }
+    }
+
+    /// The engine judged on.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    async fn hold(&self, deadline: Option<Instant>) -> Result<Held, ExecError> {
+        let permit = self.gate.clone().acquire_owned();
+        let permit = match deadline {
+            Some(d) => tokio::time::timeout_at(d, permit)
+                .await
+                .map_err(|_| ExecError::Admission(AdmissionError::Deadline))?,
+            None => permit.await,
+        }
+        .map_err(|_| ExecError::Admission(AdmissionError::Draining))?;
+        let slot = self.engine.acquire(deadline).await?;
+        Ok(Held { slot, _permit: permit })
+    }
+
+    fn released(&self) {
+        self.engine.metrics.busy_slots.set(self.engine.admission.busy() as i64);
+    }
+
+    /// Judges `req`. Errors are for the request as a whole (bad input, deadline).
+    pub async fn evaluate(
+        &self,
+        req: pb::EvaluateRequest,
+        deadline: Option<Instant>,
+    ) -> Result<pb::EvaluateResponse, ExecError> {
+        let fut = self.evaluate_inner(req, deadline);
+        match deadline {
+            Some(d) => tokio::time::timeout_at(d, fut)
+                .await
+                .map_err(|_| ExecError::DeadlineExceeded)?,
+            None => fut.await,
+        }
+    }
+
+    async fn evaluate_inner(
+        &self,
+        req: pb::EvaluateRequest,
+        deadline: Option<Instant>,
+    ) -> Result<pb::EvaluateResponse, ExecError> {
+        let engine = &*self.engine;
+        let (lang, version) = engine.language(&req.language, "language")?;
+        let opts = req.options.clone().unwrap_or_default();
+        Engine::validate_files(&opts.files, "options.files")?;
+        let run_limits = engine.policy.resolve(
+            opts.run_limits.as_ref(),
+            &engine.policy.run_defaults,
+            "options.run_limits",
+        )?;
+        let compile_limits = engine.policy.resolve(
+            opts.compile_limits.as_ref(),
+            &engine.policy.compile_defaults,
+            "options.compile_limits",
+        )?;
+        let checker_lang = match &req.special_judge {
+            None => None,
+            Some(sj) => {
+                if !matches!(req.tests, Some(pb::evaluate_request::Tests::Stdio(_))) {
+                    return Err(ExecError::invalid("special_judge", "applies to stdio tests only"));
+                }
+                if sj.code.trim().is_empty() {
+                    return Err(ExecError::invalid("special_judge.code", "must not be empty"));
+                }
+                Some(engine.language(&sj.language, "special_judge.language")?.0)
+            }
+        };
+        let program = program::build(&req, lang)?;
+
+        let mut resp = pb::EvaluateResponse {
+            id: req.id.clone(),
+            extracted_code: program.extracted.clone(),
+            full_code: program.full.clone(),
+            executor: Some(engine.info(version)),
+            ..Default::default()
+        };
+        let skipped_all = |resp: &mut pb::EvaluateResponse, why: &str| {
+            resp.tests = (0..program.cases.len())
+                .map(|i| with_io(test_result(i, pb::Verdict::Skipped, why), &program.cases[i], &opts))
+                .collect();
+        };
+
+        let mut files: Vec<SourceFile> = vec![(lang.source.clone(), program.full.clone().into_bytes(), false)];
+        files.extend(
+            opts.files
+                .iter()
+                .map(|f| (f.path.clone(), f.content.clone(), f.executable)),
+        );
+        let build = match self.compile(lang, files, compile_limits, deadline).await? {
+            Compiled::Ok(b, phase) => {
+                resp.compile = phase;
+                b
+            }
+            Compiled::Failed(phase) => {
+                resp.compile = Some(phase);
+                resp.verdict = pb::Verdict::CompileError as i32;
+                resp.message = "compilation failed".into();
+                skipped_all(&mut resp, "not run: compilation failed");
+                return Ok(self.finish(lang, resp));
+            }
+            Compiled::SandboxError(msg, phase) => {
+                resp.compile = phase;
+                resp.verdict = pb::Verdict::SandboxError as i32;
+                resp.message = format!("executor failed while compiling: {msg}");
+                skipped_all(&mut resp, "not run: executor failed while compiling");
+                return Ok(self.finish(lang, resp));
+            }
+        };
+        let checker = match (checker_lang, &req.special_judge) {
+            (Some(cl), Some(sj)) => {
+                let files = vec![(cl.source.clone(), sj.code.clone().into_bytes(), false)];
+                match self
+                    .compile(cl, files, engine.policy.compile_defaults, deadline)
+                    .await?
+                {
+                    Compiled::Ok(b, _) => Some(Checker { lang: cl, build: b }),
+                    Compiled::Failed(p) => {
+                        return Err(ExecError::invalid(
+                            "special_judge.code",
+                            format!(
+                                "does not compile: {}",
+                                String::from_utf8_lossy(&p.stderr)
+                                    .chars()
+                                    .take(2000)
+                                    .collect::<String>()
+                            ),
+                        ));
+                    }
+                    Compiled::SandboxError(msg, _) => {
+                        resp.verdict = pb::Verdict::SandboxError as i32;
+                        resp.message = format!("executor failed while compiling the special judge: {msg}");
+                        skipped_all(&mut resp, "not run: executor failed");
+                        return Ok(self.finish(lang, resp));
+                    }
+                }
+            }
+            _ => None,
+        };
+
+        // Like ScaleBox, total_timeout covers the tests, not compiling them.
+        let total_deadline = (opts.total_timeout_ms > 0)
+            .then(|| Instant::now().checked_add(std::time::Duration::from_millis(opts.total_timeout_ms)))
+            .flatten();
+        let slots = engine.admission.slots().max(1);
+        let parallelism = match opts.parallelism as usize {
+            0 => slots,
+            p => p.min(slots),
+        };
+        let runs = Runs {
+            lang,
+            build,
+            program: &program,
+            limits: run_limits,
+            checker,
+            stop_on_failure: !opts.run_all_cases,
+            total_deadline,
+            deadline,
+            stopped: AtomicBool::new(false),
+        };
+        // Futures are lazy: building them all first starts nothing; buffer_unordered
+        // starts them in index order, `parallelism` at a time.
+        let tests: Vec<_> = (0..program.cases.len())
+            .map(|i| self.run_test(&runs, i, &program.cases[i]))
+            .collect();
+        let mut results: Vec<pb::TestResult> = futures::stream::iter(tests)
+            .buffer_unordered(parallelism)
+            .collect::<Vec<Result<pb::TestResult, ExecError>>>()
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+        results.sort_by_key(|t| t.index);
+        resp.tests = results
+            .into_iter()
+            .map(|t| {
+                let case = &program.cases[t.index as usize];
+                with_io(t, case, &opts)
+            })
+            .collect();
+        let (verdict, message) = overall(&resp.tests);
+        resp.accepted = verdict == pb::Verdict::Ok;
+        resp.verdict = verdict as i32;
+        resp.message = message;
+        Ok(self.finish(lang, resp))
+    }
+
+    fn finish(&self, lang: &Language, resp: pb::EvaluateResponse) -> pb::EvaluateResponse {
+        let v = pb::Verdict::try_from(resp.verdict).unwrap_or_default();
+        self.engine.metrics.run_finished(&lang.name, v.as_str_name());
+        tracing::debug!(id = %resp.id, verdict = v.as_str_name(), "evaluated");
+        resp
+    }
+
+    async fn compile(
+        &self,
+        lang: &Language,
+        files: Vec<SourceFile>,
+        limits: Limits,
+        deadline: Option<Instant>,
+    ) -> Result<Compiled, ExecError> {
+        if lang.compile.is_none() {
+            return Ok(Compiled::Ok(Build::Sources(files), None));
+        }
+        let held = self.hold(deadline).await?;
+        let c = build::compile(&self.engine, &held.slot, lang, files, limits).await;
+        drop(held);
+        self.released();
+        Ok(c)
+    }
+
+    /// Runs test `i` and decides its verdict.
+    async fn run_test(&self, runs: &Runs<'_>, i: usize, case: &Case) -> Result<pb::TestResult, ExecError> {
+        let stop_reason = || {
+            if runs.stopped.load(Ordering::SeqCst) {
+                Some("skipped: an earlier test failed and run_all_cases is false")
+            } else if runs.total_deadline.is_some_and(|d| Instant::now() >= d) {
+                Some("skipped: total_timeout reached before this test started")
+            } else {
+                None
+            }
+        };
+        if let Some(why) = stop_reason() {
+            return Ok(test_result(i, pb::Verdict::Skipped, why));
+        }
+        let held = match self.hold(runs.deadline).await {
+            Ok(h) => h,
+            Err(e @ ExecError::Admission(AdmissionError::QueueFull { .. } | AdmissionError::Draining)) => {
+                return Ok(test_result(i, pb::Verdict::SandboxError, e.to_string()));
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(why) = stop_reason() {
+            return Ok(test_result(i, pb::Verdict::Skipped, why));
+        }
+        let work = match build::prepare(&self.engine, &held.slot, &runs.build, &[]) {
+            Ok(w) => w,
+            Err(e) => return Ok(test_result(i, pb::Verdict::SandboxError, e)),
+        };
+        let spec = RunSpec {
+            argv: runs.lang.run.clone(),
+            env: self.engine.env_for(runs.lang),
+            stdin: case.stdin.clone(),
+            limits: runs.limits,
+            gpu: runs.lang.gpu,
+        };
+        let phased = self.engine.run_phase(&held.slot, &work, &spec, Phase::Run).await;
+        drop(work);
+        drop(held);
+        self.released();
+        let mut run = phased.result;
+        let mut t = match phased.verdict {
+            pb::Verdict::Ok => {
+                let (v, msg) = self.judge_output(runs, case, &run).await?;
+                test_result(i, v, msg)
+            }
+            pb::Verdict::SandboxError => test_result(i, pb::Verdict::SandboxError, phased.error.unwrap_or_default()),
+            v => test_result(i, v, ""),
+        };
+        if matches!(case.expect, Expect::Json(_) | Expect::Sentinel) {
+            program::strip_marker(&mut run.stdout, &runs.program.nonce);
+        }
+        t.run = Some(run);
+        if !t.passed && runs.stop_on_failure {
+            runs.stopped.store(true, Ordering::SeqCst);
+        }
+        Ok(t)
+    }
+
+    /// The verdict of a run that exited 0; never from anything but the judge's own checks.
+    async fn judge_output(
+        &self,
+        runs: &Runs<'_>,
+        case: &Case,
+        run: &pb::PhaseResult,
+    ) -> Result<(pb::Verdict, String), ExecError> {
+        let wrong = |m: &str| Ok((pb::Verdict::WrongAnswer, m.to_owned()));
+        match &case.expect {
+            Expect::Stdout(expected) => match &runs.checker {
+                None if runs.program.comparison.matches(&run.stdout, expected) => Ok((pb::Verdict::Ok, String::new())),
+                None => wrong("output differs from the expected output"),
+                Some(c) => self.special_judge(runs, c, case, &run.stdout).await,
+            },
+            Expect::Json(expected) => {
+                let Some(line) = program::harness_result(&run.stdout, &runs.program.nonce) else {
+                    return wrong("the function's result was not reported (did the program exit early?)");
+                };
+                match serde_json::from_slice::<serde_json::Value>(line) {
+                    Ok(v) if super::compare::json_matches(&v, expected) => Ok((pb::Verdict::Ok, String::new())),
+                    Ok(v) => wrong(&format!("returned {}", truncate(&v.to_string(), 200))),
+                    Err(_) => wrong("the function's result is not JSON"),
+                }
+            }
+            Expect::Sentinel if program::sentinel_seen(&run.stdout, &runs.program.nonce) => {
+                Ok((pb::Verdict::Ok, String::new()))
+            }
+            Expect::Sentinel => wrong("exited 0 before every test ran (completion marker missing)"),
+            Expect::ExitZero => Ok((pb::Verdict::Ok, String::new())),
+        }
+    }
+
+    /// Runs the checker on one test in its own sandbox: exit 0 passes.
+    async fn special_judge(
+        &self,
+        runs: &Runs<'_>,
+        checker: &Checker<'_>,
+        case: &Case,
+        answer: &[u8],
+    ) -> Result<(pb::Verdict, String), ExecError> {
+        let held = match self.hold(runs.deadline).await {
+            Ok(h) => h,
+            Err(e @ ExecError::Admission(AdmissionError::QueueFull { .. } | AdmissionError::Draining)) => {
+                return Ok((pb::Verdict::SandboxError, format!("special judge: {e}")));
+            }
+            Err(e) => return Err(e),
+        };
+        let extra: Vec<SourceFile> = vec![
+            ("stdin.txt".into(), case.input.clone(), false),
+            ("stdout.txt".into(), case.expected.clone(), false),
+            ("answer.txt".into(), answer.to_vec(), false),
+        ];
+        let work = match build::prepare(&self.engine, &held.slot, &checker.build, &extra) {
+            Ok(w) => w,
+            Err(e) => return Ok((pb::Verdict::SandboxError, format!("special judge: {e}"))),
+        };
+        let spec = RunSpec {
+            argv: checker.lang.run.clone(),
+            env: self.engine.env_for(checker.lang),
+            stdin: vec![],
+            limits: self.engine.policy.run_defaults,
+            gpu: checker.lang.gpu,
+        };
+        let p = self.engine.run_phase(&held.slot, &work, &spec, Phase::Run).await;
+        drop(work);
+        drop(held);
+        self.released();
+        let stderr = String::from_utf8_lossy(&p.result.stderr);
+        Ok(match p.verdict {
+            pb::Verdict::Ok => (pb::Verdict::Ok, String::new()),
+            pb::Verdict::SandboxError => (
+                pb::Verdict::SandboxError,
+                format!("special judge: {}", p.error.unwrap_or_default()),
+            ),
+            pb::Verdict::RuntimeError if p.result.signal == 0 => (
+                pb::Verdict::WrongAnswer,
+                format!(
+                    "special judge rejected the answer (exit {}): {}",
+                    p.result.exit_code,
+                    truncate(stderr.trim(), 500)
+                ),
+            ),
+            v => (
+                pb::Verdict::WrongAnswer,
+                format!(
+                    "special judge ended with {}: {}",
+                    v.as_str_name(),
+                    truncate(stderr.trim(), 500)
+                ),
+            ),
+        })
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+fn with_io(mut t: pb::TestResult, case: &Case, opts: &pb::EvaluateOptions) -> pb::TestResult {
+    if !opts.omit_test_io {
+        t.input = case.input.clone();
+        t.expected = case.expected.clone();
+    }
+    t
+}
+
+/// The response's verdict: OK when every test passed; else the first definite
+/// failure (by index), else SANDBOX_ERROR if the executor failed a test, else SKIPPED.
+pub fn overall(tests: &[pb::TestResult]) -> (pb::Verdict, String) {
+    let v = |t: &pb::TestResult| pb::Verdict::try_from(t.verdict).unwrap_or(pb::Verdict::SandboxError);
+    if !tests.is_empty() && tests.iter().all(|t| t.passed) {
+        return (pb::Verdict::Ok, String::new());
+    }
+    let msg = |t: &pb::TestResult| format!("test {}: {}", t.index, v(t).as_str_name());
+    if let Some(t) = tests
+        .iter()
+        .find(|t| !t.passed && !matches!(v(t), pb::Verdict::SandboxError | pb::Verdict::Skipped))
+    {
+        return (v(t), msg(t));
+    }
+    if let Some(t) = tests.iter().find(|t| v(t) == pb::Verdict::SandboxError) {
+        return (pb::Verdict::SandboxError, format!("{}: {}", msg(t), t.message));
+    }
+    match tests.iter().find(|t| !t.passed) {
+        Some(t) => (pb::Verdict::Skipped, format!("{}: {}", msg(t), t.message)),
+        None => (pb::Verdict::SandboxError, "no test ran".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definite_failures_win_over_sandbox_errors_and_skips() {
+        let t = |i, v| test_result(i, v, "");
+        assert_eq!(
+            overall(&[t(0, pb::Verdict::Ok), t(1, pb::Verdict::Ok)]).0,
+            pb::Verdict::Ok
+        );
+        assert_eq!(
+            overall(&[t(0, pb::Verdict::SandboxError), t(1, pb::Verdict::WrongAnswer)]).0,
+            pb::Verdict::WrongAnswer
+        );
+        assert_eq!(
+            overall(&[
+                t(0, pb::Verdict::Ok),
+                t(1, pb::Verdict::Skipped),
+                t(2, pb::Verdict::SandboxError)
+            ])
+            .0,
+            pb::Verdict::SandboxError
+        );
+        assert_eq!(
+            overall(&[t(0, pb::Verdict::Ok), t(1, pb::Verdict::Skipped)]).0,
+            pb::Verdict::Skipped
+        );
+        assert_eq!(
+            overall(&[t(0, pb::Verdict::TimeLimitExceeded), t(1, pb::Verdict::RuntimeError)]).0,
+            pb::Verdict::TimeLimitExceeded
+        );
+        assert_ne!(overall(&[]).0, pb::Verdict::Ok);
+    }
+}

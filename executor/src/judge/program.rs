@@ -1,0 +1,409 @@
+//! From an `EvaluateRequest` to what runs: the program's source and, per test,
+//! its stdin and how its outcome is judged.
+
+use super::compare::Comparison;
+use super::extract;
+use crate::engine::ExecError;
+use crate::languages::Language;
+use sandpool_proto::v1 as pb;
+
+/// How one test's run is judged once it ended with exit 0.
+#[derive(Debug, Clone)]
+pub enum Expect {
+    /// stdout compared with this (or handed to the special judge).
+    Stdout(Vec<u8>),
+    /// The harness's JSON result line (after the nonce) must match this.
+    Json(serde_json::Value),
+    /// The last non-empty stdout line must be the nonce the epilogue prints.
+    Sentinel,
+    /// Exit status 0 is the only signal (languages without an epilogue).
+    ExitZero,
+}
+
+/// One test.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub stdin: Vec<u8>,
+    /// Shown in the response as the test's input.
+    pub input: Vec<u8>,
+    /// Shown in the response as the test's expected output.
+    pub expected: Vec<u8>,
+    pub expect: Expect,
+}
+
+/// Everything the judge runs for one request.
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// The code taken from the completion (after extraction and stop tokens).
+    pub extracted: String,
+    /// The source file's content.
+    pub full: String,
+    pub cases: Vec<Case>,
+    pub comparison: Comparison,
+    /// The random marker only the judge and the harness know.
+    pub nonce: String,
+}
+
+/// A fresh random nonce (128 bits, hex).
+pub fn nonce() -> String {
+    let mut b = [0u8; 16];
+    // SAFETY: getrandom writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        // Never expected; the clock and the address space still differ per call.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        b = (t ^ (&b as *const _ as u128)).to_le_bytes();
+    }
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("SANDPOOL-DONE-{hex}")
+}
+
+/// Fence tags that mean `lang`, lower-cased.
+pub fn fence_tags(lang: &Language) -> Vec<String> {
+    std::iter::once(&lang.name)
+        .chain(&lang.aliases)
+        .chain(&lang.judge.fences)
+        .map(|t| t.to_lowercase())
+        .collect()
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_') && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+}
+
+/// Builds the program for `req` in `lang`.
+pub fn build(req: &pb::EvaluateRequest, lang: &Language) -> Result<Program, ExecError> {
+    let raw = req.options.as_ref().is_some_and(|o| o.raw_code);
+    let mut code = if raw {
+        req.completion.clone()
+    } else {
+        extract::extract(&req.completion, &fence_tags(lang)).to_owned()
+    };
+    let nonce = nonce();
+    let mut comparison = Comparison::IgnoreTrailingWhitespace;
+    let (full, cases) = match &req.tests {
+        None => {
+            return Err(ExecError::invalid(
+                "tests",
+                "one of stdio, function_call or assert is required",
+            ));
+        }
+        Some(pb::evaluate_request::Tests::Stdio(t)) => {
+            if t.cases.is_empty() {
+                return Err(ExecError::invalid("tests.stdio.cases", "at least one case is required"));
+            }
+            if let Some(c) = &t.comparison {
+                let mode = pb::comparison::Mode::try_from(c.mode)
+                    .map_err(|_| ExecError::invalid("tests.stdio.comparison.mode", "unknown mode"))?;
+                if !(c.abs_tol >= 0.0 && c.rel_tol >= 0.0) {
+                    return Err(ExecError::invalid(
+                        "tests.stdio.comparison",
+                        "abs_tol and rel_tol must be non-negative numbers",
+                    ));
+                }
+                comparison = Comparison::new(mode, c.abs_tol, c.rel_tol);
+            }
+            let cases = t
+                .cases
+                .iter()
+                .map(|c| Case {
+                    stdin: c.stdin.clone(),
+                    input: c.stdin.clone(),
+                    expected: c.expected_stdout.clone(),
+                    expect: Expect::Stdout(c.expected_stdout.clone()),
+                })
+                .collect();
+            (code.clone(), cases)
+        }
+        Some(pb::evaluate_request::Tests::FunctionCall(t)) => {
+            let Some(harness) = &lang.judge.function_call_harness else {
+                return Err(ExecError::invalid(
+                    "tests.function_call",
+                    format!("not supported for language {}", lang.name),
+                ));
+            };
+            if !is_identifier(&t.fn_name) {
+                return Err(ExecError::invalid(
+                    "tests.function_call.fn_name",
+                    "must be an identifier",
+                ));
+            }
+            if t.cases.is_empty() {
+                return Err(ExecError::invalid(
+                    "tests.function_call.cases",
+                    "at least one case is required",
+                ));
+            }
+            let mut cases = Vec::with_capacity(t.cases.len());
+            for (i, c) in t.cases.iter().enumerate() {
+                let field = |f: &str| format!("tests.function_call.cases[{i}].{f}");
+                let bad = |f: &str, e: serde_json::Error| ExecError::invalid(field(f), format!("invalid JSON: {e}"));
+                if t.json_input {
+                    for line in c.arguments_json.lines().filter(|l| !l.trim().is_empty()) {
+                        serde_json::from_str::<serde_json::Value>(line).map_err(|e| bad("arguments_json", e))?;
+                    }
+                } else {
+                    let v: serde_json::Value =
+                        serde_json::from_str(&c.arguments_json).map_err(|e| bad("arguments_json", e))?;
+                    if !v.is_array() {
+                        return Err(ExecError::invalid(
+                            field("arguments_json"),
+                            "must be a JSON array of arguments",
+                        ));
+                    }
+                }
+                let expected: serde_json::Value =
+                    serde_json::from_str(&c.expected_json).map_err(|e| bad("expected_json", e))?;
+                cases.push(Case {
+                    stdin: format!("{nonce}\n{}", c.arguments_json).into_bytes(),
+                    input: c.arguments_json.clone().into_bytes(),
+                    expected: c.expected_json.clone().into_bytes(),
+                    expect: Expect::Json(expected),
+                });
+            }
+            let h = harness
+                .replace("{fn_name}", &t.fn_name)
+                .replace("{json_input}", if t.json_input { "True" } else { "False" });
+            (format!("{code}\n{h}"), cases)
+        }
+        Some(pb::evaluate_request::Tests::Assert(t)) => {
+            if t.test_code.trim().is_empty() {
+                return Err(ExecError::invalid("tests.assert.test_code", "must not be empty"));
+            }
+            if let Some(cut) = t
+                .stop_tokens
+                .iter()
+                .filter(|s| !s.is_empty())
+                .filter_map(|s| code.find(s.as_str()))
+                .min()
+            {
+                code.truncate(cut);
+            }
+            let j = &lang.judge;
+            let prelude = if j.prelude_imports_on_use {
+                prelude_on_use(&j.assert_prelude, &[&code, &t.test_code])
+            } else {
+                j.assert_prelude.trim_start().to_owned()
+            };
+            let mut full = format!("{prelude}{code}\n{}", t.test_code);
+            if !full.ends_with('\n') {
+                full.push('\n');
+            }
+            if !t.entry_point.is_empty() {
+                if !is_identifier(&t.entry_point) {
+                    return Err(ExecError::invalid("tests.assert.entry_point", "must be an identifier"));
+                }
+                let Some(call) = &j.assert_call else {
+                    return Err(ExecError::invalid(
+                        "tests.assert.entry_point",
+                        format!(
+                            "language {} has no HumanEval-style check call; put the calls in test_code",
+                            lang.name
+                        ),
+                    ));
+                };
+                full.push_str(&call.replace("{entry_point}", &t.entry_point));
+            }
+            let expect = match &j.assert_epilogue {
+                Some(e) => {
+                    full.push_str(&e.replace("{nonce}", &nonce));
+                    Expect::Sentinel
+                }
+                None => Expect::ExitZero,
+            };
+            let case = Case {
+                stdin: vec![],
+                input: vec![],
+                expected: vec![],
+                expect,
+            };
+            (full, vec![case])
+        }
+    };
+    Ok(Program {
+        extracted: code,
+        full,
+        cases,
+        comparison,
+        nonce,
+    })
+}
+
+/// `prelude` without the `import X` / `import X as Y` lines whose name `Y` no part of `texts` mentions.
+pub fn prelude_on_use(prelude: &str, texts: &[&str]) -> String {
+    let mentions = |name: &str| {
+        texts.iter().any(|t| {
+            t.match_indices(name).any(|(i, _)| {
+                let before = t[..i].chars().next_back();
+                let after = t[i + name.len()..].chars().next();
+                let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                !word(before) && !word(after)
+            })
+        })
+    };
+    prelude
+        .trim_start()
+        .lines()
+        .filter(|l| {
+            let Some(rest) = l.trim().strip_prefix("import ") else {
+                return true;
+            };
+            let name = rest.rsplit(" as ").next().unwrap_or(rest).trim();
+            name.contains(',') || mentions(name)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// What the function-call harness printed after the nonce, on the last line carrying it.
+pub fn harness_result<'a>(stdout: &'a [u8], nonce: &str) -> Option<&'a [u8]> {
+    stdout
+        .split(|c| *c == b'\n')
+        .rev()
+        .find_map(|l| l.strip_prefix(nonce.as_bytes()))
+}
+
+/// `stdout` without the harness's marker line (the last line starting with the
+/// nonce, and the newline the harness wrote before it), so clients see only the program's output.
+pub fn strip_marker(stdout: &mut Vec<u8>, nonce: &str) {
+    let n = nonce.as_bytes();
+    let Some(start) = stdout.windows(n.len()).rposition(|w| w == n) else {
+        return;
+    };
+    if start > 0 && stdout[start - 1] != b'\n' {
+        return;
+    }
+    let end = stdout[start..]
+        .iter()
+        .position(|c| *c == b'\n')
+        .map_or(stdout.len(), |i| start + i + 1);
+    let from = if start > 0 { start - 1 } else { start };
+    stdout.drain(from..end);
+    if from > 0 && stdout.get(from - 1) != Some(&b'\n') && from < stdout.len() {
+        stdout.insert(from, b'\n');
+    }
+}
+
+/// True when the last non-empty stdout line is exactly the nonce.
+pub fn sentinel_seen(stdout: &[u8], nonce: &str) -> bool {
+    stdout
+        .split(|c| *c == b'\n')
+        .map(|l| l.trim_ascii())
+        .rfind(|l| !l.is_empty())
+        .is_some_and(|l| l == nonce.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::languages::{BUILTIN, LanguageTable};
+
+    fn req(tests: pb::evaluate_request::Tests, completion: &str) -> pb::EvaluateRequest {
+        pb::EvaluateRequest {
+            language: "python".into(),
+            completion: completion.into(),
+            tests: Some(tests),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn humaneval_program_has_prelude_check_and_sentinel() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let py = t.get("python").unwrap();
+        let r = req(
+            pb::evaluate_request::Tests::Assert(pb::AssertTests {
+                test_code: "def check(candidate):\n    assert candidate(1) == 2\n".into(),
+                entry_point: "f".into(),
+                stop_tokens: vec![],
+            }),
+            "```python\ndef f(x):\n    return x + 1\n```",
+        );
+        let p = build(&r, py).unwrap();
+        assert_eq!(p.extracted, "def f(x):\n    return x + 1");
+        assert!(p.full.starts_with("from typing import *\n"), "{}", p.full);
+        assert!(p.full.contains("def f(x):\n    return x + 1\ndef check(candidate)"));
+        assert!(p.full.contains("check(f)"));
+        assert!(p.full.trim_end().ends_with(&format!("print(\"\\n{}\")", p.nonce)));
+        assert!(matches!(p.cases[0].expect, Expect::Sentinel));
+    }
+
+    #[test]
+    fn prelude_keeps_only_the_imports_the_program_names() {
+        let p = "import math\nimport re\nimport numpy as np\nfrom typing import *\n";
+        let kept = prelude_on_use(p, &["x = math.sqrt(2)", "np.array([])  # rex"]);
+        assert_eq!(kept, "import math\nimport numpy as np\nfrom typing import *\n");
+        assert_eq!(prelude_on_use(p, &["mathematics = 1"]), "from typing import *\n");
+    }
+
+    #[test]
+    fn stop_tokens_cut_the_completion() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let r = pb::EvaluateRequest {
+            language: "cpp".into(),
+            completion: "```cpp\nint f() {\n    return 1;\n}\nint main() {}\n```".into(),
+            tests: Some(pb::evaluate_request::Tests::Assert(pb::AssertTests {
+                test_code: "}\nint main() { return f() - 1; }\n".into(),
+                entry_point: String::new(),
+                stop_tokens: vec!["\nint main".into(), "\n}".into()],
+            })),
+            ..Default::default()
+        };
+        let p = build(&r, t.get("cpp").unwrap()).unwrap();
+        assert_eq!(p.extracted, "int f() {\n    return 1;");
+        assert!(p.full.ends_with("return 1;\n}\nint main() { return f() - 1; }\n"));
+    }
+
+    #[test]
+    fn bad_function_calls_name_the_field() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let py = t.get("python").unwrap();
+        let fc = |fn_name: &str, args: &str| {
+            req(
+                pb::evaluate_request::Tests::FunctionCall(pb::FunctionCallTests {
+                    fn_name: fn_name.into(),
+                    cases: vec![pb::FunctionCase {
+                        arguments_json: args.into(),
+                        expected_json: "3".into(),
+                    }],
+                    json_input: false,
+                }),
+                "def add(a, b): return a + b",
+            )
+        };
+        let e = build(&fc("add; import os", "[1, 2]"), py).unwrap_err();
+        assert!(e.to_string().contains("fn_name"), "{e}");
+        let e = build(&fc("add", "[1, "), py).unwrap_err();
+        assert!(e.to_string().contains("cases[0].arguments_json"), "{e}");
+        let e = build(&fc("add", "1"), py).unwrap_err();
+        assert!(e.to_string().contains("JSON array"), "{e}");
+        let p = build(&fc("add", "[1, 2]"), py).unwrap();
+        assert!(p.cases[0].stdin.starts_with(p.nonce.as_bytes()));
+        assert!(p.full.contains("\"add\""));
+        let e = build(&pb::EvaluateRequest::default(), py).unwrap_err();
+        assert!(e.to_string().starts_with("tests:"), "{e}");
+    }
+
+    #[test]
+    fn markers_are_found_only_where_expected() {
+        let n = "N0NCE";
+        assert!(sentinel_seen(b"hello\nN0NCE\n\n", n));
+        assert!(!sentinel_seen(b"N0NCE\nlater output\n", n));
+        assert!(!sentinel_seen(b"", n));
+        assert_eq!(harness_result(b"x\nN0NCE[1]\nN0NCE3\n", n), Some(&b"3"[..]));
+        assert_eq!(harness_result(b"3\n", n), None);
+        let mut out = b"hi\n\nN0NCE[1]\n".to_vec();
+        strip_marker(&mut out, n);
+        assert_eq!(out, b"hi\n");
+        let mut out = b"\nN0NCE\n".to_vec();
+        strip_marker(&mut out, n);
+        assert_eq!(out, b"");
+        let mut out = b"xN0NCE\n".to_vec();
+        strip_marker(&mut out, n);
+        assert_eq!(out, b"xN0NCE\n");
+    }
+}
