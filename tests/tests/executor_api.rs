@@ -388,6 +388,19 @@ async fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
+#[test]
+fn refuses_to_start_when_the_isolation_mode_cannot_be_had() {
+    let work_root = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(sandpool_tests::binary("sandpool-executor"))
+        .args(["--isolation", "restricted", "--listen", "127.0.0.1:0", "--work-root"])
+        .arg(work_root.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("restricted") && err.contains("not available"), "{err}");
+}
+
 #[tokio::test]
 async fn gpu_languages_get_the_gpu_only_on_gpu_machines() {
     if !std::path::Path::new("/dev/nvidia0").exists() {

@@ -220,7 +220,20 @@ res["unshare"] = libc.unshare(0x10000000)  # CLONE_NEWUSER
 res["mount"] = libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)
 res["ptrace"] = libc.ptrace(16, 1, 0, 0)  # PTRACE_ATTACH
 res["setuid0"] = libc.setuid(0)
-print("uid", os.getuid(), "euid", os.geteuid(), caps, res)
+# Denied by the seccomp filter: EPERM (1) rather than the call's own error.
+import platform
+nrs = {"x86_64": {"io_uring_setup": 425, "bpf": 321, "keyctl": 250, "perf_event_open": 298, "kexec_load": 246,
+                  "init_module": 175, "setns": 308, "userfaultfd": 323},
+       "aarch64": {"io_uring_setup": 425, "bpf": 280, "keyctl": 219, "perf_event_open": 241, "kexec_load": 104,
+                   "init_module": 105, "setns": 268, "userfaultfd": 282}}[platform.machine()]
+errnos = {}
+for name, nr in nrs.items():
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, 0, 0, 0, 0, 0)
+    errnos[name] = (r, ctypes.get_errno())
+ctypes.set_errno(0)
+errnos["tiocsti"] = (libc.ioctl(0, 0x5412, ctypes.c_char_p(b"x")), ctypes.get_errno())
+print("uid", os.getuid(), "euid", os.geteuid(), caps, res, "errnos", errnos)
 "#;
     let r = py(&exe, code).await;
     let out = stdout(&r);
@@ -230,6 +243,23 @@ print("uid", os.getuid(), "euid", os.geteuid(), caps, res)
     assert!(out.contains("'Seccomp:\\t2'"), "{}", describe(&r));
     for k in ["unshare", "mount", "ptrace", "setuid0"] {
         assert!(out.contains(&format!("'{k}': -1")), "{k}: {}", describe(&r));
+    }
+    for k in [
+        "io_uring_setup",
+        "bpf",
+        "keyctl",
+        "perf_event_open",
+        "kexec_load",
+        "init_module",
+        "setns",
+        "userfaultfd",
+        "tiocsti",
+    ] {
+        assert!(
+            out.contains(&format!("'{k}': (-1, 1)")),
+            "{k} not denied with EPERM: {}",
+            describe(&r)
+        );
     }
 }
 

@@ -202,14 +202,14 @@ impl Sandbox {
             }
         };
         let spawners = match &cgroups {
-            Some(slots) => slots
-                .iter()
-                .map(|cg| {
-                    let sp = spawner::Spawner::start().map_err(|e| SandboxError::Os("starting a slot spawner", e))?;
+            Some(slots) => {
+                let spawners = spawner::Spawner::start_many(slots.len())
+                    .map_err(|e| SandboxError::Os("starting the slot spawners", e))?;
+                for (sp, cg) in spawners.iter().zip(slots) {
                     cg.adopt(sp.pid())?;
-                    Ok(sp)
-                })
-                .collect::<Result<Vec<_>, SandboxError>>()?,
+                }
+                spawners
+            }
             None => vec![],
         };
         let seccomp = seccomp::build_filters()?.iter().map(seccomp::to_kernel).collect();

@@ -93,7 +93,7 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 
 impl Spawner {
     /// Starts a spawner; the caller then moves [`Spawner::pid`] into the slot's cgroup.
-    pub fn start() -> std::io::Result<Self> {
+    fn start() -> std::io::Result<Self> {
         let (req_r, req_w) = pipe()?;
         let (resp_r, resp_w) = pipe()?;
         let stack = Stack::new(64 * 1024)?;
@@ -115,6 +115,23 @@ impl Spawner {
             _stack: stack,
             _ends: (req_r, resp_w),
         })
+    }
+
+    /// Starts `n` spawners from a thread that lives as long as the process:
+    /// a spawner dies with the thread that created it (PR_SET_PDEATHSIG), so
+    /// that thread must not be a short-lived one such as a test's.
+    pub fn start_many(n: usize) -> std::io::Result<Vec<Self>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("sandpool-spawners".into())
+            .spawn(move || {
+                let _ = tx.send((0..n).map(|_| Spawner::start()).collect::<std::io::Result<Vec<_>>>());
+                loop {
+                    std::thread::park();
+                }
+            })?;
+        rx.recv()
+            .map_err(|_| std::io::Error::other("the spawner thread died"))?
     }
 
     /// The spawner's pid.
