@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Languages whose toolchains scripts/install-deps.sh installs: each must work.
-export SANDPOOL_REQUIRED_LANGUAGES="${SANDPOOL_REQUIRED_LANGUAGES:-python,c,cpp,java,javascript,typescript,go,go_test,rust,bash,ruby,php,perl,lua,r,scala,kotlin,csharp,d,racket,verilog,sql,pytest,junit,jest}"
+export SANDPOOL_REQUIRED_LANGUAGES="${SANDPOOL_REQUIRED_LANGUAGES:-python,c,cpp,java,javascript,typescript,go,go_test,rust,rust_test,bash,ruby,php,perl,lua,r,scala,kotlin,csharp,d,racket,verilog,sql,pytest,junit,jest}"
 export SANDPOOL_TEST_QUIET="${SANDPOOL_TEST_QUIET:-1}"
 
 cargo build --workspace --locked

@@ -205,6 +205,12 @@ fn cases() -> Vec<Case> {
             )
         },
         Case {
+            runtime_error: Some("#[test]\nfn bad() { assert_eq!(1 + 1, 3); }\n"),
+            compile_error: Some("#[test]\nfn bad() { let x: i32 = \"s\"; }\n"),
+            marker: "test result: ok",
+            ..case("rust_test", "#[test]\nfn ok() { assert_eq!(1 + 1, 2); }\n")
+        },
+        Case {
             runtime_error: Some("package main\nimport \"testing\"\nfunc TestBad(t *testing.T){ t.Fatal(\"boom\") }\n"),
             marker: "ok",
             ..case(
