@@ -95,6 +95,34 @@ def test_round_robin_spreads_calls_over_both_executors(make_executor) -> None:
     assert counts["rr-a"] >= 5 and counts["rr-b"] >= 5, counts
 
 
+def test_evaluate_many_spreads_its_streams_over_both_executors(make_executor) -> None:
+    a = make_executor("streams-a")
+    b = make_executor("streams-b")
+    reqs = [slow_request(i, 0.1) for i in range(16)]
+    with Client(f"ipv4:{a.address},{b.address}") as c:
+        results = list(c.evaluate_many(reqs, concurrency=4, streams=2))
+    assert sorted(r.id for r in results) == sorted(r.id for r in reqs)
+    assert all(r.accepted for r in results)
+    assert {r.executor.name for r in results} == {"streams-a", "streams-b"}
+
+
+async def test_async_evaluate_many_spreads_and_survives_a_restart(make_executor) -> None:
+    a = make_executor("async-a")
+    b = make_executor("async-b")
+    reqs = [slow_request(i, 0.2) for i in range(16)]
+    seen = []
+    restart = threading.Thread(target=b.restart, args=("async-b2",))
+    async with sandpool.AsyncClient(f"ipv4:{a.address},{b.address}", retry=PATIENT) as c:
+        async for r in c.evaluate_many(reqs, concurrency=4, streams=2):
+            seen.append(r)
+            if len(seen) == 2:
+                restart.start()
+    restart.join()
+    assert sorted(r.id for r in seen) == sorted(r.id for r in reqs)
+    assert all(r.accepted for r in seen), [(r.id, r.verdict, r.error) for r in seen if not r.accepted]
+    assert "async-a" in {r.executor.name for r in seen}
+
+
 def test_round_robin_routes_around_a_stopped_executor(make_executor) -> None:
     a = make_executor("alive")
     b = make_executor("stopping")

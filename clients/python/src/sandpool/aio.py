@@ -15,7 +15,7 @@ from sandpool.v1 import executor_pb2_grpc as pb_grpc
 from . import convert
 from .client import _deadline, _tagged
 from .retry import RetryPolicy, retryable_status, retryable_verdict
-from .stream import StreamState
+from .stream import Source, StreamState
 from .target import channel_options, compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
@@ -125,10 +125,46 @@ class AsyncClient:
         return convert.evaluate_result(r, attempts=n)
 
     async def evaluate_many(
-        self, requests: Iterable[EvaluateRequest], *, concurrency: int = 64, timeout: Optional[float] = None
+        self,
+        requests: Iterable[EvaluateRequest],
+        *,
+        concurrency: int = 64,
+        streams: int = 4,
+        timeout: Optional[float] = None,
     ) -> AsyncIterator[EvaluateResult]:
         """Judges `requests` over EvaluateStream, yielding results as they finish (see `Client.evaluate_many`)."""
-        state = StreamState(iter(requests), self.retry)
+        source = Source(iter(requests))
+        n = max(1, min(streams, concurrency))
+        per_stream = -(-concurrency // n)
+        out: "asyncio.Queue[object]" = asyncio.Queue()
+        done = object()
+
+        async def work() -> None:
+            try:
+                async for r in self._stream(StreamState(source, self.retry), per_stream, timeout):
+                    await out.put(r)
+            except Exception as e:  # handed to the caller
+                await out.put(e)
+            finally:
+                await out.put(done)
+
+        tasks = [asyncio.ensure_future(work()) for _ in range(n)]
+        try:
+            finished = 0
+            while finished < n:
+                item = await out.get()
+                if item is done:
+                    finished += 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    yield item  # type: ignore[misc]
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def _stream(self, state: StreamState, concurrency: int, timeout: Optional[float]) -> AsyncIterator[EvaluateResult]:
+        """One stream's results, reopening it on retryable failures, until its requests are answered."""
         failures = 0
         while not state.done():
             stop = asyncio.Event()
@@ -161,12 +197,17 @@ class AsyncClient:
                 call.cancel()
 
     async def evaluate_many_ordered(
-        self, requests: Iterable[EvaluateRequest], *, concurrency: int = 64, timeout: Optional[float] = None
+        self,
+        requests: Iterable[EvaluateRequest],
+        *,
+        concurrency: int = 64,
+        streams: int = 4,
+        timeout: Optional[float] = None,
     ) -> AsyncIterator[EvaluateResult]:
         """As `evaluate_many`, but yields results in the order of `requests`."""
         buffered: dict[int, EvaluateResult] = {}
         want = 0
-        async for r in self.evaluate_many(_tagged(requests), concurrency=concurrency, timeout=timeout):
+        async for r in self.evaluate_many(_tagged(requests), concurrency=concurrency, streams=streams, timeout=timeout):
             pos, _, r.id = r.id.partition("\x00")
             buffered[int(pos)] = r
             while want in buffered:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import queue
 import threading
 import time
-import dataclasses
 from typing import Callable, Iterable, Iterator, Optional, TypeVar, Union
 
 import grpc
@@ -14,7 +15,7 @@ from sandpool.v1 import executor_pb2_grpc as pb_grpc
 
 from . import convert
 from .retry import RetryPolicy, retryable_status, retryable_verdict
-from .stream import StreamState
+from .stream import Source, StreamState
 from .target import channel_options, compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
@@ -138,20 +139,64 @@ class Client:
         return r
 
     def evaluate_many(
-        self, requests: Iterable[EvaluateRequest], *, concurrency: int = 64, timeout: Optional[float] = None
+        self,
+        requests: Iterable[EvaluateRequest],
+        *,
+        concurrency: int = 64,
+        streams: int = 4,
+        timeout: Optional[float] = None,
     ) -> Iterator[EvaluateResult]:
         """Judges `requests` over EvaluateStream, `concurrency` in flight, yielding results as they finish.
 
-        `requests` is read lazily. A broken stream (UNAVAILABLE, RESOURCE_EXHAUSTED) is reopened and
-        the unanswered requests resent; SANDBOX_ERROR results are resent. `timeout` bounds each stream.
+        `requests` is read lazily. The work is spread over `streams` streams (round_robin puts each on
+        another pod). A broken stream (UNAVAILABLE, RESOURCE_EXHAUSTED) is reopened and its unanswered
+        requests resent; SANDBOX_ERROR results are resent. `timeout` bounds each stream.
         """
-        state = StreamState(iter(requests), self.retry)
+        source = Source(iter(requests))
+        n = max(1, min(streams, concurrency))
+        per_stream = -(-concurrency // n)
+        if n == 1:
+            yield from self._stream(StreamState(source, self.retry), per_stream, timeout)
+            return
+        out: "queue.Queue[object]" = queue.Queue()
+        stop = threading.Event()
+        done = object()
+
+        def work() -> None:
+            try:
+                for r in self._stream(StreamState(source, self.retry), per_stream, timeout, stop):
+                    out.put(r)
+            except BaseException as e:  # handed to the caller's thread
+                out.put(e)
+            finally:
+                out.put(done)
+
+        threads = [threading.Thread(target=work, daemon=True) for _ in range(n)]
+        for t in threads:
+            t.start()
+        try:
+            finished = 0
+            while finished < n:
+                item = out.get()
+                if item is done:
+                    finished += 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item  # type: ignore[misc]
+        finally:
+            stop.set()
+
+    def _stream(
+        self, state: StreamState, concurrency: int, timeout: Optional[float], cancel: Optional[threading.Event] = None
+    ) -> Iterator[EvaluateResult]:
+        """One stream's results, reopening it on retryable failures, until its requests are answered."""
         failures = 0
-        while not state.done():
+        while not state.done() and not (cancel and cancel.is_set()):
             stop = threading.Event()
 
             def gen() -> Iterator[pb.EvaluateRequest]:
-                while not stop.is_set():
+                while not stop.is_set() and not (cancel and cancel.is_set()):
                     what, msg = state.next_to_send(concurrency)
                     if what == "done":
                         return
@@ -168,6 +213,8 @@ class Client:
                     if r is not None:
                         yield r
             except grpc.RpcError as e:
+                if cancel and cancel.is_set():
+                    return
                 stop.set()
                 failures += 1
                 if failures >= self.retry.max_attempts or not state.on_stream_error(e.code()):
@@ -178,10 +225,16 @@ class Client:
                 call.cancel()
 
     def evaluate_many_ordered(
-        self, requests: Iterable[EvaluateRequest], *, concurrency: int = 64, timeout: Optional[float] = None
+        self,
+        requests: Iterable[EvaluateRequest],
+        *,
+        concurrency: int = 64,
+        streams: int = 4,
+        timeout: Optional[float] = None,
     ) -> Iterator[EvaluateResult]:
         """As `evaluate_many`, but yields results in the order of `requests` (buffering early ones)."""
-        yield from _in_order(self.evaluate_many(_tagged(requests), concurrency=concurrency, timeout=timeout))
+        results = self.evaluate_many(_tagged(requests), concurrency=concurrency, streams=streams, timeout=timeout)
+        yield from _in_order(results)
 
 
 def _deadline(timeout: Optional[float]) -> Optional[float]:

@@ -1,6 +1,8 @@
 """Bookkeeping for `evaluate_many`, shared by the sync and asyncio clients.
 
-Requests are tagged with their index on the wire. A request is *pending*
+Requests are tagged with their index on the wire. An evaluate_many call may
+open several streams (round_robin puts each on another pod); they share one
+`Source`, each with its own `StreamState`. A request is *pending*
 from when it is taken from the source until a final response arrives. When a
 stream breaks with a retryable status, every pending request is queued again;
 a SANDBOX_ERROR response queues that one request again. Both wait a backoff.
@@ -20,14 +22,36 @@ from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .types import EvaluateRequest, EvaluateResult
 
 
-class StreamState:
-    """Pending requests, the resend queue and attempt counts of one evaluate_many call."""
+class Source:
+    """The requests of one evaluate_many call, numbered, shared by its streams."""
 
-    def __init__(self, requests: Iterator[EvaluateRequest], policy: RetryPolicy):
-        self.source = iter(requests)
-        self.policy = policy
+    def __init__(self, requests: Iterator[EvaluateRequest]):
+        self.requests = iter(requests)
         self.next_index = 0
         self.exhausted = False
+        self.lock = threading.Lock()
+
+    def take(self) -> Optional[tuple[int, EvaluateRequest]]:
+        """The next request and its index, or None when there are no more."""
+        with self.lock:
+            if self.exhausted:
+                return None
+            try:
+                r = next(self.requests)
+            except StopIteration:
+                self.exhausted = True
+                return None
+            i = self.next_index
+            self.next_index += 1
+            return i, r
+
+
+class StreamState:
+    """Pending requests, the resend queue and attempt counts of one stream of an evaluate_many call."""
+
+    def __init__(self, source: Source, policy: RetryPolicy):
+        self.source = source
+        self.policy = policy
         self.pending: dict[int, EvaluateRequest] = {}
         self.in_flight: set[int] = set()
         self.attempts: dict[int, int] = {}
@@ -39,17 +63,14 @@ class StreamState:
         with self.lock:
             now = time.monotonic()
             if len(self.in_flight) >= concurrency:
-                return ("done", None) if self.exhausted and not self.pending else ("wait", None)
+                return ("done", None) if self.source.exhausted and not self.pending else ("wait", None)
             if self.resend and self.resend[0][0] <= now:
                 _, i = heapq.heappop(self.resend)
-            elif not self.exhausted:
-                try:
-                    r = next(self.source)
-                except StopIteration:
-                    self.exhausted = True
+            elif not self.source.exhausted:
+                taken = self.source.take()
+                if taken is None:
                     return ("done", None) if not self.pending else ("wait", None)
-                i = self.next_index
-                self.next_index += 1
+                i, r = taken
                 self.pending[i] = r
             elif not self.pending:
                 return "done", None
@@ -95,7 +116,7 @@ class StreamState:
     def done(self) -> bool:
         """Every request was taken from the source and answered."""
         with self.lock:
-            return self.exhausted and not self.pending
+            return self.source.exhausted and not self.pending
 
 
 def _retryable_code(code: int) -> bool:
