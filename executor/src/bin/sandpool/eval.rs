@@ -3,7 +3,7 @@
 //! pass@k, and one JSON line of results per record.
 
 use anyhow::{Context, anyhow, bail};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use sandpool_executor::config::ExecutorArgs;
 use sandpool_executor::proto as pb;
 use sandpool_executor::server::{self, ServeOptions};
@@ -350,6 +350,19 @@ impl Summary {
     }
 }
 
+/// A bar with count, rate and ETA on stderr (drawn only on a terminal); hidden with `quiet`.
+pub fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let style = ProgressStyle::with_template("{bar:40} {pos}/{len} · {rate} · ETA {eta} {msg}")
+        .expect("progress template")
+        .with_key("rate", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.1}/s", s.per_sec());
+        });
+    ProgressBar::new(len as u64).with_style(style)
+}
+
 fn default_output(dataset: &Path) -> PathBuf {
     let name = dataset.file_name().and_then(|n| n.to_str()).unwrap_or("dataset");
     let stem = name.trim_end_matches(".gz").trim_end_matches(".jsonl");
@@ -385,15 +398,7 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
     );
     let conn = connect(a.endpoint.as_deref(), &a.executor).await?;
 
-    let bar = if a.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(items.len() as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} · {per_sec} · ETA {eta} · {msg}")
-            .expect("progress template"),
-    );
+    let bar = progress_bar(items.len(), a.quiet);
     let started = Instant::now();
     // The semaphore keeps `concurrency` records in flight: a permit per sent request, returned per answer.
     let permits = Arc::new(Semaphore::new(a.concurrency));
@@ -437,7 +442,7 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
         passed += usize::from(resp.accepted);
         writeln!(out, "{}", result_json(&items[i], &resp))?;
         bar.inc(1);
-        bar.set_message(format!("passed {passed}"));
+        bar.set_message(format!("· passed {passed}"));
         if answered.iter().all(|a| *a) {
             break;
         }

@@ -2,9 +2,8 @@
 //! embedded executor); throughput, latency percentiles, verdicts, and the requests
 //! that got no response (a gRPC error instead of a verdict: it must be 0).
 
-use crate::eval::connect;
+use crate::eval::{connect, progress_bar};
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressStyle};
 use sandpool_executor::config::ExecutorArgs;
 use sandpool_executor::proto as pb;
 use std::collections::BTreeMap;
@@ -69,12 +68,7 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<i32> {
         None => DEFAULT_CODE.to_owned(),
     };
     let conn = connect(a.endpoint.as_deref(), &a.executor).await?;
-    let bar = if a.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(a.requests as u64)
-    };
-    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} · {per_sec} · ETA {eta}").expect("template"));
+    let bar = progress_bar(a.requests, a.quiet);
     let permits = Arc::new(Semaphore::new(a.concurrency));
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(a.requests);
