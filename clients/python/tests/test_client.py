@@ -140,3 +140,16 @@ async def test_async_client(executor: Executor, problems: list[dict]) -> None:
         assert [k for k, v in got.items() if not v.accepted] == ["stub"]
         ordered = [r.id async for r in c.evaluate_many_ordered(reqs, concurrency=3)]
         assert ordered == [r.id for r in reqs]
+
+
+def test_an_error_in_the_callers_requests_reaches_the_caller(executor: Executor) -> None:
+    def records():
+        yield EvaluateRequest(id="fine", language="python", completion="print(1)", tests=StdioTests([StdioCase("", "1")]))
+        yield sandpool.record_request({"task_id": "broken", "code": "print(1)"})  # no tests: ValueError
+
+    with Client(executor.address) as c:
+        got = []
+        with pytest.raises(ValueError, match="broken"):
+            for r in c.evaluate_many(records(), streams=1):
+                got.append(r.id)
+    assert got == ["fine"], "what was sent before the error is still answered"

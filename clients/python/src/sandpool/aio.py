@@ -162,6 +162,8 @@ class AsyncClient:
         finally:
             for t in tasks:
                 t.cancel()
+        if source.error is not None:
+            raise source.error
 
     async def _stream(self, state: StreamState, concurrency: int, timeout: Optional[float]) -> AsyncIterator[EvaluateResult]:
         """One stream's results, reopening it on retryable failures, until its requests are answered."""

@@ -157,6 +157,8 @@ class Client:
         per_stream = -(-concurrency // n)
         if n == 1:
             yield from self._stream(StreamState(source, self.retry), per_stream, timeout)
+            if source.error is not None:
+                raise source.error
             return
         out: "queue.Queue[object]" = queue.Queue()
         stop = threading.Event()
@@ -186,6 +188,8 @@ class Client:
                     yield item  # type: ignore[misc]
         finally:
             stop.set()
+        if source.error is not None:
+            raise source.error
 
     def _stream(
         self, state: StreamState, concurrency: int, timeout: Optional[float], cancel: Optional[threading.Event] = None

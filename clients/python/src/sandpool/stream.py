@@ -29,6 +29,8 @@ class Source:
         self.requests = iter(requests)
         self.next_index = 0
         self.exhausted = False
+        # An exception raised by the caller's iterator, re-raised to the caller (not lost in gRPC's thread).
+        self.error: Optional[BaseException] = None
         self.lock = threading.Lock()
 
     def take(self) -> Optional[tuple[int, EvaluateRequest]]:
@@ -39,6 +41,10 @@ class Source:
             try:
                 r = next(self.requests)
             except StopIteration:
+                self.exhausted = True
+                return None
+            except Exception as e:
+                self.error = e
                 self.exhausted = True
                 return None
             i = self.next_index
