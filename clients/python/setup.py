@@ -30,8 +30,8 @@ class BuildWithStubs(build_py):
 
     def run(self) -> None:
         super().run()
-        from grpc_tools import protoc
         import grpc_tools
+        from grpc_tools import protoc
 
         root = proto_root()
         out = Path(self.build_lib)

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 import sandpool
-from sandpool import AssertTests, EvaluateRequest, EvaluateOptions, Limits, Verdict
+from sandpool import AssertTests, EvaluateOptions, EvaluateRequest, Limits, Verdict
 
 _client = None
 

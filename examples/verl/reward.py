@@ -41,7 +41,10 @@ def tests_of(ground_truth: Union[str, dict[str, Any]]) -> sandpool.types.Tests:
         raise ValueError(f"ground_truth.outputs: {len(outputs)} outputs for {len(inputs)} inputs")
     if gt.get("fn_name"):
         cases = [
-            FunctionCase(arguments_json=i if isinstance(i, str) else json.dumps(i), expected_json=o if isinstance(o, str) else json.dumps(o))
+            FunctionCase(
+                arguments_json=i if isinstance(i, str) else json.dumps(i),
+                expected_json=o if isinstance(o, str) else json.dumps(o),
+            )
             for i, o in zip(inputs, outputs)
         ]
         return FunctionCallTests(fn_name=gt["fn_name"], cases=cases)

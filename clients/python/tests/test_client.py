@@ -6,10 +6,9 @@ import time
 
 import grpc
 import pytest
-
 import sandpool
+from conftest import Executor
 from sandpool import (
-    AssertTests,
     AsyncClient,
     Client,
     EvaluateRequest,
@@ -20,8 +19,6 @@ from sandpool import (
     StdioTests,
     Verdict,
 )
-
-from conftest import Executor
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +73,9 @@ def test_evaluate_judges_each_test_kind(executor: Executor) -> None:
             EvaluateRequest(
                 language="python",
                 completion="def add(a, b):\n    return a + b\n",
-                tests=FunctionCallTests(fn_name="add", cases=[FunctionCase("[1, 2]", "3"), FunctionCase("[2, 2]", "4")]),
+                tests=FunctionCallTests(
+                    fn_name="add", cases=[FunctionCase("[1, 2]", "3"), FunctionCase("[2, 2]", "4")]
+                ),
             )
         )
         assert fc.accepted and fc.verdict is Verdict.OK and len(fc.tests) == 2
@@ -144,7 +143,9 @@ async def test_async_client(executor: Executor, problems: list[dict]) -> None:
 
 def test_an_error_in_the_callers_requests_reaches_the_caller(executor: Executor) -> None:
     def records():
-        yield EvaluateRequest(id="fine", language="python", completion="print(1)", tests=StdioTests([StdioCase("", "1")]))
+        yield EvaluateRequest(
+            id="fine", language="python", completion="print(1)", tests=StdioTests([StdioCase("", "1")])
+        )
         yield sandpool.record_request({"task_id": "broken", "code": "print(1)"})  # no tests: ValueError
 
     with Client(executor.address) as c:

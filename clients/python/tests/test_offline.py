@@ -5,7 +5,6 @@ import math
 
 import grpc
 import pytest
-
 import sandpool
 from sandpool import AssertTests, StdioTests, Verdict, pass_at_k
 from sandpool.v1 import executor_pb2 as pb
@@ -58,7 +57,13 @@ def test_pool_target_is_the_headless_service() -> None:
 
 def test_record_shapes() -> None:
     he = sandpool.record_request(
-        {"task_id": "T/0", "prompt": "def f():\n", "test": "def check(c): pass", "entry_point": "f", "completion": "  return 1"}
+        {
+            "task_id": "T/0",
+            "prompt": "def f():\n",
+            "test": "def check(c): pass",
+            "entry_point": "f",
+            "completion": "  return 1",
+        }
     )
     assert isinstance(he.tests, AssertTests) and he.tests.entry_point == "f"
     assert he.completion == "def f():\n  return 1"

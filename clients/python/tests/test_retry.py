@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-import pytest
-
 import sandpool
 from sandpool import Client, EvaluateRequest, RetryPolicy, StdioCase, StdioTests, Verdict
 
@@ -100,6 +97,10 @@ def test_evaluate_many_spreads_its_streams_over_both_executors(make_executor) ->
     b = make_executor("streams-b")
     reqs = [slow_request(i, 0.1) for i in range(16)]
     with Client(f"ipv4:{a.address},{b.address}") as c:
+        # round_robin picks among connected pods only: wait until both have answered, as a
+        # long-lived client would have, so neither stream lands on a pod still connecting.
+        warm = {c.execute("python", "pass").executor.name for _ in range(10)}
+        assert warm == {"streams-a", "streams-b"}, warm
         results = list(c.evaluate_many(reqs, concurrency=4, streams=2))
     assert sorted(r.id for r in results) == sorted(r.id for r in reqs)
     assert all(r.accepted for r in results)
@@ -127,7 +128,7 @@ def test_round_robin_routes_around_a_stopped_executor(make_executor) -> None:
     a = make_executor("alive")
     b = make_executor("stopping")
     with Client(f"ipv4:{a.address},{b.address}", retry=PATIENT) as c:
-        for i in range(4):
+        for _ in range(4):
             assert c.execute("python", "print(1)").verdict is Verdict.OK
         b.stop()
         results = [c.execute("python", f"print({i})", timeout=30) for i in range(8)]

@@ -16,7 +16,8 @@ from . import convert
 from .client import _deadline, _tagged
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .stream import Source, StreamState
-from .target import channel_options, compression as compression_of
+from .target import channel_options
+from .target import compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
 T = TypeVar("T")
@@ -165,13 +166,15 @@ class AsyncClient:
         if source.error is not None:
             raise source.error
 
-    async def _stream(self, state: StreamState, concurrency: int, timeout: Optional[float]) -> AsyncIterator[EvaluateResult]:
+    async def _stream(
+        self, state: StreamState, concurrency: int, timeout: Optional[float]
+    ) -> AsyncIterator[EvaluateResult]:
         """One stream's results, reopening it on retryable failures, until its requests are answered."""
         failures = 0
         while not state.done():
             stop = asyncio.Event()
 
-            async def gen() -> AsyncIterator[pb.EvaluateRequest]:
+            async def gen(stop: asyncio.Event = stop) -> AsyncIterator[pb.EvaluateRequest]:
                 while not stop.is_set():
                     what, msg = state.next_to_send(concurrency)
                     if what == "done":

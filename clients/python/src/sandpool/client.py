@@ -16,7 +16,8 @@ from sandpool.v1 import executor_pb2_grpc as pb_grpc
 from . import convert
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .stream import Source, StreamState
-from .target import channel_options, compression as compression_of
+from .target import channel_options
+from .target import compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
 T = TypeVar("T")
@@ -199,7 +200,7 @@ class Client:
         while not state.done() and not (cancel and cancel.is_set()):
             stop = threading.Event()
 
-            def gen() -> Iterator[pb.EvaluateRequest]:
+            def gen(stop: threading.Event = stop) -> Iterator[pb.EvaluateRequest]:
                 while not stop.is_set() and not (cancel and cancel.is_set()):
                     what, msg = state.next_to_send(concurrency)
                     if what == "done":

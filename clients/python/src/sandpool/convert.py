@@ -10,7 +10,6 @@ from sandpool.v1 import executor_pb2 as pb
 
 from .types import (
     AssertTests,
-    EvaluateOptions,
     EvaluateRequest,
     EvaluateResult,
     ExecuteResult,
@@ -30,17 +29,17 @@ def _bytes(v: Union[str, bytes]) -> bytes:
     return v.encode() if isinstance(v, str) else v
 
 
-def limits_pb(l: Optional[Limits]) -> Optional[pb.Limits]:
+def limits_pb(lim: Optional[Limits]) -> Optional[pb.Limits]:
     """Limits message, or None to leave the field unset."""
-    if l is None:
+    if lim is None:
         return None
     return pb.Limits(
-        wall_time_ms=l.wall_time_ms,
-        cpu_time_ms=l.cpu_time_ms,
-        memory_bytes=l.memory_bytes,
-        output_bytes=l.output_bytes,
-        processes=l.processes,
-        file_size_bytes=l.file_size_bytes,
+        wall_time_ms=lim.wall_time_ms,
+        cpu_time_ms=lim.cpu_time_ms,
+        memory_bytes=lim.memory_bytes,
+        output_bytes=lim.output_bytes,
+        processes=lim.processes,
+        file_size_bytes=lim.file_size_bytes,
     )
 
 
@@ -90,7 +89,9 @@ def evaluate_request(r: EvaluateRequest, id: Optional[str] = None) -> pb.Evaluat
         m.function_call.CopyFrom(
             pb.FunctionCallTests(
                 fn_name=t.fn_name,
-                cases=[pb.FunctionCase(arguments_json=c.arguments_json, expected_json=c.expected_json) for c in t.cases],
+                cases=[
+                    pb.FunctionCase(arguments_json=c.arguments_json, expected_json=c.expected_json) for c in t.cases
+                ],
                 json_input=t.json_input,
             )
         )

@@ -43,7 +43,9 @@ def read_problems(path: Optional[Union[str, os.PathLike]] = None) -> dict[str, R
     return {r["task_id"]: r for r in read_jsonl(path or humaneval_path())}
 
 
-def humaneval_request(problem: Record, completion: str, id: str = "", options: Optional[EvaluateOptions] = None) -> EvaluateRequest:
+def humaneval_request(
+    problem: Record, completion: str, id: str = "", options: Optional[EvaluateOptions] = None
+) -> EvaluateRequest:
     """HumanEval: the prompt plus the completion, checked by `check(entry_point)`; run as is (no fence extraction)."""
     return EvaluateRequest(
         id=id or problem["task_id"],
@@ -77,12 +79,16 @@ def record_request(record: Record, problems: Optional[dict[str, Record]] = None,
         raise ValueError(f"record {rid}: completion: missing (nor code)")
     if "test_list" in record:
         lines = list(record.get("test_imports") or []) + [record.get("test_setup_code") or ""] + record["test_list"]
-        return EvaluateRequest(id=rid, language=language, completion=code, tests=AssertTests(test_code="\n".join(lines)))
+        return EvaluateRequest(
+            id=rid, language=language, completion=code, tests=AssertTests(test_code="\n".join(lines))
+        )
     if "inputs" in record and "outputs" in record:
         pairs = list(zip(record["inputs"], record["outputs"]))
     elif "tests" in record:
         pairs = [(t["input"], t["output"]) for t in record["tests"]]
     else:
-        raise ValueError(f"record {rid}: tests: none found (prompt/test/entry_point, test_list, inputs/outputs or tests)")
+        raise ValueError(
+            f"record {rid}: tests: none found (prompt/test/entry_point, test_list, inputs/outputs or tests)"
+        )
     cases = [StdioCase(stdin=i, expected_stdout=o) for i, o in pairs]
     return EvaluateRequest(id=rid, language=language, completion=code, tests=StdioTests(cases=cases))
