@@ -95,6 +95,8 @@ async fn eval_judges_every_record_shape_and_reports_pass_at_k() {
         show(&o)
     );
     assert!(r.iter().all(|r| r["executor"] == "cli-eval"), "{r:?}");
+    // Verdicts about the code are final: nothing was sent twice.
+    assert!(r.iter().all(|r| r["attempts"] == 1), "{r:?}");
     assert_eq!(r[5]["task_id"], "11");
     assert_eq!(r[4]["tests"][1]["passed"], false);
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -181,6 +183,20 @@ async fn eval_reports_bad_records_and_rejected_requests() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("record 1 (x): completion"), "{}", show(&o));
+
+    std::fs::write(&data, "\n").expect("empty dataset");
+    let o = sandpool(vec![
+        "eval".into(),
+        data.display().to_string(),
+        "--endpoint".into(),
+        ex.addr.clone(),
+    ])
+    .await;
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no records"),
+        "{}",
+        show(&o)
+    );
 
     write_jsonl(
         &data,

@@ -38,6 +38,9 @@ pub struct EvalArgs {
     /// Where to write one JSON line of results per record (default: DATASET with `.results.jsonl`).
     #[arg(long, short)]
     output: Option<PathBuf>,
+    /// Resends of a record answered SANDBOX_ERROR (the executor failed, not the code).
+    #[arg(long, default_value_t = 2)]
+    retries: u32,
     /// pass@k values to report (for tasks with at least k samples).
     #[arg(long, value_delimiter = ',', default_values_t = [1u64, 10, 100])]
     k: Vec<u64>,
@@ -392,6 +395,9 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
             Ok(it)
         })
         .collect::<anyhow::Result<_>>()?;
+    if items.is_empty() {
+        bail!("{}: no records", a.dataset.display());
+    }
     let output = a.output.clone().unwrap_or_else(|| default_output(&a.dataset));
     let mut out = std::io::BufWriter::new(
         std::fs::File::create(&output).with_context(|| format!("creating {}", output.display()))?,
@@ -405,6 +411,7 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
     let (tx, rx) = mpsc::channel::<pb::EvaluateRequest>(a.concurrency);
     let feeder = {
         let permits = permits.clone();
+        let tx = tx.clone();
         let requests: Vec<pb::EvaluateRequest> = items.iter().map(|i| i.request.clone()).collect();
         tokio::spawn(async move {
             for r in requests {
@@ -425,29 +432,46 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
         .into_inner();
     let mut summary = Summary::default();
     let mut answered = vec![false; items.len()];
-    let mut passed = 0usize;
+    let mut attempts = vec![1u32; items.len()];
+    let (mut passed, mut done) = (0usize, 0usize);
     while let Some(resp) = stream
         .message()
         .await
         .map_err(|s| anyhow!("EvaluateStream: {}: {}", s.code(), s.message()))?
     {
-        permits.add_permits(1);
         let Some(i) = resp.id.parse::<usize>().ok().and_then(|l| l.checked_sub(1)) else {
             bail!("EvaluateStream: response with unknown id {:?}", resp.id);
         };
-        if i >= items.len() || std::mem::replace(&mut answered[i], true) {
+        if i >= items.len() || answered[i] {
             bail!("EvaluateStream: unexpected or repeated id {:?}", resp.id);
         }
+        if resp.verdict == pb::Verdict::SandboxError as i32 && attempts[i] <= a.retries {
+            // Not the code's fault: send it again after a pause, keeping its permit.
+            let pause = Duration::from_millis(200 << attempts[i].min(5));
+            attempts[i] += 1;
+            let (tx, req) = (tx.clone(), items[i].request.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(pause).await;
+                let _ = tx.send(req).await;
+            });
+            continue;
+        }
+        permits.add_permits(1);
+        answered[i] = true;
+        done += 1;
         summary.add(&items[i], &resp);
         passed += usize::from(resp.accepted);
-        writeln!(out, "{}", result_json(&items[i], &resp))?;
+        let mut line = result_json(&items[i], &resp);
+        line["attempts"] = attempts[i].into();
+        writeln!(out, "{line}")?;
         bar.inc(1);
         bar.set_message(format!("· passed {passed}"));
-        if answered.iter().all(|a| *a) {
+        if done == items.len() {
             break;
         }
     }
     feeder.abort();
+    drop(tx);
     bar.finish_and_clear();
     out.flush()?;
     let missing = answered.iter().filter(|a| !**a).count();
