@@ -482,3 +482,45 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
     }
     Ok(if summary.errors > 0 { 2 } else { 0 })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fraction of k-subsets of n samples (c correct) with a correct one, by counting.
+    fn counted(n: u64, c: u64, k: u64) -> f64 {
+        let subsets: Vec<u64> = (0u64..1 << n).filter(|m| m.count_ones() as u64 == k).collect();
+        let correct = (1u64 << c) - 1;
+        subsets.iter().filter(|m| *m & correct != 0).count() as f64 / subsets.len() as f64
+    }
+
+    #[test]
+    fn pass_at_k_matches_counting_subsets() {
+        for (n, c, k) in [(5, 0, 1), (5, 2, 3), (6, 3, 2), (7, 7, 4), (8, 1, 8), (10, 4, 5)] {
+            assert!(
+                (pass_at_k(n, c, k) - counted(n, c, k)).abs() < 1e-12,
+                "n={n} c={c} k={k}"
+            );
+        }
+    }
+
+    #[test]
+    fn records_of_each_shape_become_requests() {
+        let none = HashMap::new();
+        let he = serde_json::json!({"task_id": "T", "prompt": "def f():\n", "canonical_solution": "  return 1\n",
+            "test": "def check(c): pass", "entry_point": "f"});
+        let r = item(&he, 3, &none, "python").expect("humaneval").request;
+        assert_eq!((r.id.as_str(), r.completion.as_str()), ("3", "def f():\n  return 1\n"));
+        assert!(r.options.expect("options").raw_code);
+        let stdio = serde_json::json!({"code": "x", "language": "cpp", "inputs": ["1"], "outputs": ["2", "3"]});
+        let e = item(&stdio, 1, &none, "python").expect_err("mismatched outputs");
+        assert!(e.to_string().contains("outputs: 2 outputs for 1 inputs"), "{e}");
+        let mbpp = serde_json::json!({"task_id": 4, "code": "x = 1", "test_list": ["assert x == 1"], "test_setup_code": "import os"});
+        let r = item(&mbpp, 1, &none, "python").expect("mbpp");
+        assert_eq!(r.task_id, "4");
+        match r.request.tests {
+            Some(pb::evaluate_request::Tests::Assert(t)) => assert_eq!(t.test_code, "import os\nassert x == 1"),
+            t => panic!("expected assert tests, got {t:?}"),
+        }
+    }
+}

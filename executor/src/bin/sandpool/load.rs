@@ -158,3 +158,17 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<i32> {
     }
     Ok(if no_response == 0 { 0 } else { 1 })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_is_the_nearest_rank() {
+        let xs: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&xs, 0.5), Duration::from_millis(50));
+        assert_eq!(percentile(&xs, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&xs[..1], 0.9), Duration::from_millis(1));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+}
