@@ -154,3 +154,23 @@ def test_an_error_in_the_callers_requests_reaches_the_caller(executor: Executor)
             for r in c.evaluate_many(records(), streams=1):
                 got.append(r.id)
     assert got == ["fine"], "what was sent before the error is still answered"
+
+
+def test_stopping_early_ends_the_streams(executor: Executor) -> None:
+    # The first request answers at once; the other three in flight would hold both slots for 5 s.
+    reqs = [
+        EvaluateRequest(
+            id=str(i),
+            language="python",
+            completion="pass" if i == 0 else "import time; time.sleep(5)",
+            tests=StdioTests([StdioCase("", "")]),
+        )
+        for i in range(10)
+    ]
+    t = time.monotonic()
+    with Client(executor.address) as c:
+        for _ in c.evaluate_many(reqs, concurrency=4, streams=2):
+            break
+        # A slot is free again at once: the abandoned streams were cancelled (killing their runs), not drained.
+        assert c.execute("python", "print(1)", timeout=10).verdict is Verdict.OK
+    assert time.monotonic() - t < 4

@@ -51,8 +51,14 @@ def test_zstd_is_refused_rather_than_faked() -> None:
     assert sandpool.target.compression("gzip") == grpc.Compression.Gzip
 
 
-def test_pool_target_is_the_headless_service() -> None:
+def test_pool_target_is_the_headless_service(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sandpool.pool_target("gpu", "evals") == "dns:///gpu.evals.svc.cluster.local:50051"
+    monkeypatch.delenv("SANDPOOL_TARGET", raising=False)
+    monkeypatch.setenv("SANDPOOL_NAMESPACE", "rl")
+    with sandpool.Client() as c:
+        assert c.target == "dns:///sandpool.rl.svc.cluster.local:50051"
+    monkeypatch.setenv("SANDPOOL_TARGET", "ipv4:127.0.0.1:1")
+    assert sandpool.Client().target == "ipv4:127.0.0.1:1"
 
 
 def test_record_shapes() -> None:

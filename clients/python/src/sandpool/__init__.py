@@ -5,7 +5,7 @@ from .client import Client
 from .datasets import humaneval_path, humaneval_request, read_jsonl, read_problems, record_request
 from .metrics import mean_pass_at_k, pass_at_k
 from .retry import RetryPolicy
-from .target import pool_target
+from .target import default_target, pool_target
 from .types import (
     AssertTests,
     ComparisonMode,
@@ -47,6 +47,7 @@ __all__ = [
     "StdioTests",
     "TestResult",
     "Verdict",
+    "default_target",
     "humaneval_path",
     "humaneval_request",
     "mean_pass_at_k",

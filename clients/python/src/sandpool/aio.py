@@ -16,7 +16,7 @@ from . import convert
 from .client import _deadline, _tagged
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .stream import Source, StreamState
-from .target import channel_options
+from .target import channel_options, default_target
 from .target import compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
@@ -30,14 +30,14 @@ class AsyncClient:
 
     def __init__(
         self,
-        target: str,
+        target: Optional[str] = None,
         *,
         timeout: Optional[float] = 300.0,
         retry: Optional[RetryPolicy] = None,
         compression: Optional[str] = "gzip",
         load_balancing: str = "round_robin",
     ):
-        self.target = target
+        self.target = target = target or default_target()
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._compression = compression_of(compression)

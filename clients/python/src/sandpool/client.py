@@ -16,7 +16,7 @@ from sandpool.v1 import executor_pb2_grpc as pb_grpc
 from . import convert
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .stream import Source, StreamState
-from .target import channel_options
+from .target import channel_options, default_target
 from .target import compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
@@ -27,11 +27,15 @@ _POLL_S = 0.02
 
 
 class Client:
-    """Synchronous Sandpool client. `target` is a gRPC target, e.g. `pool_target("sandpool", "evals")`."""
+    """Synchronous Sandpool client.
+
+    `target` is a gRPC target, e.g. `pool_target("sandpool", "evals")`; by default `default_target()`:
+    $SANDPOOL_TARGET, else dns:///$SANDPOOL_POOL.$SANDPOOL_NAMESPACE.svc.cluster.local:50051.
+    """
 
     def __init__(
         self,
-        target: str,
+        target: Optional[str] = None,
         *,
         timeout: Optional[float] = 300.0,
         retry: Optional[RetryPolicy] = None,
@@ -39,7 +43,7 @@ class Client:
         load_balancing: str = "round_robin",
         channel: Optional[grpc.Channel] = None,
     ):
-        self.target = target
+        self.target = target = target or default_target()
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._compression = compression_of(compression)
@@ -164,10 +168,11 @@ class Client:
         out: "queue.Queue[object]" = queue.Queue()
         stop = threading.Event()
         done = object()
+        calls: list[grpc.Call] = []
 
         def work() -> None:
             try:
-                for r in self._stream(StreamState(source, self.retry), per_stream, timeout, stop):
+                for r in self._stream(StreamState(source, self.retry), per_stream, timeout, stop, calls):
                     out.put(r)
             except BaseException as e:  # handed to the caller's thread
                 out.put(e)
@@ -189,11 +194,18 @@ class Client:
                     yield item  # type: ignore[misc]
         finally:
             stop.set()
+            for call in list(calls):  # a caller that stopped early: end the streams now
+                call.cancel()
         if source.error is not None:
             raise source.error
 
     def _stream(
-        self, state: StreamState, concurrency: int, timeout: Optional[float], cancel: Optional[threading.Event] = None
+        self,
+        state: StreamState,
+        concurrency: int,
+        timeout: Optional[float],
+        cancel: Optional[threading.Event] = None,
+        calls: Optional[list] = None,
     ) -> Iterator[EvaluateResult]:
         """One stream's results, reopening it on retryable failures, until its requests are answered."""
         failures = 0
@@ -211,6 +223,8 @@ class Client:
                         time.sleep(_POLL_S)
 
             call = self.stub.EvaluateStream(gen(), timeout=timeout, compression=self._compression)
+            if calls is not None:
+                calls.append(call)
             try:
                 for m in call:
                     failures = 0

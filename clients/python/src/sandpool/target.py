@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Optional
 
 import grpc
@@ -11,6 +12,13 @@ import grpc
 def pool_target(pool: str, namespace: str = "default", port: int = 50051) -> str:
     """gRPC target of a SandboxPool's headless Service: one A record per ready pod."""
     return f"dns:///{pool}.{namespace}.svc.cluster.local:{port}"
+
+
+def default_target() -> str:
+    """$SANDPOOL_TARGET, else the pool $SANDPOOL_POOL (sandpool) in $SANDPOOL_NAMESPACE (default)."""
+    return os.environ.get("SANDPOOL_TARGET") or pool_target(
+        os.environ.get("SANDPOOL_POOL", "sandpool"), os.environ.get("SANDPOOL_NAMESPACE", "default")
+    )
 
 
 def compression(name: Optional[str]) -> grpc.Compression:
