@@ -85,6 +85,7 @@ def test_round_robin_spreads_calls_over_both_executors(make_executor) -> None:
     b = make_executor("rr-b")
     target = f"ipv4:{a.address},{b.address}"
     with Client(target) as c, ThreadPoolExecutor(4) as pool:
+        c.execute("python", "pass")  # connects the channel: round_robin rotates over connected pods only
         results = list(pool.map(lambda i: c.execute("python", f"print({i})"), range(20)))
     assert all(r.verdict is Verdict.OK for r in results)
     counts = {n: sum(r.executor.name == n for r in results) for n in ("rr-a", "rr-b")}
