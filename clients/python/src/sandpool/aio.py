@@ -197,6 +197,13 @@ class AsyncClient:
                 if failures >= self.retry.max_attempts or not state.on_stream_error(e.code()):
                     raise
                 await asyncio.sleep(self.retry.backoff(failures))
+            else:
+                # The server ended the stream cleanly with requests unanswered (e.g. while draining).
+                if not state.done():
+                    failures += 1
+                    if failures >= self.retry.max_attempts or not state.requeue_in_flight():
+                        raise RuntimeError("EvaluateStream: the stream kept ending with requests unanswered")
+                    await asyncio.sleep(self.retry.backoff(failures))
             finally:
                 stop.set()
                 call.cancel()

@@ -239,6 +239,13 @@ class Client:
                 if failures >= self.retry.max_attempts or not state.on_stream_error(e.code()):
                     raise
                 time.sleep(self.retry.backoff(failures))
+            else:
+                # The server ended the stream cleanly with requests unanswered (e.g. while draining).
+                if not state.done() and not (cancel and cancel.is_set()):
+                    failures += 1
+                    if failures >= self.retry.max_attempts or not state.requeue_in_flight():
+                        raise RuntimeError("EvaluateStream: the stream kept ending with requests unanswered")
+                    time.sleep(self.retry.backoff(failures))
             finally:
                 stop.set()
                 call.cancel()

@@ -108,9 +108,13 @@ class StreamState:
 
     def on_stream_error(self, code) -> bool:
         """Queues every in-flight request again; False when the error or attempts forbid a retry."""
+        if not retryable_status(code):
+            return False
+        return self.requeue_in_flight()
+
+    def requeue_in_flight(self) -> bool:
+        """Queues every in-flight request again (its stream ended); False when one ran out of attempts."""
         with self.lock:
-            if not retryable_status(code):
-                return False
             for i in sorted(self.in_flight):
                 n = self.attempts[i]
                 if n >= self.policy.max_attempts:
