@@ -1,8 +1,11 @@
 //! `sandpool`: the user CLI. `exec` runs one file, through an endpoint or an
-//! embedded executor; `bench-isolation` measures the sandbox against bare spawns.
+//! embedded executor; `eval` judges a whole dataset; `bench` loads an endpoint;
+//! `bench-isolation` measures the sandbox against bare spawns.
 
 mod bench_isolation;
+mod eval;
 mod exec;
+mod load;
 mod target;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +23,10 @@ enum Command {
     Exec(Box<exec::ExecArgs>),
     /// Measure the sandbox's cost: sandboxed runs over gRPC against bare process spawns.
     BenchIsolation(Box<bench_isolation::BenchArgs>),
+    /// Judge every record of a JSONL dataset: progress, summary by verdict and language, pass@k.
+    Eval(Box<eval::EvalArgs>),
+    /// Send N Execute requests at concurrency C: throughput, latency percentiles, verdicts.
+    Bench(Box<load::LoadArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,6 +41,8 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Exec(a) => exec::run(*a).await,
             Command::BenchIsolation(a) => bench_isolation::run(*a).await,
+            Command::Eval(a) => eval::run(*a).await,
+            Command::Bench(a) => load::run(*a).await,
         }
     })?;
     std::process::exit(code)

@@ -1,0 +1,227 @@
+"""The asyncio client (grpc.aio)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import AsyncIterator, Awaitable, Callable, Iterable, Optional, TypeVar, Union
+
+import grpc
+import grpc.aio
+
+from sandpool.v1 import executor_pb2 as pb
+from sandpool.v1 import executor_pb2_grpc as pb_grpc
+
+from . import convert
+from .client import _deadline, _tagged
+from .retry import RetryPolicy, retryable_status, retryable_verdict
+from .stream import Source, StreamState
+from .target import channel_options, default_target
+from .target import compression as compression_of
+from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
+
+T = TypeVar("T")
+
+_POLL_S = 0.02
+
+
+class AsyncClient:
+    """asyncio Sandpool client; same arguments and behaviour as `Client`."""
+
+    def __init__(
+        self,
+        target: Optional[str] = None,
+        *,
+        timeout: Optional[float] = 300.0,
+        retry: Optional[RetryPolicy] = None,
+        compression: Optional[str] = "gzip",
+        load_balancing: str = "round_robin",
+    ):
+        self.target = target = target or default_target()
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self._compression = compression_of(compression)
+        self.channel = grpc.aio.insecure_channel(target, options=channel_options(target, load_balancing))
+        self.stub = pb_grpc.ExecutorStub(self.channel)
+
+    async def close(self) -> None:
+        """Closes the channel."""
+        await self.channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(
+        self, fn: Callable[[Optional[float]], Awaitable[T]], verdict_of: Callable[[T], int], timeout: Optional[float]
+    ) -> tuple[T, int]:
+        """Awaits `fn(time_left)` until the result is final or retries run out; returns it and the attempt count."""
+        deadline = _deadline(timeout)
+        attempt = 0
+        while True:
+            attempt += 1
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            try:
+                r = await fn(left)
+            except grpc.aio.AioRpcError as e:
+                if not retryable_status(e.code()) or not await self._may_retry(attempt, deadline):
+                    raise
+                continue
+            if retryable_verdict(convert._verdict(verdict_of(r))) and await self._may_retry(attempt, deadline):
+                continue
+            return r, attempt
+
+    async def _may_retry(self, attempt: int, deadline: Optional[float]) -> bool:
+        if attempt >= self.retry.max_attempts:
+            return False
+        pause = self.retry.backoff(attempt)
+        if deadline is not None and time.monotonic() + pause >= deadline:
+            return False
+        await asyncio.sleep(pause)
+        return True
+
+    async def execute(
+        self,
+        language: str,
+        code: str,
+        stdin: Union[str, bytes] = b"",
+        *,
+        files: Optional[list[File]] = None,
+        limits: Optional[Limits] = None,
+        compile_limits: Optional[Limits] = None,
+        args: Optional[list[str]] = None,
+        fetch_files: Optional[list[str]] = None,
+        request_id: str = "",
+        timeout: Optional[float] = None,
+    ) -> ExecuteResult:
+        """Compiles (if needed) and runs one program; `timeout` (s) bounds all attempts together."""
+        req = convert.execute_request(
+            language,
+            code,
+            stdin,
+            files=files,
+            limits=limits,
+            compile_limits=compile_limits,
+            args=args,
+            fetch_files=fetch_files,
+            request_id=request_id,
+        )
+        r, n = await self._call(
+            lambda left: self.stub.Execute(req, timeout=left, compression=self._compression),
+            lambda m: m.verdict,
+            timeout if timeout is not None else self.timeout,
+        )
+        return convert.execute_result(r, attempts=n)
+
+    async def evaluate(self, request: EvaluateRequest, *, timeout: Optional[float] = None) -> EvaluateResult:
+        """Judges one completion. A rejected request raises grpc.aio.AioRpcError."""
+        req = convert.evaluate_request(request)
+        r, n = await self._call(
+            lambda left: self.stub.Evaluate(req, timeout=left, compression=self._compression),
+            lambda m: m.verdict,
+            timeout if timeout is not None else self.timeout,
+        )
+        return convert.evaluate_result(r, attempts=n)
+
+    async def evaluate_many(
+        self,
+        requests: Iterable[EvaluateRequest],
+        *,
+        concurrency: int = 64,
+        streams: int = 4,
+        timeout: Optional[float] = None,
+    ) -> AsyncIterator[EvaluateResult]:
+        """Judges `requests` over EvaluateStream, yielding results as they finish (see `Client.evaluate_many`)."""
+        source = Source(iter(requests))
+        n = max(1, min(streams, concurrency))
+        per_stream = -(-concurrency // n)
+        out: "asyncio.Queue[object]" = asyncio.Queue()
+        done = object()
+
+        async def work() -> None:
+            try:
+                async for r in self._stream(StreamState(source, self.retry), per_stream, timeout):
+                    await out.put(r)
+            except Exception as e:  # handed to the caller
+                await out.put(e)
+            finally:
+                await out.put(done)
+
+        tasks = [asyncio.ensure_future(work()) for _ in range(n)]
+        try:
+            finished = 0
+            while finished < n:
+                item = await out.get()
+                if item is done:
+                    finished += 1
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    yield item  # type: ignore[misc]
+        finally:
+            for t in tasks:
+                t.cancel()
+        if source.error is not None:
+            raise source.error
+
+    async def _stream(
+        self, state: StreamState, concurrency: int, timeout: Optional[float]
+    ) -> AsyncIterator[EvaluateResult]:
+        """One stream's results, reopening it on retryable failures, until its requests are answered."""
+        failures = 0
+        while not state.done():
+            stop = asyncio.Event()
+
+            async def gen(stop: asyncio.Event = stop) -> AsyncIterator[pb.EvaluateRequest]:
+                while not stop.is_set():
+                    what, msg = state.next_to_send(concurrency)
+                    if what == "done":
+                        return
+                    if what == "send":
+                        yield msg
+                    else:
+                        await asyncio.sleep(_POLL_S)
+
+            call = self.stub.EvaluateStream(gen(), timeout=timeout, compression=self._compression)
+            try:
+                async for m in call:
+                    failures = 0
+                    r = state.on_response(m)
+                    if r is not None:
+                        yield r
+            except grpc.aio.AioRpcError as e:
+                stop.set()
+                failures += 1
+                if failures >= self.retry.max_attempts or not state.on_stream_error(e.code()):
+                    raise
+                await asyncio.sleep(self.retry.backoff(failures))
+            else:
+                # The server ended the stream cleanly with requests unanswered (e.g. while draining).
+                if not state.done():
+                    failures += 1
+                    if failures >= self.retry.max_attempts or not state.requeue_in_flight():
+                        raise RuntimeError("EvaluateStream: the stream kept ending with requests unanswered")
+                    await asyncio.sleep(self.retry.backoff(failures))
+            finally:
+                stop.set()
+                call.cancel()
+
+    async def evaluate_many_ordered(
+        self,
+        requests: Iterable[EvaluateRequest],
+        *,
+        concurrency: int = 64,
+        streams: int = 4,
+        timeout: Optional[float] = None,
+    ) -> AsyncIterator[EvaluateResult]:
+        """As `evaluate_many`, but yields results in the order of `requests`."""
+        buffered: dict[int, EvaluateResult] = {}
+        want = 0
+        async for r in self.evaluate_many(_tagged(requests), concurrency=concurrency, streams=streams, timeout=timeout):
+            pos, _, r.id = r.id.partition("\x00")
+            buffered[int(pos)] = r
+            while want in buffered:
+                yield buffered.pop(want)
+                want += 1

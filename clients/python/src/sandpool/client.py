@@ -1,0 +1,286 @@
+"""The synchronous client."""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Callable, Iterable, Iterator, Optional, TypeVar, Union
+
+import grpc
+
+from sandpool.v1 import executor_pb2 as pb
+from sandpool.v1 import executor_pb2_grpc as pb_grpc
+
+from . import convert
+from .retry import RetryPolicy, retryable_status, retryable_verdict
+from .stream import Source, StreamState
+from .target import channel_options, default_target
+from .target import compression as compression_of
+from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
+
+T = TypeVar("T")
+
+#: How often a blocked request generator re-checks for work (seconds).
+_POLL_S = 0.02
+
+
+class Client:
+    """Synchronous Sandpool client.
+
+    `target` is a gRPC target, e.g. `pool_target("sandpool", "evals")`; by default `default_target()`:
+    $SANDPOOL_TARGET, else dns:///$SANDPOOL_POOL.$SANDPOOL_NAMESPACE.svc.cluster.local:50051.
+    """
+
+    def __init__(
+        self,
+        target: Optional[str] = None,
+        *,
+        timeout: Optional[float] = 300.0,
+        retry: Optional[RetryPolicy] = None,
+        compression: Optional[str] = "gzip",
+        load_balancing: str = "round_robin",
+        channel: Optional[grpc.Channel] = None,
+    ):
+        self.target = target = target or default_target()
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self._compression = compression_of(compression)
+        self.channel = channel or grpc.insecure_channel(target, options=channel_options(target, load_balancing))
+        self.stub = pb_grpc.ExecutorStub(self.channel)
+
+    def close(self) -> None:
+        """Closes the channel."""
+        self.channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, fn: Callable[[], T], verdict_of: Callable[[T], int], timeout: Optional[float]) -> tuple[T, int]:
+        """Calls `fn` until it returns something final or retries run out; returns it and the attempt count."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                r = fn()
+            except grpc.RpcError as e:
+                if not retryable_status(e.code()) or not self._may_retry(attempt, deadline):
+                    raise
+                continue
+            if retryable_verdict(convert._verdict(verdict_of(r))) and self._may_retry(attempt, deadline):
+                continue
+            return r, attempt
+
+    def _may_retry(self, attempt: int, deadline: Optional[float]) -> bool:
+        """Sleeps the backoff and says True if another attempt fits the policy and the deadline."""
+        if attempt >= self.retry.max_attempts:
+            return False
+        pause = self.retry.backoff(attempt)
+        if deadline is not None and time.monotonic() + pause >= deadline:
+            return False
+        time.sleep(pause)
+        return True
+
+    @staticmethod
+    def _left(deadline: Optional[float]) -> Optional[float]:
+        return None if deadline is None else max(0.001, deadline - time.monotonic())
+
+    def execute(
+        self,
+        language: str,
+        code: str,
+        stdin: Union[str, bytes] = b"",
+        *,
+        files: Optional[list[File]] = None,
+        limits: Optional[Limits] = None,
+        compile_limits: Optional[Limits] = None,
+        args: Optional[list[str]] = None,
+        fetch_files: Optional[list[str]] = None,
+        request_id: str = "",
+        timeout: Optional[float] = None,
+    ) -> ExecuteResult:
+        """Compiles (if needed) and runs one program; `timeout` (s) bounds all attempts together."""
+        req = convert.execute_request(
+            language,
+            code,
+            stdin,
+            files=files,
+            limits=limits,
+            compile_limits=compile_limits,
+            args=args,
+            fetch_files=fetch_files,
+            request_id=request_id,
+        )
+        deadline = _deadline(timeout if timeout is not None else self.timeout)
+        r, n = self._call(
+            lambda: self.stub.Execute(req, timeout=self._left(deadline), compression=self._compression),
+            lambda m: m.verdict,
+            timeout if timeout is not None else self.timeout,
+        )
+        return convert.execute_result(r, attempts=n)
+
+    def evaluate(self, request: EvaluateRequest, *, timeout: Optional[float] = None) -> EvaluateResult:
+        """Judges one completion. A rejected request raises grpc.RpcError (INVALID_ARGUMENT names the field)."""
+        req = convert.evaluate_request(request)
+        t = timeout if timeout is not None else self.timeout
+        deadline = _deadline(t)
+        r, n = self._call(
+            lambda: self.stub.Evaluate(req, timeout=self._left(deadline), compression=self._compression),
+            lambda m: m.verdict,
+            t,
+        )
+        return convert.evaluate_result(r, attempts=n)
+
+    def capabilities(self, *, timeout: Optional[float] = 30.0) -> pb.Capabilities:
+        """The executor's languages, limits and isolation (the raw message)."""
+        r, _ = self._call(
+            lambda: self.stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=timeout), lambda m: 1, timeout
+        )
+        return r
+
+    def evaluate_many(
+        self,
+        requests: Iterable[EvaluateRequest],
+        *,
+        concurrency: int = 64,
+        streams: int = 4,
+        timeout: Optional[float] = None,
+    ) -> Iterator[EvaluateResult]:
+        """Judges `requests` over EvaluateStream, `concurrency` in flight, yielding results as they finish.
+
+        `requests` is read lazily. The work is spread over `streams` streams (round_robin puts each on
+        another pod). A broken stream (UNAVAILABLE, RESOURCE_EXHAUSTED) is reopened and its unanswered
+        requests resent; SANDBOX_ERROR results are resent. `timeout` bounds each stream.
+        """
+        source = Source(iter(requests))
+        n = max(1, min(streams, concurrency))
+        per_stream = -(-concurrency // n)
+        if n == 1:
+            yield from self._stream(StreamState(source, self.retry), per_stream, timeout)
+            if source.error is not None:
+                raise source.error
+            return
+        out: "queue.Queue[object]" = queue.Queue()
+        stop = threading.Event()
+        done = object()
+        calls: list[grpc.Call] = []
+
+        def work() -> None:
+            try:
+                for r in self._stream(StreamState(source, self.retry), per_stream, timeout, stop, calls):
+                    out.put(r)
+            except BaseException as e:  # handed to the caller's thread
+                out.put(e)
+            finally:
+                out.put(done)
+
+        threads = [threading.Thread(target=work, daemon=True) for _ in range(n)]
+        for t in threads:
+            t.start()
+        try:
+            finished = 0
+            while finished < n:
+                item = out.get()
+                if item is done:
+                    finished += 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item  # type: ignore[misc]
+        finally:
+            stop.set()
+            for call in list(calls):  # a caller that stopped early: end the streams now
+                call.cancel()
+        if source.error is not None:
+            raise source.error
+
+    def _stream(
+        self,
+        state: StreamState,
+        concurrency: int,
+        timeout: Optional[float],
+        cancel: Optional[threading.Event] = None,
+        calls: Optional[list] = None,
+    ) -> Iterator[EvaluateResult]:
+        """One stream's results, reopening it on retryable failures, until its requests are answered."""
+        failures = 0
+        while not state.done() and not (cancel and cancel.is_set()):
+            stop = threading.Event()
+
+            def gen(stop: threading.Event = stop) -> Iterator[pb.EvaluateRequest]:
+                while not stop.is_set() and not (cancel and cancel.is_set()):
+                    what, msg = state.next_to_send(concurrency)
+                    if what == "done":
+                        return
+                    if what == "send":
+                        yield msg
+                    else:
+                        time.sleep(_POLL_S)
+
+            call = self.stub.EvaluateStream(gen(), timeout=timeout, compression=self._compression)
+            if calls is not None:
+                calls.append(call)
+            try:
+                for m in call:
+                    failures = 0
+                    r = state.on_response(m)
+                    if r is not None:
+                        yield r
+            except grpc.RpcError as e:
+                if cancel and cancel.is_set():
+                    return
+                stop.set()
+                failures += 1
+                if failures >= self.retry.max_attempts or not state.on_stream_error(e.code()):
+                    raise
+                time.sleep(self.retry.backoff(failures))
+            else:
+                # The server ended the stream cleanly with requests unanswered (e.g. while draining).
+                if not state.done() and not (cancel and cancel.is_set()):
+                    failures += 1
+                    if failures >= self.retry.max_attempts or not state.requeue_in_flight():
+                        raise RuntimeError("EvaluateStream: the stream kept ending with requests unanswered")
+                    time.sleep(self.retry.backoff(failures))
+            finally:
+                stop.set()
+                call.cancel()
+
+    def evaluate_many_ordered(
+        self,
+        requests: Iterable[EvaluateRequest],
+        *,
+        concurrency: int = 64,
+        streams: int = 4,
+        timeout: Optional[float] = None,
+    ) -> Iterator[EvaluateResult]:
+        """As `evaluate_many`, but yields results in the order of `requests` (buffering early ones)."""
+        results = self.evaluate_many(_tagged(requests), concurrency=concurrency, streams=streams, timeout=timeout)
+        yield from _in_order(results)
+
+
+def _deadline(timeout: Optional[float]) -> Optional[float]:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _tagged(requests: Iterable[EvaluateRequest]) -> Iterator[EvaluateRequest]:
+    """Requests whose id carries their position ("<pos>\\x00<id>"), for reordering (only client-side)."""
+    for i, r in enumerate(requests):
+        yield dataclasses.replace(r, id=f"{i}\x00{r.id}")
+
+
+def _in_order(results: Iterable[EvaluateResult]) -> Iterator[EvaluateResult]:
+    """Yields results tagged by `_tagged` in position order, restoring their ids."""
+    buffered: dict[int, EvaluateResult] = {}
+    want = 0
+    for r in results:
+        pos, _, rid = r.id.partition("\x00")
+        r.id = rid
+        buffered[int(pos)] = r
+        while want in buffered:
+            yield buffered.pop(want)
+            want += 1

@@ -1,0 +1,130 @@
+"""Fixtures that start real `sandpool-executor` processes on free loopback ports (root needed)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+import grpc
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+_uid_slots = itertools.count()
+
+
+def executor_bin() -> Path:
+    """$SANDPOOL_EXECUTOR_BIN, else target/debug/sandpool-executor of this checkout."""
+    p = Path(os.environ.get("SANDPOOL_EXECUTOR_BIN", REPO / "target" / "debug" / "sandpool-executor"))
+    if not p.exists():
+        pytest.fail(f"{p} not found: run `cargo build --workspace` first")
+    return p
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Executor:
+    """One executor process; `restart()` brings it back on the same port, under a new name."""
+
+    def __init__(self, name: str, slots: int = 2, queue: Optional[int] = None, port: Optional[int] = None):
+        self.name = name
+        self.slots = slots
+        self.queue = queue
+        self.port = port or free_port()
+        # Far from the Rust e2e tests' uid ranges (63000+) and from other executors of this run.
+        self.uid_base = 64000 + 100 * (next(_uid_slots) % 10) + 1000 * (os.getpid() % 5)
+        self.work_root = tempfile.mkdtemp(prefix="sandpool-pytest-")
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "Executor":
+        cmd = [
+            str(executor_bin()),
+            "--listen", self.address,
+            "--work-root", self.work_root,
+            "--uid-base", str(self.uid_base),
+            "--slots", str(self.slots),
+            "--enable-languages", "python",
+            "--drain-timeout-ms", "5000",
+        ]  # fmt: skip
+        if self.queue is not None:
+            cmd += ["--queue", str(self.queue)]
+        env = dict(os.environ, SANDPOOL_NAME=self.name)
+        quiet = subprocess.DEVNULL if os.environ.get("SANDPOOL_TEST_QUIET") else None
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=quiet)
+        self._wait_serving()
+        return self
+
+    def _wait_serving(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        with grpc.insecure_channel(self.address) as ch:
+            # grpc.health.v1.Health/Check with an empty request; b"\x08\x01" is {status: SERVING}.
+            check = ch.unary_unary("/grpc.health.v1.Health/Check", lambda b: b, lambda b: b)
+            while True:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    pytest.fail(f"executor {self.name} exited during start-up: {self.proc.returncode}")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"executor {self.name} not SERVING after {timeout} s")
+                try:
+                    if check(b"", timeout=1) == b"\x08\x01":
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.05)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM (the executor drains, then exits), SIGKILL if it lingers."""
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def restart(self, name: str) -> None:
+        self.stop()
+        self.name = name
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.work_root, ignore_errors=True)
+
+
+@pytest.fixture
+def make_executor() -> Iterator:
+    started: list[Executor] = []
+
+    def make(name: str, **kw) -> Executor:
+        e = Executor(name, **kw).start()
+        started.append(e)
+        return e
+
+    yield make
+    for e in started:
+        e.close()
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[Executor]:
+    e = Executor("pytest-main", slots=2).start()
+    yield e
+    e.close()
