@@ -59,6 +59,10 @@ pub struct JudgeData {
     /// Code appended last that prints `{nonce}` on its own line once every test ran.
     #[serde(default)]
     pub assert_epilogue: Option<String>,
+    /// Interpreted languages: a program run once, trusted, before the first test; every
+    /// test's work dir starts with a copy of what it left (e.g. a warm build cache).
+    #[serde(default)]
+    pub warm_up: Option<String>,
     /// function_call harness appended to the code; `{fn_name}` and `{json_input}` are replaced.
     #[serde(default)]
     pub function_call_harness: Option<String>,
