@@ -53,6 +53,9 @@ pub struct JudgeData {
     /// Keep a prelude line `import X` / `import X as Y` only when the program names `Y` (start-up cost).
     #[serde(default)]
     pub prelude_imports_on_use: bool,
+    /// With `prelude_imports_on_use`: other prelude lines kept only when the program names one of these.
+    #[serde(default)]
+    pub prelude_triggers: BTreeMap<String, Vec<String>>,
     /// HumanEval style: code calling `check` after the tests; `{entry_point}` is replaced.
     #[serde(default)]
     pub assert_call: Option<String>,
