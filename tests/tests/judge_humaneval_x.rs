@@ -19,6 +19,10 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ),
     ("JavaScript/112", "wrong reference solution in the dataset"),
     ("JavaScript/155", "wrong reference solution in the dataset"),
+    (
+        "Go/95",
+        "flaky reference: checks only two keys, in Go's random map order (fails ~1 run in 3)",
+    ),
     ("Rust/32", "needs crate rand 0.4 (no crates inside the sandbox)"),
     ("Rust/38", "needs crate rand 0.4"),
     ("Rust/50", "needs crate rand 0.4"),
