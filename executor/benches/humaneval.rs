@@ -186,6 +186,7 @@ fn main() -> Result<(), Error> {
     rt.block_on(async move {
         let engine = Arc::new(args.executor.build_engine().await?);
         let slots = engine.admission.slots();
+        let queue = engine.admission.queue_capacity();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let opts = ServeOptions {
@@ -216,6 +217,31 @@ fn main() -> Result<(), Error> {
         let _ = unary(problems.iter().take(2 * cpus).map(request).collect()).await;
 
         let base = bare(&problems, cpus)?;
+        // The same programs through Execute: what the sandbox alone costs, without the judge.
+        // Execute has no judge gate: more in flight than slots + queue would be refused.
+        let exec_in_flight = slots + queue;
+        let t = Instant::now();
+        let executed: Vec<_> = futures::stream::iter(problems.iter().map(|p| pb::ExecuteRequest {
+            language: "python".into(),
+            code: format!("{}\n{}\n\ncheck({})\n", p.code, p.test, p.entry),
+            ..Default::default()
+        }))
+        .map(|r| {
+            let mut c = client.clone();
+            async move { c.execute(r).await.map(|r| r.into_inner()) }
+        })
+        .buffer_unordered(exec_in_flight)
+        .collect()
+        .await;
+        let d_exec = t.elapsed();
+        let ok = executed
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|r| r.verdict == pb::Verdict::Ok as i32))
+            .count();
+        if ok != n {
+            return Err(format!("Execute ran {ok}/{n} OK").into());
+        }
+
         let (d_unary, out) = unary(problems.iter().map(request).collect()).await;
         let accepted = out.iter().filter(|r| r.as_ref().is_ok_and(|r| r.accepted)).count();
         if accepted != n {
@@ -240,6 +266,7 @@ fn main() -> Result<(), Error> {
 
         println!("HumanEval canonical solutions: {n} evaluations, {cpus} CPUs, {slots} slots");
         report("bare python3 (baseline)", n, base, base);
+        report(&format!("Execute, no judge ({exec_in_flight})"), n, d_exec, base);
         report("Evaluate (64 in flight)", n, d_unary, base);
         report("EvaluateStream (1 stream)", n, d_stream, base);
         let target = Duration::from_secs(3);

@@ -53,12 +53,19 @@ pub struct JudgeData {
     /// Keep a prelude line `import X` / `import X as Y` only when the program names `Y` (start-up cost).
     #[serde(default)]
     pub prelude_imports_on_use: bool,
+    /// With `prelude_imports_on_use`: other prelude lines kept only when the program names one of these.
+    #[serde(default)]
+    pub prelude_triggers: BTreeMap<String, Vec<String>>,
     /// HumanEval style: code calling `check` after the tests; `{entry_point}` is replaced.
     #[serde(default)]
     pub assert_call: Option<String>,
     /// Code appended last that prints `{nonce}` on its own line once every test ran.
     #[serde(default)]
     pub assert_epilogue: Option<String>,
+    /// Interpreted languages: a program run once, trusted, before the first test; every
+    /// test's work dir starts with a copy of what it left (e.g. a warm build cache).
+    #[serde(default)]
+    pub warm_up: Option<String>,
     /// function_call harness appended to the code; `{fn_name}` and `{json_input}` are replaced.
     #[serde(default)]
     pub function_call_harness: Option<String>,

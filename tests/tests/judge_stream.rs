@@ -30,7 +30,7 @@ fn stdio(id: String, language: &str, code: &str, stdin: &str, expected: &str) ->
 fn item(i: usize) -> (pb::EvaluateRequest, &'static str) {
     let id = format!("req-{i}");
     match i % 10 {
-        0 if i % 100 == 0 => (
+        0 if i.is_multiple_of(100) => (
             stdio(
                 id,
                 "python",

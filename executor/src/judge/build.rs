@@ -15,8 +15,11 @@ pub type SourceFile = (String, Vec<u8>, bool);
 /// The starting content of a run's work dir.
 #[derive(Debug, Clone)]
 pub enum Build {
-    /// Interpreted: these files are written afresh for every run.
-    Sources(Vec<SourceFile>),
+    /// Interpreted: a copy of `seed` (the language's warm-up), then these files, afresh for every run.
+    Sources {
+        seed: Option<Arc<WorkDir>>,
+        files: Vec<SourceFile>,
+    },
     /// Compiled once in this work dir; every run gets a copy of it.
     Compiled(Arc<WorkDir>),
 }
@@ -40,7 +43,7 @@ pub async fn compile(
     limits: Limits,
 ) -> Compiled {
     let Some(argv) = &lang.compile else {
-        return Compiled::Ok(Build::Sources(files), None);
+        return Compiled::Ok(Build::Sources { seed: None, files }, None);
     };
     let work = match engine.sandbox.work_dir(slot.index()) {
         Ok(w) => w,
@@ -75,7 +78,10 @@ pub fn prepare(engine: &Engine, slot: &SlotGuard, build: &Build, extra: &[Source
     let work = engine.sandbox.work_dir(slot.index()).map_err(|e| e.to_string())?;
     match build {
         Build::Compiled(base) => work.copy_from(base).map_err(|e| e.to_string())?,
-        Build::Sources(files) => {
+        Build::Sources { seed, files } => {
+            if let Some(seed) = seed {
+                work.copy_from(seed).map_err(|e| e.to_string())?;
+            }
             for (p, c, x) in files {
                 work.write_file(p, c, *x).map_err(|e| e.to_string())?;
             }
@@ -85,4 +91,30 @@ pub fn prepare(engine: &Engine, slot: &SlotGuard, build: &Build, extra: &[Source
         work.write_file(p, c, *x).map_err(|e| e.to_string())?;
     }
     Ok(work)
+}
+
+/// Runs `lang`'s warm-up program in a fresh work dir of `slot`; the dir, if it exited 0.
+pub async fn warm_up(engine: &Engine, slot: &SlotGuard, lang: &Language, program: &str) -> Result<WorkDir, String> {
+    let work = engine.sandbox.work_dir(slot.index()).map_err(|e| e.to_string())?;
+    work.write_file(&lang.source, program.as_bytes(), false)
+        .map_err(|e| e.to_string())?;
+    let spec = RunSpec {
+        argv: lang.run.clone(),
+        env: engine.env_for(lang),
+        stdin: vec![],
+        limits: engine.policy.compile_defaults,
+        gpu: lang.gpu,
+    };
+    let p = engine.run_phase(slot, &work, &spec, Phase::Compile).await;
+    match p.verdict {
+        pb::Verdict::Ok => Ok(work),
+        v => Err(format!(
+            "{}: {}",
+            v.as_str_name(),
+            String::from_utf8_lossy(&p.result.stderr)
+                .chars()
+                .take(500)
+                .collect::<String>()
+        )),
+    }
 }

@@ -8,9 +8,10 @@ use crate::engine::{Engine, ExecError};
 use crate::languages::Language;
 use crate::limits::Limits;
 use crate::metrics::Phase;
-use crate::sandbox::RunSpec;
+use crate::sandbox::{RunSpec, WorkDir};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -20,6 +21,8 @@ use tokio::time::Instant;
 #[derive(Debug, Clone)]
 pub struct Judge {
     engine: Arc<Engine>,
+    /// Each language's warm-up result, made on first use (None: it failed; tests run cold).
+    warm: Arc<tokio::sync::Mutex<HashMap<String, Option<Arc<WorkDir>>>>>,
     /// Bounds the judge's slot requests (waiting or running) to the admission
     /// queue's capacity, so tests wait here rather than being refused as
     /// QUEUE_FULL (a woken waiter still counts as queued until it runs).
@@ -67,6 +70,7 @@ impl Judge {
         let permits = engine.admission.slots().max(engine.admission.queue_capacity());
         Judge {
             engine,
+            warm: Default::default(),
             gate: Arc::new(Semaphore::new(permits.max(1))),
         }
     }
@@ -272,13 +276,38 @@ impl Judge {
         deadline: Option<Instant>,
     ) -> Result<Compiled, ExecError> {
         if lang.compile.is_none() {
-            return Ok(Compiled::Ok(Build::Sources(files), None));
+            let seed = self.warm(lang, deadline).await?;
+            return Ok(Compiled::Ok(Build::Sources { seed, files }, None));
         }
         let held = self.hold(deadline).await?;
         let c = build::compile(&self.engine, &held.slot, lang, files, limits).await;
         drop(held);
         self.released();
         Ok(c)
+    }
+
+    /// The work dir `lang`'s warm-up left, running it on first use; concurrent first uses wait for one run.
+    async fn warm(&self, lang: &Language, deadline: Option<Instant>) -> Result<Option<Arc<WorkDir>>, ExecError> {
+        let Some(program) = &lang.judge.warm_up else {
+            return Ok(None);
+        };
+        let mut warm = self.warm.lock().await;
+        if let Some(w) = warm.get(&lang.name) {
+            return Ok(w.clone());
+        }
+        let held = self.hold(deadline).await?;
+        let dir = match build::warm_up(&self.engine, &held.slot, lang, program).await {
+            Ok(w) => Some(Arc::new(w)),
+            Err(e) => {
+                // Tests still run, only slower; the next executor start tries again.
+                tracing::warn!(language = %lang.name, error = %e, "warm-up failed");
+                None
+            }
+        };
+        drop(held);
+        self.released();
+        warm.insert(lang.name.clone(), dir.clone());
+        Ok(dir)
     }
 
     /// Runs test `i` and decides its verdict.

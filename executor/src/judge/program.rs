@@ -185,7 +185,7 @@ pub fn build(req: &pb::EvaluateRequest, lang: &Language) -> Result<Program, Exec
             }
             let j = &lang.judge;
             let prelude = if j.prelude_imports_on_use {
-                prelude_on_use(&j.assert_prelude, &[&code, &t.test_code])
+                prelude_on_use(&j.assert_prelude, &j.prelude_triggers, &[&code, &t.test_code])
             } else {
                 j.assert_prelude.trim_start().to_owned()
             };
@@ -233,8 +233,13 @@ pub fn build(req: &pb::EvaluateRequest, lang: &Language) -> Result<Program, Exec
     })
 }
 
-/// `prelude` without the `import X` / `import X as Y` lines whose name `Y` no part of `texts` mentions.
-pub fn prelude_on_use(prelude: &str, texts: &[&str]) -> String {
+/// `prelude` without the `import X` / `import X as Y` lines whose name `Y` no part of `texts`
+/// mentions, nor the lines of `triggers` none of whose names `texts` mention.
+pub fn prelude_on_use(
+    prelude: &str,
+    triggers: &std::collections::BTreeMap<String, Vec<String>>,
+    texts: &[&str],
+) -> String {
     let mentions = |name: &str| {
         texts.iter().any(|t| {
             t.match_indices(name).any(|(i, _)| {
@@ -249,6 +254,9 @@ pub fn prelude_on_use(prelude: &str, texts: &[&str]) -> String {
         .trim_start()
         .lines()
         .filter(|l| {
+            if let Some(names) = triggers.get(l.trim()) {
+                return names.iter().any(|n| mentions(n));
+            }
             let Some(rest) = l.trim().strip_prefix("import ") else {
                 return true;
             };
@@ -325,7 +333,7 @@ mod tests {
         );
         let p = build(&r, py).unwrap();
         assert_eq!(p.extracted, "def f(x):\n    return x + 1");
-        assert!(p.full.starts_with("from typing import *\n"), "{}", p.full);
+        assert!(p.full.starts_with("def f(x):"), "{}", p.full);
         assert!(p.full.contains("def f(x):\n    return x + 1\ndef check(candidate)"));
         assert!(p.full.contains("check(f)"));
         assert!(p.full.trim_end().ends_with(&format!("print(\"\\n{}\")", p.nonce)));
@@ -334,10 +342,16 @@ mod tests {
 
     #[test]
     fn prelude_keeps_only_the_imports_the_program_names() {
-        let p = "import math\nimport re\nimport numpy as np\nfrom typing import *\n";
-        let kept = prelude_on_use(p, &["x = math.sqrt(2)", "np.array([])  # rex"]);
-        assert_eq!(kept, "import math\nimport numpy as np\nfrom typing import *\n");
-        assert_eq!(prelude_on_use(p, &["mathematics = 1"]), "from typing import *\n");
+        let p = "import math\nimport re\nimport numpy as np\nfrom typing import *\nx = 1\n";
+        let t: std::collections::BTreeMap<String, Vec<String>> = [(
+            "from typing import *".to_string(),
+            vec!["List".to_string(), "Dict".to_string()],
+        )]
+        .into();
+        let kept = prelude_on_use(p, &t, &["x = math.sqrt(2)", "np.array([])  # rex"]);
+        assert_eq!(kept, "import math\nimport numpy as np\nx = 1\n");
+        let kept = prelude_on_use(p, &t, &["def f(a: List[int]):", "mathematics = 1"]);
+        assert_eq!(kept, "from typing import *\nx = 1\n");
     }
 
     #[test]
