@@ -23,40 +23,7 @@ pub struct Server {
 
 static SERVER: OnceLock<Server> = OnceLock::new();
 
-/// Moves this process into a cgroup of its own, so that the executor's slot
-/// cgroups (named after its own cgroup) never collide with another executor's.
-fn own_cgroup() {
-    let tag = format!("sandpool-judge-tests-{}", std::process::id());
-    let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
-        return;
-    };
-    let root = std::path::Path::new("/sys/fs/cgroup");
-    let v2 = root.join("cgroup.controllers").exists();
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, ctrls, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
-        let path = path.trim_start_matches('/');
-        // The hierarchies the executor uses: v2's unified one, or v1's memory, pids and cpuacct.
-        let dirs: Vec<std::path::PathBuf> = if ctrls.is_empty() {
-            if v2 { vec![root.join(path)] } else { vec![] }
-        } else {
-            ctrls
-                .split(',')
-                .filter(|c| ["memory", "pids", "cpuacct"].contains(c))
-                .map(|c| root.join(c).join(path))
-                .collect()
-        };
-        for base in dirs {
-            let dir = base.join(&tag);
-            if std::fs::create_dir_all(&dir).is_ok() {
-                let _ = std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string());
-            }
-        }
-    }
-}
-
-/// Removes the work roots and cgroups that earlier test binaries (now dead) left:
-/// mounts outlive their process, so each run would otherwise leak a few dozen.
+/// Removes the work roots that earlier test binaries (now dead) left.
 fn clean_stale() {
     let alive = |name: &str, prefix: &str| {
         name.strip_prefix(prefix)
@@ -85,43 +52,12 @@ fn clean_stale() {
             }
         }
     }
-    for ctrl in ["memory", "pids", "cpuacct"] {
-        let mut stack = vec![Path::new("/sys/fs/cgroup").join(ctrl)];
-        // Only a few levels: the tests' cgroups sit where the test process was.
-        for _ in 0..4 {
-            let mut next = Vec::new();
-            for d in stack {
-                for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    if name.starts_with("sandpool-judge-tests-") {
-                        if !alive(&name, "sandpool-judge-tests-") {
-                            remove_empty_dirs(&e.path());
-                        }
-                    } else if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        next.push(e.path());
-                    }
-                }
-            }
-            stack = next;
-        }
-    }
-}
-
-/// Removes `dir` and the directories below it, bottom-up, never a file.
-fn remove_empty_dirs(dir: &Path) {
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_empty_dirs(&e.path());
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
 }
 
 /// The executor of this test binary, with `languages` enabled (the first caller's list wins).
 pub fn server(languages: &[&str]) -> Server {
     *SERVER.get_or_init(|| {
         clean_stale();
-        own_cgroup();
         let pid = std::process::id();
         let work_root = std::env::temp_dir().join(format!("sandpool-judge-{pid}"));
         // Far from the default 60000 and from other test binaries running at the same time.
