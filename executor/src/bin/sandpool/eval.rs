@@ -2,6 +2,7 @@
 //! `EvaluateStream`, with a progress bar, a summary by verdict and language,
 //! pass@k, and one JSON line of results per record.
 
+use crate::target::verdict_name;
 use anyhow::{Context, anyhow, bail};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use sandpool_executor::config::ExecutorArgs;
@@ -247,10 +248,6 @@ pub fn pass_at_k(n: u64, c: u64, k: u64) -> f64 {
         return 1.0;
     }
     1.0 - (n - c + 1..=n).map(|i| 1.0 - k as f64 / i as f64).product::<f64>()
-}
-
-fn verdict_name(v: i32) -> &'static str {
-    pb::Verdict::try_from(v).map(|v| v.as_str_name()).unwrap_or("UNKNOWN")
 }
 
 fn result_json(item: &Item, r: &pb::EvaluateResponse) -> Value {

@@ -1,6 +1,7 @@
 //! `sandpool exec FILE`: run one file and print what happened.
 
 use crate::target::Target;
+use crate::target::verdict_name;
 use sandpool_executor::config::ExecutorArgs;
 use sandpool_executor::proto as pb;
 use std::path::PathBuf;
@@ -50,10 +51,6 @@ fn human(bytes: u64) -> String {
     } else {
         format!("{:.1} KiB", bytes as f64 / 1024.0)
     }
-}
-
-fn verdict_name(v: i32) -> &'static str {
-    pb::Verdict::try_from(v).map(|v| v.as_str_name()).unwrap_or("UNKNOWN")
 }
 
 fn print_phase(name: &str, p: &pb::PhaseResult) {

@@ -53,3 +53,8 @@ impl Target {
         }
     }
 }
+
+/// A verdict's proto name, or UNKNOWN for a value this CLI does not know.
+pub fn verdict_name(v: i32) -> &'static str {
+    pb::Verdict::try_from(v).map(|v| v.as_str_name()).unwrap_or("UNKNOWN")
+}
