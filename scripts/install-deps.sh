@@ -12,7 +12,7 @@ APT_PACKAGES=(
   # test and CI tooling
   python3-venv python3-pip
 )
-NPM_PACKAGES=(tsx@4 jest@29 js-md5@0.8)
+NPM_PACKAGES=(tsx@4 jest@29)
 
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
