@@ -175,26 +175,17 @@ impl Sandbox {
         // The slot namespaces hold their own copies: the host keeps nothing.
         mounts::detach_all(&cfg.work_root);
 
-        let (cgroups, hierarchy) = match cgroup::Hierarchy::setup(&cgroup_name(&cfg.work_root)) {
-            Ok(h) => {
-                let slots = (0..cfg.slots).map(|i| h.slot(i)).collect::<Result<Vec<_>, _>>();
-                match slots {
-                    Ok(s) => {
-                        features.set_in_use(
-                            if h.version == cgroup::Version::V1 {
-                                "cgroup_v1"
-                            } else {
-                                "cgroup_v2"
-                            },
-                            true,
-                        );
-                        (Some(s), Some(h))
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cgroups unavailable; memory and process limits fall back to rlimits");
-                        (None, None)
-                    }
-                }
+        let cgroups = cgroup::Hierarchy::setup(&cgroup_name(&cfg.work_root))
+            .and_then(|h| Ok(((0..cfg.slots).map(|i| h.slot(i)).collect::<Result<Vec<_>, _>>()?, h)));
+        let (cgroups, hierarchy) = match cgroups {
+            Ok((slots, h)) => {
+                let name = if h.version == cgroup::Version::V1 {
+                    "cgroup_v1"
+                } else {
+                    "cgroup_v2"
+                };
+                features.set_in_use(name, true);
+                (Some(slots), Some(h))
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cgroups unavailable; memory and process limits fall back to rlimits");

@@ -265,7 +265,6 @@ async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>
 }
 
 pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
-    let t0 = Instant::now();
     let mut baseline = match ctx.cgroup {
         Some(c) => Some(c.prepare(spec.limits.memory, spec.limits.processes)?),
         None => None,
@@ -292,7 +291,6 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::SIGCHLD;
-    let t_prep = t0.elapsed();
     let started = Instant::now();
     let (pid, pidfd) = match ctx.spawner {
         Some(sp) => sp
@@ -344,6 +342,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
 
     let deadline = tokio::time::Instant::from_std(started + spec.limits.wall);
     let cpu_limit_ns = spec.limits.cpu.as_nanos() as u64;
+    let cpu_at_start = baseline.as_ref().map_or(0, |b| b.cpu_ns());
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     let mut killed_by = None;
     {
@@ -360,7 +359,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
                     killed_by = Some(Termination::WallTime);
                 }
                 _ = tick.tick(), if killed_by.is_none() && ctx.cgroup.is_some() => {
-                    if ctx.cgroup.is_some_and(|c| c.cpu_ns() >= baseline_cpu(&baseline, c) + cpu_limit_ns) {
+                    if ctx.cgroup.is_some_and(|c| c.cpu_ns() >= cpu_at_start + cpu_limit_ns) {
                         kid.kill();
                         killed_by = Some(Termination::CpuTime);
                     }
@@ -369,7 +368,6 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         }
     }
     let wall = started.elapsed();
-    let t_exit = started.elapsed();
     let ru = kid.reap();
 
     // All writers are dead; the readers reach EOF promptly.
@@ -388,7 +386,6 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         killed_by = Some(Termination::Output);
     }
 
-    let t_read = started.elapsed();
     let mut reports = Vec::new();
     let _ = std::fs::File::from(rep_r).read_to_end(&mut reports);
     let mut status = None;
@@ -428,7 +425,6 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     let cpu_bound = killed_by == Some(Termination::WallTime) && cpu.as_secs_f64() >= 0.5 * wall.as_secs_f64();
     let cpu_exceeded =
         cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime) || cpu_bound;
-    tracing::trace!(?t_prep, ?t_exit, ?t_read, total = ?started.elapsed(), "run timing");
     Ok(RunOutcome {
         exit_code,
         signal,
@@ -443,8 +439,4 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         peak_memory: usage.map_or(ru.ru_maxrss as u64 * 1024, |u| u.peak_memory),
         cpu_exceeded,
     })
-}
-
-fn baseline_cpu(b: &Option<super::cgroup::Baseline>, _c: &SlotCgroup) -> u64 {
-    b.as_ref().map_or(0, |b| b.cpu_ns())
 }
