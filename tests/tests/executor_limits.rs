@@ -215,19 +215,29 @@ async fn file_size_limit_stops_big_writes() {
 }
 
 #[tokio::test]
-async fn work_dir_is_size_capped() {
+async fn work_dir_tmp_and_shm_are_size_capped() {
     let exe = Executor::start(Options {
         languages: vec!["python"],
-        extra_args: vec!["--work-dir-bytes".into(), (8u64 << 20).to_string()],
+        extra_args: vec![
+            "--work-dir-bytes".into(),
+            (8u64 << 20).to_string(),
+            "--tmp-bytes".into(),
+            (8u64 << 20).to_string(),
+        ],
         ..Default::default()
     })
     .await;
-    let code = "try:\n    with open('fill', 'wb') as f:\n        for _ in range(64):\n            f.write(b'x' * (1 << 20))\n    print('filled')\nexcept OSError as e:\n    print('full', e.errno)\n";
+    let code = "for d in ['/work', '/tmp', '/dev/shm']:\n    try:\n        with open(d + '/fill', 'wb') as f:\n            for _ in range(64):\n                f.write(b'x' * (1 << 20))\n        print(d, 'filled')\n    except OSError as e:\n        print(d, 'full', e.errno)\n";
     let r = exe
         .client()
         .execute(request("python", code, ""))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(stdout(&r).trim(), "full 28", "{}", describe(&r));
+    assert_eq!(
+        stdout(&r),
+        "/work full 28\n/tmp full 28\n/dev/shm full 28\n",
+        "{}",
+        describe(&r)
+    );
 }
