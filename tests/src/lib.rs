@@ -120,6 +120,14 @@ impl Executor {
         self.client.clone()
     }
 
+    /// Executes `req`, panicking on a gRPC error (tests of errors call `client()`).
+    pub async fn run(&self, req: pb::ExecuteRequest) -> pb::ExecuteResponse {
+        match self.client().execute(req).await {
+            Ok(r) => r.into_inner(),
+            Err(s) => panic!("Execute failed: {s:?}"),
+        }
+    }
+
     /// Pid of the executor process.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)

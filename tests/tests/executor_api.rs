@@ -143,7 +143,7 @@ async fn limits_above_the_ceilings_are_invalid_arguments_naming_the_field() {
         content: b"payload".to_vec(),
         executable: false,
     }];
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert_eq!(stdout(&r).trim(), "payload", "{}", describe(&r));
 }
 
@@ -160,12 +160,7 @@ async fn oversize_payload_is_resource_exhausted_naming_the_limit() {
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("1048576"), "{}", err.message());
     // The executor is unharmed.
-    let r = exe
-        .client()
-        .execute(request("python", "print('ok')", ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exe.run(request("python", "print('ok')", "")).await;
     assert_eq!(stdout(&r), "ok\n");
 }
 
@@ -243,12 +238,7 @@ async fn a_cancelled_call_kills_its_run() {
     );
     // The only slot is free again long before the 30 s sleep would end.
     let t = Instant::now();
-    let r = exe
-        .client()
-        .execute(request("python", "print('free')", ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exe.run(request("python", "print('free')", "")).await;
     assert_eq!(stdout(&r), "free\n");
     assert!(t.elapsed() < Duration::from_secs(5), "slot was held {:?}", t.elapsed());
 }
@@ -307,12 +297,7 @@ async fn capabilities_health_reflection_and_metrics() {
             iso.features
         );
     }
-    let r = exe
-        .client()
-        .execute(request("python", "print(1)", ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exe.run(request("python", "print(1)", "")).await;
     let info = r.executor.unwrap();
     assert_eq!(info.isolation, "namespaces");
     assert!(info.toolchain.starts_with("Python 3"));
@@ -414,18 +399,8 @@ async fn gpu_languages_get_the_gpu_only_on_gpu_machines() {
     })
     .await;
     let code = "import os\nprint(os.path.exists('/dev/nvidia0'), os.environ.get('CUDA_VISIBLE_DEVICES'))\n";
-    let r = exe
-        .client()
-        .execute(request("python_gpu", code, ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exe.run(request("python_gpu", code, "")).await;
     assert!(stdout(&r).starts_with("True"), "{}", describe(&r));
-    let r = exe
-        .client()
-        .execute(request("python", code, ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exe.run(request("python", code, "")).await;
     assert_eq!(stdout(&r).trim(), "False None", "{}", describe(&r));
 }

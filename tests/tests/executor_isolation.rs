@@ -16,11 +16,7 @@ async fn executor() -> Executor {
 }
 
 async fn py(exe: &Executor, code: &str) -> pb::ExecuteResponse {
-    exe.client()
-        .execute(request("python", code, ""))
-        .await
-        .unwrap()
-        .into_inner()
+    exe.run(request("python", code, "")).await
 }
 
 #[tokio::test]
@@ -281,7 +277,7 @@ async fn symlink_planted_under_a_fetch_files_name_does_not_leak() {
         "missing.txt".into(),
     ];
     let t = Instant::now();
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
     assert!(t.elapsed() < Duration::from_secs(5), "a FIFO must not block the fetch");
     let names: Vec<&str> = r.files.iter().map(|f| f.path.as_str()).collect();

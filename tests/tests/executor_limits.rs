@@ -23,12 +23,7 @@ fn with_limits(mut r: pb::ExecuteRequest, l: pb::Limits) -> pb::ExecuteRequest {
 }
 
 async fn next_run_works(exe: &Executor) {
-    let r = exe
-        .client()
-        .execute(request("python", "print('still here')", ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exe.run(request("python", "print('still here')", "")).await;
     assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
     assert_eq!(stdout(&r), "still here\n");
 }
@@ -49,7 +44,7 @@ async fn busy_loop_gets_time_limit_exceeded_within_a_second_of_the_limit() {
             ..Default::default()
         },
     );
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert_eq!(r.verdict, pb::Verdict::TimeLimitExceeded as i32, "{}", describe(&r));
     let p = run(&r);
     assert!(p.cpu_time_us >= 1_000_000, "cpu {} us", p.cpu_time_us);
@@ -72,7 +67,7 @@ async fn busy_loop_at_default_limits_is_a_time_limit_not_a_wall_limit() {
             ..Default::default()
         },
     );
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert_eq!(r.verdict, pb::Verdict::TimeLimitExceeded as i32, "{}", describe(&r));
 }
 
@@ -87,7 +82,7 @@ async fn sleeping_program_gets_wall_time_limit_exceeded() {
         },
     );
     let t = Instant::now();
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert_eq!(r.verdict, pb::Verdict::WallTimeLimitExceeded as i32, "{}", describe(&r));
     assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
     assert!(run(&r).cpu_time_us < 500_000);
@@ -104,7 +99,7 @@ async fn memory_hog_gets_memory_limit_exceeded_and_executor_lives() {
             ..Default::default()
         },
     );
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert_eq!(r.verdict, pb::Verdict::MemoryLimitExceeded as i32, "{}", describe(&r));
     assert!(
         run(&r).peak_memory_bytes >= 100 << 20,
@@ -131,7 +126,7 @@ async fn output_flood_is_cut_with_its_first_bytes_intact() {
         },
     );
     let t = Instant::now();
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert_eq!(r.verdict, pb::Verdict::OutputLimitExceeded as i32, "{}", describe(&r));
     let p = run(&r);
     assert!(p.stdout_truncated);
@@ -156,7 +151,7 @@ async fn stderr_flood_is_cut_too() {
             ..Default::default()
         },
     );
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert_eq!(r.verdict, pb::Verdict::OutputLimitExceeded as i32, "{}", describe(&r));
     assert!(run(&r).stderr_truncated);
     assert_eq!(run(&r).stderr.len(), 50_000);
@@ -176,7 +171,7 @@ async fn fork_bomb_is_contained_and_the_next_run_works() {
         },
     );
     let t = Instant::now();
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert_ne!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
     assert_ne!(r.verdict, pb::Verdict::SandboxError as i32, "{}", describe(&r));
     assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
@@ -194,7 +189,7 @@ async fn process_limit_caps_forks() {
             ..Default::default()
         },
     );
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     let n: u32 = stdout(&r).trim().parse().unwrap_or_else(|_| panic!("{}", describe(&r)));
     assert!(n < 20, "{n} children with a limit of 20 processes");
 }
@@ -210,7 +205,7 @@ async fn file_size_limit_stops_big_writes() {
             ..Default::default()
         },
     );
-    let r = exe.client().execute(req).await.unwrap().into_inner();
+    let r = exe.run(req).await;
     assert!(stdout(&r).starts_with("refused"), "{}", describe(&r));
 }
 
@@ -228,12 +223,7 @@ async fn work_dir_tmp_and_shm_are_size_capped() {
     })
     .await;
     let code = "for d in ['/work', '/tmp', '/dev/shm']:\n    try:\n        with open(d + '/fill', 'wb') as f:\n            for _ in range(64):\n                f.write(b'x' * (1 << 20))\n        print(d, 'filled')\n    except OSError as e:\n        print(d, 'full', e.errno)\n";
-    let r = exe
-        .client()
-        .execute(request("python", code, ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exe.run(request("python", code, "")).await;
     assert_eq!(
         stdout(&r),
         "/work full 28\n/tmp full 28\n/dev/shm full 28\n",
