@@ -317,33 +317,31 @@ async fn capabilities_health_reflection_and_metrics() {
         );
     }
 
-    use tonic_reflection::pb::{v1, v1alpha};
-    let req = v1::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
-            String::new(),
-        )),
-    };
-    let mut stream = v1::server_reflection_client::ServerReflectionClient::new(exe.channel.clone())
-        .server_reflection_info(tokio_stream::iter(vec![req]))
-        .await
-        .unwrap()
-        .into_inner();
-    let msg = stream.message().await.unwrap().unwrap();
-    assert!(format!("{msg:?}").contains("sandpool.v1.Executor"), "{msg:?}");
-    let req = v1alpha::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(v1alpha::server_reflection_request::MessageRequest::ListServices(
-            String::new(),
-        )),
-    };
-    let mut stream = v1alpha::server_reflection_client::ServerReflectionClient::new(exe.channel.clone())
-        .server_reflection_info(tokio_stream::iter(vec![req]))
-        .await
-        .unwrap()
-        .into_inner();
-    let msg = stream.message().await.unwrap().unwrap();
-    assert!(format!("{msg:?}").contains("sandpool.v1.Executor"), "{msg:?}");
+    // Both reflection versions, so that every grpcurl works; same messages, distinct packages.
+    macro_rules! lists_our_service {
+        ($v:ident) => {{
+            use tonic_reflection::pb::$v;
+            let req = $v::ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some($v::server_reflection_request::MessageRequest::ListServices(
+                    String::new(),
+                )),
+            };
+            let mut stream = $v::server_reflection_client::ServerReflectionClient::new(exe.channel.clone())
+                .server_reflection_info(tokio_stream::iter(vec![req]))
+                .await
+                .unwrap()
+                .into_inner();
+            let msg = stream.message().await.unwrap().unwrap();
+            assert!(
+                format!("{msg:?}").contains("sandpool.v1.Executor"),
+                "{}: {msg:?}",
+                stringify!($v)
+            );
+        }};
+    }
+    lists_our_service!(v1);
+    lists_our_service!(v1alpha);
 
     let body = http_get(&exe.metrics_addr, "/metrics").await;
     assert!(
