@@ -71,6 +71,11 @@ pub async fn serve_on(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving SandboxFusion-compatible HTTP");
     }
+    use axum::serve::ListenerExt;
+    // As on the gRPC port: small responses must not wait for the client's delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(judge, max_body_bytes))
         .with_graceful_shutdown(shutdown)
         .await
