@@ -65,6 +65,40 @@ async fn loopback_works_inside_one_run() {
 }
 
 #[tokio::test]
+async fn each_run_gets_a_fresh_network_namespace() {
+    // One slot: both runs go through the same slot, one after the other.
+    let exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        ..Default::default()
+    })
+    .await;
+    // Closing the accepted side first leaves it in TIME_WAIT for a minute:
+    // kernel state that outlives the run's processes.
+    let a = r#"
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 45679)); s.listen(1)
+c = socket.create_connection(("127.0.0.1", 45679))
+a, _ = s.accept(); a.close(); c.recv(1); c.close(); s.close()
+print("sockets", len(open("/proc/net/tcp").readlines()) - 1)
+"#;
+    let b = r#"
+import socket
+print("sockets", len(open("/proc/net/tcp").readlines()) - 1)
+s = socket.socket(); s.bind(("127.0.0.1", 45679)); print("bound")
+"#;
+    let ra = py(&exe, a).await;
+    let left: usize = stdout(&ra)
+        .trim()
+        .strip_prefix("sockets ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", describe(&ra)));
+    assert!(left > 0, "run A left no socket to find: {}", describe(&ra));
+    let rb = py(&exe, b).await;
+    assert_eq!(stdout(&rb), "sockets 0\nbound\n", "{}", describe(&rb));
+}
+
+#[tokio::test]
 async fn concurrent_runs_cannot_see_each_other() {
     let exe = executor().await;
     // Run A plants files, an abstract socket and a TCP listener, then waits.

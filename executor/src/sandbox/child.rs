@@ -67,6 +67,8 @@ pub(crate) struct ChildPlan {
     pub keep_fds: Vec<i32>,
     /// The slot's mount namespace (root = the read-only template).
     pub mnt_ns_fd: i32,
+    /// A fresh network namespace to enter, or -1: clone made one (loopback still down).
+    pub net_ns_fd: i32,
     /// Detached clone of the run's work-dir mount, attached at /work.
     pub work_fd: i32,
     /// Per-run mounts inside the slot namespace, after /work.
@@ -111,7 +113,7 @@ pub(crate) mod report {
             3 => "entering the slot's mount namespace",
             4 => "attaching the work dir",
             8 => "setting the hostname",
-            9 => "bringing up loopback",
+            9 => "entering the run's network namespace",
             10 => "starting the program",
             20 => "redirecting standard streams",
             21 => "starting a new session",
@@ -193,7 +195,12 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         step!(rep, 100 + i as u32, r);
     }
     step!(rep, 8, sys::sethostname(plan.hostname));
-    bring_up_loopback(rep);
+    if plan.net_ns_fd >= 0 {
+        // Made ahead of time, loopback already up (clone was not asked for one).
+        step!(rep, 9, sys::setns(plan.net_ns_fd, libc::CLONE_NEWNET));
+    } else {
+        step!(rep, 9, loopback_up());
+    }
 
     // SAFETY: the program child runs on its own stack; CLONE_VFORK suspends us
     // until it has exec'd, so sharing memory with it is safe.
@@ -225,19 +232,20 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-fn bring_up_loopback(rep: i32) {
-    let fd = match sys::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) {
-        Ok(fd) => fd as i32,
-        Err(e) => fail(rep, 9, e),
-    };
+/// Brings up `lo` in the caller's network namespace; Err(errno) on failure.
+///
+/// Raw calls only: the init runs it after `clone`, the namespace factory on its own thread.
+pub(crate) fn loopback_up() -> Result<(), i32> {
+    let fd = sys::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)? as i32;
     // SAFETY: ifreq is plain data; zeroed is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
         *d = *s as libc::c_char;
     }
     ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
-    step!(rep, 9, sys::ioctl(fd, libc::SIOCSIFFLAGS, &ifr as *const _ as usize));
+    let r = sys::ioctl(fd, libc::SIOCSIFFLAGS, &ifr as *const _ as usize);
     let _ = sys::close(fd);
+    r.map(|_| ())
 }
 
 /// Entry point of the program child: drops every privilege, then execs.

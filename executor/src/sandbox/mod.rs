@@ -8,12 +8,13 @@
 //!
 //! Submodules: [`probe`] finds what the kernel allows, [`rootfs`] builds the
 //! root template, [`workdir`] the per-run tmpfs, [`cgroup`] the slot cgroups,
-//! [`seccomp`] the filter, [`child`] and [`sys`] the post-clone code, and
+//! [`netns`] the network namespaces made ahead of runs, [`seccomp`] the filter, [`child`] and [`sys`] the post-clone code, and
 //! [`supervise`] watches a run from the outside.
 
 pub mod cgroup;
 mod child;
 mod mounts;
+mod netns;
 pub mod probe;
 pub mod rootfs;
 pub mod seccomp;
@@ -118,6 +119,8 @@ pub struct Sandbox {
     hierarchy: Option<cgroup::Hierarchy>,
     /// Per slot, with cgroups: the process that clones inits inside the slot's cgroup.
     spawners: Vec<spawner::Spawner>,
+    /// Fresh network namespaces, ready before the runs that take them.
+    netns: Option<netns::NetnsPool>,
     seccomp: Vec<Vec<libc::sock_filter>>,
     features: Features,
 }
@@ -203,6 +206,9 @@ impl Sandbox {
             }
             None => vec![],
         };
+        let netns = netns::NetnsPool::start(cfg.slots.clamp(2, 16))
+            .map_err(|e| tracing::warn!(error = %e, "no network namespace factory; runs make their own"))
+            .ok();
         let seccomp = seccomp::build_filters()?.iter().map(seccomp::to_kernel).collect();
         for f in [
             "pid_namespace",
@@ -222,6 +228,7 @@ impl Sandbox {
             cgroups,
             hierarchy,
             spawners,
+            netns,
             seccomp,
             features,
         };
@@ -282,6 +289,7 @@ impl Sandbox {
         let ctx = supervise::Context {
             mnt_ns,
             spawner: self.spawners.get(slot),
+            netns: self.netns.as_ref(),
             work,
             uid: self.uid(slot),
             cgroup: cg,

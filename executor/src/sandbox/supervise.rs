@@ -47,6 +47,8 @@ pub(crate) struct Context<'a> {
     pub spawner: Option<&'a super::spawner::Spawner>,
     /// The slot's mount namespace.
     pub mnt_ns: &'a OwnedFd,
+    /// Network namespaces made ahead of time (absent: each run makes its own).
+    pub netns: Option<&'a super::netns::NetnsPool>,
     pub work: &'a WorkDir,
     pub uid: u32,
     pub cgroup: Option<&'a SlotCgroup>,
@@ -103,8 +105,8 @@ fn rlimit(cur: u64, max: u64) -> libc::rlimit64 {
     }
 }
 
-fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 5]) -> Result<ChildPlan, SandboxError> {
-    let [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd] = fds;
+fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildPlan, SandboxError> {
+    let [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd, net_ns_fd] = fds;
     let at = |p: &str| Ok::<_, SandboxError>(cstr(p));
     let tmp_opts = format!("size={},mode=1777", ctx.tmp_bytes);
     let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
@@ -163,8 +165,9 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 5]) -> Result<ChildP
         .map(|(k, v)| to_c(&format!("{k}={v}")))
         .collect::<Result<_, _>>()?;
     let mnt_ns_fd = ctx.mnt_ns.as_raw_fd();
-    let mut keep_fds: Vec<i32> = [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd, mnt_ns_fd]
+    let mut keep_fds: Vec<i32> = [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd, mnt_ns_fd, net_ns_fd]
         .into_iter()
+        .filter(|fd| *fd >= 0)
         .collect();
     keep_fds.sort_unstable();
     keep_fds.dedup();
@@ -172,6 +175,7 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 5]) -> Result<ChildP
         keep_fds,
         mounts,
         mnt_ns_fd,
+        net_ns_fd,
         work_fd,
         run_mount_points: ["/work", "/tmp", "/dev/shm", "/proc"].map(cstr).to_vec(),
         hostname: b"sandbox",
@@ -274,20 +278,23 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     let (rep_r, rep_w) = pipe()?;
     let stdin = stdin_memfd(&spec.stdin)?;
     let work = ctx.work.attachable().map_err(os("cloning the work dir mount"))?;
+    let net_ns = ctx.netns.and_then(|p| p.take());
     let fds = [
         stdin.as_raw_fd(),
         out_w.as_raw_fd(),
         err_w.as_raw_fd(),
         rep_w.as_raw_fd(),
         work.as_raw_fd(),
+        net_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
     ];
     let plan = Box::new(build_plan(&ctx, spec, fds)?);
     let stack = Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?;
 
+    let new_net = if net_ns.is_some() { 0 } else { libc::CLONE_NEWNET };
     let flags = libc::CLONE_VM
         | libc::CLONE_PIDFD
         | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNET
+        | new_net
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::SIGCHLD;
@@ -324,7 +331,8 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     // SAFETY: an OwnedFd keeps returning the same open descriptor while registered.
     let registered = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
     kid.pidfd = Some(registered.map_err(|e| SandboxError::Os("watching the pidfd", e.into()))?);
-    drop((out_w, err_w, rep_w, stdin, work));
+    // The init holds its own copies now (and the namespace, once it entered it).
+    drop((out_w, err_w, rep_w, stdin, work, net_ns));
 
     let pidfd_raw = kid.pidfd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
     let overflowed = Arc::new(AtomicBool::new(false));
