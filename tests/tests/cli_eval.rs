@@ -222,3 +222,56 @@ async fn eval_reports_bad_records_and_rejected_requests() {
     assert_eq!(r[1]["error"]["code"], 3, "{r:?}");
     assert!(r[1]["error"]["message"].as_str().unwrap_or("").contains("language"));
 }
+
+#[tokio::test]
+async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
+    let start = |name: &str| {
+        Executor::start(Options {
+            slots: 2,
+            languages: vec!["python"],
+            env: vec![("SANDPOOL_NAME".into(), name.into())],
+            ..Default::default()
+        })
+    };
+    let (a, b) = (start("cli-a").await, start("cli-b").await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("slow.jsonl");
+    let records: Vec<Value> = (0..30)
+        .map(|i| he(&format!("T{i}"), "    import time; time.sleep(0.2)\n    return a + b\n"))
+        .collect();
+    write_jsonl(&data, &records);
+    let out = dir.path().join("out.jsonl");
+    let args = vec![
+        "eval".into(),
+        data.display().to_string(),
+        "--endpoint".into(),
+        format!("{},{}", a.addr, b.addr),
+        "--concurrency".into(),
+        "4".into(),
+        "--streams".into(),
+        "4".into(),
+        "--quiet".into(),
+        "--output".into(),
+        out.display().to_string(),
+    ];
+    let run = tokio::spawn(sandpool(args));
+    // Kill b while its streams hold requests: no drain, the connection just dies.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    // SAFETY: signalling the executor this test started.
+    unsafe { libc::kill(b.pid() as i32, libc::SIGKILL) };
+    let o = run.await.expect("join");
+    assert!(o.status.success(), "{}", show(&o));
+    let r = results(&out);
+    assert_eq!(r.len(), 30, "every record answered exactly once: {}", show(&o));
+    assert!(r.iter().all(|r| r["verdict"] == "OK"), "{r:?}");
+    let by = |name: &str| r.iter().filter(|r| r["executor"] == name).count();
+    assert!(
+        by("cli-a") > 0 && by("cli-b") > 0,
+        "streams spread over both executors: {r:?}"
+    );
+    assert!(
+        r.iter().any(|r| r["attempts"] == 2 && r["executor"] == "cli-a"),
+        "what b held was resent to a: {r:?}"
+    );
+    drop(a);
+}

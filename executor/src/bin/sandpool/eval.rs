@@ -1,7 +1,8 @@
-//! `sandpool eval DATASET.jsonl`: judge every record of a dataset over one
-//! `EvaluateStream`, with a progress bar, a summary by verdict and language,
+//! `sandpool eval DATASET.jsonl`: judge every record of a dataset over
+//! `EvaluateStream`s (see [`crate::streams`]), with a progress bar, a summary by verdict and language,
 //! pass@k, and one JSON line of results per record.
 
+use crate::streams::{Spread, evaluate_all};
 use crate::target::verdict_name;
 use anyhow::{Context, anyhow, bail};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
@@ -14,7 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
 #[derive(Debug, clap::Args)]
@@ -24,12 +25,15 @@ pub struct EvalArgs {
     /// Problems (HumanEval-style) for a samples file of `task_id` + `completion` records.
     #[arg(long)]
     problems: Option<PathBuf>,
-    /// Executor endpoint, e.g. 127.0.0.1:50051 (default: an embedded executor).
+    /// Executor(s): host:port, dns:///pool.ns.svc.cluster.local:50051 (every address), or a,b,... (default: embedded).
     #[arg(long, env = "SANDPOOL_ENDPOINT")]
     endpoint: Option<String>,
     /// Records judged at once.
     #[arg(long, short = 'c', default_value_t = 32)]
     concurrency: usize,
+    /// EvaluateStreams open at once; on a `dns:///` or list endpoint they spread over the executors.
+    #[arg(long, default_value_t = 4)]
+    streams: usize,
     /// Language of records without a `language` field.
     #[arg(long, default_value = "python")]
     language: String,
@@ -69,8 +73,8 @@ impl Drop for Connection {
 /// Connects to `endpoint`, or serves an embedded executor on a loopback port and connects to it
 /// (so both paths go through the same gRPC stream handling).
 pub async fn connect(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Result<Connection> {
-    let (uri, stop) = match endpoint {
-        Some(e) => (crate::target::endpoint_uri(e), None),
+    let (ch, stop) = match endpoint {
+        Some(e) => (crate::target::channel(e).await?, None),
         None => {
             let engine = Arc::new(args.build_engine().await?);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -91,13 +95,14 @@ pub async fn connect(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Res
                     tracing::error!("embedded executor: {e}");
                 }
             });
-            (format!("http://{addr}"), Some(tx))
+            let uri = format!("http://{addr}");
+            let ch = Channel::from_shared(uri.clone())?
+                .connect()
+                .await
+                .with_context(|| format!("connecting to {uri}"))?;
+            (ch, Some(tx))
         }
     };
-    let ch = Channel::from_shared(uri.clone())?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {uri}"))?;
     let client = pb::executor_client::ExecutorClient::new(ch)
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
@@ -403,79 +408,36 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
 
     let bar = progress_bar(items.len(), a.quiet);
     let started = Instant::now();
-    // The semaphore keeps `concurrency` records in flight: a permit per sent request, returned per answer.
-    let permits = Arc::new(Semaphore::new(a.concurrency));
-    let (tx, rx) = mpsc::channel::<pb::EvaluateRequest>(a.concurrency);
-    let feeder = {
-        let permits = permits.clone();
-        let tx = tx.clone();
-        let requests: Vec<pb::EvaluateRequest> = items.iter().map(|i| i.request.clone()).collect();
-        tokio::spawn(async move {
-            for r in requests {
-                let Ok(p) = permits.acquire().await else { return };
-                p.forget();
-                if tx.send(r).await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
-    let mut stream = conn
-        .client
-        .clone()
-        .evaluate_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .map_err(|s| anyhow!("EvaluateStream: {}: {}", s.code(), s.message()))?
-        .into_inner();
     let mut summary = Summary::default();
-    let mut answered = vec![false; items.len()];
-    let mut attempts = vec![1u32; items.len()];
-    let (mut passed, mut done) = (0usize, 0usize);
-    while let Some(resp) = stream
-        .message()
-        .await
-        .map_err(|s| anyhow!("EvaluateStream: {}: {}", s.code(), s.message()))?
-    {
-        let Some(i) = resp.id.parse::<usize>().ok().and_then(|l| l.checked_sub(1)) else {
-            bail!("EvaluateStream: response with unknown id {:?}", resp.id);
-        };
-        if i >= items.len() || answered[i] {
-            bail!("EvaluateStream: unexpected or repeated id {:?}", resp.id);
-        }
-        if resp.verdict == pb::Verdict::SandboxError as i32 && attempts[i] <= a.retries {
-            // Not the code's fault: send it again after a pause, keeping its permit.
-            let pause = Duration::from_millis(200 << attempts[i].min(5));
-            attempts[i] += 1;
-            let (tx, req) = (tx.clone(), items[i].request.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(pause).await;
-                let _ = tx.send(req).await;
-            });
-            continue;
-        }
-        permits.add_permits(1);
-        answered[i] = true;
-        done += 1;
+    let mut passed = 0usize;
+    let requests: Vec<pb::EvaluateRequest> = items.iter().map(|i| i.request.clone()).collect();
+    let spread = Spread {
+        streams: a.streams,
+        concurrency: a.concurrency,
+        retries: a.retries,
+        reopen_attempts: 5,
+    };
+    let unanswered = evaluate_all(&conn.client, &requests, spread, |i, resp, attempts| {
         summary.add(&items[i], &resp);
         passed += usize::from(resp.accepted);
         let mut line = result_json(&items[i], &resp);
-        line["attempts"] = attempts[i].into();
+        line["attempts"] = attempts.into();
         writeln!(out, "{line}")?;
         bar.inc(1);
         bar.set_message(format!("· passed {passed}"));
-        if done == items.len() {
-            break;
-        }
-    }
-    feeder.abort();
-    drop(tx);
+        Ok(())
+    })
+    .await?;
     bar.finish_and_clear();
     out.flush()?;
-    let missing = answered.iter().filter(|a| !**a).count();
     summary.print(started.elapsed(), &a.k);
     println!("results: {}", output.display());
-    if missing > 0 {
-        bail!("{missing} records got no response");
+    if let Some(u) = unanswered {
+        bail!(
+            "{} records got no response: every stream gave up (last: {})",
+            u.count,
+            u.why
+        );
     }
     Ok(if summary.errors > 0 { 2 } else { 0 })
 }

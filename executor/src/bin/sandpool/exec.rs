@@ -16,7 +16,7 @@ pub struct ExecArgs {
     /// File fed to standard input.
     #[arg(long)]
     stdin: Option<PathBuf>,
-    /// Executor endpoint, e.g. 127.0.0.1:50051 (default: an embedded executor).
+    /// Executor(s): host:port, dns:///pool.ns.svc.cluster.local:50051 (every address), or a,b,... (default: embedded).
     #[arg(long, env = "SANDPOOL_ENDPOINT")]
     endpoint: Option<String>,
     /// Argument passed to the program (repeatable).

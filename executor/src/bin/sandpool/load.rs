@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 
 #[derive(Debug, clap::Args)]
 pub struct LoadArgs {
-    /// Executor endpoint, e.g. 127.0.0.1:50051 (default: an embedded executor).
+    /// Executor(s): host:port, dns:///pool.ns.svc.cluster.local:50051 (every address), or a,b,... (default: embedded).
     #[arg(long, env = "SANDPOOL_ENDPOINT")]
     endpoint: Option<String>,
     /// Requests to send.

@@ -6,6 +6,7 @@ mod bench_isolation;
 mod eval;
 mod exec;
 mod load;
+mod streams;
 mod target;
 
 use clap::{Parser, Subcommand};

@@ -21,12 +21,69 @@ pub fn endpoint_uri(e: &str) -> String {
     }
 }
 
+/// The executor URIs an `--endpoint` names, in gRPC's target syntax:
+/// `dns:///host:port` (every address the name resolves to, e.g. a headless
+/// Service's pods), `ipv4:a:port,b:port`, a comma-separated list, or one
+/// `host:port` / `http://host:port`.
+pub async fn endpoint_uris(spec: &str) -> anyhow::Result<Vec<String>> {
+    let spec = spec.trim();
+    if let Some(rest) = spec.strip_prefix("dns:") {
+        // dns:///name:port or dns:name:port; an authority (dns://server/name) is not supported.
+        let name = rest
+            .strip_prefix("///")
+            .or_else(|| (!rest.starts_with('/')).then_some(rest));
+        let Some(name) = name.filter(|n| !n.is_empty()) else {
+            anyhow::bail!("--endpoint {spec:?}: expected dns:///host:port");
+        };
+        let mut addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host(name)
+            .await
+            .map_err(|e| anyhow::anyhow!("--endpoint {spec:?}: resolving {name}: {e}"))?
+            .collect();
+        addrs.sort();
+        addrs.dedup();
+        return Ok(addrs.iter().map(|a| format!("http://{a}")).collect());
+    }
+    let list = spec
+        .strip_prefix("ipv4:")
+        .or_else(|| spec.strip_prefix("ipv6:"))
+        .unwrap_or(spec);
+    let uris: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(endpoint_uri)
+        .collect();
+    if uris.is_empty() {
+        anyhow::bail!("--endpoint: empty");
+    }
+    Ok(uris)
+}
+
+/// A channel to the executors `spec` names: one connection, or a
+/// load-balanced set (calls and streams spread over them) for several.
+pub async fn channel(spec: &str) -> anyhow::Result<Channel> {
+    let uris = endpoint_uris(spec).await?;
+    if let [uri] = uris.as_slice() {
+        // One executor: connect now, so a wrong address fails here, plainly.
+        return Channel::from_shared(uri.clone())?
+            .connect()
+            .await
+            .map_err(|e| anyhow::anyhow!("connecting to {uri}: {e}"));
+    }
+    let endpoints = uris
+        .iter()
+        .map(|u| tonic::transport::Endpoint::from_shared(u.clone()).map_err(|e| anyhow::anyhow!("{u}: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    tracing::info!(executors = uris.len(), "balancing over {}", uris.join(", "));
+    Ok(Channel::balance_list(endpoints.into_iter()))
+}
+
 impl Target {
     /// Connects to `endpoint`, or builds an embedded executor from `args`.
     pub async fn new(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Result<Self> {
         Ok(match endpoint {
             Some(e) => {
-                let ch = Channel::from_shared(endpoint_uri(e))?.connect().await?;
+                let ch = channel(e).await?;
                 Target::Remote(pb::executor_client::ExecutorClient::new(ch).max_decoding_message_size(usize::MAX))
             }
             None => Target::Embedded(Arc::new(args.build_engine().await?)),
@@ -57,4 +114,24 @@ impl Target {
 /// A verdict's proto name, or UNKNOWN for a value this CLI does not know.
 pub fn verdict_name(v: i32) -> &'static str {
     pb::Verdict::try_from(v).map(|v| v.as_str_name()).unwrap_or("UNKNOWN")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoint_uris;
+
+    #[tokio::test]
+    async fn endpoints_in_grpc_target_syntax() {
+        let one = endpoint_uris("127.0.0.1:50051").await.unwrap();
+        assert_eq!(one, ["http://127.0.0.1:50051"]);
+        let list = endpoint_uris("ipv4:127.0.0.1:1,127.0.0.2:2").await.unwrap();
+        assert_eq!(list, ["http://127.0.0.1:1", "http://127.0.0.2:2"]);
+        let plain = endpoint_uris("a:1, http://b:2").await.unwrap();
+        assert_eq!(plain, ["http://a:1", "http://b:2"]);
+        // dns:/// resolves to every address (an IP literal resolves to itself, with no lookup).
+        let dns = endpoint_uris("dns:///127.0.0.3:7").await.unwrap();
+        assert_eq!(dns, ["http://127.0.0.3:7"]);
+        assert!(endpoint_uris("dns://8.8.8.8/pool:1").await.is_err());
+        assert!(endpoint_uris(" , ").await.is_err());
+    }
 }

@@ -1,0 +1,238 @@
+//! Judges a whole dataset over several `EvaluateStream`s at once.
+//!
+//! Several streams, because on a balanced channel each stream lands on one
+//! executor: more streams spread a run over more pods. A stream that breaks
+//! (a pod stopped, a connection reset) or ends early (a draining executor)
+//! hands its unanswered requests back to be sent on the others, and is
+//! reopened after a pause; a SANDBOX_ERROR answer is sent again. Nothing is
+//! dropped silently: what never got an answer is reported at the end.
+
+use anyhow::bail;
+use sandpool_executor::proto as pb;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+type Client = pb::executor_client::ExecutorClient<Channel>;
+
+/// How a dataset is spread.
+#[derive(Debug, Clone, Copy)]
+pub struct Spread {
+    /// Streams open at once.
+    pub streams: usize,
+    /// Requests in flight over all streams.
+    pub concurrency: usize,
+    /// Resends of a request answered SANDBOX_ERROR.
+    pub retries: u32,
+    /// Reopenings of a stream in a row without an answer before it is given up.
+    pub reopen_attempts: u32,
+}
+
+/// What the stream tasks and timers tell the dispatcher.
+enum Event {
+    Response(usize, Box<pb::EvaluateResponse>),
+    /// The stream ended, with the error that ended it, if any.
+    Closed(usize, Option<tonic::Status>),
+    /// A request's pause after SANDBOX_ERROR is over.
+    Resend(usize),
+    /// A closed stream's pause is over: open it again.
+    Reopen(usize),
+}
+
+#[derive(Default)]
+struct Stream {
+    tx: Option<mpsc::Sender<pb::EvaluateRequest>>,
+    in_flight: HashSet<usize>,
+    /// Closures since this stream's last answer.
+    failures: u32,
+    given_up: bool,
+}
+
+/// Opens stream `k`; its answers and its end arrive as events.
+fn open(
+    client: &Client,
+    k: usize,
+    cap: usize,
+    events: &mpsc::UnboundedSender<Event>,
+) -> mpsc::Sender<pb::EvaluateRequest> {
+    let (tx, rx) = mpsc::channel(cap.max(1));
+    let (mut client, events) = (client.clone(), events.clone());
+    tokio::spawn(async move {
+        let mut inbound = match client
+            .evaluate_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+        {
+            Ok(r) => r.into_inner(),
+            Err(s) => {
+                let _ = events.send(Event::Closed(k, Some(s)));
+                return;
+            }
+        };
+        loop {
+            match inbound.message().await {
+                Ok(Some(m)) => {
+                    if events.send(Event::Response(k, Box::new(m))).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    let _ = events.send(Event::Closed(k, None));
+                    return;
+                }
+                Err(s) => {
+                    let _ = events.send(Event::Closed(k, Some(s)));
+                    return;
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// A stream error no reopening can fix.
+fn fatal(s: &tonic::Status) -> bool {
+    use tonic::Code::*;
+    matches!(
+        s.code(),
+        InvalidArgument | Unimplemented | PermissionDenied | Unauthenticated
+    )
+}
+
+fn pause(attempt: u32) -> Duration {
+    Duration::from_millis(200 << attempt.min(4))
+}
+
+/// Requests that never got an answer, because every stream gave up.
+#[derive(Debug)]
+pub struct Unanswered {
+    pub count: usize,
+    /// The last error a stream ended with.
+    pub why: String,
+}
+
+/// Judges every request (ids must be distinct); `on_result(index, response, attempts)` is
+/// called once per request as its answer is final. An error when an executor refused a
+/// stream outright (e.g. UNIMPLEMENTED) or `on_result` failed.
+pub async fn evaluate_all(
+    client: &Client,
+    requests: &[pb::EvaluateRequest],
+    spread: Spread,
+    mut on_result: impl FnMut(usize, pb::EvaluateResponse, u32) -> anyhow::Result<()>,
+) -> anyhow::Result<Option<Unanswered>> {
+    let index: HashMap<&str, usize> = requests.iter().enumerate().map(|(i, r)| (r.id.as_str(), i)).collect();
+    if index.len() != requests.len() {
+        bail!("request ids must be distinct");
+    }
+    let n_streams = spread.streams.clamp(1, spread.concurrency.max(1));
+    let per_stream = spread.concurrency.div_ceil(n_streams);
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let mut streams: Vec<Stream> = (0..n_streams)
+        .map(|k| Stream {
+            tx: Some(open(client, k, per_stream, &events_tx)),
+            ..Default::default()
+        })
+        .collect();
+    let mut pending: VecDeque<usize> = (0..requests.len()).collect();
+    let mut attempts = vec![0u32; requests.len()];
+    let mut waiting = 0usize; // pausing before a resend
+    let mut done = 0usize;
+    let mut last_error: Option<tonic::Status> = None;
+
+    while done < requests.len() {
+        // Fill every open stream up to its share.
+        let mut in_flight: usize = streams.iter().map(|s| s.in_flight.len()).sum();
+        while in_flight < spread.concurrency {
+            let Some(k) = (0..n_streams)
+                .filter(|&k| streams[k].tx.is_some() && streams[k].in_flight.len() < per_stream)
+                .min_by_key(|&k| streams[k].in_flight.len())
+            else {
+                break;
+            };
+            let Some(i) = pending.pop_front() else { break };
+            let sent = streams[k]
+                .tx
+                .as_ref()
+                .is_some_and(|tx| tx.try_send(requests[i].clone()).is_ok());
+            if !sent {
+                // Its task ended; the Closed event is on its way.
+                pending.push_front(i);
+                streams[k].tx = None;
+                continue;
+            }
+            attempts[i] += 1;
+            streams[k].in_flight.insert(i);
+            in_flight += 1;
+        }
+        if in_flight == 0 && waiting == 0 && streams.iter().all(|s| s.given_up) {
+            break;
+        }
+        let Some(ev) = events.recv().await else { break };
+        match ev {
+            Event::Response(k, resp) => {
+                let Some(&i) = index.get(resp.id.as_str()) else {
+                    bail!("EvaluateStream: response with unknown id {:?}", resp.id);
+                };
+                if !streams[k].in_flight.remove(&i) {
+                    bail!("EvaluateStream: unexpected or repeated id {:?}", resp.id);
+                }
+                streams[k].failures = 0;
+                if resp.verdict == pb::Verdict::SandboxError as i32 && attempts[i] <= spread.retries {
+                    // Not the code's fault: send it again after a pause.
+                    waiting += 1;
+                    let (events, p) = (events_tx.clone(), pause(attempts[i]));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(p).await;
+                        let _ = events.send(Event::Resend(i));
+                    });
+                    continue;
+                }
+                done += 1;
+                on_result(i, *resp, attempts[i])?;
+            }
+            Event::Closed(k, status) => {
+                let s = &mut streams[k];
+                s.tx = None;
+                // Unanswered requests go first, on the other streams.
+                let mut back: Vec<usize> = s.in_flight.drain().collect();
+                back.sort_unstable_by(|a, b| b.cmp(a));
+                back.into_iter().for_each(|i| pending.push_front(i));
+                if done == requests.len() {
+                    continue;
+                }
+                if let Some(st) = &status {
+                    tracing::warn!(stream = k, code = ?st.code(), message = st.message(), "EvaluateStream broke; resending its requests");
+                    if fatal(st) {
+                        bail!("EvaluateStream: {}: {}", st.code(), st.message());
+                    }
+                }
+                last_error = status.or(last_error);
+                s.failures += 1;
+                if s.failures > spread.reopen_attempts {
+                    s.given_up = true;
+                    continue;
+                }
+                let (events, p) = (events_tx.clone(), pause(s.failures));
+                tokio::spawn(async move {
+                    tokio::time::sleep(p).await;
+                    let _ = events.send(Event::Reopen(k));
+                });
+            }
+            Event::Resend(i) => {
+                waiting -= 1;
+                pending.push_front(i);
+            }
+            Event::Reopen(k) => {
+                streams[k].tx = Some(open(client, k, per_stream, &events_tx));
+            }
+        }
+    }
+    let count = requests.len() - done;
+    Ok((count > 0).then(|| Unanswered {
+        count,
+        why: last_error.map_or_else(
+            || "the streams kept ending".to_owned(),
+            |s| format!("{:?}: {}", s.code(), s.message()),
+        ),
+    }))
+}
