@@ -64,12 +64,12 @@ impl Hierarchy {
     pub fn setup(name: &str) -> Result<Self, CgroupError> {
         let root = Path::new(ROOT);
         if root.join("cgroup.controllers").exists() {
+            make_writable(root);
             return Self::setup_v2(root, name);
         }
-        if ["memory", "pids", "cpuacct"]
-            .iter()
-            .all(|c| root.join(c).join("cgroup.procs").exists())
-        {
+        let v1 = ["memory", "pids", "cpuacct"];
+        if v1.iter().all(|c| root.join(c).join("cgroup.procs").exists()) {
+            v1.iter().for_each(|c| make_writable(&root.join(c)));
             return Self::setup_v1(root, name);
         }
         Err(CgroupError::Unavailable)
@@ -113,17 +113,10 @@ impl Hierarchy {
         {
             return Err(CgroupError::Unavailable);
         }
-        // "No internal processes": the executor moves into a leaf of its own
-        // so that its cgroup may delegate controllers to the slot cgroups.
         let base = own.join(name);
         fs::create_dir_all(&base).map_err(io(&base))?;
-        if own != root {
-            let sup = own.join("supervisor");
-            fs::create_dir_all(&sup).map_err(io(&sup))?;
-            write_file(&sup.join("cgroup.procs"), &std::process::id().to_string())?;
-            write_file(&own.join("cgroup.subtree_control"), "+memory +pids +cpu")?;
-        }
-        write_file(&base.join("cgroup.subtree_control"), "+memory +pids +cpu")?;
+        delegate(&own)?;
+        write_file(&base.join("cgroup.subtree_control"), V2_CONTROLLERS)?;
         Ok(Hierarchy {
             version: Version::V2,
             bases: vec![base],
@@ -163,6 +156,61 @@ impl Hierarchy {
             }
             let _ = fs::remove_dir(b);
         }
+    }
+}
+
+/// What the slot cgroups need from their parents on v2.
+const V2_CONTROLLERS: &str = "+memory +pids +cpu";
+
+/// Enables the slot controllers for the children of `own`, the executor's
+/// cgroup. v2's "no internal processes" rule refuses that while `own` holds
+/// processes (always so in a container's cgroup namespace, where `own` is
+/// the namespace's root), so they move to a leaf `own/supervisor` first. The
+/// host's root cgroup is exempt and takes the write at once.
+fn delegate(own: &Path) -> Result<(), CgroupError> {
+    let control = own.join("cgroup.subtree_control");
+    match fs::write(&control, V2_CONTROLLERS) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+        Err(e) => return Err(io(&control)(e)),
+    }
+    let leaf = own.join("supervisor");
+    fs::create_dir_all(&leaf).map_err(io(&leaf))?;
+    for pid in read_file(&own.join("cgroup.procs"))?.lines().map(str::trim) {
+        // A process that exited meanwhile needs no moving.
+        if let Err(e) = fs::write(leaf.join("cgroup.procs"), pid) {
+            tracing::debug!(pid, error = %e, "not moved to the supervisor leaf");
+        }
+    }
+    write_file(&control, V2_CONTROLLERS)
+}
+
+/// Container runtimes mount the cgroup hierarchy read-only into
+/// unprivileged containers. With CAP_SYS_ADMIN the executor makes its own
+/// view writable: this changes the container's mount only, and the
+/// container's cgroup still bounds everything below it.
+fn make_writable(mount_point: &Path) {
+    use nix::sys::statvfs::{FsFlags, statvfs};
+    let Ok(st) = statvfs(mount_point) else { return };
+    if !st.flags().contains(FsFlags::ST_RDONLY) {
+        return;
+    }
+    // A bind remount sets the mount's flags anew: keep the ones it had.
+    let kept = [
+        (FsFlags::ST_NOSUID, libc::MS_NOSUID),
+        (FsFlags::ST_NODEV, libc::MS_NODEV),
+        (FsFlags::ST_NOEXEC, libc::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, libc::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, libc::MS_RELATIME),
+    ]
+    .iter()
+    .filter(|(f, _)| st.flags().contains(*f))
+    .fold(0, |acc, (_, m)| acc | m);
+    let flags = libc::MS_REMOUNT | libc::MS_BIND | kept;
+    match super::mounts::mount(None, mount_point, None, flags, None) {
+        Ok(()) => tracing::info!(path = %mount_point.display(), "made the read-only cgroup mount writable"),
+        Err(e) => tracing::warn!(path = %mount_point.display(), error = %e, "cgroup mount is read-only"),
     }
 }
 
@@ -342,5 +390,44 @@ impl Baseline {
     /// The slot's CPU counter when the run started.
     pub fn cpu_ns(&self) -> u64 {
         self.cpu_ns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// make_writable turns a read-only mount writable, keeping its other flags
+    /// (checked on a tmpfs in a private mount namespace: nothing on the host moves).
+    #[test]
+    fn a_read_only_mount_is_made_writable_with_its_flags_kept() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root (mount namespaces)");
+            return;
+        }
+        std::thread::spawn(|| {
+            use nix::sys::statvfs::{FsFlags, statvfs};
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare");
+            super::super::mounts::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)
+                .expect("private /");
+            let dir = tempfile::tempdir().expect("tempdir");
+            let m = dir.path();
+            super::super::mounts::tmpfs(m, "size=1m").expect("tmpfs");
+            let ro =
+                libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+            super::super::mounts::mount(None, m, None, ro, None).expect("remount ro");
+            assert!(fs::write(m.join("x"), "x").is_err(), "the mount is read-only");
+
+            make_writable(m);
+            fs::write(m.join("x"), "x").expect("writable after make_writable");
+            let flags = statvfs(m).expect("statvfs").flags();
+            assert!(!flags.contains(FsFlags::ST_RDONLY));
+            for f in [FsFlags::ST_NOSUID, FsFlags::ST_NODEV, FsFlags::ST_NOEXEC] {
+                assert!(flags.contains(f), "{f:?} kept");
+            }
+            super::super::mounts::detach_all(m);
+        })
+        .join()
+        .expect("test thread");
     }
 }
