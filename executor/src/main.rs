@@ -14,9 +14,46 @@ fn init_tracing(json: bool) {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     let args = ServerArgs::parse();
     init_tracing(args.log_json);
+    match run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let why = describe(&e);
+            tracing::error!("{why}");
+            termination_message(&why);
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes, each said once (most of our errors already quote their source).
+fn describe(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !out.contains(&c) {
+            out.push_str(": ");
+            out.push_str(&c);
+        }
+    }
+    out
+}
+
+/// Where Kubernetes reads a container's termination message (`kubectl describe pod`).
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// Leaves why the executor stopped where Kubernetes shows it; a no-op outside a pod.
+fn termination_message(msg: &str) {
+    let path = std::path::Path::new(TERMINATION_LOG);
+    // The kubelet provides the file; never create one in /dev.
+    if path.is_file() {
+        let _ = std::fs::write(path, msg);
+    }
+}
+
+async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let engine = Arc::new(args.executor.build_engine().await?);
     let opts = ServeOptions {
         listen: args.listen,

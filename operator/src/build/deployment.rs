@@ -176,6 +176,9 @@ fn container(pool: &ResolvedPool) -> Container {
         liveness_probe: Some(grpc_probe(Some(LIVENESS_SERVICE), 10, 3)),
         // Toolchain self-checks at startup may take a while; up to two minutes.
         startup_probe: Some(grpc_probe(Some(LIVENESS_SERVICE), 2, 60)),
+        // An executor that refuses to start (a mode it cannot provide, a missing
+        // capability) writes why to /dev/termination-log; the log tail otherwise.
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         security_context: Some(container_security_context(pool.isolation)),
         volume_mounts: Some(vec![
             VolumeMount {

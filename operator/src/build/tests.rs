@@ -247,6 +247,7 @@ fn deployment_for_the_issue_example_is_exact() {
                 "readinessProbe": {"grpc": {"port": 50051}, "periodSeconds": 5, "failureThreshold": 2},
                 "livenessProbe": {"grpc": {"port": 50051, "service": "liveness"}, "periodSeconds": 10, "failureThreshold": 3},
                 "startupProbe": {"grpc": {"port": 50051, "service": "liveness"}, "periodSeconds": 2, "failureThreshold": 60},
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "securityContext": {
                     "runAsUser": 0,
                     "runAsNonRoot": false,
