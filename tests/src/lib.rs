@@ -128,6 +128,19 @@ impl Executor {
         }
     }
 
+    /// Sum of `sandpool_runs_total` samples on the executor's /metrics: the runs it finished.
+    pub fn runs_total(&self) -> f64 {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.metrics_addr).expect("metrics connect");
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("metrics request");
+        let mut body = String::new();
+        s.read_to_string(&mut body).expect("metrics read");
+        body.lines()
+            .filter(|l| l.starts_with("sandpool_runs_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// Pid of the executor process.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)

@@ -3,7 +3,6 @@
 
 use sandpool_tests::{Executor, Options, binary};
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::process::{Command, Output};
 
 async fn bench(addr: &str, n: usize, c: usize) -> (Output, Value) {
@@ -38,18 +37,6 @@ async fn bench(addr: &str, n: usize, c: usize) -> (Output, Value) {
     (o, report)
 }
 
-/// Sum of `sandpool_runs_total` samples on the executor's /metrics.
-fn runs_total(metrics_addr: &str) -> f64 {
-    let mut s = std::net::TcpStream::connect(metrics_addr).expect("metrics connect");
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("metrics request");
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("metrics read");
-    body.lines()
-        .filter(|l| l.starts_with("sandpool_runs_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 async fn bench_reports_what_the_executor_ran() {
     let ex = Executor::start(Options {
@@ -58,16 +45,12 @@ async fn bench_reports_what_the_executor_ran() {
         ..Default::default()
     })
     .await;
-    let before = runs_total(&ex.metrics_addr);
+    let before = ex.runs_total();
     let (o, r) = bench(&ex.addr, 40, 4).await;
     assert!(o.status.success(), "{r}");
     assert_eq!(r["no_response"], 0, "{r}");
     assert_eq!(r["verdicts"]["OK"], 40, "{r}");
-    assert_eq!(
-        runs_total(&ex.metrics_addr) - before,
-        40.0,
-        "the executor ran each request once"
-    );
+    assert_eq!(ex.runs_total() - before, 40.0, "the executor ran each request once");
     let p = |q: &str| r["latency_ms"][q].as_f64().expect("latency");
     assert!(0.0 < p("p50") && p("p50") <= p("p90") && p("p90") <= p("p99"), "{r}");
     assert!(r["throughput_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{r}");

@@ -254,9 +254,15 @@ async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
         "--output".into(),
         out.display().to_string(),
     ];
+    let before = b.runs_total();
     let run = tokio::spawn(sandpool(args));
-    // Kill b while its streams hold requests: no drain, the connection just dies.
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    // Kill b once it has answered a few, while its streams hold more: no drain,
+    // the connection just dies.
+    let t = std::time::Instant::now();
+    while b.runs_total() < before + 3.0 {
+        assert!(t.elapsed().as_secs() < 60, "b never ran anything");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     // SAFETY: signalling the executor this test started.
     unsafe { libc::kill(b.pid() as i32, libc::SIGKILL) };
     let o = run.await.expect("join");
