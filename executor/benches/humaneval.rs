@@ -11,7 +11,7 @@ use clap::Parser;
 use futures::StreamExt;
 use sandpool_executor::config::ServerArgs;
 use sandpool_executor::proto as pb;
-use sandpool_executor::server::{ServeOptions, serve_with_http};
+use sandpool_executor::server::Loopback;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -187,16 +187,8 @@ fn main() -> Result<(), Error> {
         let engine = Arc::new(args.executor.build_engine().await?);
         let slots = engine.admission.slots();
         let queue = engine.admission.queue_capacity();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let opts = ServeOptions {
-            listen: addr,
-            metrics_listen: None,
-            max_request_bytes: 64 << 20,
-            drain_timeout: Duration::from_secs(1),
-        };
-        tokio::spawn(serve_with_http(engine, listener, None, opts, std::future::pending()));
-        let client = pb::executor_client::ExecutorClient::connect(format!("http://{addr}")).await?;
+        let server = Loopback::start(engine).await?;
+        let client = pb::executor_client::ExecutorClient::new(server.channel.clone());
 
         let unary = |reqs: Vec<pb::EvaluateRequest>| {
             let client = client.clone();

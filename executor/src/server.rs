@@ -55,26 +55,61 @@ fn oversize_to_resource_exhausted(
     }
 }
 
-/// Binds `listen` and serves until `shutdown` resolves, then drains.
-pub async fn serve(
-    engine: Arc<Engine>,
-    opts: ServeOptions,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), ServeError> {
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .map_err(|e| ServeError::Bind(opts.listen, e))?;
-    serve_on(engine, listener, opts, shutdown).await
+/// An executor serving gRPC in this process on a free loopback port, for the
+/// CLI's embedded mode and the benchmarks: they talk to it exactly as to a
+/// remote one. Dropping it (or [`Loopback::stop`]) drains and stops the server.
+pub struct Loopback {
+    /// A connected channel to the server.
+    pub channel: tonic::transport::Channel,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
 }
 
-/// Serves on an already bound listener (tests bind port 0).
-pub async fn serve_on(
-    engine: Arc<Engine>,
-    listener: tokio::net::TcpListener,
-    opts: ServeOptions,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), ServeError> {
-    serve_with_http(engine, listener, None, opts, shutdown).await
+impl Loopback {
+    /// Serves `engine` on 127.0.0.1:0 and connects to it.
+    pub async fn start(engine: Arc<Engine>) -> Result<Self, ServeError> {
+        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+        let listener = tokio::net::TcpListener::bind(any)
+            .await
+            .map_err(|e| ServeError::Bind(any, e))?;
+        let addr = listener.local_addr().map_err(|e| ServeError::Bind(any, e))?;
+        let opts = ServeOptions {
+            listen: addr,
+            metrics_listen: None,
+            max_request_bytes: 64 << 20,
+            drain_timeout: Duration::from_secs(5),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve_with_http(engine, listener, None, opts, async move {
+            let _ = stopped.await;
+        }));
+        let channel = tonic::transport::Endpoint::try_from(format!("http://{addr}"))?
+            .connect()
+            .await?;
+        Ok(Loopback {
+            channel,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// Stops the server and waits until its in-flight runs are done.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
 }
 
 /// Serves gRPC on `listener` and, when given, the SandboxFusion-compatible HTTP

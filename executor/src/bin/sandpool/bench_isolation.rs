@@ -12,7 +12,7 @@
 
 use sandpool_executor::config::ExecutorArgs;
 use sandpool_executor::proto as pb;
-use sandpool_executor::server::{self, ServeOptions};
+use sandpool_executor::server::Loopback;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -145,21 +145,8 @@ pub async fn run(mut a: BenchArgs) -> anyhow::Result<i32> {
     a.executor.languages = Some(table);
     let engine = Arc::new(a.executor.build_engine().await?);
     let slots = engine.admission.slots();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let opts = ServeOptions {
-        listen: addr,
-        metrics_listen: None,
-        max_request_bytes: 64 << 20,
-        drain_timeout: Duration::from_secs(1),
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(server::serve_on(engine, listener, opts, async move {
-        let _ = stop_rx.await;
-    }));
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))?
-        .connect()
-        .await?;
+    let server = Loopback::start(engine).await?;
+    let channel = server.channel.clone();
     let client = pb::executor_client::ExecutorClient::new(channel);
 
     let grpc = |language: &'static str, files: Vec<pb::File>| -> Job {
@@ -222,8 +209,7 @@ pub async fn run(mut a: BenchArgs) -> anyhow::Result<i32> {
             results.push(s);
         }
     }
-    let _ = stop_tx.send(());
-    let _ = server.await;
+    server.stop().await;
 
     let get = |w: &str, c: usize| {
         results

@@ -8,14 +8,13 @@ use anyhow::{Context, anyhow, bail};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use sandpool_executor::config::ExecutorArgs;
 use sandpool_executor::proto as pb;
-use sandpool_executor::server::{self, ServeOptions};
+use sandpool_executor::server::Loopback;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
 #[derive(Debug, clap::Args)]
@@ -59,54 +58,27 @@ pub struct EvalArgs {
 /// A gRPC client, and the embedded executor it talks to when there is no endpoint.
 pub struct Connection {
     pub client: pb::executor_client::ExecutorClient<Channel>,
-    stop: Option<oneshot::Sender<()>>,
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
+    /// Stops the embedded executor when the connection is dropped.
+    _embedded: Option<Loopback>,
 }
 
 /// Connects to `endpoint`, or serves an embedded executor on a loopback port and connects to it
 /// (so both paths go through the same gRPC stream handling).
 pub async fn connect(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Result<Connection> {
-    let (ch, stop) = match endpoint {
+    let (ch, embedded) = match endpoint {
         Some(e) => (crate::target::channel(e).await?, None),
         None => {
-            let engine = Arc::new(args.build_engine().await?);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            let addr = listener.local_addr()?;
-            let opts = ServeOptions {
-                listen: addr,
-                metrics_listen: None,
-                max_request_bytes: 64 << 20,
-                drain_timeout: Duration::from_secs(5),
-            };
-            let (tx, rx) = oneshot::channel::<()>();
-            tokio::spawn(async move {
-                if let Err(e) = server::serve_on(engine, listener, opts, async move {
-                    let _ = rx.await;
-                })
-                .await
-                {
-                    tracing::error!("embedded executor: {e}");
-                }
-            });
-            let uri = format!("http://{addr}");
-            let ch = Channel::from_shared(uri.clone())?
-                .connect()
-                .await
-                .with_context(|| format!("connecting to {uri}"))?;
-            (ch, Some(tx))
+            let local = Loopback::start(Arc::new(args.build_engine().await?)).await?;
+            (local.channel.clone(), Some(local))
         }
     };
     let client = pb::executor_client::ExecutorClient::new(ch)
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
-    Ok(Connection { client, stop })
+    Ok(Connection {
+        client,
+        _embedded: embedded,
+    })
 }
 
 /// One dataset record turned into a request, with what the summary groups by.
