@@ -135,14 +135,16 @@ pub struct ResolvedPool {
 impl ResolvedPool {
     /// How long the executor waits for in-flight runs after SIGTERM.
     pub fn drain_timeout_ms(&self) -> u64 {
-        self.limits.max_wall_time_ms + DRAIN_MARGIN_MS
+        self.limits.max_wall_time_ms.saturating_add(DRAIN_MARGIN_MS)
     }
 
     /// Pod termination grace: the drain plus a margin, so the kubelet never kills a run that
     /// was still within its allowed time.
     pub fn termination_grace_seconds(&self) -> i64 {
         let drain_s = self.drain_timeout_ms().div_ceil(1000);
-        i64::try_from(drain_s).unwrap_or(i64::MAX / 2) + TERMINATION_MARGIN_S
+        i64::try_from(drain_s)
+            .unwrap_or(i64::MAX / 2)
+            .saturating_add(TERMINATION_MARGIN_S)
     }
 
     /// The gRPC target clients dial.

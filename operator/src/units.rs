@@ -26,6 +26,14 @@ pub fn duration_ms(text: &str) -> Result<u64, UnitError> {
     if text.is_empty() {
         return Err(UnitError::BadDuration(String::new()));
     }
+    // kube's parser panics when a part overflows (`99999999999999999h`); twelve integer digits
+    // per part are far past any limit a pool can have and far from overflow.
+    let integer_digits = text
+        .split(|c: char| !c.is_ascii_digit() && c != '.')
+        .map(|part| part.split('.').next().unwrap_or("").len());
+    if integer_digits.max().unwrap_or(0) > 12 {
+        return Err(UnitError::OutOfRange(text.to_owned(), "too large"));
+    }
     let parsed = kube::core::Duration::from_str(text).map_err(|_| UnitError::BadDuration(text.to_owned()))?;
     if parsed.is_negative() {
         return Err(UnitError::OutOfRange(text.to_owned(), "must be positive"));
@@ -134,6 +142,18 @@ mod tests {
         assert_eq!(duration_ms("500ms"), Ok(500));
         assert_eq!(duration_ms("1.5s"), Ok(1_500));
         assert_eq!(duration_ms("2h"), Ok(7_200_000));
+    }
+
+    #[test]
+    fn huge_durations_are_refused_not_a_panic() {
+        for text in [
+            "99999999999999999h",
+            "18446744073709550000ms",
+            "1h99999999999999999999s",
+        ] {
+            assert!(matches!(duration_ms(text), Err(UnitError::OutOfRange(..))), "{text}");
+        }
+        assert_eq!(duration_ms("999999999999ms"), Ok(999_999_999_999));
     }
 
     #[test]
