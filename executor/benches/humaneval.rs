@@ -79,38 +79,6 @@ fn request(p: &Problem) -> pb::EvaluateRequest {
     }
 }
 
-/// Moves this process into a cgroup of its own: the executor names its slot
-/// cgroups after its own cgroup, so another executor in ours would collide.
-fn own_cgroup() {
-    let tag = format!("sandpool-bench-{}", std::process::id());
-    let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
-        return;
-    };
-    let root = std::path::Path::new("/sys/fs/cgroup");
-    let v2 = root.join("cgroup.controllers").exists();
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, ctrls, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
-        let path = path.trim_start_matches('/');
-        // The hierarchies the executor uses: v2's unified one, or v1's memory, pids and cpuacct.
-        let dirs: Vec<std::path::PathBuf> = if ctrls.is_empty() {
-            if v2 { vec![root.join(path)] } else { vec![] }
-        } else {
-            ctrls
-                .split(',')
-                .filter(|c| ["memory", "pids", "cpuacct"].contains(c))
-                .map(|c| root.join(c).join(path))
-                .collect()
-        };
-        for base in dirs {
-            let dir = base.join(&tag);
-            if std::fs::create_dir_all(&dir).is_ok() {
-                let _ = std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string());
-            }
-        }
-    }
-}
-
 /// Bare python3 on the same programs (prelude-free: prompt, solution, test, check), `parallel` at a time.
 fn bare(problems: &[Problem], parallel: usize) -> Result<Duration, Error> {
     let dir = std::env::temp_dir().join(format!("sandpool-bench-bare-{}", std::process::id()));
@@ -170,7 +138,6 @@ fn main() -> Result<(), Error> {
     }
     let problems = problems()?;
     let n = problems.len();
-    own_cgroup();
     let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
     let work_root = std::env::temp_dir().join(format!("sandpool-bench-{}", std::process::id()));
     let args = ServerArgs::parse_from([

@@ -115,11 +115,6 @@ impl Admission {
         self.draining.store(true, Ordering::SeqCst);
     }
 
-    /// True once draining started.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
-    }
-
     /// Slots in use now.
     pub fn busy(&self) -> usize {
         self.slots - self.sem.available_permits()

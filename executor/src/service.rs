@@ -1,35 +1,24 @@
-//! The gRPC service `sandpool.v1.Executor`: a thin layer over the [`Engine`].
+//! The gRPC service `sandpool.v1.Executor`: a thin layer over the [`Engine`](crate::engine::Engine).
 
 use crate::admission::AdmissionError;
-use crate::engine::{Engine, ExecError};
+use crate::engine::ExecError;
 use crate::judge::{Judge, stream::judge_stream};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 /// Implements `sandpool.v1.Executor`.
 #[derive(Debug, Clone)]
 pub struct ExecutorService {
-    engine: Arc<Engine>,
     judge: Judge,
 }
 
 impl ExecutorService {
-    /// Serves `engine`.
-    pub fn new(engine: Arc<Engine>) -> Self {
-        let judge = Judge::new(engine.clone());
-        ExecutorService { engine, judge }
-    }
-
     /// Serves `judge`'s engine, sharing `judge` (and its admission gate) with other front ends.
     pub fn with_judge(judge: Judge) -> Self {
-        ExecutorService {
-            engine: judge.engine().clone(),
-            judge,
-        }
+        ExecutorService { judge }
     }
 }
 
@@ -85,7 +74,7 @@ impl pb::executor_server::Executor for ExecutorService {
         let span = tracing::info_span!("execute", language = %req.language, request_id = %req.request_id);
         let _e = span.enter();
         drop(_e);
-        let resp = self.engine.execute(req, deadline).await.map_err(status)?;
+        let resp = self.judge.engine().execute(req, deadline).await.map_err(status)?;
         Ok(Response::new(resp))
     }
 
@@ -93,7 +82,7 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         _: Request<pb::GetCapabilitiesRequest>,
     ) -> Result<Response<pb::Capabilities>, Status> {
-        Ok(Response::new(self.engine.capabilities()))
+        Ok(Response::new(self.judge.engine().capabilities()))
     }
 
     async fn evaluate(&self, req: Request<pb::EvaluateRequest>) -> Result<Response<pb::EvaluateResponse>, Status> {

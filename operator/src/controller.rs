@@ -92,10 +92,7 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
         .map_err(RunError::Http)?;
     let server = tokio::spawn(http::serve(listener, health.clone(), stopped()));
 
-    let pools: Api<SandboxPool> = match &config.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let pools: Api<SandboxPool> = api(&client, config.namespace.as_deref());
     pools
         .list(&ListParams::default().limit(1))
         .await

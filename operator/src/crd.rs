@@ -1,7 +1,7 @@
 //! The `SandboxPool` custom resource (`sandpool.dev/v1alpha1`).
 //!
 //! Field names are the user-facing contract. Values the schema can check are checked here
-//! (patterns, minimums, CEL rules); everything else is checked by [`crate::validate`].
+//! (patterns, minimums, CEL rules); everything else is checked by [`crate::resolve`].
 
 use std::collections::BTreeMap;
 
@@ -11,9 +11,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
-
-/// API group of every Sandpool resource.
-pub const GROUP: &str = "sandpool.dev";
 
 /// Go-style duration as Kubernetes writes it (`500ms`, `10s`, `1m30s`).
 const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$";

@@ -1,5 +1,6 @@
 //! `render`: every object the operator would apply for some pools, as YAML, with no cluster.
 
+use kube::Resource;
 use serde::Deserialize;
 
 use crate::build::{self, Children};
@@ -53,7 +54,8 @@ pub fn render(input: &str, defaults: &PoolDefaults, namespace: &str) -> Result<S
             continue; // an empty document, e.g. after a trailing `---`
         }
         let type_of = (value["apiVersion"].as_str(), value["kind"].as_str());
-        if type_of != (Some("sandpool.dev/v1alpha1"), Some("SandboxPool")) {
+        let (version, kind) = (SandboxPool::api_version(&()), SandboxPool::kind(&()));
+        if type_of != (Some(version.as_ref()), Some(kind.as_ref())) {
             return Err(RenderError::NotAPool { index: i + 1 });
         }
         let pool: SandboxPool =
