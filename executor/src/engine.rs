@@ -233,12 +233,16 @@ impl Engine {
     /// Waits for a run slot, recording the queue time.
     pub async fn acquire(&self, deadline: Option<tokio::time::Instant>) -> Result<SlotGuard, ExecError> {
         let t = Instant::now();
-        self.metrics.queue_length.set(self.admission.queued() as i64 + 1);
         let slot = self.admission.acquire(deadline).await;
-        self.metrics.queue_length.set(self.admission.queued() as i64);
         self.metrics.observe(Phase::Queue, t.elapsed().as_secs_f64());
-        self.metrics.busy_slots.set(self.admission.busy() as i64);
         Ok(slot?)
+    }
+
+    /// The metrics in Prometheus text format; slot and queue gauges are read from admission now.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.busy_slots.set(self.admission.busy() as i64);
+        self.metrics.queue_length.set(self.admission.queued() as i64);
+        self.metrics.encode()
     }
 
     /// Runs one phase in `work`; sandbox failures become a SANDBOX_ERROR phase.
@@ -304,7 +308,6 @@ impl Engine {
             None => fut.await,
         };
         drop(slot);
-        self.metrics.busy_slots.set(self.admission.busy() as i64);
         let verdict = pb::Verdict::try_from(res.verdict).unwrap_or_default();
         self.metrics.run_finished(&lang.name, verdict.as_str_name());
         Ok(res)

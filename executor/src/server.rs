@@ -181,7 +181,7 @@ pub async fn serve_with_http(
                                 http::header::CONTENT_TYPE,
                                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
                             )],
-                            engine.metrics.encode(),
+                            engine.metrics_text(),
                         )
                     }
                 }),

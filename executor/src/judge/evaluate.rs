@@ -93,10 +93,6 @@ impl Judge {
         Ok(Held { slot, _permit: permit })
     }
 
-    fn released(&self) {
-        self.engine.metrics.busy_slots.set(self.engine.admission.busy() as i64);
-    }
-
     /// Judges `req`. Errors are for the request as a whole (bad input, deadline).
     pub async fn evaluate(
         &self,
@@ -282,7 +278,6 @@ impl Judge {
         let held = self.hold(deadline).await?;
         let c = build::compile(&self.engine, &held.slot, lang, files, limits).await;
         drop(held);
-        self.released();
         Ok(c)
     }
 
@@ -305,7 +300,6 @@ impl Judge {
             }
         };
         drop(held);
-        self.released();
         warm.insert(lang.name.clone(), dir.clone());
         Ok(dir)
     }
@@ -348,7 +342,6 @@ impl Judge {
         let phased = self.engine.run_phase(&held.slot, &work, &spec, Phase::Run).await;
         drop(work);
         drop(held);
-        self.released();
         let mut run = phased.result;
         let mut t = match phased.verdict {
             pb::Verdict::Ok => {
@@ -434,7 +427,6 @@ impl Judge {
         let p = self.engine.run_phase(&held.slot, &work, &spec, Phase::Run).await;
         drop(work);
         drop(held);
-        self.released();
         let stderr = String::from_utf8_lossy(&p.result.stderr);
         Ok(match p.verdict {
             pb::Verdict::Ok => (pb::Verdict::Ok, String::new()),
