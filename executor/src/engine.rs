@@ -271,10 +271,31 @@ impl Engine {
         }
     }
 
-    /// Validates file paths of a request.
+    /// Validates file paths of a request: each inside the work dir, naming a file (not a
+    /// directory), and no two of them the same file or one the other's directory. Caught
+    /// here, these are INVALID_ARGUMENT; found while writing they would be a SANDBOX_ERROR.
     pub fn validate_files(files: &[pb::File], field: &str) -> Result<(), ExecError> {
+        let invalid = |i: usize, why: &str| ExecError::invalid(format!("{field}[{i}].path"), why.to_owned());
+        let mut names: BTreeMap<Vec<&str>, usize> = BTreeMap::new();
         for (i, f) in files.iter().enumerate() {
-            validate_rel_path(&f.path).map_err(|e| ExecError::invalid(format!("{field}[{i}].path"), e.to_string()))?;
+            validate_rel_path(&f.path).map_err(|e| invalid(i, &e.to_string()))?;
+            if f.path.ends_with('/') {
+                return Err(invalid(i, "names a directory, not a file"));
+            }
+            let parts: Vec<&str> = f.path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+            if parts.iter().any(|c| c.len() > 255) {
+                return Err(invalid(i, "a path component is longer than 255 bytes"));
+            }
+            if let Some(first) = names.insert(parts, i) {
+                return Err(invalid(i, &format!("the same file as {field}[{first}].path")));
+            }
+        }
+        for (parts, &i) in &names {
+            for end in 1..parts.len() {
+                if let Some(&j) = names.get(&parts[..end]) {
+                    return Err(invalid(j, &format!("is a directory of {field}[{i}].path")));
+                }
+            }
         }
         Ok(())
     }
@@ -287,6 +308,9 @@ impl Engine {
     ) -> Result<pb::ExecuteResponse, ExecError> {
         let (lang, version) = self.language(&req.language, "language")?;
         Self::validate_files(&req.files, "files")?;
+        if let Some(i) = req.args.iter().position(|a| a.contains('\0')) {
+            return Err(ExecError::invalid(format!("args[{i}]"), "contains a NUL byte"));
+        }
         for (i, p) in req.fetch_files.iter().enumerate() {
             validate_rel_path(p).map_err(|e| ExecError::invalid(format!("fetch_files[{i}]"), e.to_string()))?;
         }

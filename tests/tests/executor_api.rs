@@ -80,6 +80,32 @@ async fn paths_outside_the_work_dir_are_invalid_arguments() {
         assert_eq!(err.code(), Code::InvalidArgument, "{path:?}");
         assert!(err.message().contains(field), "{path:?}: {}", err.message());
     }
+    // Paths that would only fail while being written (a SANDBOX_ERROR clients retry) are refused up front.
+    let long = "x".repeat(256);
+    for (paths, field) in [
+        (vec!["dir/"], "files[0].path"),
+        (vec![long.as_str()], "files[0].path"),
+        (vec!["a.txt", "./a.txt"], "files[1].path"),
+        (vec!["a", "a/b"], "files[0].path"),
+    ] {
+        let mut req = request("python", "print(1)", "");
+        req.files = paths
+            .iter()
+            .map(|p| pb::File {
+                path: (*p).into(),
+                content: b"x".to_vec(),
+                executable: false,
+            })
+            .collect();
+        let err = exe.client().execute(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{paths:?}");
+        assert!(err.message().contains(field), "{paths:?}: {}", err.message());
+    }
+    let mut req = request("python", "print(1)", "");
+    req.args = vec!["ok".into(), "a\0b".into()];
+    let err = exe.client().execute(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("args[1]"), "{}", err.message());
     let mut req = request("python", "print(1)", "");
     req.fetch_files = vec!["ok.txt".into(), "a/../../etc/shadow".into()];
     let err = exe.client().execute(req).await.unwrap_err();
