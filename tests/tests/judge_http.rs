@@ -277,4 +277,14 @@ fn run_code_like_sandboxfusion() {
         body["detail"].as_str().expect("detail").starts_with("language"),
         "{body}"
     );
+    // A body that is not the request's shape gets the same 400 with a detail naming the field.
+    for (path, bad, field) in [
+        ("/run_code", json!({"language": "python"}), "`code`"),
+        ("/common_evaluate_batch", json!({}), "missing field"),
+    ] {
+        let (status, body) = post_json(LANGS, path, &bad);
+        assert_eq!(status, 400, "{path}: {body}");
+        let detail = body["detail"].as_str().expect("detail");
+        assert!(detail.contains(field), "{path}: {detail}");
+    }
 }

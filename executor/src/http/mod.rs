@@ -13,6 +13,7 @@ pub mod shapes;
 use crate::admission::AdmissionError;
 use crate::engine::ExecError;
 use crate::judge::Judge;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -31,6 +32,16 @@ fn error_response(e: ExecError) -> Response {
     (code, Json(serde_json::json!({ "detail": e.to_string() }))).into_response()
 }
 
+/// A body that is not the JSON we take, as the same `detail` error: 400 for bad JSON
+/// or a missing or mistyped field (serde names it), axum's status otherwise (413, 415).
+fn body_error(r: JsonRejection) -> Response {
+    let code = match r {
+        JsonRejection::JsonDataError(_) | JsonRejection::JsonSyntaxError(_) => StatusCode::BAD_REQUEST,
+        _ => r.status(),
+    };
+    (code, Json(serde_json::json!({ "detail": r.body_text() }))).into_response()
+}
+
 /// The HTTP routes, judging on `judge`.
 pub fn router(judge: Judge, max_body_bytes: usize) -> Router {
     Router::new()
@@ -38,7 +49,11 @@ pub fn router(judge: Judge, max_body_bytes: usize) -> Router {
         .route(
             "/run_code",
             post(
-                |State(j): State<Judge>, Json(req): Json<run_code::RunCodeRequest>| async move {
+                |State(j): State<Judge>, req: Result<Json<run_code::RunCodeRequest>, JsonRejection>| async move {
+                    let Json(req) = match req {
+                        Ok(r) => r,
+                        Err(e) => return body_error(e),
+                    };
                     match run_code::run_code(j.engine(), req).await {
                         Ok(r) => Json(r).into_response(),
                         Err(e) => error_response(e),
@@ -49,7 +64,11 @@ pub fn router(judge: Judge, max_body_bytes: usize) -> Router {
         .route(
             "/common_evaluate_batch",
             post(
-                |State(j): State<Judge>, Json(body): Json<scalebox::EvaluateBody>| async move {
+                |State(j): State<Judge>, body: Result<Json<scalebox::EvaluateBody>, JsonRejection>| async move {
+                    let Json(body) = match body {
+                        Ok(b) => b,
+                        Err(e) => return body_error(e),
+                    };
                     match scalebox::evaluate(&j, body).await {
                         Ok(r) => Json(r).into_response(),
                         Err(e) => error_response(e),
