@@ -5,6 +5,7 @@ use super::run_code::time_limits;
 use super::shapes::{RunResponse, command_result, run_status};
 use crate::engine::{Engine, ExecError};
 use crate::judge::Judge;
+use crate::judge::evaluate::SKIPPED_AT_TOTAL_TIMEOUT;
 use sandpool_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -198,8 +199,12 @@ pub async fn evaluate(judge: &Judge, body: EvaluateBody) -> Result<EvaluateReply
     for t in &resp.tests {
         let v = pb::Verdict::try_from(t.verdict).unwrap_or(pb::Verdict::SandboxError);
         let i = t.index as usize;
-        let total_timeout = v == pb::Verdict::Skipped && t.message.contains("total_timeout");
-        if v == pb::Verdict::Skipped && !total_timeout && resp.compile.as_ref().is_none_or(|c| c.verdict == 1) {
+        let total_timeout = v == pb::Verdict::Skipped && t.message == SKIPPED_AT_TOTAL_TIMEOUT;
+        let compiled = resp
+            .compile
+            .as_ref()
+            .is_none_or(|c| c.verdict == pb::Verdict::Ok as i32);
+        if v == pb::Verdict::Skipped && !total_timeout && compiled {
             // Skipped after an earlier failure: ScaleBox lists only the tests it ran.
             continue;
         }

@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+/// The message of a test not started because `total_timeout` had passed (front ends match it).
+pub const SKIPPED_AT_TOTAL_TIMEOUT: &str = "skipped: total_timeout reached before this test started";
+
 /// Judges requests on an engine. Cheap to clone; clones share the admission gate.
 #[derive(Debug, Clone)]
 pub struct Judge {
@@ -310,7 +313,7 @@ impl Judge {
             if runs.stopped.load(Ordering::SeqCst) {
                 Some("skipped: an earlier test failed and run_all_cases is false")
             } else if runs.total_deadline.is_some_and(|d| Instant::now() >= d) {
-                Some("skipped: total_timeout reached before this test started")
+                Some(SKIPPED_AT_TOTAL_TIMEOUT)
             } else {
                 None
             }
