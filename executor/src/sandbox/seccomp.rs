@@ -139,3 +139,113 @@ pub fn to_kernel(prog: &BpfProgram) -> Vec<libc::sock_filter> {
 pub fn available() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.lines().any(|l| l.starts_with("Seccomp:")))
 }
+#[cfg(test)]
+mod tests {
+    //! Runs the compiled filters over synthetic `seccomp_data` with a small cBPF
+    //! interpreter, so every entry of the deny list is checked, not only the
+    //! calls an unprivileged program could not make anyway.
+    use super::*;
+
+    const ALLOW: u32 = 0x7fff_0000;
+    const ERRNO: u32 = 0x0005_0000;
+
+    #[cfg(target_arch = "x86_64")]
+    const AUDIT_ARCH: u32 = 0xc000_003e;
+    #[cfg(target_arch = "aarch64")]
+    const AUDIT_ARCH: u32 = 0xc000_00b7;
+
+    /// `struct seccomp_data` as the kernel lays it out (little-endian words).
+    fn data(nr: i64, arch: u32, args: [u64; 6]) -> Vec<u8> {
+        let mut d = Vec::with_capacity(64);
+        d.extend_from_slice(&(nr as i32).to_le_bytes());
+        d.extend_from_slice(&arch.to_le_bytes());
+        d.extend_from_slice(&0u64.to_le_bytes());
+        args.iter().for_each(|a| d.extend_from_slice(&a.to_le_bytes()));
+        d
+    }
+
+    /// The cBPF subset seccompiler emits: ld [k], and #k, jeq #k, ja, ret #k.
+    fn run(prog: &BpfProgram, d: &[u8]) -> u32 {
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let f = &prog[pc];
+            pc += 1;
+            match f.code {
+                0x20 => a = u32::from_le_bytes(d[f.k as usize..f.k as usize + 4].try_into().unwrap()),
+                0x54 => a &= f.k,
+                0x15 => pc += usize::from(if a == f.k { f.jt } else { f.jf }),
+                0x05 => pc += f.k as usize,
+                0x06 => return f.k,
+                c => panic!("unexpected cBPF op {c:#x}"),
+            }
+        }
+    }
+
+    /// What the kernel does with every filter installed: the most severe action wins.
+    fn verdict(nr: i64, args: [u64; 6]) -> u32 {
+        let d = data(nr, AUDIT_ARCH, args);
+        let filters = build_filters().unwrap();
+        filters
+            .iter()
+            .map(|p| run(p, &d))
+            .min_by_key(|r| (r & 0xffff_0000) as i32)
+            .unwrap()
+    }
+
+    #[test]
+    fn every_denied_call_gets_eperm_and_ordinary_calls_pass() {
+        for (name, nr) in DENIED {
+            assert_eq!(verdict(*nr, [0; 6]), ERRNO | libc::EPERM as u32, "{name}");
+        }
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_openat,
+            libc::SYS_execve,
+            libc::SYS_mmap,
+            libc::SYS_exit_group,
+        ] {
+            assert_eq!(verdict(nr, [0; 6]), ALLOW, "syscall {nr}");
+        }
+    }
+
+    #[test]
+    fn clone_is_refused_namespace_flags_and_clone3_gets_enosys() {
+        let sigchld = libc::SIGCHLD as u64;
+        for &flag in NAMESPACE_FLAGS {
+            assert_eq!(
+                verdict(libc::SYS_clone, [flag | sigchld, 0, 0, 0, 0, 0]),
+                ERRNO | libc::EPERM as u32,
+                "{flag:#x}"
+            );
+        }
+        let thread =
+            (libc::CLONE_VM | libc::CLONE_FS | libc::CLONE_FILES | libc::CLONE_SIGHAND | libc::CLONE_THREAD) as u64;
+        assert_eq!(verdict(libc::SYS_clone, [thread, 0, 0, 0, 0, 0]), ALLOW);
+        assert_eq!(verdict(libc::SYS_clone, [sigchld, 0, 0, 0, 0, 0]), ALLOW);
+        assert_eq!(verdict(libc::SYS_clone3, [0; 6]), ERRNO | libc::ENOSYS as u32);
+    }
+
+    #[test]
+    fn tiocsti_is_refused_whatever_the_upper_bits() {
+        let tiocsti = libc::TIOCSTI as u64;
+        assert_eq!(
+            verdict(libc::SYS_ioctl, [0, tiocsti, 0, 0, 0, 0]),
+            ERRNO | libc::EPERM as u32
+        );
+        // The kernel reads the command as 32 bits: upper bits must not slip past the filter.
+        assert_eq!(
+            verdict(libc::SYS_ioctl, [0, tiocsti | (1 << 32), 0, 0, 0, 0]),
+            ERRNO | libc::EPERM as u32
+        );
+        assert_eq!(verdict(libc::SYS_ioctl, [0, libc::TCGETS as u64, 0, 0, 0, 0]), ALLOW);
+    }
+
+    #[test]
+    fn another_architecture_is_not_allowed() {
+        let d = data(libc::SYS_read, 0x4000_0003, [0; 6]); // AUDIT_ARCH_I386
+        for p in build_filters().unwrap() {
+            assert_ne!(run(&p, &d) & 0xffff_0000, ALLOW);
+        }
+    }
+}
