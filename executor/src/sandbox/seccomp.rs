@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn tiocsti_is_refused_whatever_the_upper_bits() {
-        let tiocsti = libc::TIOCSTI as u64;
+        let tiocsti: u64 = libc::TIOCSTI;
         assert_eq!(
             verdict(libc::SYS_ioctl, [0, tiocsti, 0, 0, 0, 0]),
             ERRNO | libc::EPERM as u32
@@ -238,7 +238,7 @@ mod tests {
             verdict(libc::SYS_ioctl, [0, tiocsti | (1 << 32), 0, 0, 0, 0]),
             ERRNO | libc::EPERM as u32
         );
-        assert_eq!(verdict(libc::SYS_ioctl, [0, libc::TCGETS as u64, 0, 0, 0, 0]), ALLOW);
+        assert_eq!(verdict(libc::SYS_ioctl, [0, libc::TCGETS, 0, 0, 0, 0]), ALLOW);
     }
 
     #[test]
