@@ -195,6 +195,22 @@ async fn process_limit_caps_forks() {
 }
 
 #[tokio::test]
+async fn process_limit_caps_threads_too() {
+    let exe = python_executor().await;
+    let code = "import threading, time\nn = 0\ntry:\n    for _ in range(200):\n        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n        n += 1\nexcept RuntimeError:\n    pass\nprint(n)\n";
+    let req = with_limits(
+        request("python", code, ""),
+        pb::Limits {
+            processes: 20,
+            ..Default::default()
+        },
+    );
+    let r = exe.run(req).await;
+    let n: u32 = stdout(&r).trim().parse().unwrap_or_else(|_| panic!("{}", describe(&r)));
+    assert!(n < 20, "{n} threads with a limit of 20 processes and threads");
+}
+
+#[tokio::test]
 async fn file_size_limit_stops_big_writes() {
     let exe = python_executor().await;
     let code = "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\ntry:\n    open('big', 'wb').write(b'x' * (4 << 20))\n    print('wrote')\nexcept OSError as e:\n    print('refused', e.errno)\n";
