@@ -299,14 +299,22 @@ async fn symlink_planted_under_a_fetch_files_name_does_not_leak() {
     let secret = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(secret.path(), "HOST-SECRET").unwrap();
     let target = secret.path().display().to_string();
+    let (dir, base) = (
+        secret.path().parent().unwrap().display().to_string(),
+        secret.path().file_name().unwrap().to_string_lossy().into_owned(),
+    );
+    // A symlink to the host secret, one to a directory holding it (fetched through as
+    // d/<name>), a FIFO, and a hard link to a host file (refused: another filesystem).
     let code = format!(
-        "import os\nos.symlink({target:?}, 'out.txt')\nos.symlink('/etc/hostname', 'host.txt')\nos.mkfifo('fifo')\nos.link('main.py', 'hard.txt')\nopen('real.txt', 'w').write('ok')\n"
+        "import os\nos.symlink({target:?}, 'out.txt')\nos.symlink('/etc/hostname', 'host.txt')\nos.symlink({dir:?}, 'd')\nos.mkfifo('fifo')\ntry:\n    os.link('/etc/hostname', 'hard.txt')\nexcept OSError:\n    pass\nopen('real.txt', 'w').write('ok')\n"
     );
     let mut req = request("python", &code, "");
     req.fetch_files = vec![
         "out.txt".into(),
         "host.txt".into(),
+        format!("d/{base}"),
         "fifo".into(),
+        "hard.txt".into(),
         "real.txt".into(),
         "missing.txt".into(),
     ];
