@@ -109,6 +109,8 @@ open("/tmp/secret-a", "w").write("A-SECRET")
 open("/dev/shm/secret-a", "w").write("A-SECRET")
 u = socket.socket(socket.AF_UNIX); u.bind("\0sandpool-test-a"); u.listen(1)
 t = socket.socket(); t.bind(("127.0.0.1", 45678)); t.listen(1)
+import ctypes
+assert ctypes.CDLL(None).shmget(0x5a5a, 4096, 0o1666) >= 0  # IPC_CREAT: a SysV segment
 print("ready", flush=True)
 time.sleep(3)
 "#;
@@ -125,6 +127,8 @@ except OSError: pass
 try:
     socket.create_connection(("127.0.0.1", 45678), timeout=1); found.append("tcp listener")
 except OSError: pass
+import ctypes
+if ctypes.CDLL(None).shmget(0x5a5a, 0, 0) >= 0: found.append("sysv shm")
 print("found", found, "pids", len(pids))
 "#;
     let (mut ca, mut cb) = (exe.client(), exe.client());
