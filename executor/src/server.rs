@@ -80,9 +80,16 @@ impl Loopback {
             drain_timeout: Duration::from_secs(5),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve_with_http(engine, listener, None, opts, async move {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(async move {
+            let served = serve_with_http(engine, listener, None, opts, async move {
+                let _ = stopped.await;
+            })
+            .await;
+            if let Err(e) = &served {
+                tracing::error!(error = %e, "embedded executor failed");
+            }
+            served
+        });
         let channel = tonic::transport::Endpoint::try_from(format!("http://{addr}"))?
             .connect()
             .await?;
