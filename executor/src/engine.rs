@@ -79,7 +79,7 @@ pub struct Engine {
 /// Environment every run starts from; the language's `env` is added to it.
 pub fn base_env() -> Vec<(String, String)> {
     [
-        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        ("PATH", crate::sandbox::PATH),
         ("HOME", "/tmp"),
         ("TMPDIR", "/tmp"),
         ("LANG", "C.UTF-8"),

@@ -128,6 +128,9 @@ pub struct Sandbox {
 /// Directory (inside the sandbox) where runs start.
 pub const WORK_DIR: &str = "/work";
 
+/// PATH inside the sandbox: where a bare program name is looked up, and runs' default PATH.
+pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 impl Sandbox {
     /// Probes the kernel and sets up templates, cgroups and the seccomp filter.
     ///

@@ -2,7 +2,7 @@
 
 use super::cgroup::SlotCgroup;
 use super::child::{self, ChildPlan, MountStep, Stack, cstr};
-use super::{RunSpec, SandboxError, WORK_DIR, WorkDir};
+use super::{PATH, RunSpec, SandboxError, WORK_DIR, WorkDir};
 use std::ffi::CString;
 use std::io::{Read, Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -57,7 +57,6 @@ pub(crate) struct Context<'a> {
 }
 
 const STACK_BYTES: usize = 256 * 1024;
-const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
     move |e| SandboxError::Os(what, e)
