@@ -159,12 +159,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the plan, kept alive by the supervisor until we are reaped.
     let plan = unsafe { &*(arg as *const ChildPlan) };
     let rep = plan.report_fd;
-    for sig in 1..=64 {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            let _ = sys::reset_signal(sig);
-        }
-    }
-    let _ = sys::unblock_all_signals();
+    sys::default_signals();
 
     // Other runs' pipes may have been inherited through the clone: drop them
     // so their readers see EOF as soon as their own programs end.

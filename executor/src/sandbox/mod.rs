@@ -315,6 +315,11 @@ impl Drop for Sandbox {
     }
 }
 
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+}
+
 /// The cgroup directory name of the executor using `work_root`: distinct
 /// executors on one machine (tests, several pods' worth) need distinct ones.
 fn cgroup_name(work_root: &Path) -> String {

@@ -32,12 +32,7 @@ struct SpawnerState {
 extern "C" fn spawner_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: the state is owned by the Spawner, which outlives this process.
     let st = unsafe { &*(arg as *const SpawnerState) };
-    for sig in 1..=64 {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            let _ = sys::reset_signal(sig);
-        }
-    }
-    let _ = sys::unblock_all_signals();
+    sys::default_signals();
     // Die with the executor.
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize);
     loop {
@@ -81,21 +76,11 @@ pub(crate) struct Spawner {
     _ends: (OwnedFd, OwnedFd),
 }
 
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fresh descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptors we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 impl Spawner {
     /// Starts a spawner; the caller then moves [`Spawner::pid`] into the slot's cgroup.
     fn start() -> std::io::Result<Self> {
-        let (req_r, req_w) = pipe()?;
-        let (resp_r, resp_w) = pipe()?;
+        let (req_r, req_w) = super::pipe()?;
+        let (resp_r, resp_w) = super::pipe()?;
         let stack = Stack::new(64 * 1024)?;
         let st = Box::new(SpawnerState {
             req_r: req_r.as_raw_fd(),

@@ -62,16 +62,6 @@ fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
     move |e| SandboxError::Os(what, e)
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fresh descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(SandboxError::Os("pipe2", std::io::Error::last_os_error()));
-    }
-    // SAFETY: fresh descriptors we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 fn stdin_memfd(data: &[u8]) -> Result<OwnedFd, SandboxError> {
     // SAFETY: memfd_create with a static name.
     let fd = unsafe { libc::memfd_create(c"stdin".as_ptr(), libc::MFD_CLOEXEC) };
@@ -272,9 +262,9 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         Some(c) => Some(c.prepare(spec.limits.memory, spec.limits.processes)?),
         None => None,
     };
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
-    let (rep_r, rep_w) = pipe()?;
+    let (out_r, out_w) = super::pipe().map_err(os("pipe2"))?;
+    let (err_r, err_w) = super::pipe().map_err(os("pipe2"))?;
+    let (rep_r, rep_w) = super::pipe().map_err(os("pipe2"))?;
     let stdin = stdin_memfd(&spec.stdin)?;
     let work = ctx.work.attachable().map_err(os("cloning the work dir mount"))?;
     let net_ns = ctx.netns.and_then(|p| p.take());

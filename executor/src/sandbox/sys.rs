@@ -242,6 +242,17 @@ pub fn reset_signal(sig: i32) -> Res {
     sc!(libc::SYS_rt_sigaction, sig as usize, act.as_ptr() as usize, 0, 8)
 }
 
+/// Every catchable signal back to its default and none blocked: a process cloned
+/// from the executor must not run (or ignore signals with) the executor's handlers.
+pub fn default_signals() {
+    for sig in 1..=64 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            let _ = reset_signal(sig);
+        }
+    }
+    let _ = unblock_all_signals();
+}
+
 /// rt_sigprocmask(SIG_SETMASK, empty).
 pub fn unblock_all_signals() -> Res {
     let set = 0u64;
