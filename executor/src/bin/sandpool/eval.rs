@@ -55,9 +55,12 @@ pub struct EvalArgs {
     executor: ExecutorArgs,
 }
 
-/// A gRPC client, and the embedded executor it talks to when there is no endpoint.
+/// gRPC clients, and the embedded executor they talk to when there is no endpoint.
 pub struct Connection {
+    /// For unary calls (balanced over every executor).
     pub client: pb::executor_client::ExecutorClient<Channel>,
+    /// One per executor, for streams.
+    pub each: Vec<pb::executor_client::ExecutorClient<Channel>>,
     /// Stops the embedded executor when the connection is dropped.
     _embedded: Option<Loopback>,
 }
@@ -65,18 +68,26 @@ pub struct Connection {
 /// Connects to `endpoint`, or serves an embedded executor on a loopback port and connects to it
 /// (so both paths go through the same gRPC stream handling).
 pub async fn connect(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Result<Connection> {
-    let (ch, embedded) = match endpoint {
-        Some(e) => (crate::target::channel(e).await?, None),
+    let (channels, embedded) = match endpoint {
+        Some(e) => (crate::target::channels(e).await?, None),
         None => {
             let local = Loopback::start(Arc::new(args.build_engine().await?)).await?;
-            (local.channel.clone(), Some(local))
+            let ch = local.channel.clone();
+            let channels = crate::target::Channels {
+                balanced: ch.clone(),
+                each: vec![ch],
+            };
+            (channels, Some(local))
         }
     };
-    let client = pb::executor_client::ExecutorClient::new(ch)
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX);
+    let client = |ch: Channel| {
+        pb::executor_client::ExecutorClient::new(ch)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    };
     Ok(Connection {
-        client,
+        client: client(channels.balanced),
+        each: channels.each.into_iter().map(client).collect(),
         _embedded: embedded,
     })
 }
@@ -389,7 +400,7 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
         retries: a.retries,
         reopen_attempts: 5,
     };
-    let unanswered = evaluate_all(&conn.client, &requests, spread, |i, resp, attempts| {
+    let unanswered = evaluate_all(&conn.each, &requests, spread, |i, resp, attempts| {
         summary.add(&items[i], &resp);
         passed += usize::from(resp.accepted);
         let mut line = result_json(&items[i], &resp);

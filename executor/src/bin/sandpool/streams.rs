@@ -1,7 +1,7 @@
 //! Judges a whole dataset over several `EvaluateStream`s at once.
 //!
-//! Several streams, because on a balanced channel each stream lands on one
-//! executor: more streams spread a run over more pods. A stream that breaks
+//! Several streams, because a stream stays on one executor: stream k goes to
+//! executor k mod n, so a run spreads over every pod. A stream that breaks
 //! (a pod stopped, a connection reset) or ends early (a draining executor)
 //! hands its unanswered requests back to be sent on the others, and is
 //! reopened after a pause; a SANDBOX_ERROR answer is sent again. Nothing is
@@ -115,7 +115,7 @@ pub struct Unanswered {
 /// called once per request as its answer is final. An error when an executor refused a
 /// stream outright (e.g. UNIMPLEMENTED) or `on_result` failed.
 pub async fn evaluate_all(
-    client: &Client,
+    clients: &[Client],
     requests: &[pb::EvaluateRequest],
     spread: Spread,
     mut on_result: impl FnMut(usize, pb::EvaluateResponse, u32) -> anyhow::Result<()>,
@@ -124,12 +124,15 @@ pub async fn evaluate_all(
     if index.len() != requests.len() {
         bail!("request ids must be distinct");
     }
+    if clients.is_empty() {
+        bail!("no executor to send to");
+    }
     let n_streams = spread.streams.clamp(1, spread.concurrency.max(1));
     let per_stream = spread.concurrency.div_ceil(n_streams);
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let mut streams: Vec<Stream> = (0..n_streams)
         .map(|k| Stream {
-            tx: Some(open(client, k, per_stream, &events_tx)),
+            tx: Some(open(&clients[k % clients.len()], k, per_stream, &events_tx)),
             ..Default::default()
         })
         .collect();
@@ -223,7 +226,7 @@ pub async fn evaluate_all(
                 pending.push_front(i);
             }
             Event::Reopen(k) => {
-                streams[k].tx = Some(open(client, k, per_stream, &events_tx));
+                streams[k].tx = Some(open(&clients[k % clients.len()], k, per_stream, &events_tx));
             }
         }
     }

@@ -59,23 +59,38 @@ pub async fn endpoint_uris(spec: &str) -> anyhow::Result<Vec<String>> {
     Ok(uris)
 }
 
-/// A channel to the executors `spec` names: one connection, or a
-/// load-balanced set (calls and streams spread over them) for several.
-pub async fn channel(spec: &str) -> anyhow::Result<Channel> {
+/// Channels to the executors an `--endpoint` names.
+pub struct Channels {
+    /// For unary calls: the one executor, or a load balancer over all of them.
+    pub balanced: Channel,
+    /// One per executor, for long-lived streams: a balancer places each stream
+    /// once, often all of them on whichever executor it connected to first.
+    pub each: Vec<Channel>,
+}
+
+/// Connects to the executors `spec` names (see [`endpoint_uris`]).
+pub async fn channels(spec: &str) -> anyhow::Result<Channels> {
     let uris = endpoint_uris(spec).await?;
     if let [uri] = uris.as_slice() {
         // One executor: connect now, so a wrong address fails here, plainly.
-        return Channel::from_shared(uri.clone())?
+        let ch = Channel::from_shared(uri.clone())?
             .connect()
             .await
-            .map_err(|e| anyhow::anyhow!("connecting to {uri}: {e}"));
+            .map_err(|e| anyhow::anyhow!("connecting to {uri}: {e}"))?;
+        return Ok(Channels {
+            balanced: ch.clone(),
+            each: vec![ch],
+        });
     }
     let endpoints = uris
         .iter()
         .map(|u| tonic::transport::Endpoint::from_shared(u.clone()).map_err(|e| anyhow::anyhow!("{u}: {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    tracing::info!(executors = uris.len(), "balancing over {}", uris.join(", "));
-    Ok(Channel::balance_list(endpoints.into_iter()))
+    tracing::info!(executors = uris.len(), "spreading over {}", uris.join(", "));
+    Ok(Channels {
+        each: endpoints.iter().map(|e| e.connect_lazy()).collect(),
+        balanced: Channel::balance_list(endpoints.into_iter()),
+    })
 }
 
 impl Target {
@@ -83,7 +98,7 @@ impl Target {
     pub async fn new(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Result<Self> {
         Ok(match endpoint {
             Some(e) => {
-                let ch = channel(e).await?;
+                let ch = channels(e).await?.balanced;
                 Target::Remote(pb::executor_client::ExecutorClient::new(ch).max_decoding_message_size(usize::MAX))
             }
             None => Target::Embedded(Arc::new(args.build_engine().await?)),
