@@ -338,6 +338,7 @@ mod tests {
         let mut t = LanguageTable::parse(BUILTIN).unwrap();
         let py = t.get("python").unwrap();
         assert!(py.list_packages.is_some());
+        assert_eq!(t.get("python_gpu").unwrap().list_packages, py.list_packages);
         for p in ["python3-numpy", "python3-pandas", "python3-scipy", "python3-sympy"] {
             assert!(py.packages.iter().any(|x| x == p), "{p} missing");
         }
