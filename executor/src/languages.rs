@@ -125,27 +125,32 @@ pub fn package_lines(stdout: &[u8]) -> Vec<Package> {
 const PER_RUN_MOUNTS: &[&str] = &["/work", "/tmp", "/dev", "/proc"];
 
 /// Resolves `--python-path` arguments (see [`resolve_import_dir`]) and adds each
-/// to `ro_paths` unless a listed path already covers it; returns the import directories.
+/// directory to `ro_paths` unless a listed path already covers it; returns the import directories.
 pub fn expose_import_dirs(dirs: &[PathBuf], ro_paths: &mut Vec<PathBuf>) -> Result<Vec<PathBuf>, TableError> {
-    let resolved = dirs
-        .iter()
-        .map(|d| resolve_import_dir(d))
-        .collect::<Result<Vec<_>, _>>()?;
-    for (given, _) in dirs.iter().zip(&resolved) {
-        if !ro_paths.iter().any(|p| given.starts_with(p)) {
-            ro_paths.push(given.clone());
+    let mut imports = Vec::new();
+    for d in dirs {
+        let (exposed, import) = resolve_import_dir(d)?;
+        if !ro_paths.iter().any(|p| exposed.starts_with(p)) {
+            ro_paths.push(exposed);
         }
+        imports.push(import);
     }
-    Ok(resolved)
+    Ok(imports)
 }
 
-/// Where a `--python-path` argument's packages are: a venv (with `pyvenv.cfg`)
-/// means its single `lib/python3.*/site-packages`; any other directory itself.
-pub fn resolve_import_dir(dir: &Path) -> Result<PathBuf, TableError> {
-    let err = |why: &str| TableError::ImportPath(dir.display().to_string(), why.to_owned());
-    if !dir.is_absolute() {
+/// A `--python-path` argument: the directory to expose (symlinks resolved: the
+/// sandbox binds the real directory, and a link's target may be somewhere runs
+/// do not see) and where its packages are: a venv's (with `pyvenv.cfg`) single
+/// `lib/python3.*/site-packages`, or the directory itself.
+pub fn resolve_import_dir(given: &Path) -> Result<(PathBuf, PathBuf), TableError> {
+    let err = |why: &str| TableError::ImportPath(given.display().to_string(), why.to_owned());
+    if !given.is_absolute() {
         return Err(err("must be an absolute path"));
     }
+    if !given.is_dir() {
+        return Err(err("is not a directory"));
+    }
+    let dir = given.canonicalize().map_err(|e| err(&e.to_string()))?;
     let text = dir.to_str().ok_or_else(|| err("must be valid UTF-8"))?;
     if text.contains(':') || text.contains(',') {
         return Err(err("must not contain ':' or ','"));
@@ -155,11 +160,8 @@ pub fn resolve_import_dir(dir: &Path) -> Result<PathBuf, TableError> {
             "is under a directory each run gets privately (/work, /tmp, /dev, /proc); runs would not see it",
         ));
     }
-    if !dir.is_dir() {
-        return Err(err("is not a directory"));
-    }
     if !dir.join("pyvenv.cfg").exists() {
-        return Ok(dir.to_owned());
+        return Ok((dir.clone(), dir));
     }
     let sites: Vec<PathBuf> = std::fs::read_dir(dir.join("lib"))
         .map_err(|e| err(&format!("a venv without lib/: {e}")))?
@@ -169,7 +171,15 @@ pub fn resolve_import_dir(dir: &Path) -> Result<PathBuf, TableError> {
         .filter(|p| p.is_dir())
         .collect();
     match sites.as_slice() {
-        [one] => Ok(one.clone()),
+        [one] => {
+            let site = one.canonicalize().map_err(|e| err(&e.to_string()))?;
+            if !site.starts_with(&dir) {
+                return Err(err(
+                    "its site-packages is outside the venv; pass that directory instead",
+                ));
+            }
+            Ok((dir, site))
+        }
         _ => Err(err(
             "a venv needs exactly one lib/python3.*/site-packages; pass that directory instead",
         )),
@@ -379,24 +389,41 @@ mod tests {
     fn import_dirs_are_checked_and_venvs_resolved() {
         let bad = |p: &str| resolve_import_dir(Path::new(p)).unwrap_err().to_string();
         assert!(bad("relative/dir").contains("absolute"), "{}", bad("relative/dir"));
-        assert!(bad("/tmp/venv").contains("privately"));
-        assert!(bad("/work/x").contains("privately"));
+        assert!(bad("/tmp").contains("privately"));
+        assert!(bad("/proc/self").contains("privately"));
         assert!(bad("/nonexistent-sandpool-dir").contains("not a directory"));
-        assert!(bad("/opt/a:b").contains("':'"));
         // Not under /tmp or /work: runs get those privately.
         let dir = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
-        assert_eq!(resolve_import_dir(dir.path()).unwrap(), dir.path());
-        std::fs::write(dir.path().join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
-        assert!(resolve_import_dir(dir.path()).is_err(), "a venv without site-packages");
-        let site = dir.path().join("lib/python3.11/site-packages");
+        let d = dir.path().to_owned();
+        assert_eq!(resolve_import_dir(&d).unwrap(), (d.clone(), d.clone()));
+        std::fs::create_dir(d.join("a:b")).unwrap();
+        assert!(
+            resolve_import_dir(&d.join("a:b"))
+                .unwrap_err()
+                .to_string()
+                .contains("':'")
+        );
+        // A link is followed to the directory that is bound; one into /tmp is refused.
+        std::os::unix::fs::symlink(&d, d.join("link")).unwrap();
+        assert_eq!(resolve_import_dir(&d.join("link")).unwrap().0, d);
+        std::os::unix::fs::symlink("/tmp", d.join("to-tmp")).unwrap();
+        assert!(
+            resolve_import_dir(&d.join("to-tmp"))
+                .unwrap_err()
+                .to_string()
+                .contains("privately")
+        );
+        std::fs::write(d.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        assert!(resolve_import_dir(&d).is_err(), "a venv without site-packages");
+        let site = d.join("lib/python3.11/site-packages");
         std::fs::create_dir_all(&site).unwrap();
-        assert_eq!(resolve_import_dir(dir.path()).unwrap(), site);
+        assert_eq!(resolve_import_dir(&d).unwrap(), (d.clone(), site.clone()));
         let mut ro = vec![PathBuf::from("/usr")];
-        let got = expose_import_dirs(&[dir.path().to_owned()], &mut ro).unwrap();
+        let got = expose_import_dirs(std::slice::from_ref(&d), &mut ro).unwrap();
         assert_eq!(got, vec![site]);
-        assert_eq!(ro, vec![PathBuf::from("/usr"), dir.path().to_owned()]);
+        assert_eq!(ro, vec![PathBuf::from("/usr"), d.clone()]);
         let mut ro = vec![PathBuf::from("/")];
-        expose_import_dirs(&[dir.path().to_owned()], &mut ro).unwrap();
+        expose_import_dirs(&[d], &mut ro).unwrap();
         assert_eq!(ro, vec![PathBuf::from("/")], "already visible: not bound again");
     }
 
