@@ -376,7 +376,16 @@ async fn no_op_reconcile_writes_nothing(setup: &Setup, operator: &Operator) {
     }
     let child_writes = operator.metric_sum("sandpool_operator_child_writes_total");
     let status_writes = operator.metric("sandpool_operator_status_writes_total");
-    let audit_mark = setup.cluster.audit_events().len();
+    let events = setup.cluster.audit_events();
+    let audit_mark = events.len();
+    // The filter below must match the operator's requests: its first apply of the
+    // Deployment (server-side apply is a PATCH) is in the log.
+    assert!(
+        events.iter().any(|e| e["user"]["username"] == user.as_str()
+            && e["verb"] == "patch"
+            && e["objectRef"]["resource"] == "deployments"),
+        "the audit log has none of {user}'s writes"
+    );
 
     // Touching the pool's metadata triggers a reconcile without changing anything it reads.
     setup
@@ -451,7 +460,9 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     // The leader dies without releasing the lease; the standby takes over once it expires.
     a.kill();
     let killed = Instant::now();
-    let limit = Duration::from_secs(sandpool_operator::leader::LEASE_DURATION_S + 5);
+    // The lease expires at most LEASE_DURATION_S after the last renewal, which came before
+    // the kill; the slack covers the standby's and this loop's polling.
+    let limit = Duration::from_secs(sandpool_operator::leader::LEASE_DURATION_S + 3);
     wait_for("op-b to take the lease", limit, || async {
         lease_holder(&leases).await.as_deref() == Some("op-b")
     })
