@@ -70,7 +70,7 @@ build() {
   tmp="$(mktemp -d "$CACHE.tmp.XXXXXX" 2> /dev/null || { mkdir -p "$CACHE" && mktemp -d "$CACHE/.tmp.XXXXXX"; })"
   # One invocation, so the packages the binaries share are compiled once. The tools are
   # go.mod's: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok.
-  (cd "$MODULE" && "$GO" build -trimpath -ldflags="$(ldflags)" -o "$tmp/" tool ./etcd) \
+  (cd "$MODULE" && "$GO" build -buildvcs=false -trimpath -ldflags="$(ldflags)" -o "$tmp/" tool ./etcd) \
     || { rm -rf "$tmp"; die "go build failed"; }
   # kwok's default stages (as kwokctl uses them): nodes turn Ready and keep a Lease; pods
   # become Running and Ready at once, and go when deleted.

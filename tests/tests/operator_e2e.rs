@@ -284,6 +284,22 @@ async fn a_pool_gets_its_children_scales_and_is_garbage_collected() {
             .contains("sandboxpool.sandpool.dev/e2e")
     );
 
+    // A deleted NetworkPolicy is restored at once (the operator watches its children), so
+    // the pods are never left open for long.
+    let nps: Api<NetworkPolicy> = setup.api();
+    let old_uid = np.metadata.uid.clone();
+    nps.delete("e2e", &DeleteParams::default())
+        .await
+        .expect("NetworkPolicy deletes");
+    wait_for("the operator to restore the NetworkPolicy", TIMEOUT, || async {
+        nps.get_opt("e2e")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|n| n.metadata.uid != old_uid)
+    })
+    .await;
+
     no_op_reconcile_writes_nothing(&setup, &operator).await;
 
     // `kubectl scale` goes through the scale subresource; the operator follows.
@@ -342,7 +358,6 @@ async fn a_pool_gets_its_children_scales_and_is_garbage_collected() {
         .expect("pool deletes");
     let sas: Api<ServiceAccount> = setup.api();
     let svcs: Api<Service> = setup.api();
-    let nps: Api<NetworkPolicy> = setup.api();
     let pdbs: Api<PodDisruptionBudget> = setup.api();
     wait_for("the garbage collector to delete every child", TIMEOUT, || async {
         pools.get_opt("e2e").await.is_ok_and(|p| p.is_none())
