@@ -67,7 +67,8 @@ build() {
   fi
   local start=$SECONDS tmp
   log "building the control plane into $bin (cold: many minutes; cached afterwards)"
-  tmp="$(mktemp -d "$CACHE.tmp.XXXXXX" 2> /dev/null || { mkdir -p "$CACHE" && mktemp -d "$CACHE/.tmp.XXXXXX"; })"
+  mkdir -p "$CACHE"
+  tmp="$(mktemp -d "$CACHE/.tmp.XXXXXX")"
   # One invocation, so the packages the binaries share are compiled once. The tools are
   # go.mod's: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok.
   (cd "$MODULE" && "$GO" build -buildvcs=false -trimpath -ldflags="$(ldflags)" -o "$tmp/" tool ./etcd) \
@@ -83,7 +84,6 @@ build() {
   done > "$tmp/kwok-stages.yaml"
   fetch_helm "$tmp/helm" || { rm -rf "$tmp"; die "could not fetch helm"; }
   touch "$tmp/.complete"
-  mkdir -p "$(dirname "$bin")"
   rm -rf "$bin"
   mv "$tmp" "$bin"
   log "built in $((SECONDS - start)) s"
