@@ -11,6 +11,8 @@ APT_PACKAGES=(
   libboost-dev libssl-dev
   # test and CI tooling
   python3-venv python3-pip
+  # the Kubernetes test cluster (scripts/cluster.sh): certificates; Go itself is preinstalled
+  openssl
 )
 NPM_PACKAGES=(tsx@4 jest@29)
 
