@@ -11,6 +11,9 @@ APT_PACKAGES=(
   libboost-dev libssl-dev
   # test and CI tooling
   python3-venv python3-pip
+  # the cgroup v2 VM test (scripts/cgroup2-vm.sh, tests/tests/executor_cgroup2_vm.rs): QEMU, a
+  # Debian kernel that boots with cgroup v2, and a static busybox for its initramfs
+  qemu-system-x86 linux-image-amd64 busybox-static
 )
 NPM_PACKAGES=(tsx@4 jest@29)
 
