@@ -238,6 +238,8 @@ pub struct Baseline {
     cpu_ns: u64,
     oom_kills: u64,
     peak: Option<File>,
+    /// v2 without a resettable memory.peak (Linux before 6.12): the slot's all-time peak.
+    peak_before: Option<u64>,
     /// Memory charged to the slot before the run (page cache of earlier runs).
     memory_before: u64,
 }
@@ -246,7 +248,8 @@ pub struct Baseline {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Usage {
     pub cpu_ns: u64,
-    pub peak_memory: u64,
+    /// None when the cgroup cannot tell (see [`SlotCgroup::usage`]).
+    pub peak_memory: Option<u64>,
     pub oom_killed: bool,
 }
 
@@ -311,7 +314,12 @@ impl SlotCgroup {
             }
             Version::V1 => None,
         };
+        let peak_before = match (&peak, self.version) {
+            (None, Version::V2) => self.memory_peak(),
+            _ => None,
+        };
         Ok(Baseline {
+            peak_before,
             memory_before: self.memory_current(),
             cpu_ns: self.cpu_ns(),
             oom_kills: self.oom_kills(),
@@ -329,6 +337,11 @@ impl SlotCgroup {
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// The slot's all-time memory peak (v2, Linux 5.19 and later).
+    fn memory_peak(&self) -> Option<u64> {
+        read_file(&self.memory().join("memory.peak")).ok()?.trim().parse().ok()
     }
 
     /// CPU time used by everything in the slot so far, in nanoseconds.
@@ -357,23 +370,28 @@ impl SlotCgroup {
     }
 
     /// What the run used since `prepare`.
+    ///
+    /// The peak is None where the cgroup cannot tell it: on v2 before Linux
+    /// 6.12, memory.peak cannot be reset and is the slot's all-time peak, so it
+    /// is this run's only when the run raised it.
     pub fn usage(&self, base: &mut Baseline) -> Usage {
-        let peak_memory: u64 = match (&mut base.peak, self.version) {
+        let peak_memory: Option<u64> = match (&mut base.peak, self.version) {
             (Some(f), _) => {
                 let mut s = String::new();
                 let _ = f.seek(SeekFrom::Start(0)).and_then(|_| f.read_to_string(&mut s));
-                s.trim().parse().unwrap_or(0)
+                s.trim().parse().ok()
             }
             (None, Version::V1) => read_file(&self.memory().join("memory.max_usage_in_bytes"))
                 .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0),
-            (None, Version::V2) => 0,
+                .and_then(|s| s.trim().parse().ok()),
+            (None, Version::V2) => self
+                .memory_peak()
+                .filter(|&now| base.peak_before.is_some_and(|b| now > b)),
         };
         Usage {
             cpu_ns: self.cpu_ns().saturating_sub(base.cpu_ns),
             // Page cache charged by earlier runs in the slot is not this run's.
-            peak_memory: peak_memory.saturating_sub(base.memory_before),
+            peak_memory: peak_memory.map(|p| p.saturating_sub(base.memory_before)),
             oom_killed: self.oom_kills() > base.oom_kills,
         }
     }

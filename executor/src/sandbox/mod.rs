@@ -123,6 +123,8 @@ pub struct Sandbox {
     netns: Option<netns::NetnsPool>,
     seccomp: Vec<Vec<libc::sock_filter>>,
     features: Features,
+    /// Kernels before 6.15 only: where work dirs are attached to be cloned.
+    staging: Option<std::sync::Arc<workdir::Staging>>,
 }
 
 /// Directory (inside the sandbox) where runs start.
@@ -180,6 +182,9 @@ impl Sandbox {
         };
         // The slot namespaces hold their own copies: the host keeps nothing.
         mounts::detach_all(&cfg.work_root);
+        let staging = workdir::Staging::if_needed(&cfg.work_root.join("attached"))
+            .map_err(|e| SandboxError::Os("preparing work dir mounts", e))?
+            .map(std::sync::Arc::new);
 
         let cgroups = cgroup::Hierarchy::setup(&cgroup_name(&cfg.work_root))
             .and_then(|h| Ok(((0..cfg.slots).map(|i| h.slot(i)).collect::<Result<Vec<_>, _>>()?, h)));
@@ -234,6 +239,7 @@ impl Sandbox {
             netns,
             seccomp,
             features,
+            staging,
         };
         tracing::info!(mode = sandbox.cfg.mode.name(), features = %sandbox.features, "sandbox ready");
         Ok(sandbox)
@@ -268,7 +274,7 @@ impl Sandbox {
     /// Creates a fresh work dir for a run in `slot`.
     pub fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
         let uid = self.uid(slot);
-        Ok(WorkDir::create(self.cfg.work_dir_bytes, uid, uid)?)
+        Ok(WorkDir::create(self.cfg.work_dir_bytes, uid, uid)?.staged(self.staging.clone()))
     }
 
     fn uid(&self, slot: usize) -> u32 {

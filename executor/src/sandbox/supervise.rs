@@ -433,7 +433,8 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         stderr_truncated,
         wall,
         cpu,
-        peak_memory: usage.map_or(ru.ru_maxrss as u64 * 1024, |u| u.peak_memory),
+        // The largest process's resident set where the cgroup cannot tell.
+        peak_memory: usage.and_then(|u| u.peak_memory).unwrap_or(ru.ru_maxrss as u64 * 1024),
         cpu_exceeded,
     })
 }

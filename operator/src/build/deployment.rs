@@ -24,8 +24,10 @@ pub const RESTRICTED_UID: i64 = 65532;
 const LIVENESS_SERVICE: &str = "liveness";
 
 /// Capabilities `namespaces` mode needs, each for one documented reason (docs/operator.md).
-pub const NAMESPACES_CAPABILITIES: [&str; 7] = [
+pub const NAMESPACES_CAPABILITIES: [&str; 9] = [
     "SYS_ADMIN",    // unshare pid/net/mount/ipc/uts namespaces, mount tmpfs work dirs
+    "SYS_CHROOT",   // setns(2) into a slot's mount namespace requires it besides SYS_ADMIN
+    "NET_ADMIN",    // bring loopback up in each run's network namespace
     "SETUID",       // drop each run to an unprivileged uid
     "SETGID",       // ... and gid
     "KILL",         // kill a run's processes after they changed uid

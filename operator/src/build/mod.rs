@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::labels;
 use crate::resolve::ResolvedPool;
 
-pub use deployment::{deployment, executor_args};
+pub use deployment::{NAMESPACES_CAPABILITIES, deployment, executor_args};
 pub use disruption_budget::disruption_budget;
 pub use network_policy::network_policy;
 pub use service::service;

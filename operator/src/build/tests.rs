@@ -254,7 +254,7 @@ fn deployment_for_the_issue_example_is_exact() {
                     "privileged": false,
                     "allowPrivilegeEscalation": false,
                     "readOnlyRootFilesystem": true,
-                    "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN", "SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"]},
+                    "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYS_CHROOT", "NET_ADMIN", "SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"]},
                     "seccompProfile": {"type": "Unconfined"},
                     "appArmorProfile": {"type": "Unconfined"},
                 },
