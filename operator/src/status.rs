@@ -90,6 +90,17 @@ fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> Sandbo
     }
 }
 
+/// Whether the pool's last status said its rollout of the current generation had finished
+/// (complete, or complete and since degraded by lost pods).
+fn rollout_finished_for(pool: &SandboxPool) -> bool {
+    let generation = pool.metadata.generation;
+    previous(pool).iter().any(|c| {
+        c.observed_generation == generation
+            && ((c.type_ == PROGRESSING && c.reason == "RolloutComplete")
+                || (c.type_ == DEGRADED && c.reason == "ReplicasUnavailable"))
+    })
+}
+
 /// Status for a pool whose objects were applied, from its live Deployment.
 pub fn from_deployment(
     pool: &SandboxPool,
@@ -120,7 +131,17 @@ pub fn from_deployment(
     let replica_failure = deployment_condition("ReplicaFailure")
         .filter(|c| c.status == "True")
         .map(|c| c.message.clone().unwrap_or_else(|| "pods cannot be created".to_owned()));
-    let rolled_out = seen_latest && updated == desired && replicas == desired && available == desired;
+    // Every pod runs the current template; not yet that they are all available.
+    let template_current = seen_latest && updated == desired;
+    let rolled_out = template_current && replicas == desired && available == desired;
+    // A rollout that finished and then lost pods is not rolling out again: the Deployment
+    // says so (its Progressing reason), or our own last status did for this generation.
+    let finished_before = template_current
+        && !rolled_out
+        && (deployment_condition("Progressing")
+            .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some("NewReplicaSetAvailable"))
+            || rollout_finished_for(pool));
+    let rolled_out_then_lost = finished_before && deadline_exceeded.is_none();
 
     let ready_message = format!("{ready}/{desired} executors ready");
     // Ready means the pool serves at full size, even while a rollout replaces pods.
@@ -146,13 +167,13 @@ pub fn from_deployment(
             reason: "ProgressDeadlineExceeded",
             message: message.clone(),
         },
-        (None, true) => Want {
+        (None, done) if done || rolled_out_then_lost => Want {
             type_: PROGRESSING,
             status: false,
             reason: "RolloutComplete",
             message: format!("{updated}/{desired} executors run the current spec"),
         },
-        (None, false) => Want {
+        (None, _) => Want {
             type_: PROGRESSING,
             status: true,
             reason: "RollingOut",
@@ -173,12 +194,12 @@ pub fn from_deployment(
             reason: "ProgressDeadlineExceeded",
             message,
         }
-    } else if rolled_out && ready < desired {
+    } else if rolled_out_then_lost {
         Want {
             type_: DEGRADED,
             status: true,
             reason: "ReplicasUnavailable",
-            message: format!("only {ready}/{desired} executors ready after the rollout finished"),
+            message: format!("only {available}/{desired} executors available after the rollout finished"),
         }
     } else {
         Want {
