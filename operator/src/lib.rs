@@ -14,6 +14,8 @@
 //! - [`units`]: durations and quantities in the executor's units.
 //! - [`labels`]: names, labels and ports shared by every object.
 //! - [`defaults`]: operator-wide defaults (image, isolation, runtime class).
+//! - [`policy`]: operator-wide policy pool authors cannot override (images, runtime classes,
+//!   tolerations, node selectors, namespaces).
 //! - [`render`]: the `render` subcommand, objects for pools in a file.
 
 pub mod apply;
@@ -25,6 +27,7 @@ pub mod http;
 pub mod labels;
 pub mod leader;
 pub mod metrics;
+pub mod policy;
 pub mod reconcile;
 pub mod render;
 pub mod resolve;

@@ -19,6 +19,10 @@ pub const DEGRADED: &str = "Degraded";
 pub const INVALID_SPEC: &str = "InvalidSpec";
 /// Reason used when a child's name is taken by an object the pool does not own.
 pub const OBJECT_CONFLICT: &str = "ObjectConflict";
+/// Reason used when the operator's policy refuses the pool.
+pub const POLICY_REFUSED: &str = "PolicyRefused";
+/// Reason used when the API server refuses a child the operator applies.
+pub const APPLY_REJECTED: &str = "ApplyRejected";
 
 /// One condition's desired state, before timestamps.
 struct Want<'a> {
@@ -71,8 +75,18 @@ pub fn conflict(pool: &SandboxPool, message: &str, now: &Time) -> SandboxPoolSta
     failed(pool, OBJECT_CONFLICT, message, now)
 }
 
+/// Status for a pool the operator's policy refuses.
+pub fn refused(pool: &SandboxPool, refusal: &InvalidSpec, now: &Time) -> SandboxPoolStatus {
+    failed(pool, POLICY_REFUSED, &refusal.to_string(), now)
+}
+
+/// Status for a pool whose child the API server refused (admission, validation, RBAC).
+pub fn apply_rejected(pool: &SandboxPool, message: &str, now: &Time) -> SandboxPoolStatus {
+    failed(pool, APPLY_REJECTED, message, now)
+}
+
 /// Not ready, not progressing, degraded, all for `reason`; counts and endpoint carried over.
-fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> SandboxPoolStatus {
+pub fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> SandboxPoolStatus {
     let old = pool.status.clone().unwrap_or_default();
     let generation = pool.metadata.generation;
     let want = |type_, status| Want {

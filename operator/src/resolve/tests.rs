@@ -51,6 +51,7 @@ fn operator_defaults_apply_when_the_spec_is_silent() {
         isolation: IsolationMode::Restricted,
         runtime_class_name: Some("gvisor".to_owned()),
         cluster_domain: "corp.local".to_owned(),
+        ..PoolDefaults::default()
     };
     let p = resolve(&pool(json!({})), &defaults, "default").expect("valid");
     assert_eq!(p.image, "registry.local/exec:9");
