@@ -10,6 +10,7 @@
 //! - [`metrics`]: Prometheus metrics of the loop.
 //! - [`controller`]: the `run` subcommand: watches, leader election, shutdown.
 //! - [`leader`]: Lease-based leader election.
+//! - [`rbac`]: every API call the operator makes, as the RBAC rules the chart must grant.
 //! - [`http`]: `/metrics`, `/healthz` and `/readyz`.
 //! - [`units`]: durations and quantities in the executor's units.
 //! - [`labels`]: names, labels and ports shared by every object.
@@ -28,6 +29,7 @@ pub mod labels;
 pub mod leader;
 pub mod metrics;
 pub mod policy;
+pub mod rbac;
 pub mod reconcile;
 pub mod render;
 pub mod resolve;

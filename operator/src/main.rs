@@ -31,6 +31,8 @@ enum Command {
     Crd,
     /// Print every object the operator would apply for the pools in a file (no cluster needed).
     Render(RenderArgs),
+    /// Print the RBAC rules the operator needs (JSON), as the chart must grant them.
+    Rbac,
 }
 
 /// Defaults applied to pools that leave these fields unset.
@@ -61,6 +63,7 @@ struct PolicyArgs {
     #[arg(long, env = "SANDPOOL_ALLOWED_IMAGES", value_delimiter = ',')]
     allowed_images: Vec<String>,
     /// RuntimeClasses pools may name instead of --default-runtime-class (`*`: any).
+    /// With no default, an empty list allows any class.
     #[arg(long, env = "SANDPOOL_ALLOWED_RUNTIME_CLASSES", value_delimiter = ',')]
     allowed_runtime_classes: Vec<String>,
     /// Toleration keys pools may use (exact or prefix ending in `/`; `*`: any but
@@ -203,6 +206,10 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => run(args).await,
+        Command::Rbac => {
+            println!("{}", sandpool_operator::rbac::rules_json()?);
+            Ok(())
+        }
         Command::Crd => {
             print!("{}", sandpool_operator::crd::crd_yaml()?);
             Ok(())

@@ -26,7 +26,8 @@ pub struct Policy {
     /// Empty: the operator's own executor image repository only.
     pub allowed_images: Vec<String>,
     /// RuntimeClasses a pool may name instead of the operator's default (`*`: any). A pool
-    /// can leave the default only for one of these.
+    /// can leave the default only for one of these. With no default and an empty list,
+    /// pools may name any class (there is no default to drop).
     pub allowed_runtime_classes: Vec<String>,
     /// Toleration keys pools may use (exact, or a prefix ending in `/`; `*`: any key).
     /// Empty: any key except control-plane taints. Control-plane keys must be listed
@@ -96,7 +97,11 @@ impl Policy {
         default_runtime_class: Option<&str>,
     ) -> Result<(), Refusal> {
         self.check_image(&pool.image, default_image)?;
+        // With no default there is nothing to drop: any class is allowed unless listed ones
+        // narrow it. With a default, only it and the listed ones.
+        let open = default_runtime_class.is_none() && self.allowed_runtime_classes.is_empty();
         if let Some(class) = spec_runtime_class
+            && !open
             && Some(class) != default_runtime_class
             && !self.allowed_runtime_classes.iter().any(|c| c == "*" || c == class)
         {

@@ -97,7 +97,10 @@ fn a_pool_cannot_leave_the_default_runtime_class_unless_allowed() {
         )
         .is_ok()
     );
-    assert!(check(&allowed, runc, Some("gvisor")).is_err());
+    assert!(check(&allowed, runc.clone(), Some("gvisor")).is_err());
+    // No operator default: nothing to drop, so any class, unless a list narrows it.
+    assert!(check(&p, json!({"isolation": {"runtimeClassName": "gvisor"}}), None).is_ok());
+    assert!(check(&allowed, runc, None).is_err());
 }
 
 #[test]

@@ -213,6 +213,8 @@ async fn run_with_events(
         let mut seen = Vec::new();
         let mut events = Vec::new();
         let mut replies = replies.into_iter();
+        // Paths whose GET found nothing: an apply there creates, which needs `create`.
+        let mut missing = std::collections::HashSet::new();
         loop {
             let next = tokio::select! {
                 next = handle.next_request() => next,
@@ -240,6 +242,7 @@ async fn run_with_events(
                     .body(Body::from(serde_json::to_vec(answer).expect("answer serializes")))
                     .expect("response builds")
             };
+            assert_granted(&method, &path, &mut missing);
             if path.starts_with(EVENTS) {
                 respond.send_response(answer(StatusCode::CREATED, &body));
                 events.push(body);
@@ -254,6 +257,9 @@ async fn run_with_events(
                 "request #{}",
                 seen.len() + 1
             );
+            if method == Method::GET && reply.status == StatusCode::NOT_FOUND {
+                missing.insert(path.clone());
+            }
             let body_back = reply.body.unwrap_or_else(|| echo(reply.path, &body));
             respond.send_response(answer(reply.status, &body_back));
             seen.push(Seen {
@@ -275,6 +281,43 @@ async fn run_with_events(
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     };
     (result, seen, events, ctx)
+}
+
+/// Asserts that `crate::rbac::RULES` grants the call, so the chart (which check-manifests
+/// compares with those rules) grants every call the code paths under test make.
+fn assert_granted(method: &Method, path: &str, missing: &mut std::collections::HashSet<String>) {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // /api/v1/namespaces/NS/RES[/NAME[/SUB]] or /apis/GROUP/VERSION/namespaces/NS/RES[/NAME[/SUB]]
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => panic!("unexpected path {path}"),
+    };
+    let (resource, named) = match rest {
+        ["namespaces", _ns, resource] => ((*resource).to_owned(), false),
+        ["namespaces", _ns, resource, _name] => ((*resource).to_owned(), true),
+        ["namespaces", _ns, resource, _name, sub] => (format!("{resource}/{sub}"), true),
+        [resource, _name] => ((*resource).to_owned(), true),
+        _ => panic!("unexpected path {path}"),
+    };
+    let mut verbs = vec![match (method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("PUT", _) => "update",
+        ("DELETE", _) => "delete",
+        (other, _) => panic!("unexpected method {other}"),
+    }];
+    if method == Method::PATCH && missing.remove(path) {
+        verbs.push("create");
+    }
+    for verb in verbs {
+        assert!(
+            crate::rbac::granted(group, &resource, verb),
+            "{method} {path} needs {verb} on {group}/{resource}, which crate::rbac::RULES does not grant"
+        );
+    }
 }
 
 /// (type, reason, note) of each Event.
