@@ -95,10 +95,17 @@ pub fn stamp<K: Resource + Serialize>(desired: &mut K) -> Result<(), serde_json:
     Ok(())
 }
 
+/// Plain (non-pointer) `bool` fields of the objects the operator writes, which the API
+/// server stores without `false` values (Go's `omitempty`): a missing one is `false`.
+/// Pointer bools (`automountServiceAccountToken`, `readOnlyRootFilesystem`, ...) keep an
+/// explicit `false`, so for them a missing field is a real difference.
+const OMITTED_WHEN_FALSE: &[&str] = &["hostNetwork", "hostPID", "hostIPC", "publishNotReadyAddresses"];
+
 /// Whether every field set in `desired` has the same value in `live`. Empty values in
-/// `desired` (`null`, `[]`, `{}`) also match a missing field, because the API server drops
-/// empty fields; lists must match element by element; resource quantities compare by value,
-/// because the API server rewrites them in canonical form (`0.5` becomes `500m`).
+/// `desired` (`null`, `[]`, `{}`, and `false` for [`OMITTED_WHEN_FALSE`] fields) also match a
+/// missing field, because the API server drops them; lists must match element by element;
+/// resource quantities compare by value, because the API server rewrites them in canonical
+/// form (`0.5` becomes `500m`).
 pub fn is_subset(desired: &Value, live: &Value) -> bool {
     subset_under(desired, live, false)
 }
@@ -110,7 +117,7 @@ fn subset_under(desired: &Value, live: &Value, quantity_map: bool) -> bool {
         (Value::Object(want), Value::Object(have)) => want.iter().all(|(key, value)| match have.get(key) {
             Some(live_value) if quantity_map => same_quantity(value, live_value),
             Some(live_value) => subset_under(value, live_value, key == "requests" || key == "limits"),
-            None => is_empty(value),
+            None => is_empty(value) || (*value == Value::Bool(false) && OMITTED_WHEN_FALSE.contains(&key.as_str())),
         }),
         (Value::Array(want), Value::Array(have)) => {
             want.len() == have.len() && want.iter().zip(have).all(|(w, h)| subset_under(w, h, false))
@@ -305,6 +312,24 @@ mod tests {
         assert!(!is_subset(
             &json!({"spec": {"egress": []}}),
             &json!({"spec": {"egress": [{"to": []}]}})
+        ));
+    }
+
+    #[test]
+    fn false_matches_a_missing_field_only_where_the_server_omits_false() {
+        // What a real API server returns for the operator's Service and pod spec.
+        assert!(is_subset(
+            &json!({"spec": {"publishNotReadyAddresses": false, "hostNetwork": false, "hostPID": false, "hostIPC": false}}),
+            &json!({"spec": {}})
+        ));
+        assert!(!is_subset(
+            &json!({"spec": {"hostNetwork": false}}),
+            &json!({"spec": {"hostNetwork": true}})
+        ));
+        // A pointer bool the server would have kept: missing means someone removed it.
+        assert!(!is_subset(
+            &json!({"spec": {"automountServiceAccountToken": false}}),
+            &json!({"spec": {}})
         ));
     }
 
