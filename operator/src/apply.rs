@@ -9,7 +9,7 @@
 use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -159,7 +159,21 @@ fn owned_by<K: Resource>(object: &K, owner_uid: Option<&str>) -> bool {
 
 /// Makes the live object match `desired` with one server-side apply under the operator's
 /// field manager, or with no write at all when it already matches. Returns the live object.
-pub async fn ensure<K>(api: &Api<K>, mut desired: K, owner_uid: Option<&str>) -> Result<(K, Outcome), ApplyError>
+pub async fn ensure<K>(api: &Api<K>, desired: K, owner_uid: Option<&str>) -> Result<(K, Outcome), ApplyError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let (live, outcome, _previous) = ensure_tracked(api, desired, owner_uid).await?;
+    Ok((live, outcome))
+}
+
+/// [`ensure`], also returning the object as it was before an update (for Events that say
+/// what changed).
+pub async fn ensure_tracked<K>(
+    api: &Api<K>,
+    mut desired: K,
+    owner_uid: Option<&str>,
+) -> Result<(K, Outcome, Option<K>), ApplyError>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
@@ -189,9 +203,9 @@ where
             }
         }
     };
-    if let (Outcome::Unchanged, Some(live)) = (outcome, live) {
+    if let (Outcome::Unchanged, Some(live)) = (outcome, &live) {
         tracing::debug!(%kind, %name, "up to date");
-        return Ok((live, outcome));
+        return Ok((live.clone(), outcome, None));
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let applied = api
@@ -199,7 +213,30 @@ where
         .await
         .map_err(api_err)?;
     tracing::info!(%kind, %name, outcome = outcome.as_str(), "applied");
-    Ok((applied, outcome))
+    Ok((applied, outcome, live))
+}
+
+/// Creates `desired` unless an object with its name exists, which is left exactly as it is
+/// (never read, never overwritten): for Secrets, whose contents the operator must not need
+/// permission to read.
+pub async fn create_if_absent<K>(api: &Api<K>, desired: &K) -> Result<Outcome, ApplyError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let kind = K::kind(&()).into_owned();
+    let name = desired.name_any();
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    };
+    match api.create(&params, desired).await {
+        Ok(_) => {
+            tracing::info!(%kind, %name, "created");
+            Ok(Outcome::Created)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Outcome::Unchanged),
+        Err(source) => Err(ApplyError::Api { kind, name, source }),
+    }
 }
 
 /// Deletes the object named `name` if it exists and this pool owns it. Objects owned by
