@@ -271,24 +271,31 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if let Some((plan, stack)) = self.keep.take() {
-            self.kill();
-            let pid = self.pid;
-            let slot = self.slot.take();
-            // Reap off the async runtime; only then may the shared memory go,
-            // and the slot's mounts (the init never got to detach them).
-            std::thread::spawn(move || {
-                let mut status = 0;
-                // SAFETY: blocking wait on our own child.
-                unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
-                drop((plan, stack));
-                if let Some(slot) = slot
-                    && let Err(e) = slot.clear()
-                {
-                    tracing::error!(error = %e, "slot mounts left after a cancelled run");
-                }
-            });
-        }
+        let slot = self.slot.take();
+        let Some((plan, stack)) = self.keep.take() else {
+            // Reaped, but the run future was dropped before it cleared the slot.
+            if let Some(slot) = slot
+                && let Err(e) = slot.clear()
+            {
+                tracing::error!(error = %e, "slot mounts left after a cancelled run");
+            }
+            return;
+        };
+        self.kill();
+        let pid = self.pid;
+        // Reap off the async runtime; only then may the shared memory go,
+        // and the slot's mounts (the init never got to detach them).
+        std::thread::spawn(move || {
+            let mut status = 0;
+            // SAFETY: blocking wait on our own child.
+            unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+            drop((plan, stack));
+            if let Some(slot) = slot
+                && let Err(e) = slot.clear()
+            {
+                tracing::error!(error = %e, "slot mounts left after a cancelled run");
+            }
+        });
     }
 }
 
