@@ -201,6 +201,27 @@ async fn a_run_killed_at_its_cpu_limit_leaves_its_slot_clean() {
 }
 
 #[tokio::test]
+async fn a_run_killed_for_its_output_leaves_its_slot_clean() {
+    let exe = executor(1).await;
+    let r = exe
+        .run(with_limits(
+            request(
+                "python",
+                &fill_tmp_then("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"),
+                "",
+            ),
+            pb::Limits {
+                output_bytes: 100_000,
+                memory_bytes: 256 << 20,
+                ..Default::default()
+            },
+        ))
+        .await;
+    assert_eq!(r.verdict, pb::Verdict::OutputLimitExceeded as i32, "{}", describe(&r));
+    slot_is_clean(&exe).await;
+}
+
+#[tokio::test]
 async fn a_cancelled_run_leaves_its_slot_clean() {
     let exe = executor(1).await;
     let req = with_limits(
