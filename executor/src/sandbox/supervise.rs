@@ -337,10 +337,22 @@ async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>
 }
 
 pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
-    let mut baseline = match ctx.cgroup.map(|c| c.prepare(spec.limits.memory, spec.limits.processes)) {
+    use super::cgroup::CgroupError::LimitBelowUsage;
+    let prepare = || ctx.cgroup.map(|c| c.prepare(spec.limits.memory, spec.limits.processes));
+    let mut prepared = prepare();
+    if let Some(Err(e @ LimitBelowUsage { usage, .. })) = &prepared
+        && *usage > SLOT_FLOOR_BYTES
+    {
+        // More than a healthy slot holds: whatever a run left mounted in the
+        // slot's namespace goes (this run holds the slot), then one more try.
+        tracing::warn!(error = %e, "slot holds memory between runs; clearing its mounts");
+        super::slotns::clear(ctx.mnt_ns).map_err(os("clearing the slot's mounts"))?;
+        prepared = prepare();
+    }
+    let mut baseline = match prepared {
         None => None,
         Some(Ok(b)) => Some(b),
-        Some(Err(e @ super::cgroup::CgroupError::LimitBelowUsage { usage, .. })) if usage <= SLOT_FLOOR_BYTES => {
+        Some(Err(e @ LimitBelowUsage { usage, .. })) if usage <= SLOT_FLOOR_BYTES => {
             return Ok(no_room_to_start(&e));
         }
         Some(Err(e)) => return Err(e.into()),
