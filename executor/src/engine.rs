@@ -265,7 +265,7 @@ impl Engine {
                 Phased {
                     result: verdict::sandbox_error_phase(),
                     verdict: pb::Verdict::SandboxError,
-                    error: Some(e.to_string()),
+                    error: Some(e.client_message()),
                 }
             }
         }

@@ -25,6 +25,9 @@ pub enum CgroupError {
     Unavailable,
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// The limit is below what the slot holds even after reclaim (cgroup v1 refuses it).
+    #[error("memory limit of {limit} bytes is below the {usage} bytes the slot holds")]
+    LimitBelowUsage { limit: u64, usage: u64 },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
@@ -285,7 +288,7 @@ impl SlotCgroup {
         match self.version {
             Version::V1 => {
                 let m = self.memory();
-                write_file(&m.join("memory.limit_in_bytes"), &memory.to_string())?;
+                self.set_limit_v1(memory)?;
                 // Resets the high-water mark to the current usage.
                 write_file(&m.join("memory.max_usage_in_bytes"), "0")?;
                 // The slot's spawner and the run's init are ours, not the program's.
@@ -325,6 +328,32 @@ impl SlotCgroup {
             oom_kills: self.oom_kills(),
             peak,
         })
+    }
+
+    /// Sets the v1 memory limit. The kernel refuses (EBUSY) a limit below the
+    /// slot's usage that it cannot reclaim down to; force_empty then reclaims
+    /// all it can (page cache of earlier runs) before one more try.
+    fn set_limit_v1(&self, memory: u64) -> Result<(), CgroupError> {
+        let m = self.memory();
+        let limit = m.join("memory.limit_in_bytes");
+        let busy = |r: std::io::Result<()>| match r {
+            Ok(()) => Ok(false),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(true),
+            Err(e) => Err(io(&limit)(e)),
+        };
+        if !busy(fs::write(&limit, memory.to_string()))? {
+            return Ok(());
+        }
+        if let Err(e) = fs::write(m.join("memory.force_empty"), "0") {
+            tracing::debug!(error = %e, "memory.force_empty");
+        }
+        if busy(fs::write(&limit, memory.to_string()))? {
+            return Err(CgroupError::LimitBelowUsage {
+                limit: memory,
+                usage: self.memory_current(),
+            });
+        }
+        Ok(())
     }
 
     /// Memory charged to the slot now, in bytes.
