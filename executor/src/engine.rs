@@ -538,3 +538,25 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::scrub_host_paths;
+
+    #[test]
+    fn host_paths_leave_only_their_file_name() {
+        let m = "/sys/fs/cgroup/memory/pod/x/slot-0/memory.limit_in_bytes: Device or resource busy (os error 16)";
+        assert_eq!(
+            scrub_host_paths(m),
+            "memory.limit_in_bytes: Device or resource busy (os error 16)"
+        );
+        assert_eq!(
+            scrub_host_paths("work dir main.py/x: creating: Not a directory"),
+            "work dir main.py/x: creating: Not a directory"
+        );
+        assert_eq!(
+            scrub_host_paths("could not start /usr/bin/python3: ENOENT"),
+            "could not start python3: ENOENT"
+        );
+    }
+}

@@ -129,6 +129,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn limit_errors_use_this_apis_field_names() {
+        let named = |f: &str| match http_field(ExecError::invalid(f, "x")) {
+            ExecError::InvalidArgument { field, .. } => field,
+            e => panic!("{e:?}"),
+        };
+        assert_eq!(named("limits.wall_time_ms"), "run_timeout");
+        assert_eq!(named("compile_limits.cpu_time_ms"), "compile_timeout");
+        assert_eq!(named("limits.memory_bytes"), "memory_limit_MB");
+        assert_eq!(named("files[0].path"), "files[0].path");
+    }
+
+    #[test]
     fn seconds_become_clamped_milliseconds() {
         assert_eq!(seconds_to_ms(Some(1.5), 60_000), 1500);
         assert_eq!(seconds_to_ms(Some(600.0), 60_000), 60_000);
