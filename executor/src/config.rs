@@ -144,6 +144,9 @@ pub struct ServerArgs {
     /// gRPC: connections served at once; more wait to be accepted.
     #[arg(long, env = "SANDPOOL_GRPC_MAX_CONNECTIONS", default_value_t = 1024)]
     pub grpc_max_connections: usize,
+    /// gRPC: a connection whose client sends nothing (not even the HTTP/2 preface) within this is closed, ms.
+    #[arg(long, env = "SANDPOOL_GRPC_SILENT_TIMEOUT_MS", default_value_t = 10_000)]
+    pub grpc_silent_timeout_ms: u64,
     /// Log as JSON lines.
     #[arg(long, env = "SANDPOOL_LOG_JSON")]
     pub log_json: bool,

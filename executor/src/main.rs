@@ -64,6 +64,7 @@ async fn run(args: ServerArgs) -> anyhow::Result<()> {
         http: args.http_options(token.clone()),
         token,
         grpc_max_connections: args.grpc_max_connections.max(1),
+        grpc_silent_timeout: std::time::Duration::from_millis(args.grpc_silent_timeout_ms.max(1)),
     };
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await

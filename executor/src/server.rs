@@ -25,6 +25,8 @@ pub struct ServeOptions {
     pub token: Option<Token>,
     /// gRPC connections served at once; more wait to be accepted.
     pub grpc_max_connections: usize,
+    /// A gRPC connection whose client sends nothing within this is closed.
+    pub grpc_silent_timeout: Duration,
 }
 
 impl ServeOptions {
@@ -39,6 +41,7 @@ impl ServeOptions {
             http: crate::http::HttpOptions::new(max_request_bytes),
             token: None,
             grpc_max_connections: 1024,
+            grpc_silent_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -254,6 +257,7 @@ pub async fn serve_with_http(
             capped(
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                 opts.grpc_max_connections,
+                opts.grpc_silent_timeout,
             ),
             on_shutdown,
         );
@@ -268,10 +272,13 @@ pub async fn serve_with_http(
     Ok(())
 }
 
-/// A connection that holds one of the server's connection permits while open.
+/// A connection that holds one of the server's connection permits while open, and is
+/// dropped if its client sends nothing at all in time (a slot held by a silent socket).
 struct Counted {
     tcp: tokio::net::TcpStream,
     _permit: tokio::sync::OwnedSemaphorePermit,
+    /// Until the first byte arrives: when the client must have said something.
+    silent_until: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl tonic::transport::server::Connected for Counted {
@@ -287,7 +294,25 @@ impl tokio::io::AsyncRead for Counted {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.tcp).poll_read(cx, buf)
+        use std::future::Future;
+        use std::task::Poll;
+        let me = &mut *self;
+        let before = buf.filled().len();
+        match std::pin::Pin::new(&mut me.tcp).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                me.silent_until = None;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                let expired = me.silent_until.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready());
+                if expired {
+                    let why = "the client sent nothing after connecting";
+                    return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why)));
+                }
+                Poll::Pending
+            }
+            other => other,
+        }
     }
 }
 
@@ -325,15 +350,22 @@ impl tokio::io::AsyncWrite for Counted {
 
 /// Accepts at most `max` connections at once; the rest wait in the kernel's accept queue,
 /// holding no descriptor of ours.
+/// A connection that sends nothing within `silent` is dropped.
 fn capped(
     incoming: tonic::transport::server::TcpIncoming,
     max: usize,
+    silent: Duration,
 ) -> impl futures::Stream<Item = Result<Counted, std::io::Error>> + Send + 'static {
     let permits = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
-    futures::stream::unfold((incoming, permits), |(mut incoming, permits)| async move {
+    futures::stream::unfold((incoming, permits), move |(mut incoming, permits)| async move {
         let permit = permits.clone().acquire_owned().await.ok()?;
         let next = incoming.next().await?;
-        Some((next.map(|tcp| Counted { tcp, _permit: permit }), (incoming, permits)))
+        let conn = next.map(|tcp| Counted {
+            tcp,
+            _permit: permit,
+            silent_until: Some(Box::pin(tokio::time::sleep(silent))),
+        });
+        Some((conn, (incoming, permits)))
     })
 }
 

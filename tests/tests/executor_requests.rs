@@ -267,6 +267,23 @@ async fn slow_http_clients_are_disconnected() {
     .expect("slow clients");
 }
 
+/// Finding 5 on the gRPC port: with a connection cap, sockets that never say anything must
+/// not keep their place forever.
+#[tokio::test]
+async fn silent_grpc_connections_are_dropped() {
+    let exe = python(false, &[("SANDPOOL_GRPC_SILENT_TIMEOUT_MS", "1000")]).await;
+    let addr = exe.addr.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut silent = TcpStream::connect(&addr).expect("connect");
+        let (closed, _) = closed_within(&mut silent, Duration::from_secs(15));
+        assert!(closed, "a gRPC client that sent nothing is still connected after 15 s");
+    })
+    .await
+    .expect("silent client");
+    let r = exe.run(request("python", "print('ok')", "")).await;
+    assert_eq!(stdout(&r), "ok\n", "{}", describe(&r));
+}
+
 /// Finding 5, the other half: enough idle HTTP connections took every descriptor, and gRPC
 /// stopped accepting. With the HTTP connection cap, a new gRPC connection still runs code.
 #[tokio::test]
