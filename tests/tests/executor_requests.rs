@@ -213,6 +213,21 @@ async fn request_mistakes_are_invalid_argument_naming_the_field() {
         .expect("http");
     assert_eq!(status, 400, "{reply}");
     assert!(reply.contains("memory_limit_MB"), "{reply}");
+    let addr = exe.http_addr.clone().expect("http");
+    let body = serde_json::json!({
+        "completion": "print(input())",
+        "config": {
+            "language": "python",
+            "run_timeout": 0.001,
+            "provided_data": {"test_cases": {"type": "stdin_stdout", "input": ["1"], "output": ["1"]}},
+        },
+    })
+    .to_string();
+    let (status, reply) = tokio::task::spawn_blocking(move || http(&addr, "POST", "/common_evaluate_batch", "", &body))
+        .await
+        .expect("http");
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply.contains("config.run_timeout"), "{reply}");
     let r = exe.run(request("python", "print('still here')", "")).await;
     assert_eq!(stdout(&r), "still here\n", "{}", describe(&r));
 }
