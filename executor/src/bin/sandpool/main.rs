@@ -14,6 +14,9 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "sandpool", version, about = "Run and judge untrusted code with Sandpool")]
 struct Cli {
+    /// File holding the bearer token the executors want (default: $SANDPOOL_TOKEN).
+    #[arg(long, global = true, env = "SANDPOOL_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -37,6 +40,7 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    target::set_token(cli.token_file.as_deref(), std::env::var("SANDPOOL_TOKEN").ok())?;
     let rt = tokio::runtime::Runtime::new()?;
     let code = rt.block_on(async {
         match cli.command {
