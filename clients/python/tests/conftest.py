@@ -146,3 +146,20 @@ def executor() -> Iterator[Executor]:
     e = Executor("pytest-main", slots=2).start()
     yield e
     e.close()
+
+
+@pytest.fixture
+def serve() -> Iterator:
+    """Starts in-test fake executors (tests/fakes.py); returns their addresses."""
+    from fakes import start_fake
+
+    servers: list[grpc.Server] = []
+
+    def start(servicer) -> str:
+        server, address = start_fake(servicer)
+        servers.append(server)
+        return address
+
+    yield start
+    for s in servers:
+        s.stop(None)

@@ -16,7 +16,7 @@ from . import convert
 from .client import _deadline, _raise_for, _tagged
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .stream import Lane, Source
-from .target import channel_options, default_target
+from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
@@ -36,11 +36,14 @@ class AsyncClient:
         retry: Optional[RetryPolicy] = None,
         compression: Optional[str] = "gzip",
         load_balancing: str = "round_robin",
+        token: Optional[str] = None,
     ):
         self.target = target = target or default_target()
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._compression = compression_of(compression)
+        # Sent on every call; the executor's --auth-token-file checks it (UNAUTHENTICATED otherwise).
+        self._metadata = auth_metadata(token)
         self.channel = grpc.aio.insecure_channel(target, options=channel_options(target, load_balancing))
         self.stub = pb_grpc.ExecutorStub(self.channel)
 
@@ -109,7 +112,9 @@ class AsyncClient:
             request_id=request_id,
         )
         r, n = await self._call(
-            lambda left: self.stub.Execute(req, timeout=left, compression=self._compression),
+            lambda left: self.stub.Execute(
+                req, timeout=left, compression=self._compression, metadata=self._metadata
+            ),
             lambda m: m.verdict,
             timeout if timeout is not None else self.timeout,
         )
@@ -119,7 +124,9 @@ class AsyncClient:
         """Judges one completion. A rejected request raises grpc.aio.AioRpcError."""
         req = convert.evaluate_request(request)
         r, n = await self._call(
-            lambda left: self.stub.Evaluate(req, timeout=left, compression=self._compression),
+            lambda left: self.stub.Evaluate(
+                req, timeout=left, compression=self._compression, metadata=self._metadata
+            ),
             lambda m: m.verdict,
             timeout if timeout is not None else self.timeout,
         )
@@ -165,7 +172,9 @@ class AsyncClient:
                 t.cancel()
         _raise_for(source)
 
-    async def _stream(self, source: Source, concurrency: int, timeout: Optional[float]) -> AsyncIterator[EvaluateResult]:
+    async def _stream(
+        self, source: Source, concurrency: int, timeout: Optional[float]
+    ) -> AsyncIterator[EvaluateResult]:
         """One stream's results, reopening it when it breaks, until every request is answered or it gives up."""
         failures = 0
         last = (grpc.StatusCode.UNAVAILABLE, "")
@@ -182,7 +191,9 @@ class AsyncClient:
                     else:
                         await asyncio.sleep(_POLL_S)
 
-            call = self.stub.EvaluateStream(gen(), timeout=timeout, compression=self._compression)
+            call = self.stub.EvaluateStream(
+                gen(), timeout=timeout, compression=self._compression, metadata=self._metadata
+            )
             try:
                 async for m in call:
                     failures = 0

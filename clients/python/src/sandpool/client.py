@@ -16,7 +16,7 @@ from sandpool.v1 import executor_pb2_grpc as pb_grpc
 from . import convert
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .stream import Lane, Source
-from .target import channel_options, default_target
+from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
@@ -31,6 +31,7 @@ class Client:
 
     `target` is a gRPC target, e.g. `pool_target("sandpool", "evals")`; by default `default_target()`:
     $SANDPOOL_TARGET, else dns:///$SANDPOOL_POOL.$SANDPOOL_NAMESPACE.svc.cluster.local:50051.
+    `token` (else $SANDPOOL_TOKEN) is sent as `authorization: Bearer <token>` on every call.
     """
 
     def __init__(
@@ -41,12 +42,15 @@ class Client:
         retry: Optional[RetryPolicy] = None,
         compression: Optional[str] = "gzip",
         load_balancing: str = "round_robin",
+        token: Optional[str] = None,
         channel: Optional[grpc.Channel] = None,
     ):
         self.target = target = target or default_target()
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._compression = compression_of(compression)
+        # Sent on every call; the executor's --auth-token-file checks it (UNAUTHENTICATED otherwise).
+        self._metadata = auth_metadata(token)
         self.channel = channel or grpc.insecure_channel(target, options=channel_options(target, load_balancing))
         self.stub = pb_grpc.ExecutorStub(self.channel)
 
@@ -118,7 +122,9 @@ class Client:
         )
         deadline = _deadline(timeout if timeout is not None else self.timeout)
         r, n = self._call(
-            lambda: self.stub.Execute(req, timeout=self._left(deadline), compression=self._compression),
+            lambda: self.stub.Execute(
+                req, timeout=self._left(deadline), compression=self._compression, metadata=self._metadata
+            ),
             lambda m: m.verdict,
             timeout if timeout is not None else self.timeout,
         )
@@ -130,7 +136,9 @@ class Client:
         t = timeout if timeout is not None else self.timeout
         deadline = _deadline(t)
         r, n = self._call(
-            lambda: self.stub.Evaluate(req, timeout=self._left(deadline), compression=self._compression),
+            lambda: self.stub.Evaluate(
+                req, timeout=self._left(deadline), compression=self._compression, metadata=self._metadata
+            ),
             lambda m: m.verdict,
             t,
         )
@@ -139,7 +147,9 @@ class Client:
     def capabilities(self, *, timeout: Optional[float] = 30.0) -> pb.Capabilities:
         """The executor's languages, limits and isolation (the raw message)."""
         r, _ = self._call(
-            lambda: self.stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=timeout), lambda m: 1, timeout
+            lambda: self.stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=timeout, metadata=self._metadata),
+            lambda m: 1,
+            timeout,
         )
         return r
 
@@ -230,7 +240,9 @@ class Client:
                     else:
                         time.sleep(_POLL_S)
 
-            call = self.stub.EvaluateStream(gen(), timeout=timeout, compression=self._compression)
+            call = self.stub.EvaluateStream(
+                gen(), timeout=timeout, compression=self._compression, metadata=self._metadata
+            )
             if calls is not None:
                 calls.append(call)
             try:
