@@ -124,3 +124,26 @@ def test_a_per_request_error_is_a_result_not_a_broken_stream(serve) -> None:
     assert not bad.accepted and bad.error is not None and bad.error.code == "INVALID_ARGUMENT"
     assert bad.attempts == 1 and fake.received["3"] == 1, "a rejected request is final, not resent"
     assert fake.streams == 1
+
+
+def test_a_late_answer_from_a_broken_stream_is_not_counted_twice() -> None:
+    from sandpool.stream import Lane, Source
+    from sandpool.v1 import executor_pb2 as pb
+
+    source = Source(iter(requests(1)), FAST, streams=2)
+    first, second = Lane(), Lane()
+    what, msg = source.next_to_send(first, 4)
+    assert what == "send" and msg is not None
+    assert source.close_lane(first, grpc.StatusCode.INTERNAL, "broke") == []
+    # The broken stream's answer arrives after all (it was in a buffer): ignored.
+    ok = pb.EvaluateResponse(id=msg.id, accepted=True, verdict=pb.OK)
+    assert source.on_response(first, ok) is None
+    # A closed lane sends nothing more; another stream resends the request and its answer counts.
+    assert source.next_to_send(first, 4) == ("done", None)
+    while (step := source.next_to_send(second, 4))[0] == "wait":
+        pass
+    assert step[0] == "send" and step[1].id == msg.id
+    r = source.on_response(second, ok)
+    assert r is not None and r.id == "r0" and r.attempts == 2
+    assert source.on_response(second, ok) is None, "a duplicate answer is ignored"
+    assert source.done()
