@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
     let (actual, expected) = (&rest[..cut], rest.get(cut + 1..).unwrap_or(&[]));
     let c = Comparison::new(mode, abs_tol, rel_tol);
     let m = c.matches(actual, expected);
-    assert!(c.matches(actual, actual) && c.matches(expected, expected), "not reflexive: {c:?}");
+    assert!(
+        c.matches(actual, actual) && c.matches(expected, expected),
+        "not reflexive: {c:?}"
+    );
     if !matches!(c, Comparison::Float { .. }) {
         assert_eq!(m, c.matches(expected, actual), "not symmetric: {c:?}");
     }
