@@ -6,6 +6,7 @@ mod bench_isolation;
 mod eval;
 mod exec;
 mod load;
+mod soak;
 mod streams;
 mod target;
 
@@ -31,6 +32,8 @@ enum Command {
     Eval(Box<eval::EvalArgs>),
     /// Send N Execute requests at concurrency C: throughput, latency percentiles, verdicts.
     Bench(Box<load::LoadArgs>),
+    /// Load and fault suite: N mixed requests against one executor, every verdict checked, its resources compared.
+    Soak(Box<soak::SoakArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -48,6 +51,7 @@ fn main() -> anyhow::Result<()> {
             Command::BenchIsolation(a) => bench_isolation::run(*a).await,
             Command::Eval(a) => eval::run(*a).await,
             Command::Bench(a) => load::run(*a).await,
+            Command::Soak(a) => soak::run(*a).await,
         }
     })?;
     std::process::exit(code)
