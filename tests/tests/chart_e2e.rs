@@ -206,8 +206,12 @@ async fn cluster_wide_install_reconciles_pools_in_other_namespaces() {
     assert_eq!(
         cluster_objects_of(&cluster, "cw"),
         BTreeSet::from([
+            // Pools, their status and Events everywhere; the children's kinds in the managed
+            // namespaces (all of them here), bound separately so a namespace list can narrow it.
             "clusterrole.rbac.authorization.k8s.io/e2e-cw-system-cw-operator".to_owned(),
+            "clusterrole.rbac.authorization.k8s.io/e2e-cw-system-cw-operator-manage".to_owned(),
             "clusterrolebinding.rbac.authorization.k8s.io/e2e-cw-system-cw-operator".to_owned(),
+            "clusterrolebinding.rbac.authorization.k8s.io/e2e-cw-system-cw-operator-manage".to_owned(),
         ])
     );
 

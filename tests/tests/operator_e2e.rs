@@ -269,13 +269,26 @@ async fn a_pool_gets_its_children_scales_and_is_garbage_collected() {
     let header: Vec<_> = lines.next().expect("header").split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "REPLICAS", "READY", "LANGUAGES", "GPU", "AGE"],
+        [
+            "NAME",
+            "REPLICAS",
+            "PODS-READY",
+            "READY",
+            "REASON",
+            "LANGUAGES",
+            "GPU",
+            "AGE"
+        ],
         "{table}"
     );
     let row: Vec<_> = lines.next().expect("row").split_whitespace().collect();
     // GPU is blank for a CPU pool, so the row has one field fewer.
-    assert_eq!(row[..4], ["e2e", "1", "1", "[\"python\"]"], "{table}");
-    assert_eq!(row.len(), 5, "{table}");
+    assert_eq!(
+        row[..6],
+        ["e2e", "1", "1", "True", "AllReplicasReady", "[\"python\"]"],
+        "{table}"
+    );
+    assert_eq!(row.len(), 7, "{table}");
     // And the `sandpool` category.
     assert!(
         setup
