@@ -262,14 +262,36 @@ pub async fn serve_with_http(
             on_shutdown,
         );
     tokio::pin!(server);
+    let admission = engine.admission.clone();
     tokio::select! {
         r = &mut server => r?,
-        _ = async {
+        idle = async {
             let _ = drained_rx.await;
-            tokio::time::sleep(opts.drain_timeout).await;
-        } => tracing::warn!("drain timeout reached; exiting with runs in flight"),
+            tokio::time::timeout(opts.drain_timeout, runs_finished(&admission)).await.is_ok()
+        } => {
+            if idle {
+                // The server's own graceful shutdown also waits for every client to close its
+                // connection, and an idle pooled connection may never do so: once no run is
+                // left, give the last responses a moment to go out, then stop.
+                let _ = tokio::time::timeout(DRAIN_FLUSH, &mut server).await;
+                tracing::info!("drained: no runs left");
+            } else {
+                tracing::warn!("drain timeout reached; exiting with runs in flight");
+            }
+        }
     }
     Ok(())
+}
+
+/// How long a drained server keeps serving, after its last run ended, for the responses
+/// still on their way out.
+const DRAIN_FLUSH: Duration = Duration::from_secs(1);
+
+/// Resolves once no run holds a slot and none waits for one.
+async fn runs_finished(admission: &crate::admission::Admission) {
+    while admission.busy() > 0 || admission.queued() > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A connection that holds one of the server's connection permits while open, and is

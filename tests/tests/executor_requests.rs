@@ -599,3 +599,46 @@ async fn sigterm_finishes_running_work_and_refuses_queued_work_at_once() {
     let status = status.expect("still running 30 s after SIGTERM (drain timeout 60 s)");
     assert!(status.success(), "{status}");
 }
+
+/// Drain: once nothing runs, an idle client connection that never reads the server's GOAWAY
+/// (its runtime is busy elsewhere, as a pooled connection in a stalled client is) must not
+/// keep the executor alive for the whole drain timeout: a Deployment's rollout and a node
+/// drain would wait on it, and the kubelet would SIGKILL the pod at its grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_connection_does_not_hold_a_drained_executor() {
+    let mut exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        env: env(&[("SANDPOOL_DRAIN_TIMEOUT_MS", "60000")]),
+        ..Default::default()
+    })
+    .await;
+    let addr = format!("http://{}", exe.addr);
+    let (connected_tx, connected_rx) = std::sync::mpsc::channel();
+    // A client on a runtime of its own that makes one call, then stops polling with its
+    // connection open.
+    let stalled = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
+        let mut client = rt.block_on(async {
+            let mut c = pb::executor_client::ExecutorClient::connect(addr)
+                .await
+                .expect("connect");
+            c.execute(request("python", "print(1)", "")).await.expect("first call");
+            c
+        });
+        connected_tx.send(()).expect("send");
+        std::thread::sleep(Duration::from_secs(40));
+        drop(rt.block_on(client.get_capabilities(pb::GetCapabilitiesRequest::default())));
+    });
+    connected_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the stalled client connected");
+    exe.signal(libc::SIGTERM);
+    let status = tokio::task::block_in_place(|| exe.wait_exit(Duration::from_secs(20)));
+    let status = status.expect("still running 20 s after SIGTERM with no run left (drain timeout 60 s)");
+    assert!(status.success(), "{status}");
+    drop(stalled);
+}
