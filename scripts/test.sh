@@ -17,10 +17,13 @@ trap 'scripts/cluster.sh down' EXIT
 eval "$(scripts/cluster.sh env)"
 unset SANDPOOL_E2E_SKIP
 
+cargo fmt --all --check
 cargo build --workspace --locked
+cargo clippy --workspace --all-targets --locked -- -D warnings
 scripts/check-manifests.sh
 if [ -x scripts/test-python.sh ]; then scripts/test-python.sh; fi
 # One cargo invocation: every crate's unit tests and every end-to-end test.
 cargo test --workspace --locked --no-fail-fast
-echo "Kubernetes e2e: operator_e2e and chart_e2e ran against the real control plane" \
+echo "Kubernetes e2e: operator_e2e, chart_e2e and operator_policy_e2e ran against the real control plane" \
   "($("$(dirname "$SANDPOOL_E2E_KUBECTL")/kube-apiserver" --version), kwok nodes) and passed"
+echo "cgroup v2: executor_cgroup2_vm ran the executor in a QEMU guest on $(basename "$(ls /boot/vmlinuz-* | sort -V | tail -1)") and passed"
