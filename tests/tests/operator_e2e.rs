@@ -537,3 +537,49 @@ async fn a_namespace_whose_pod_security_level_refuses_the_pods_degrades_the_pool
     );
     drop(operator);
 }
+
+/// A pool that loses a pod after its rollout finished is Degraded (ReplicasUnavailable), not
+/// rolling out again: the real Deployment controller reports such a loss with available ==
+/// ready < desired, which the old condition logic could never turn into Degraded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_that_loses_a_pod_after_its_rollout_is_degraded() {
+    let Some(setup) = Setup::new("e2e-degraded", privileged()).await else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    setup.create_pool("e2e", pool_spec(2)).await;
+    setup.wait_ready("e2e", 2, &operator).await;
+
+    // kwok plays the kubelet and leaves a status it did not write alone, so a pod whose
+    // Ready condition turns False stays that way, as a crashed executor's would.
+    let pods: Api<Pod> = setup.api();
+    let listed = pods
+        .list(&ListParams::default().labels("sandpool.dev/pool=e2e"))
+        .await
+        .expect("pods list");
+    let victim = listed.items.first().expect("a pod").name_any();
+    setup.cluster.kubectl(&[
+        "patch",
+        "pod",
+        &victim,
+        "-n",
+        &setup.ns.name,
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"Ready","status":"False","reason":"E2E","message":"executor lost"}]}}"#,
+    ]);
+
+    let pools = setup.api::<SandboxPool>();
+    wait_for("the pool to report the lost pod as Degraded", TIMEOUT, || async {
+        pools.get("e2e").await.is_ok_and(|p| {
+            condition(&p, "Degraded").is_some_and(|c| c.status == "True" && c.reason == "ReplicasUnavailable")
+                && condition(&p, "Progressing").is_some_and(|c| c.status == "False" && c.reason == "RolloutComplete")
+                && condition(&p, "Ready").is_some_and(|c| c.status == "False")
+        })
+    })
+    .await;
+    let status = pools.get("e2e").await.expect("pool").status.expect("status");
+    assert_eq!(status.ready_replicas, 1, "{status:?}");
+    drop(operator);
+}
