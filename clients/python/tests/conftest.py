@@ -38,8 +38,16 @@ def free_port() -> int:
 class Executor:
     """One executor process; `restart()` brings it back on the same port, under a new name."""
 
-    def __init__(self, name: str, slots: int = 2, queue: Optional[int] = None, port: Optional[int] = None):
+    def __init__(
+        self,
+        name: str,
+        slots: int = 2,
+        queue: Optional[int] = None,
+        port: Optional[int] = None,
+        env: Optional[dict] = None,
+    ):
         self.name = name
+        self.extra_env = env or {}
         self.slots = slots
         self.queue = queue
         self.port = port or free_port()
@@ -72,7 +80,7 @@ class Executor:
         ]  # fmt: skip
         if self.queue is not None:
             cmd += ["--queue", str(self.queue)]
-        env = dict(os.environ, SANDPOOL_NAME=self.name)
+        env = dict(os.environ, SANDPOOL_NAME=self.name, **self.extra_env)
         quiet = subprocess.DEVNULL if os.environ.get("SANDPOOL_TEST_QUIET") else None
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=quiet)
         self._wait_serving(self.proc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 import sandpool
@@ -75,3 +77,27 @@ def test_an_unauthenticated_stream_raises_not_retries(serve) -> None:
     with Client(serve(fake), token="wrong") as c, pytest.raises(grpc.RpcError) as e:
         list(c.evaluate_many([req(0)], concurrency=1, streams=1))
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED and fake.streams == 1
+
+
+def test_a_real_executor_accepts_the_token_and_refuses_calls_without_it(make_executor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against the real executor's bearer-token check, sync and async: the right token runs,
+    no token and a wrong one are UNAUTHENTICATED (a refusal, raised at once, not retried)."""
+    monkeypatch.delenv("SANDPOOL_TOKEN", raising=False)
+    e = make_executor("pytest-auth", env={"SANDPOOL_AUTH_TOKEN": "s3cret"})
+    with Client(e.address, token="s3cret") as c:
+        assert c.execute("python", "print(6*7)").run.stdout == b"42\n"
+    for token in (None, "wrong"):
+        with Client(e.address, token=token) as c:
+            with pytest.raises(grpc.RpcError) as err:
+                c.execute("python", "print(1)")
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+    async def run() -> None:
+        async with sandpool.AsyncClient(e.address, token="s3cret") as c:
+            assert (await c.execute("python", "print(6*7)")).run.stdout == b"42\n"
+        async with sandpool.AsyncClient(e.address) as c:
+            with pytest.raises(grpc.RpcError) as err:
+                await c.execute("python", "print(1)")
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+    asyncio.run(run())
