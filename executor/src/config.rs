@@ -52,6 +52,27 @@ pub struct ExecutorArgs {
     /// Largest file returned through fetch_files, bytes.
     #[arg(long, env = "SANDPOOL_FETCH_FILE_BYTES", default_value_t = 16 * MIB)]
     pub fetch_file_bytes: u64,
+    /// Most bytes returned through fetch_files in one response, all files together.
+    #[arg(long, env = "SANDPOOL_FETCH_TOTAL_BYTES", default_value_t = 64 * MIB)]
+    pub fetch_total_bytes: u64,
+    /// Record requests that end with chosen verdicts (with their responses) as JSONL here.
+    /// Off unless set. The records hold user code and inputs.
+    #[arg(long, env = "SANDPOOL_CAPTURE_DIR")]
+    pub capture_dir: Option<PathBuf>,
+    /// Verdicts recorded by --capture-dir (comma-separated proto names, any case).
+    #[arg(
+        long,
+        env = "SANDPOOL_CAPTURE_VERDICTS",
+        value_delimiter = ',',
+        default_value = "sandbox_error"
+    )]
+    pub capture_verdicts: Vec<String>,
+    /// Bytes the capture files may hold in all; the oldest file is removed past it.
+    #[arg(long, env = "SANDPOOL_CAPTURE_MAX_BYTES", default_value_t = 256 * MIB)]
+    pub capture_max_bytes: u64,
+    /// Capture files kept (the current one and the rotated ones).
+    #[arg(long, env = "SANDPOOL_CAPTURE_FILES", default_value_t = 4)]
+    pub capture_files: usize,
 
     #[arg(long, env = "SANDPOOL_DEFAULT_WALL_TIME_MS", default_value_t = 10_000)]
     pub default_wall_time_ms: u64,
@@ -105,9 +126,31 @@ pub struct ServerArgs {
     /// Largest decoded request, bytes; larger ones get RESOURCE_EXHAUSTED.
     #[arg(long, env = "SANDPOOL_MAX_REQUEST_BYTES", default_value_t = 64 * MIB as usize)]
     pub max_request_bytes: usize,
-    /// On SIGTERM, how long in-flight runs may take before the executor exits anyway.
-    #[arg(long, env = "SANDPOOL_DRAIN_TIMEOUT_MS", default_value_t = 70_000)]
-    pub drain_timeout_ms: u64,
+    /// On SIGTERM, how long in-flight runs may take before the executor exits anyway
+    /// (default: a whole request at the ceilings, compile and run, plus 10 s: 2 x --max-wall-time-ms + 10 s).
+    /// The pod's terminationGracePeriodSeconds must be longer.
+    #[arg(long, env = "SANDPOOL_DRAIN_TIMEOUT_MS")]
+    pub drain_timeout_ms: Option<u64>,
+    /// A file holding the bearer token every gRPC Executor call and HTTP API call must carry
+    /// (`authorization: Bearer <token>`); or set SANDPOOL_AUTH_TOKEN. Health, reflection,
+    /// /v1/ping and /metrics stay open.
+    #[arg(long, env = "SANDPOOL_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// HTTP: a request's headers must arrive within this (also an idle connection's next request), ms.
+    #[arg(long, env = "SANDPOOL_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub http_header_timeout_ms: u64,
+    /// HTTP: a request's whole body must arrive within this, ms (408 otherwise).
+    #[arg(long, env = "SANDPOOL_HTTP_BODY_TIMEOUT_MS", default_value_t = 60_000)]
+    pub http_body_timeout_ms: u64,
+    /// HTTP: connections served at once; more wait to be accepted.
+    #[arg(long, env = "SANDPOOL_HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub http_max_connections: usize,
+    /// gRPC: connections served at once; more wait to be accepted.
+    #[arg(long, env = "SANDPOOL_GRPC_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub grpc_max_connections: usize,
+    /// gRPC: a connection whose client sends nothing (not even the HTTP/2 preface) within this is closed, ms.
+    #[arg(long, env = "SANDPOOL_GRPC_SILENT_TIMEOUT_MS", default_value_t = 10_000)]
+    pub grpc_silent_timeout_ms: u64,
     /// Log as JSON lines.
     #[arg(long, env = "SANDPOOL_LOG_JSON")]
     pub log_json: bool,
@@ -116,9 +159,30 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
-    /// Drain timeout as a duration.
+    /// Drain timeout as a duration: a request's compile and run at the ceilings, and a margin,
+    /// unless set.
     pub fn drain_timeout(&self) -> Duration {
-        Duration::from_millis(self.drain_timeout_ms)
+        let whole_request = self.executor.max_wall_time_ms.saturating_mul(2).saturating_add(10_000);
+        Duration::from_millis(self.drain_timeout_ms.unwrap_or(whole_request))
+    }
+
+    /// The bearer token callers must present, if any.
+    pub fn token(&self) -> Result<Option<crate::auth::Token>, crate::auth::AuthError> {
+        crate::auth::Token::load(
+            self.auth_token_file.as_deref(),
+            std::env::var("SANDPOOL_AUTH_TOKEN").ok(),
+        )
+    }
+
+    /// The HTTP server's settings.
+    pub fn http_options(&self, token: Option<crate::auth::Token>) -> crate::http::HttpOptions {
+        crate::http::HttpOptions {
+            max_body_bytes: self.max_request_bytes,
+            header_timeout: Duration::from_millis(self.http_header_timeout_ms.max(1)),
+            body_timeout: Duration::from_millis(self.http_body_timeout_ms.max(1)),
+            max_connections: self.http_max_connections.max(1),
+            token,
+        }
     }
 }
 
@@ -191,7 +255,21 @@ impl ExecutorArgs {
         }
     }
 
-    /// The engine part of the configuration.
+    /// Bad-case capture, when --capture-dir is set.
+    pub fn capture(&self) -> Result<Option<crate::capture::Capture>, crate::capture::CaptureError> {
+        let Some(dir) = &self.capture_dir else {
+            return Ok(None);
+        };
+        let cfg = crate::capture::CaptureConfig {
+            dir: dir.clone(),
+            verdicts: crate::capture::parse_verdicts(&self.capture_verdicts)?,
+            max_bytes: self.capture_max_bytes,
+            files: self.capture_files,
+        };
+        crate::capture::Capture::start(cfg).map(Some)
+    }
+
+    /// The engine part of the configuration (without capture; see [`ExecutorArgs::capture`]).
     pub fn engine_config(&self) -> EngineConfig {
         let slots = self.slots.unwrap_or_else(cpus).max(1);
         let name = std::env::var("SANDPOOL_NAME")
@@ -203,10 +281,13 @@ impl ExecutorArgs {
             policy: self.policy(),
             queue_capacity: self.queue.unwrap_or(4 * slots),
             fetch_file_bytes: self.fetch_file_bytes,
+            fetch_total_bytes: self.fetch_total_bytes,
+            work_dir_bytes: self.work_dir_bytes,
             identity: Identity {
                 name,
                 version: env!("CARGO_PKG_VERSION").to_owned(),
             },
+            capture: None,
         }
     }
 
@@ -219,8 +300,10 @@ impl ExecutorArgs {
         let mut sandbox_config = self.sandbox_config();
         let python_path = crate::languages::expose_import_dirs(&self.python_path, &mut sandbox_config.ro_paths)?;
         table.add_import_dirs("PYTHONPATH", &python_path);
+        let mut cfg = self.engine_config();
+        cfg.capture = self.capture()?;
         let sandbox = crate::sandbox::Sandbox::new(sandbox_config)?;
-        Ok(crate::engine::Engine::new(sandbox, table, self.engine_config()).await)
+        Ok(crate::engine::Engine::new(sandbox, table, cfg).await)
     }
 }
 
@@ -231,4 +314,6 @@ pub enum StartError {
     Table(#[from] crate::languages::TableError),
     #[error("starting the sandbox: {0}")]
     Sandbox(#[from] crate::sandbox::SandboxError),
+    #[error(transparent)]
+    Capture(#[from] crate::capture::CaptureError),
 }

@@ -2,12 +2,13 @@
 //! execute requests. The gRPC service, the HTTP API, the judge and the
 //! embedded CLI all call it.
 
-use crate::admission::{Admission, AdmissionError, SlotGuard};
+use crate::admission::{Admission, AdmissionError, Admit, SlotGuard};
 use crate::languages::{Availability, Language, LanguageTable, version_line};
 use crate::limits::{LimitError, LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
-use crate::sandbox::{RunSpec, Sandbox, WorkDir, workdir::validate_rel_path};
-use crate::verdict;
+use crate::sandbox::workdir::FetchError;
+use crate::sandbox::{RunSpec, Sandbox, WorkDir};
+use crate::{validate, verdict};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use std::collections::BTreeMap;
@@ -25,6 +26,8 @@ pub enum ExecError {
     Admission(#[from] AdmissionError),
     #[error("deadline exceeded while running")]
     DeadlineExceeded,
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl ExecError {
@@ -40,7 +43,7 @@ impl ExecError {
 impl From<LimitError> for ExecError {
     fn from(e: LimitError) -> Self {
         ExecError::InvalidArgument {
-            field: e.field.clone(),
+            field: e.field().to_owned(),
             message: e.to_string(),
         }
     }
@@ -60,7 +63,13 @@ pub struct EngineConfig {
     pub queue_capacity: usize,
     /// Largest file returned by `fetch_files`.
     pub fetch_file_bytes: u64,
+    /// Most bytes returned by `fetch_files` in one response, all files together.
+    pub fetch_total_bytes: u64,
+    /// Size of a run's work dir: what a request's files may hold in all.
+    pub work_dir_bytes: u64,
     pub identity: Identity,
+    /// Where requests with chosen verdicts are recorded (off unless configured).
+    pub capture: Option<crate::capture::Capture>,
 }
 
 /// Executes requests.
@@ -76,6 +85,61 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     pub identity: Identity,
     fetch_file_bytes: u64,
+    fetch_total_bytes: u64,
+    work_dir_bytes: u64,
+    pub capture: Option<crate::capture::Capture>,
+}
+
+/// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
+/// writing or reading megabytes) must never hold up the async runtime that serves everyone.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ExecError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
+}
+
+/// Reads `paths` (already deduplicated) from `work`: each at most `file_cap` bytes, all
+/// together at most `total_cap`; what is not returned gets one message each.
+fn fetch_files(work: &WorkDir, paths: &[String], file_cap: u64, total_cap: u64) -> (Vec<pb::File>, Vec<String>) {
+    let (mut files, mut errors, mut total) = (Vec::new(), Vec::new(), 0u64);
+    for p in paths {
+        let left = total_cap.saturating_sub(total);
+        match work.read_file(p, file_cap.min(left)) {
+            Ok(content) => {
+                total += content.len() as u64;
+                files.push(pb::File {
+                    path: p.clone(),
+                    content,
+                    executable: false,
+                });
+            }
+            Err(FetchError::TooLarge(_)) if left < file_cap => errors.push(format!(
+                "fetch {p}: not returned: the files fetched would exceed {total_cap} bytes in all"
+            )),
+            Err(e) => errors.push(format!("fetch {p}: {e}")),
+        }
+    }
+    (files, errors)
+}
+
+/// A sandbox failure's message without host paths (cgroup directories, the work root):
+/// clients see the file's name, the executor's log keeps the whole path.
+pub fn scrub_host_paths(msg: &str) -> String {
+    msg.split(' ')
+        .map(|w| {
+            if w.starts_with('/') && w.len() > 1 && w[1..].contains('/') {
+                let (base, tail) = match w.find([':', ',', ')']) {
+                    Some(i) => w.split_at(i),
+                    None => (w, ""),
+                };
+                let name = base.rsplit('/').find(|c| !c.is_empty()).unwrap_or("");
+                format!("{name}{tail}")
+            } else {
+                w.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Environment every run starts from; the language's `env` is added to it.
@@ -117,6 +181,9 @@ impl Engine {
             metrics,
             identity: cfg.identity,
             fetch_file_bytes: cfg.fetch_file_bytes,
+            fetch_total_bytes: cfg.fetch_total_bytes,
+            work_dir_bytes: cfg.work_dir_bytes,
+            capture: cfg.capture,
         };
         engine.availability = engine.probe_languages().await;
         engine.packages = crate::packages::probe(&engine).await;
@@ -234,10 +301,19 @@ impl Engine {
         }
     }
 
-    /// Waits for a run slot, recording the queue time.
+    /// Waits for a run slot for a new request, recording the queue time; refused once draining.
     pub async fn acquire(&self, deadline: Option<tokio::time::Instant>) -> Result<SlotGuard, ExecError> {
+        self.acquire_as(deadline, Admit::New).await
+    }
+
+    /// Waits for a run slot, recording the queue time.
+    pub async fn acquire_as(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+        admit: Admit,
+    ) -> Result<SlotGuard, ExecError> {
         let t = Instant::now();
-        let slot = self.admission.acquire(deadline).await;
+        let slot = self.admission.acquire_as(deadline, admit).await;
         self.metrics.observe(Phase::Queue, t.elapsed().as_secs_f64());
         Ok(slot?)
     }
@@ -269,39 +345,21 @@ impl Engine {
                 Phased {
                     result: verdict::sandbox_error_phase(),
                     verdict: pb::Verdict::SandboxError,
-                    error: Some(e.to_string()),
+                    error: Some(scrub_host_paths(&e.client_message())),
                 }
             }
         }
     }
 
-    /// Validates file paths of a request: each inside the work dir, naming a file (not a
-    /// directory), and no two of them the same file or one the other's directory. Caught
-    /// here, these are INVALID_ARGUMENT; found while writing they would be a SANDBOX_ERROR.
-    pub fn validate_files(files: &[pb::File], field: &str) -> Result<(), ExecError> {
-        let invalid = |i: usize, why: &str| ExecError::invalid(format!("{field}[{i}].path"), why.to_owned());
-        let mut names: BTreeMap<Vec<&str>, usize> = BTreeMap::new();
-        for (i, f) in files.iter().enumerate() {
-            validate_rel_path(&f.path).map_err(|e| invalid(i, &e.to_string()))?;
-            if f.path.ends_with('/') {
-                return Err(invalid(i, "names a directory, not a file"));
-            }
-            let parts: Vec<&str> = f.path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
-            if parts.iter().any(|c| c.len() > 255) {
-                return Err(invalid(i, "a path component is longer than 255 bytes"));
-            }
-            if let Some(first) = names.insert(parts, i) {
-                return Err(invalid(i, &format!("the same file as {field}[{first}].path")));
-            }
-        }
-        for (parts, &i) in &names {
-            for end in 1..parts.len() {
-                if let Some(&j) = names.get(&parts[..end]) {
-                    return Err(invalid(j, &format!("is a directory of {field}[{i}].path")));
-                }
-            }
-        }
-        Ok(())
+    /// Validates the `files` of a request for `lang` (see [`validate::files`]).
+    pub fn validate_files(
+        &self,
+        files: &[pb::File],
+        field: &str,
+        lang: &Language,
+        code_len: usize,
+    ) -> Result<(), ExecError> {
+        validate::files(files, field, &lang.source, code_len, self.work_dir_bytes)
     }
 
     /// Executes one request: compile (if needed), run, fetch files.
@@ -311,13 +369,6 @@ impl Engine {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<pb::ExecuteResponse, ExecError> {
         let (lang, version) = self.language(&req.language, "language")?;
-        Self::validate_files(&req.files, "files")?;
-        if let Some(i) = req.args.iter().position(|a| a.contains('\0')) {
-            return Err(ExecError::invalid(format!("args[{i}]"), "contains a NUL byte"));
-        }
-        for (i, p) in req.fetch_files.iter().enumerate() {
-            validate_rel_path(p).map_err(|e| ExecError::invalid(format!("fetch_files[{i}]"), e.to_string()))?;
-        }
         let run_limits = self
             .policy
             .resolve(req.limits.as_ref(), &self.policy.run_defaults, "limits")?;
@@ -326,6 +377,11 @@ impl Engine {
             &self.policy.compile_defaults,
             "compile_limits",
         )?;
+        // Linear and capped, but a request may still hold thousands of paths: not on the runtime.
+        let (source, budget) = (lang.source.clone(), self.work_dir_bytes);
+        let (mut req, fetch) = blocking(move || validate::execute(&req, &source, budget).map(|f| (req, f))).await??;
+        req.fetch_files = fetch;
+        let captured = self.capture.as_ref().map(|_| req.clone());
 
         let slot = self.acquire(deadline).await?;
         let fut = self.execute_in_slot(&slot, lang, version, req, run_limits, compile_limits);
@@ -338,6 +394,9 @@ impl Engine {
         drop(slot);
         let verdict = pb::Verdict::try_from(res.verdict).unwrap_or_default();
         self.metrics.run_finished(&lang.name, verdict.as_str_name());
+        if let (Some(c), Some(req)) = (&self.capture, captured) {
+            c.execute(verdict, &req, &res);
+        }
         Ok(res)
     }
 
@@ -361,18 +420,27 @@ impl Engine {
         };
         let work = match self.sandbox.work_dir(slot.index()) {
             Ok(w) => w,
+            Err(e) => return fail(resp, scrub_host_paths(&e.to_string())),
+        };
+        // Up to the work dir's size in writes: off the runtime.
+        let (source, code, files) = (lang.source.clone(), req.code, req.files);
+        let written = blocking(move || {
+            let writes = std::iter::once((source.as_str(), code.as_bytes(), false)).chain(
+                files
+                    .iter()
+                    .map(|f| (f.path.as_str(), f.content.as_slice(), f.executable)),
+            );
+            for (path, content, exec) in writes {
+                work.write_file(path, content, exec).map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>(work)
+        })
+        .await;
+        let work = match written {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) | Err(ExecError::Internal(e)) => return fail(resp, scrub_host_paths(&e)),
             Err(e) => return fail(resp, e.to_string()),
         };
-        let writes = std::iter::once((lang.source.as_str(), req.code.as_bytes(), false)).chain(
-            req.files
-                .iter()
-                .map(|f| (f.path.as_str(), f.content.as_slice(), f.executable)),
-        );
-        for (path, content, exec) in writes {
-            if let Err(e) = work.write_file(path, content, exec) {
-                return fail(resp, e.to_string());
-            }
-        }
         let env = self.env_for(lang);
         if let Some(compile) = &lang.compile {
             let spec = RunSpec {
@@ -408,17 +476,18 @@ impl Engine {
         if let Some(e) = r.error {
             resp.message = e;
         }
-        for p in &req.fetch_files {
-            match work.read_file(p, self.fetch_file_bytes) {
-                Ok(content) => resp.files.push(pb::File {
-                    path: p.clone(),
-                    content,
-                    executable: false,
-                }),
-                Err(e) => {
-                    let sep = if resp.message.is_empty() { "" } else { "; " };
-                    resp.message = format!("{}{sep}fetch {p}: {e}", resp.message);
+        if !req.fetch_files.is_empty() {
+            let (file_cap, total_cap) = (self.fetch_file_bytes, self.fetch_total_bytes);
+            let fetch = req.fetch_files;
+            match blocking(move || fetch_files(&work, &fetch, file_cap, total_cap)).await {
+                Ok((files, errors)) => {
+                    resp.files = files;
+                    for e in errors {
+                        let sep = if resp.message.is_empty() { "" } else { "; " };
+                        resp.message = format!("{}{sep}{e}", resp.message);
+                    }
                 }
+                Err(e) => resp.message = e.to_string(),
             }
         }
         resp
@@ -481,5 +550,27 @@ impl Engine {
             executor: Some(self.info("")),
             gpu: self.sandbox.has_gpu(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scrub_host_paths;
+
+    #[test]
+    fn host_paths_leave_only_their_file_name() {
+        let m = "/sys/fs/cgroup/memory/pod/x/slot-0/memory.limit_in_bytes: Device or resource busy (os error 16)";
+        assert_eq!(
+            scrub_host_paths(m),
+            "memory.limit_in_bytes: Device or resource busy (os error 16)"
+        );
+        assert_eq!(
+            scrub_host_paths("work dir main.py/x: creating: Not a directory"),
+            "work dir main.py/x: creating: Not a directory"
+        );
+        assert_eq!(
+            scrub_host_paths("could not start /usr/bin/python3: ENOENT"),
+            "could not start python3: ENOENT"
+        );
     }
 }

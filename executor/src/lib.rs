@@ -4,17 +4,22 @@
 //! - [`languages`]: the language table (data, not code).
 //! - [`packages`]: what each language's programs can import, listed in the sandbox.
 //! - [`sandbox`]: isolation and limits for one run.
-//! - [`limits`]: defaults, ceilings and per-request resolution.
+//! - [`limits`]: defaults, ceilings, minimums and per-request resolution.
+//! - [`validate`]: caps on a request's shape (paths, files, args, fetches).
 //! - [`verdict`]: from what a run did to a verdict.
 //! - [`admission`]: run slots and the wait queue.
 //! - [`engine`]: the above put together to execute requests.
 //! - [`judge`]: verdicts for completions against tests (Evaluate).
 //! - [`http`]: the SandboxFusion/ScaleBox-compatible HTTP API.
 //! - [`service`] and [`server`]: the thin gRPC layer, health, reflection, draining.
+//! - [`auth`]: the optional bearer token callers present.
+//! - [`capture`]: opt-in on-disk record of requests with chosen verdicts.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`config`]: flags and environment.
 
 pub mod admission;
+pub mod auth;
+pub mod capture;
 pub mod config;
 pub mod engine;
 pub mod http;
@@ -26,6 +31,7 @@ pub mod packages;
 pub mod sandbox;
 pub mod server;
 pub mod service;
+pub mod validate;
 pub mod verdict;
 
 pub use engine::Engine;

@@ -30,13 +30,35 @@ impl Limits {
     }
 }
 
-/// A requested limit above the executor's ceiling.
+/// The smallest limits a request may ask for. Below them a run cannot even
+/// start (a memory cgroup smaller than the sandbox's own set-up, a file-size
+/// limit that kills the compiler's first write): that is the request's
+/// mistake, and reporting it as SANDBOX_ERROR would make clients retry it.
+pub const MIN: Limits = Limits {
+    wall: Duration::from_millis(10),
+    cpu: Duration::from_millis(10),
+    memory: 16 << 20,
+    output: 1024,
+    processes: 1,
+    file_size: 4096,
+};
+
+/// A requested limit outside what this executor allows.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{field} = {value} is above this executor's ceiling of {max}")]
-pub struct LimitError {
-    pub field: String,
-    pub value: u64,
-    pub max: u64,
+pub enum LimitError {
+    #[error("{field} = {value} is above this executor's ceiling of {max}")]
+    AboveMax { field: String, value: u64, max: u64 },
+    #[error("{field} = {value} is below the smallest this executor runs with, {min} (0 takes the default)")]
+    BelowMin { field: String, value: u64, min: u64 },
+}
+
+impl LimitError {
+    /// The request field at fault.
+    pub fn field(&self) -> &str {
+        match self {
+            LimitError::AboveMax { field, .. } | LimitError::BelowMin { field, .. } => field,
+        }
+    }
 }
 
 /// Defaults and ceilings, from the executor's flags.
@@ -51,15 +73,22 @@ impl LimitPolicy {
     /// Resolves a request's limits: zero fields take `defaults`; any field above the ceiling is an error naming it.
     pub fn resolve(&self, req: Option<&pb::Limits>, defaults: &Limits, field: &str) -> Result<Limits, LimitError> {
         let r = req.cloned().unwrap_or_default();
-        let pick = |name: &str, v: u64, d: u64, max: u64| -> Result<u64, LimitError> {
+        let pick = |name: &str, v: u64, d: u64, min: u64, max: u64| -> Result<u64, LimitError> {
             if v == 0 {
                 return Ok(d.min(max));
             }
             if v > max {
-                return Err(LimitError {
+                return Err(LimitError::AboveMax {
                     field: format!("{field}.{name}"),
                     value: v,
                     max,
+                });
+            }
+            if v < min {
+                return Err(LimitError::BelowMin {
+                    field: format!("{field}.{name}"),
+                    value: v,
+                    min,
                 });
             }
             Ok(v)
@@ -70,21 +99,42 @@ impl LimitPolicy {
                 "wall_time_ms",
                 r.wall_time_ms,
                 ms(defaults.wall),
+                ms(MIN.wall),
                 ms(self.max.wall),
             )?),
-            cpu: Duration::from_millis(pick("cpu_time_ms", r.cpu_time_ms, ms(defaults.cpu), ms(self.max.cpu))?),
-            memory: pick("memory_bytes", r.memory_bytes, defaults.memory, self.max.memory)?,
-            output: pick("output_bytes", r.output_bytes, defaults.output, self.max.output)?,
+            cpu: Duration::from_millis(pick(
+                "cpu_time_ms",
+                r.cpu_time_ms,
+                ms(defaults.cpu),
+                ms(MIN.cpu),
+                ms(self.max.cpu),
+            )?),
+            memory: pick(
+                "memory_bytes",
+                r.memory_bytes,
+                defaults.memory,
+                MIN.memory,
+                self.max.memory,
+            )?,
+            output: pick(
+                "output_bytes",
+                r.output_bytes,
+                defaults.output,
+                MIN.output,
+                self.max.output,
+            )?,
             processes: pick(
                 "processes",
                 r.processes as u64,
                 defaults.processes as u64,
+                MIN.processes as u64,
                 self.max.processes as u64,
             )? as u32,
             file_size: pick(
                 "file_size_bytes",
                 r.file_size_bytes,
                 defaults.file_size,
+                MIN.file_size,
                 self.max.file_size,
             )?,
         })
@@ -107,7 +157,7 @@ mod tests {
         LimitPolicy {
             run_defaults: l(10, 512),
             compile_defaults: l(30, 1024),
-            max: l(60, 2048),
+            max: l(60, 64 << 20),
         }
     }
 
@@ -135,14 +185,37 @@ mod tests {
         let err = p
             .resolve(
                 Some(&pb::Limits {
-                    memory_bytes: 4096,
+                    memory_bytes: 1 << 30,
                     ..Default::default()
                 }),
                 &p.run_defaults,
                 "limits",
             )
             .unwrap_err();
-        assert_eq!(err.field, "limits.memory_bytes");
-        assert_eq!(err.max, 2048);
+        assert_eq!(
+            err,
+            LimitError::AboveMax {
+                field: "limits.memory_bytes".into(),
+                value: 1 << 30,
+                max: 64 << 20
+            }
+        );
+    }
+
+    #[test]
+    fn below_minimum_names_the_field() {
+        let p = policy();
+        let err = p
+            .resolve(
+                Some(&pb::Limits {
+                    memory_bytes: 4096,
+                    ..Default::default()
+                }),
+                &p.run_defaults,
+                "compile_limits",
+            )
+            .unwrap_err();
+        assert_eq!(err.field(), "compile_limits.memory_bytes");
+        assert!(matches!(err, LimitError::BelowMin { min, .. } if min == MIN.memory));
     }
 }

@@ -54,12 +54,17 @@ fn termination_message(msg: &str) {
 }
 
 async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let token = args.token()?;
     let engine = Arc::new(args.executor.build_engine().await?);
     let opts = ServeOptions {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
         max_request_bytes: args.max_request_bytes,
         drain_timeout: args.drain_timeout(),
+        http: args.http_options(token.clone()),
+        token,
+        grpc_max_connections: args.grpc_max_connections.max(1),
+        grpc_silent_timeout: std::time::Duration::from_millis(args.grpc_silent_timeout_ms.max(1)),
     };
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await

@@ -1,8 +1,10 @@
 //! Serving: gRPC (with health, reflection, compression), metrics, and draining on SIGTERM.
 
+use crate::auth::Token;
 use crate::engine::Engine;
 use crate::judge::Judge;
 use crate::service::ExecutorService;
+use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +19,31 @@ pub struct ServeOptions {
     pub metrics_listen: Option<SocketAddr>,
     pub max_request_bytes: usize,
     pub drain_timeout: Duration,
+    /// The HTTP API's settings (used when it is served).
+    pub http: crate::http::HttpOptions,
+    /// Bearer token required on `sandpool.v1.Executor` calls.
+    pub token: Option<Token>,
+    /// gRPC connections served at once; more wait to be accepted.
+    pub grpc_max_connections: usize,
+    /// A gRPC connection whose client sends nothing within this is closed.
+    pub grpc_silent_timeout: Duration,
+}
+
+impl ServeOptions {
+    /// Defaults for an in-process server on `listen`: no token, no metrics.
+    pub fn local(listen: SocketAddr) -> Self {
+        let max_request_bytes = 64 << 20;
+        ServeOptions {
+            listen,
+            metrics_listen: None,
+            max_request_bytes,
+            drain_timeout: Duration::from_secs(5),
+            http: crate::http::HttpOptions::new(max_request_bytes),
+            token: None,
+            grpc_max_connections: 1024,
+            grpc_silent_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Errors serving.
@@ -73,12 +100,7 @@ impl Loopback {
             .await
             .map_err(|e| ServeError::Bind(any, e))?;
         let addr = listener.local_addr().map_err(|e| ServeError::Bind(any, e))?;
-        let opts = ServeOptions {
-            listen: addr,
-            metrics_listen: None,
-            max_request_bytes: 64 << 20,
-            drain_timeout: Duration::from_secs(5),
-        };
+        let opts = ServeOptions::local(addr);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let served = serve_with_http(engine, listener, None, opts, async move {
@@ -132,12 +154,12 @@ pub async fn serve_with_http(
     let (http_stop_tx, http_stop_rx) = tokio::sync::watch::channel(false);
     if let Some(http) = http {
         let (judge, mut stop) = (judge.clone(), http_stop_rx);
-        let max = opts.max_request_bytes;
+        let http_opts = opts.http.clone();
         tokio::spawn(async move {
             let stopped = async move {
                 let _ = stop.wait_for(|s| *s).await;
             };
-            if let Err(e) = crate::http::serve_on(judge, http, max, stopped).await {
+            if let Err(e) = crate::http::serve_on(judge, http, http_opts, stopped).await {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         });
@@ -171,6 +193,11 @@ pub async fn serve_with_http(
         .send_compressed(CompressionEncoding::Zstd)
         .max_decoding_message_size(opts.max_request_bytes)
         .max_encoding_message_size(usize::MAX);
+    // Only the Executor service wants the token: health (kubelet probes) and reflection stay open.
+    let svc = tonic::service::interceptor::InterceptedService::new(svc, crate::auth::interceptor(opts.token.clone()));
+    if opts.token.is_some() {
+        tracing::info!("callers must present the bearer token");
+    }
 
     if let Some(addr) = opts.metrics_listen {
         let engine = engine.clone();
@@ -227,18 +254,141 @@ pub async fn serve_with_http(
         .serve_with_incoming_shutdown(
             // Without TCP_NODELAY a response's frames meet Nagle and the client's
             // delayed ACK: about one small call in fifteen waited 40 ms on loopback.
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            capped(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                opts.grpc_max_connections,
+                opts.grpc_silent_timeout,
+            ),
             on_shutdown,
         );
     tokio::pin!(server);
+    let admission = engine.admission.clone();
     tokio::select! {
         r = &mut server => r?,
-        _ = async {
+        idle = async {
             let _ = drained_rx.await;
-            tokio::time::sleep(opts.drain_timeout).await;
-        } => tracing::warn!("drain timeout reached; exiting with runs in flight"),
+            tokio::time::timeout(opts.drain_timeout, runs_finished(&admission)).await.is_ok()
+        } => {
+            if idle {
+                // The server's own graceful shutdown also waits for every client to close its
+                // connection, and an idle pooled connection may never do so: once no run is
+                // left, give the last responses a moment to go out, then stop.
+                let _ = tokio::time::timeout(DRAIN_FLUSH, &mut server).await;
+                tracing::info!("drained: no runs left");
+            } else {
+                tracing::warn!("drain timeout reached; exiting with runs in flight");
+            }
+        }
     }
     Ok(())
+}
+
+/// How long a drained server keeps serving, after its last run ended, for the responses
+/// still on their way out.
+const DRAIN_FLUSH: Duration = Duration::from_secs(1);
+
+/// Resolves once no run holds a slot and none waits for one.
+async fn runs_finished(admission: &crate::admission::Admission) {
+    while admission.busy() > 0 || admission.queued() > 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A connection that holds one of the server's connection permits while open, and is
+/// dropped if its client sends nothing at all in time (a slot held by a silent socket).
+struct Counted {
+    tcp: tokio::net::TcpStream,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    /// Until the first byte arrives: when the client must have said something.
+    silent_until: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl tonic::transport::server::Connected for Counted {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.tcp.connect_info()
+    }
+}
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let me = &mut *self;
+        let before = buf.filled().len();
+        match std::pin::Pin::new(&mut me.tcp).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                me.silent_until = None;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                let expired = me.silent_until.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready());
+                if expired {
+                    let why = "the client sent nothing after connecting";
+                    return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why)));
+                }
+                Poll::Pending
+            }
+            other => other,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+/// Accepts at most `max` connections at once; the rest wait in the kernel's accept queue,
+/// holding no descriptor of ours.
+/// A connection that sends nothing within `silent` is dropped.
+fn capped(
+    incoming: tonic::transport::server::TcpIncoming,
+    max: usize,
+    silent: Duration,
+) -> impl futures::Stream<Item = Result<Counted, std::io::Error>> + Send + 'static {
+    let permits = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
+    futures::stream::unfold((incoming, permits), move |(mut incoming, permits)| async move {
+        let permit = permits.clone().acquire_owned().await.ok()?;
+        let next = incoming.next().await?;
+        let conn = next.map(|tcp| Counted {
+            tcp,
+            _permit: permit,
+            silent_until: Some(Box::pin(tokio::time::sleep(silent))),
+        });
+        Some((conn, (incoming, permits)))
+    })
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -41,6 +41,7 @@ pub fn status(e: ExecError) -> Status {
             Status::deadline_exceeded(e.to_string())
         }
         ExecError::Admission(AdmissionError::Draining) => Status::unavailable(e.to_string()),
+        ExecError::Internal(_) => Status::internal(e.to_string()),
     }
 }
 

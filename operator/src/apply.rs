@@ -9,7 +9,7 @@
 use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -95,10 +95,17 @@ pub fn stamp<K: Resource + Serialize>(desired: &mut K) -> Result<(), serde_json:
     Ok(())
 }
 
+/// Plain (non-pointer) `bool` fields of the objects the operator writes, which the API
+/// server stores without `false` values (Go's `omitempty`): a missing one is `false`.
+/// Pointer bools (`automountServiceAccountToken`, `readOnlyRootFilesystem`, ...) keep an
+/// explicit `false`, so for them a missing field is a real difference.
+const OMITTED_WHEN_FALSE: &[&str] = &["hostNetwork", "hostPID", "hostIPC", "publishNotReadyAddresses"];
+
 /// Whether every field set in `desired` has the same value in `live`. Empty values in
-/// `desired` (`null`, `[]`, `{}`) also match a missing field, because the API server drops
-/// empty fields; lists must match element by element; resource quantities compare by value,
-/// because the API server rewrites them in canonical form (`0.5` becomes `500m`).
+/// `desired` (`null`, `[]`, `{}`, and `false` for [`OMITTED_WHEN_FALSE`] fields) also match a
+/// missing field, because the API server drops them; lists must match element by element;
+/// resource quantities compare by value, because the API server rewrites them in canonical
+/// form (`0.5` becomes `500m`).
 pub fn is_subset(desired: &Value, live: &Value) -> bool {
     subset_under(desired, live, false)
 }
@@ -110,7 +117,7 @@ fn subset_under(desired: &Value, live: &Value, quantity_map: bool) -> bool {
         (Value::Object(want), Value::Object(have)) => want.iter().all(|(key, value)| match have.get(key) {
             Some(live_value) if quantity_map => same_quantity(value, live_value),
             Some(live_value) => subset_under(value, live_value, key == "requests" || key == "limits"),
-            None => is_empty(value),
+            None => is_empty(value) || (*value == Value::Bool(false) && OMITTED_WHEN_FALSE.contains(&key.as_str())),
         }),
         (Value::Array(want), Value::Array(have)) => {
             want.len() == have.len() && want.iter().zip(have).all(|(w, h)| subset_under(w, h, false))
@@ -152,7 +159,21 @@ fn owned_by<K: Resource>(object: &K, owner_uid: Option<&str>) -> bool {
 
 /// Makes the live object match `desired` with one server-side apply under the operator's
 /// field manager, or with no write at all when it already matches. Returns the live object.
-pub async fn ensure<K>(api: &Api<K>, mut desired: K, owner_uid: Option<&str>) -> Result<(K, Outcome), ApplyError>
+pub async fn ensure<K>(api: &Api<K>, desired: K, owner_uid: Option<&str>) -> Result<(K, Outcome), ApplyError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let (live, outcome, _previous) = ensure_tracked(api, desired, owner_uid).await?;
+    Ok((live, outcome))
+}
+
+/// [`ensure`], also returning the object as it was before an update (for Events that say
+/// what changed).
+pub async fn ensure_tracked<K>(
+    api: &Api<K>,
+    mut desired: K,
+    owner_uid: Option<&str>,
+) -> Result<(K, Outcome, Option<K>), ApplyError>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
 {
@@ -182,9 +203,9 @@ where
             }
         }
     };
-    if let (Outcome::Unchanged, Some(live)) = (outcome, live) {
+    if let (Outcome::Unchanged, Some(live)) = (outcome, &live) {
         tracing::debug!(%kind, %name, "up to date");
-        return Ok((live, outcome));
+        return Ok((live.clone(), outcome, None));
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let applied = api
@@ -192,7 +213,30 @@ where
         .await
         .map_err(api_err)?;
     tracing::info!(%kind, %name, outcome = outcome.as_str(), "applied");
-    Ok((applied, outcome))
+    Ok((applied, outcome, live))
+}
+
+/// Creates `desired` unless an object with its name exists, which is left exactly as it is
+/// (never read, never overwritten): for Secrets, whose contents the operator must not need
+/// permission to read.
+pub async fn create_if_absent<K>(api: &Api<K>, desired: &K) -> Result<Outcome, ApplyError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let kind = K::kind(&()).into_owned();
+    let name = desired.name_any();
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    };
+    match api.create(&params, desired).await {
+        Ok(_) => {
+            tracing::info!(%kind, %name, "created");
+            Ok(Outcome::Created)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Outcome::Unchanged),
+        Err(source) => Err(ApplyError::Api { kind, name, source }),
+    }
 }
 
 /// Deletes the object named `name` if it exists and this pool owns it. Objects owned by
@@ -268,6 +312,24 @@ mod tests {
         assert!(!is_subset(
             &json!({"spec": {"egress": []}}),
             &json!({"spec": {"egress": [{"to": []}]}})
+        ));
+    }
+
+    #[test]
+    fn false_matches_a_missing_field_only_where_the_server_omits_false() {
+        // What a real API server returns for the operator's Service and pod spec.
+        assert!(is_subset(
+            &json!({"spec": {"publishNotReadyAddresses": false, "hostNetwork": false, "hostPID": false, "hostIPC": false}}),
+            &json!({"spec": {}})
+        ));
+        assert!(!is_subset(
+            &json!({"spec": {"hostNetwork": false}}),
+            &json!({"spec": {"hostNetwork": true}})
+        ));
+        // A pointer bool the server would have kept: missing means someone removed it.
+        assert!(!is_subset(
+            &json!({"spec": {"automountServiceAccountToken": false}}),
+            &json!({"spec": {}})
         ));
     }
 

@@ -19,7 +19,6 @@ use tokio::sync::watch;
 use crate::crd::SandboxPool;
 use crate::defaults::PoolDefaults;
 use crate::http::{self, Health};
-use crate::labels::FIELD_MANAGER;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::reconcile::{self, Context};
@@ -136,8 +135,7 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
 
     tracing::info!(namespace = ?config.namespace, "watching SandboxPools");
     let ctx = Arc::new(Context::new(client.clone(), config.defaults, metrics.clone()));
-    // Only the operator's own children matter; the label keeps the caches small.
-    let owned = watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
+    let owned = child_watch_config();
     let ns = config.namespace.as_deref();
     Controller::new(pools, watcher::Config::default())
         .owns(api::<Deployment>(&client, ns), owned.clone())
@@ -168,6 +166,13 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
     let _ = server.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How children are watched: every object of the kind, mapped to its pool by owner
+/// reference. A label filter would miss a child whose label someone removed until the next
+/// resync, and the owner reference is what decides whose child it is.
+pub fn child_watch_config() -> watcher::Config {
+    watcher::Config::default()
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>

@@ -37,8 +37,12 @@ const QUANTITY_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.selector"
     ),
+    // Child objects take the pool's name, and a Service name is at most 63 characters.
+    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters (the pool's Service takes its name)"),
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Pods-Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Ready", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].status"#),
+    printcolumn(name = "Reason", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].reason"#),
     printcolumn(name = "Languages", type_ = "string", json_path = ".spec.languages"),
     printcolumn(name = "GPU", type_ = "integer", json_path = ".spec.gpu.count"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
@@ -94,6 +98,9 @@ pub struct SandboxPoolSpec {
     /// The pool's PodDisruptionBudget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption_budget: Option<DisruptionBudget>,
+    /// Caller authentication with a shared bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Auth>,
 }
 
 fn default_replicas() -> i32 {
@@ -204,6 +211,26 @@ pub struct Access {
     /// NetworkPolicy peers allowed to scrape `/metrics` on port 9090. Unset: nobody.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_clients: Option<Vec<NetworkPolicyPeer>>,
+    /// Allow peers that admit every pod (an empty `podSelector` or `namespaceSelector`, or
+    /// an `ipBlock` of 0.0.0.0/0 or ::/0); refused unless this is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_all: Option<bool>,
+}
+
+/// Caller authentication: the executors require `authorization: Bearer <token>` on gRPC
+/// and HTTP (health and metrics stay open on their own ports).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Auth {
+    /// Require the token (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Secret in the pool's namespace holding the token under the key `token`. Unset: the
+    /// operator creates `<pool>-auth` with a random token if it does not exist, and never
+    /// overwrites it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: Option<String>,
 }
 
 /// GPU settings of a GPU pool.

@@ -10,10 +10,13 @@
 //! - [`metrics`]: Prometheus metrics of the loop.
 //! - [`controller`]: the `run` subcommand: watches, leader election, shutdown.
 //! - [`leader`]: Lease-based leader election.
+//! - [`rbac`]: every API call the operator makes, as the RBAC rules the chart must grant.
 //! - [`http`]: `/metrics`, `/healthz` and `/readyz`.
 //! - [`units`]: durations and quantities in the executor's units.
 //! - [`labels`]: names, labels and ports shared by every object.
 //! - [`defaults`]: operator-wide defaults (image, isolation, runtime class).
+//! - [`policy`]: operator-wide policy pool authors cannot override (images, runtime classes,
+//!   tolerations, node selectors, namespaces).
 //! - [`render`]: the `render` subcommand, objects for pools in a file.
 
 pub mod apply;
@@ -25,6 +28,8 @@ pub mod http;
 pub mod labels;
 pub mod leader;
 pub mod metrics;
+pub mod policy;
+pub mod rbac;
 pub mod reconcile;
 pub mod render;
 pub mod resolve;

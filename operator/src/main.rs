@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use sandpool_operator::controller::{self, RunConfig};
 use sandpool_operator::crd::IsolationMode;
 use sandpool_operator::defaults::{PoolDefaults, default_executor_image};
+use sandpool_operator::policy::Policy;
 
 #[derive(Parser)]
 #[command(
@@ -30,6 +31,8 @@ enum Command {
     Crd,
     /// Print every object the operator would apply for the pools in a file (no cluster needed).
     Render(RenderArgs),
+    /// Print the RBAC rules the operator needs (JSON), as the chart must grant them.
+    Rbac,
 }
 
 /// Defaults applied to pools that leave these fields unset.
@@ -47,6 +50,60 @@ struct DefaultsArgs {
     /// Cluster DNS domain, for `status.endpoint`.
     #[arg(long, env = "SANDPOOL_CLUSTER_DOMAIN", default_value = "cluster.local")]
     cluster_domain: String,
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+/// What pools may use whatever their spec says (docs/operator.md, "Policy").
+#[derive(Args, Clone)]
+struct PolicyArgs {
+    /// Executor images pools may use (comma-separated): exact references, repositories
+    /// (their tags and digests), or prefixes ending in `/`; `*` allows any. Default: the
+    /// repository of --executor-image only.
+    #[arg(long, env = "SANDPOOL_ALLOWED_IMAGES", value_delimiter = ',')]
+    allowed_images: Vec<String>,
+    /// RuntimeClasses pools may name instead of --default-runtime-class (`*`: any).
+    /// With no default, an empty list allows any class.
+    #[arg(long, env = "SANDPOOL_ALLOWED_RUNTIME_CLASSES", value_delimiter = ',')]
+    allowed_runtime_classes: Vec<String>,
+    /// Toleration keys pools may use (exact or prefix ending in `/`; `*`: any but
+    /// control-plane). Default: any key but control-plane taints.
+    #[arg(long, env = "SANDPOOL_ALLOWED_TOLERATION_KEYS", value_delimiter = ',')]
+    allowed_toleration_keys: Vec<String>,
+    /// Allow tolerations without a key (tolerating every taint).
+    #[arg(long, env = "SANDPOOL_ALLOW_WILDCARD_TOLERATIONS", default_value_t = false, action = clap::ArgAction::Set)]
+    allow_wildcard_tolerations: bool,
+    /// Node label keys pools may select on (as for tolerations). Default: any key but
+    /// control-plane roles.
+    #[arg(long, env = "SANDPOOL_ALLOWED_NODE_SELECTOR_KEYS", value_delimiter = ',')]
+    allowed_node_selector_keys: Vec<String>,
+    /// Namespaces whose pools are managed (comma-separated); default: every watched one.
+    #[arg(long, env = "SANDPOOL_MANAGED_NAMESPACES", value_delimiter = ',')]
+    managed_namespaces: Vec<String>,
+    /// Label selector namespaces must match to have their pools managed (`k=v`, `k!=v`, `k`,
+    /// `!k`, comma-separated); needs `get` on namespaces.
+    #[arg(long, env = "SANDPOOL_MANAGED_NAMESPACE_SELECTOR")]
+    managed_namespace_selector: Option<String>,
+}
+
+impl From<PolicyArgs> for Policy {
+    fn from(a: PolicyArgs) -> Self {
+        let clean = |list: Vec<String>| -> Vec<String> {
+            list.into_iter()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        Policy {
+            allowed_images: clean(a.allowed_images),
+            allowed_runtime_classes: clean(a.allowed_runtime_classes),
+            allowed_toleration_keys: clean(a.allowed_toleration_keys),
+            allow_wildcard_tolerations: a.allow_wildcard_tolerations,
+            allowed_node_selector_keys: clean(a.allowed_node_selector_keys),
+            namespaces: clean(a.managed_namespaces),
+            namespace_selector: a.managed_namespace_selector.filter(|s| !s.trim().is_empty()),
+        }
+    }
 }
 
 impl From<DefaultsArgs> for PoolDefaults {
@@ -56,6 +113,7 @@ impl From<DefaultsArgs> for PoolDefaults {
             isolation: a.default_isolation,
             runtime_class_name: a.default_runtime_class.filter(|s| !s.is_empty()),
             cluster_domain: a.cluster_domain,
+            policy: a.policy.into(),
         }
     }
 }
@@ -148,6 +206,10 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => run(args).await,
+        Command::Rbac => {
+            println!("{}", sandpool_operator::rbac::rules_json()?);
+            Ok(())
+        }
         Command::Crd => {
             print!("{}", sandpool_operator::crd::crd_yaml()?);
             Ok(())

@@ -1,19 +1,20 @@
 //! The reconcile loop for one pool: resolve the spec, apply the children in a safe order,
 //! report status, and back off on errors.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -24,7 +25,7 @@ use crate::crd::{SandboxPool, SandboxPoolStatus};
 use crate::defaults::PoolDefaults;
 use crate::labels::FIELD_MANAGER;
 use crate::metrics::{Metrics, WriteLabels};
-use crate::resolve;
+use crate::resolve::{self, InvalidSpec, ResolvedPool};
 use crate::status;
 
 /// How often a healthy pool is re-checked even when nothing triggers it.
@@ -42,18 +43,28 @@ pub struct Context {
     pub defaults: PoolDefaults,
     /// Reconcile metrics.
     pub metrics: Metrics,
+    /// Publishes Kubernetes Events about pools.
+    recorder: Recorder,
     /// Consecutive failures per pool (`namespace/name`), for backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// Auth Secrets known to exist (`namespace/name`), so a steady pool makes no create calls.
+    secrets: Mutex<HashSet<String>>,
 }
 
 impl Context {
     /// A context with no failures recorded.
     pub fn new(client: Client, defaults: PoolDefaults, metrics: Metrics) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.to_owned(),
+            instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+        };
         Self {
+            recorder: Recorder::new(client.clone(), reporter),
             client,
             defaults,
             metrics,
             failures: Mutex::new(HashMap::new()),
+            secrets: Mutex::new(HashSet::new()),
         }
     }
 
@@ -82,6 +93,9 @@ pub enum Error {
     /// The status could not be written.
     #[error("writing status: {0}")]
     Status(#[source] kube::Error),
+    /// The pool's namespace could not be read (for the policy's namespace selector).
+    #[error("reading namespace {0}: {1}")]
+    Namespace(String, #[source] kube::Error),
 }
 
 impl Error {
@@ -93,6 +107,7 @@ impl Error {
             Error::Apply(ApplyError::Api { .. }) => "api",
             Error::Apply(ApplyError::Serialize { .. }) => "serialize",
             Error::Status(_) => "status",
+            Error::Namespace(..) => "namespace",
         }
     }
 }
@@ -128,53 +143,158 @@ pub fn backoff(failures: u32) -> Duration {
     MIN_BACKOFF.saturating_mul(1 << doublings).min(MAX_BACKOFF)
 }
 
+/// Whether the API server refused the request itself (validation, admission, RBAC), as
+/// opposed to failing it; a refusal will not go away by retrying the same object.
+fn rejected_by_api_server(error: &ApplyError) -> bool {
+    matches!(error, ApplyError::Api { source: kube::Error::Api(status), .. }
+        if matches!(status.code, 400 | 403 | 422))
+}
+
 #[tracing::instrument(skip_all, fields(pool = %key(pool)))]
 async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Error> {
     let namespace = pool.namespace().ok_or(Error::MissingNamespace)?;
     let pools: Api<SandboxPool> = Api::namespaced(ctx.client.clone(), &namespace);
     let now = Time(Timestamp::now());
+    let policy = &ctx.defaults.policy;
+
+    let labels = if policy.needs_namespace_labels() {
+        let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+        let ns = namespaces
+            .get(&namespace)
+            .await
+            .map_err(|e| Error::Namespace(namespace.clone(), e))?;
+        ns.metadata.labels.unwrap_or_default()
+    } else {
+        Default::default()
+    };
+    if let Err(refusal) = policy.check_namespace(&namespace, &labels) {
+        tracing::warn!(%refusal, "namespace not managed");
+        return refuse(ctx, &pools, pool, status::POLICY_REFUSED, &refusal, &now).await;
+    }
 
     let resolved = match resolve::resolve(pool, &ctx.defaults, &namespace) {
         Ok(resolved) => resolved,
         Err(invalid) => {
             // Leave the existing objects alone: the last good spec keeps serving.
             tracing::warn!(%invalid, "spec cannot be honoured");
-            write_status(&pools, pool, status::invalid(pool, &invalid, &now), ctx).await?;
-            return Ok(Action::await_change());
+            return refuse(ctx, &pools, pool, status::INVALID_SPEC, &invalid, &now).await;
         }
     };
+    let spec_runtime_class = pool
+        .spec
+        .isolation
+        .as_ref()
+        .and_then(|i| i.runtime_class_name.as_deref());
+    if let Err(refusal) = policy.check(
+        &resolved,
+        spec_runtime_class,
+        &ctx.defaults.executor_image,
+        ctx.defaults.runtime_class_name.as_deref(),
+    ) {
+        tracing::warn!(%refusal, "refused by the operator's policy");
+        return refuse(ctx, &pools, pool, status::POLICY_REFUSED, &refusal, &now).await;
+    }
 
     let uid = pool.uid();
-    let deployment = match apply_children(ctx, &namespace, build::children(&resolved), uid.as_deref()).await {
-        Ok(deployment) => deployment,
+    let applied = match apply_children(ctx, &resolved, uid.as_deref()).await {
+        Ok(applied) => applied,
         Err(error @ ApplyError::NotOwned { .. }) => {
             let message = error.to_string();
+            publish(
+                ctx,
+                pool,
+                EventType::Warning,
+                status::OBJECT_CONFLICT,
+                "Apply",
+                &message,
+            )
+            .await;
             write_status(&pools, pool, status::conflict(pool, &message, &now), ctx).await?;
+            return Err(error.into());
+        }
+        Err(error) if rejected_by_api_server(&error) => {
+            let message = error.to_string();
+            publish(ctx, pool, EventType::Warning, status::APPLY_REJECTED, "Apply", &message).await;
+            write_status(&pools, pool, status::apply_rejected(pool, &message, &now), ctx).await?;
             return Err(error.into());
         }
         Err(error) => return Err(error.into()),
     };
+    for (reason, note) in &applied.events {
+        publish(ctx, pool, EventType::Normal, reason, reason, note).await;
+    }
 
-    let new_status = status::from_deployment(pool, &resolved, &deployment, &ctx.defaults.cluster_domain, &now);
+    let new_status = status::from_deployment(pool, &resolved, &applied.deployment, &ctx.defaults.cluster_domain, &now);
+    if rollout_just_finished(pool, &new_status) {
+        let note = format!("{} executors run the current spec", resolved.replicas);
+        publish(ctx, pool, EventType::Normal, "RolloutComplete", "Rollout", &note).await;
+    }
     write_status(&pools, pool, new_status, ctx).await?;
     Ok(Action::requeue(RESYNC))
 }
 
-/// Applies the children in an order that never leaves a pod unprotected: identity and
-/// NetworkPolicy first, the Deployment last. Returns the live Deployment.
-async fn apply_children(
+/// Reports a pool the operator will not act on (invalid spec, refused by policy) with a
+/// Warning Event and its status, and waits for the spec to change.
+async fn refuse(
     ctx: &Context,
-    namespace: &str,
-    children: Children,
-    owner_uid: Option<&str>,
-) -> Result<Deployment, ApplyError> {
+    pools: &Api<SandboxPool>,
+    pool: &SandboxPool,
+    reason: &str,
+    why: &InvalidSpec,
+    now: &Time,
+) -> Result<Action, Error> {
+    publish(ctx, pool, EventType::Warning, reason, "Reconcile", &why.to_string()).await;
+    write_status(pools, pool, status::failed(pool, reason, &why.to_string(), now), ctx).await?;
+    Ok(Action::await_change())
+}
+
+fn progressing_reason(status: Option<&SandboxPoolStatus>) -> Option<&str> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == status::PROGRESSING)
+        .map(|c| c.reason.as_str())
+}
+
+fn rollout_just_finished(pool: &SandboxPool, new_status: &SandboxPoolStatus) -> bool {
+    progressing_reason(pool.status.as_ref()) == Some("RollingOut")
+        && progressing_reason(Some(new_status)) == Some("RolloutComplete")
+}
+
+/// Publishes an Event about `pool`. A failure is logged, never fatal: Events are for people,
+/// and the status carries the same news.
+async fn publish(ctx: &Context, pool: &SandboxPool, type_: EventType, reason: &str, action: &str, note: &str) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        // The API server refuses notes over 1 kB.
+        note: Some(note.chars().take(1000).collect()),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
+        tracing::warn!(%error, %reason, "cannot publish an Event");
+    }
+}
+
+/// What applying the children did: the live Deployment and Events worth telling.
+struct Applied {
+    deployment: Deployment,
+    /// (reason, note) of Normal Events.
+    events: Vec<(&'static str, String)>,
+}
+
+/// Applies the children in an order that never leaves a pod unprotected: identity and
+/// NetworkPolicy first, the Deployment last.
+async fn apply_children(ctx: &Context, pool: &ResolvedPool, owner_uid: Option<&str>) -> Result<Applied, ApplyError> {
+    let namespace = pool.namespace.as_str();
     let Children {
         service_account,
         network_policy,
         service,
         disruption_budget,
         deployment,
-    } = children;
+    } = build::children(pool);
     let name = deployment.name_any();
     apply_one::<ServiceAccount>(ctx, namespace, service_account, owner_uid).await?;
     apply_one::<NetworkPolicy>(ctx, namespace, network_policy, owner_uid).await?;
@@ -189,7 +309,68 @@ async fn apply_children(
             record(ctx, "PodDisruptionBudget", outcome);
         }
     }
-    apply_one::<Deployment>(ctx, namespace, deployment, owner_uid).await
+    ensure_auth_secret(ctx, pool).await?;
+
+    let desired_replicas = deployment.spec.as_ref().and_then(|s| s.replicas);
+    let desired_template = serde_json::to_value(deployment.spec.as_ref().map(|s| &s.template)).ok();
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    let (live, outcome, previous) = apply::ensure_tracked(&api, deployment, owner_uid).await?;
+    record(ctx, "Deployment", outcome);
+    let mut events = Vec::new();
+    match (outcome, previous.and_then(|p| p.spec)) {
+        (Outcome::Created, _) => events.push((
+            "Created",
+            format!("created {} executors", desired_replicas.unwrap_or(0)),
+        )),
+        (Outcome::Updated, Some(before)) => {
+            if before.replicas != desired_replicas {
+                events.push((
+                    "Scaled",
+                    format!(
+                        "scaled from {} to {} executors",
+                        before.replicas.unwrap_or(1),
+                        desired_replicas.unwrap_or(0)
+                    ),
+                ));
+            }
+            let before_template = serde_json::to_value(&before.template).ok();
+            if let (Some(want), Some(have)) = (&desired_template, &before_template)
+                && !apply::is_subset(want, have)
+            {
+                events.push(("RolloutStarted", "replacing executors to run the new spec".to_owned()));
+            }
+        }
+        _ => {}
+    }
+    Ok(Applied {
+        deployment: live,
+        events,
+    })
+}
+
+/// Creates the pool's auth Secret with a fresh token if it does not exist. The operator may
+/// only create Secrets, never read them: an existing one is left as it is.
+async fn ensure_auth_secret(ctx: &Context, pool: &ResolvedPool) -> Result<(), ApplyError> {
+    let Some(auth) = pool.auth.as_ref().filter(|a| a.create) else {
+        return Ok(());
+    };
+    let key = format!("{}/{}", pool.namespace, auth.secret_name);
+    if ctx.secrets.lock().unwrap_or_else(|e| e.into_inner()).contains(&key) {
+        return Ok(());
+    }
+    let token = build::random_token().map_err(|e| ApplyError::Api {
+        kind: "Secret".to_owned(),
+        name: auth.secret_name.clone(),
+        source: kube::Error::Service(Box::new(e)),
+    })?;
+    let Some(secret) = build::auth_secret(pool, &token) else {
+        return Ok(());
+    };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &pool.namespace);
+    let outcome = apply::create_if_absent(&api, &secret).await?;
+    record(ctx, "Secret", outcome);
+    ctx.secrets.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+    Ok(())
 }
 
 async fn apply_one<K>(ctx: &Context, namespace: &str, desired: K, owner_uid: Option<&str>) -> Result<K, ApplyError>

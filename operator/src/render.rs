@@ -33,6 +33,14 @@ pub enum RenderError {
         /// The offending field.
         source: InvalidSpec,
     },
+    /// A pool the operator's policy refuses (it would set Ready=False, reason PolicyRefused).
+    #[error("SandboxPool {name}: refused by the operator's policy: {source}")]
+    Refused {
+        /// Pool name.
+        name: String,
+        /// The refused field.
+        source: InvalidSpec,
+    },
     /// Serializing an object failed (not expected for well-formed objects).
     #[error("cannot serialize {what}: {source}")]
     Serialize {
@@ -64,6 +72,23 @@ pub fn render(input: &str, defaults: &PoolDefaults, namespace: &str) -> Result<S
             name: pool.metadata.name.clone().unwrap_or_default(),
             source,
         })?;
+        let runtime_class = pool
+            .spec
+            .isolation
+            .as_ref()
+            .and_then(|i| i.runtime_class_name.as_deref());
+        defaults
+            .policy
+            .check(
+                &resolved,
+                runtime_class,
+                &defaults.executor_image,
+                defaults.runtime_class_name.as_deref(),
+            )
+            .map_err(|source| RenderError::Refused {
+                name: pool.metadata.name.clone().unwrap_or_default(),
+                source,
+            })?;
         let Children {
             service_account,
             network_policy,

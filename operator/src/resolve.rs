@@ -23,8 +23,29 @@ use crate::units;
 pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// Largest run time the pool allows when `limits.maxWallTime` is unset.
 pub const DEFAULT_MAX_WALL_TIME_MS: u64 = 60_000;
+/// The executor's own defaults and maximums (its flags' defaults), which apply when a spec
+/// leaves a limit unset: a default above its maximum would be clamped by the executor.
+pub mod executor_defaults {
+    /// `--default-wall-time-ms`.
+    pub const WALL_TIME_MS: u64 = 10_000;
+    /// `--default-cpu-time-ms` and `--max-cpu-time-ms`.
+    pub const CPU_TIME_MS: (u64, u64) = (10_000, 60_000);
+    /// `--default-memory-bytes` and `--max-memory-bytes`.
+    pub const MEMORY_BYTES: (u64, u64) = (512 << 20, 4096 << 20);
+    /// `--default-output-bytes` and `--max-output-bytes`.
+    pub const OUTPUT_BYTES: (u64, u64) = (8 << 20, 64 << 20);
+    /// `--default-processes` and `--max-processes`.
+    pub const PROCESSES: (u64, u64) = (256, 1024);
+}
+/// Memory request per run slot of a GPU pool that names none (GPU pools are never BestEffort).
+pub const GPU_MEMORY_REQUEST_PER_SLOT_GI: u32 = 2;
+/// Name of the token key in a pool's auth Secret.
+pub const AUTH_TOKEN_KEY: &str = "token";
 /// Extra time the executor's drain gets beyond the longest run (process teardown, reply).
 pub const DRAIN_MARGIN_MS: u64 = 5_000;
+/// Memory the executor keeps for itself inside the container: a run may use at most the
+/// container's memory limit minus this.
+pub const EXECUTOR_MEMORY_HEADROOM: u64 = 256 << 20;
 /// Extra grace beyond the drain timeout before the kubelet sends SIGKILL.
 pub const TERMINATION_MARGIN_S: i64 = 10;
 
@@ -130,12 +151,28 @@ pub struct ResolvedPool {
     pub pod_annotations: BTreeMap<String, String>,
     /// PDB `maxUnavailable`, or `None` when the budget is disabled.
     pub max_unavailable: Option<IntOrString>,
+    /// Caller authentication, when enabled.
+    pub auth: Option<ResolvedAuth>,
+}
+
+/// Where a pool's bearer token lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedAuth {
+    /// Secret holding the token under [`AUTH_TOKEN_KEY`].
+    pub secret_name: String,
+    /// The operator creates the Secret if it does not exist (never overwriting it).
+    pub create: bool,
 }
 
 impl ResolvedPool {
-    /// How long the executor waits for in-flight runs after SIGTERM.
+    /// How long the executor waits for in-flight runs after SIGTERM: a request admitted just
+    /// before may compile (up to `maxWallTime`, the compile phase's ceiling) and then run
+    /// (up to `maxWallTime`).
     pub fn drain_timeout_ms(&self) -> u64 {
-        self.limits.max_wall_time_ms.saturating_add(DRAIN_MARGIN_MS)
+        self.limits
+            .max_wall_time_ms
+            .saturating_mul(2)
+            .saturating_add(DRAIN_MARGIN_MS)
     }
 
     /// Pod termination grace: the drain plus a margin, so the kubelet never kills a run that
@@ -190,7 +227,8 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         Some(list) => Some(check_languages(list)?),
     };
 
-    let limits = resolve_limits(spec.limits.as_ref().unwrap_or(&RunLimits::default()))?;
+    let container_memory = container_memory_limit(spec.resources.as_ref())?;
+    let limits = resolve_limits(spec.limits.as_ref().unwrap_or(&RunLimits::default()), container_memory)?;
 
     let gpu = match &spec.gpu {
         None => None,
@@ -224,7 +262,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         }
     };
 
-    let resources = resolve_resources(spec.resources.clone(), gpu.as_ref(), &limits)?;
+    let mut resources = resolve_resources(spec.resources.clone(), gpu.as_ref())?;
     let slots = match spec.concurrency {
         Some(n) => u32::try_from(n)
             .ok()
@@ -232,6 +270,9 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
             .ok_or_else(|| InvalidSpec::new("spec.concurrency", "must be at least 1"))?,
         None => slots_from_cpu(resources.as_ref())?,
     };
+    if gpu.is_some() {
+        default_gpu_requests(&mut resources, slots);
+    }
 
     let isolation_spec = spec.isolation.clone().unwrap_or_default();
     let isolation = isolation_spec.mode.unwrap_or(defaults.isolation);
@@ -240,10 +281,11 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         .or_else(|| defaults.runtime_class_name.clone());
 
     let access = spec.access.clone().unwrap_or_default();
+    let allow_all = access.allow_all.unwrap_or(false);
     let clients = access.clients.unwrap_or_else(default_clients);
-    check_peers("spec.access.clients", &clients)?;
+    check_peers("spec.access.clients", &clients, allow_all)?;
     let metrics_clients = access.metrics_clients.unwrap_or_default();
-    check_peers("spec.access.metricsClients", &metrics_clients)?;
+    check_peers("spec.access.metricsClients", &metrics_clients, allow_all)?;
 
     let mut node_selector = spec.node_selector.clone().unwrap_or_default();
     if let Some(gpu_selector) = spec.gpu.as_ref().and_then(|g| g.node_selector.as_ref()) {
@@ -280,8 +322,30 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         Some(value)
     };
 
+    let auth = spec
+        .auth
+        .as_ref()
+        .filter(|a| a.enabled == Some(true))
+        .map(|a| match &a.secret_name {
+            Some(secret_name) => ResolvedAuth {
+                secret_name: secret_name.clone(),
+                create: false,
+            },
+            None => ResolvedAuth {
+                secret_name: format!("{name}-auth"),
+                create: true,
+            },
+        });
+
     Ok(ResolvedPool {
-        owner: pool.controller_owner_ref(&()).filter(|o| !o.uid.is_empty()),
+        // Foreground deletion of the pool waits for its children.
+        owner: pool
+            .controller_owner_ref(&())
+            .filter(|o| !o.uid.is_empty())
+            .map(|o| OwnerReference {
+                block_owner_deletion: Some(true),
+                ..o
+            }),
         name,
         namespace,
         replicas: spec.replicas,
@@ -303,6 +367,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         pod_labels,
         pod_annotations: template.annotations.unwrap_or_default(),
         max_unavailable,
+        auth,
     })
 }
 
@@ -354,7 +419,7 @@ fn check_languages(list: &[String]) -> Result<Vec<String>, InvalidSpec> {
     Ok(list.to_vec())
 }
 
-fn resolve_limits(spec: &RunLimits) -> Result<ResolvedLimits, InvalidSpec> {
+fn resolve_limits(spec: &RunLimits, container_memory: Option<u64>) -> Result<ResolvedLimits, InvalidSpec> {
     let ms = |field: &str, value: &Option<String>| -> Result<Option<u64>, InvalidSpec> {
         value
             .as_deref()
@@ -377,53 +442,186 @@ fn resolve_limits(spec: &RunLimits) -> Result<ResolvedLimits, InvalidSpec> {
             })
             .transpose()
     };
-    let limits = ResolvedLimits {
+    let mut max_memory = bytes("spec.limits.maxMemory", &spec.max_memory)?;
+    let mut max_memory_origin = "";
+    if let Some(container) = container_memory {
+        let room = container
+            .checked_sub(EXECUTOR_MEMORY_HEADROOM)
+            .filter(|room| *room > 0)
+            .ok_or_else(|| {
+                InvalidSpec::new(
+                    "spec.resources.limits[\"memory\"]",
+                    format!(
+                        "must exceed the executor's own headroom of {}",
+                        show_bytes(EXECUTOR_MEMORY_HEADROOM)
+                    ),
+                )
+            })?;
+        match max_memory {
+            Some(max) if max > room => {
+                return Err(InvalidSpec::new(
+                    "spec.limits.maxMemory",
+                    format!(
+                        "{} does not fit spec.resources.limits[\"memory\"] ({}) less the executor's own headroom of {}",
+                        show_bytes(max),
+                        show_bytes(container),
+                        show_bytes(EXECUTOR_MEMORY_HEADROOM)
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None if room < executor_defaults::MEMORY_BYTES.1 => {
+                max_memory = Some(room);
+                max_memory_origin = " (derived from spec.resources.limits[\"memory\"] less the executor's headroom)";
+            }
+            None => {}
+        }
+    }
+    let mut limits = ResolvedLimits {
         wall_time_ms: ms("spec.limits.wallTime", &spec.wall_time)?,
         max_wall_time_ms: ms("spec.limits.maxWallTime", &spec.max_wall_time)?.unwrap_or(DEFAULT_MAX_WALL_TIME_MS),
         cpu_time_ms: ms("spec.limits.cpuTime", &spec.cpu_time)?,
         max_cpu_time_ms: ms("spec.limits.maxCpuTime", &spec.max_cpu_time)?,
         memory_bytes: bytes("spec.limits.memory", &spec.memory)?,
-        max_memory_bytes: bytes("spec.limits.maxMemory", &spec.max_memory)?,
+        max_memory_bytes: max_memory,
         output_bytes: bytes("spec.limits.output", &spec.output)?,
         max_output_bytes: bytes("spec.limits.maxOutput", &spec.max_output)?,
         processes: count("spec.limits.processes", spec.processes)?,
         max_processes: count("spec.limits.maxProcesses", spec.max_processes)?,
     };
+    let show_ms: fn(u64) -> String = show_ms;
+    let show_bytes: fn(u64) -> String = show_bytes;
+    let show_count: fn(u64) -> String = |n| n.to_string();
+    let executor_max = " (the executor's default maximum)";
+    let wall_origin = if spec.max_wall_time.is_none() {
+        " (the default maximum)"
+    } else {
+        ""
+    };
+    // (default field, its value, the executor's default, max field, max in force, where
+    // the max came from, formatter)
     let pairs = [
         (
             "wallTime",
+            &mut limits.wall_time_ms,
+            executor_defaults::WALL_TIME_MS,
             "maxWallTime",
-            limits.wall_time_ms,
-            Some(limits.max_wall_time_ms),
+            limits.max_wall_time_ms,
+            wall_origin,
+            show_ms,
         ),
-        ("cpuTime", "maxCpuTime", limits.cpu_time_ms, limits.max_cpu_time_ms),
-        ("memory", "maxMemory", limits.memory_bytes, limits.max_memory_bytes),
-        ("output", "maxOutput", limits.output_bytes, limits.max_output_bytes),
-        ("processes", "maxProcesses", limits.processes, limits.max_processes),
-    ];
-    for (field, max_field, value, max) in pairs {
-        if let (Some(value), Some(max)) = (value, max)
-            && value > max
-        {
-            let hint = if max_field == "maxWallTime" && spec.max_wall_time.is_none() {
-                " (maxWallTime defaults to 60s)"
+        (
+            "cpuTime",
+            &mut limits.cpu_time_ms,
+            executor_defaults::CPU_TIME_MS.0,
+            "maxCpuTime",
+            limits.max_cpu_time_ms.unwrap_or(executor_defaults::CPU_TIME_MS.1),
+            if limits.max_cpu_time_ms.is_none() {
+                executor_max
             } else {
                 ""
-            };
-            return Err(InvalidSpec::new(
-                format!("spec.limits.{field}"),
-                format!("must not exceed {max_field}{hint}"),
-            ));
+            },
+            show_ms,
+        ),
+        (
+            "memory",
+            &mut limits.memory_bytes,
+            executor_defaults::MEMORY_BYTES.0,
+            "maxMemory",
+            limits.max_memory_bytes.unwrap_or(executor_defaults::MEMORY_BYTES.1),
+            if spec.max_memory.is_some() {
+                ""
+            } else if max_memory_origin.is_empty() {
+                executor_max
+            } else {
+                max_memory_origin
+            },
+            show_bytes,
+        ),
+        (
+            "output",
+            &mut limits.output_bytes,
+            executor_defaults::OUTPUT_BYTES.0,
+            "maxOutput",
+            limits.max_output_bytes.unwrap_or(executor_defaults::OUTPUT_BYTES.1),
+            if limits.max_output_bytes.is_none() {
+                executor_max
+            } else {
+                ""
+            },
+            show_bytes,
+        ),
+        (
+            "processes",
+            &mut limits.processes,
+            executor_defaults::PROCESSES.0,
+            "maxProcesses",
+            limits.max_processes.unwrap_or(executor_defaults::PROCESSES.1),
+            if limits.max_processes.is_none() {
+                executor_max
+            } else {
+                ""
+            },
+            show_count,
+        ),
+    ];
+    for (field, value, executor_default, max_field, max, origin, show) in pairs {
+        match *value {
+            Some(v) if v > max => {
+                return Err(InvalidSpec::new(
+                    format!("spec.limits.{field}"),
+                    format!(
+                        "{} exceeds spec.limits.{max_field} of {}{origin}; the executor would lower it silently",
+                        show(v),
+                        show(max)
+                    ),
+                ));
+            }
+            // The executor would lower its own default to the maximum; say so in its flags.
+            None if executor_default > max => *value = Some(max),
+            _ => {}
         }
     }
     Ok(limits)
 }
 
-/// Adds the GPU limit and checks that a run's memory ceiling fits in the container.
+fn show_ms(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+fn show_bytes(bytes: u64) -> String {
+    const GI: u64 = 1 << 30;
+    const MI: u64 = 1 << 20;
+    if bytes.is_multiple_of(GI) {
+        format!("{}Gi", bytes / GI)
+    } else if bytes.is_multiple_of(MI) {
+        format!("{}Mi", bytes / MI)
+    } else {
+        bytes.to_string()
+    }
+}
+
+/// The container's memory limit in bytes, if set.
+fn container_memory_limit(resources: Option<&ResourceRequirements>) -> Result<Option<u64>, InvalidSpec> {
+    let Some(limit) = resources.and_then(|r| r.limits.as_ref()).and_then(|l| l.get("memory")) else {
+        return Ok(None);
+    };
+    let field = "spec.resources.limits[\"memory\"]";
+    let bytes = units::quantity(&limit.0)
+        .map(units::Milli::floor)
+        .map_err(|e| InvalidSpec::new(field, e))?;
+    Ok(Some(u64::try_from(bytes).unwrap_or(u64::MAX)))
+}
+
+/// Adds the GPU limit and checks that extended resources are requested exactly as limited
+/// (the API server refuses anything else, and would do so only at apply time).
 fn resolve_resources(
     resources: Option<ResourceRequirements>,
     gpu: Option<&ResolvedGpu>,
-    limits: &ResolvedLimits,
 ) -> Result<Option<ResourceRequirements>, InvalidSpec> {
     let mut resources = resources;
     for (section, map) in resources
@@ -434,36 +632,12 @@ fn resolve_resources(
             units::quantity(&value.0).map_err(|e| InvalidSpec::new(format!("spec.resources.{section}[{key:?}]"), e))?;
         }
     }
-    if let (Some(container_limit), Some(run_max)) = (
-        resources
-            .as_ref()
-            .and_then(|r| r.limits.as_ref())
-            .and_then(|l| l.get("memory")),
-        limits.max_memory_bytes.or(limits.memory_bytes),
-    ) {
-        let container_bytes = units::quantity(&container_limit.0)
-            .map(units::Milli::floor)
-            .map_err(|e| InvalidSpec::new("spec.resources.limits[\"memory\"]", e))?;
-        if u128::from(run_max) > container_bytes {
-            return Err(InvalidSpec::new(
-                if limits.max_memory_bytes.is_some() {
-                    "spec.limits.maxMemory"
-                } else {
-                    "spec.limits.memory"
-                },
-                format!(
-                    "a run may use more memory than the container's limit of {}",
-                    container_limit.0
-                ),
-            ));
-        }
-    }
     if let Some(gpu) = gpu {
         let r = resources.get_or_insert_with(Default::default);
         let limits_map = r.limits.get_or_insert_with(Default::default);
         let wanted = Quantity(gpu.count.to_string());
         match limits_map.get(&gpu.resource_name) {
-            Some(existing) if *existing != wanted => {
+            Some(existing) if units::quantity(&existing.0) != units::quantity(&wanted.0) => {
                 return Err(InvalidSpec::new(
                     format!("spec.resources.limits[{:?}]", gpu.resource_name),
                     format!("conflicts with spec.gpu.count ({})", gpu.count),
@@ -474,7 +648,51 @@ fn resolve_resources(
             }
         }
     }
+    if let Some(r) = &resources {
+        for (key, request) in r.requests.iter().flatten().filter(|(k, _)| is_extended(k)) {
+            let limit = r.limits.as_ref().and_then(|l| l.get(key));
+            if limit.map(|l| units::quantity(&l.0)) != Some(units::quantity(&request.0)) {
+                return Err(InvalidSpec::new(
+                    format!("spec.resources.requests[{key:?}]"),
+                    format!(
+                        "must equal spec.resources.limits[{key:?}] ({}): extended resources cannot be overcommitted",
+                        limit.map_or("unset", |l| l.0.as_str())
+                    ),
+                ));
+            }
+        }
+    }
     Ok(resources)
+}
+
+/// Extended resources (`vendor.example/thing`) and huge pages cannot be overcommitted.
+fn is_extended(name: &str) -> bool {
+    name.starts_with("hugepages-") || (name.contains('/') && !name.starts_with("kubernetes.io/"))
+}
+
+/// GPU pools that name no CPU or memory would be scheduled with none reserved next to an
+/// expensive GPU: request a CPU per slot and some memory per slot.
+fn default_gpu_requests(resources: &mut Option<ResourceRequirements>, slots: u32) {
+    let r = resources.get_or_insert_with(Default::default);
+    let has = |r: &ResourceRequirements, key: &str| {
+        [&r.requests, &r.limits]
+            .into_iter()
+            .any(|m| m.as_ref().is_some_and(|m| m.contains_key(key)))
+    };
+    let cpu = (!has(r, "cpu")).then(|| Quantity(slots.to_string()));
+    let memory = (!has(r, "memory")).then(|| {
+        Quantity(format!(
+            "{}Gi",
+            u64::from(slots) * u64::from(GPU_MEMORY_REQUEST_PER_SLOT_GI)
+        ))
+    });
+    let requests = r.requests.get_or_insert_with(Default::default);
+    if let Some(cpu) = cpu {
+        requests.insert("cpu".to_owned(), cpu);
+    }
+    if let Some(memory) = memory {
+        requests.insert("memory".to_owned(), memory);
+    }
 }
 
 /// Default slots: the CPU request (or limit, which Kubernetes copies into an unset request)
@@ -494,9 +712,16 @@ fn slots_from_cpu(resources: Option<&ResourceRequirements>) -> Result<u32, Inval
     Ok(u32::try_from(cpus).unwrap_or(u32::MAX).max(1))
 }
 
-/// An empty peer is rejected by the API server, and one with only empty selectors would admit
-/// every pod in the namespace (or cluster), which is never what a pool wants by accident.
-fn check_peers(field: &str, peers: &[NetworkPolicyPeer]) -> Result<(), InvalidSpec> {
+/// An empty peer is rejected by the API server, and one with an empty selector (or an
+/// everything `ipBlock`) admits every pod in the namespace or cluster, which a pool must ask
+/// for explicitly with `allowAll`.
+fn check_peers(field: &str, peers: &[NetworkPolicyPeer], allow_all: bool) -> Result<(), InvalidSpec> {
+    let empty = |s: &Option<LabelSelector>| {
+        s.as_ref().is_some_and(|s| {
+            s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+                && s.match_expressions.as_ref().is_none_or(Vec::is_empty)
+        })
+    };
     for (i, peer) in peers.iter().enumerate() {
         if peer.pod_selector.is_none() && peer.namespace_selector.is_none() && peer.ip_block.is_none() {
             return Err(InvalidSpec::new(
@@ -504,15 +729,34 @@ fn check_peers(field: &str, peers: &[NetworkPolicyPeer]) -> Result<(), InvalidSp
                 "must set podSelector, namespaceSelector or ipBlock",
             ));
         }
+        let everything = empty(&peer.pod_selector)
+            || empty(&peer.namespace_selector)
+            || peer
+                .ip_block
+                .as_ref()
+                .is_some_and(|b| matches!(b.cidr.as_str(), "0.0.0.0/0" | "::/0"));
+        if everything && !allow_all {
+            return Err(InvalidSpec::new(
+                format!("{field}[{i}]"),
+                "admits every pod (an empty selector or an everything ipBlock); set spec.access.allowAll: true if that is meant",
+            ));
+        }
     }
     Ok(())
 }
 
+/// Why a zero budget is refused.
+const ZERO_BUDGET: &str = "0 would block every node drain forever; disable the budget (enabled: false) instead";
+
 fn check_max_unavailable(value: &IntOrString) -> Result<(), InvalidSpec> {
     let field = "spec.disruptionBudget.maxUnavailable";
     match value {
-        IntOrString::Int(n) if *n >= 0 => Ok(()),
+        IntOrString::Int(n) if *n > 0 => Ok(()),
+        IntOrString::Int(0) => Err(InvalidSpec::new(field, ZERO_BUDGET)),
         IntOrString::Int(_) => Err(InvalidSpec::new(field, "must not be negative")),
+        IntOrString::String(s) if s.strip_suffix('%').and_then(|n| n.parse::<u8>().ok()) == Some(0) => {
+            Err(InvalidSpec::new(field, ZERO_BUDGET))
+        }
         IntOrString::String(s) => {
             let ok = s
                 .strip_suffix('%')

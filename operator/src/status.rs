@@ -19,6 +19,10 @@ pub const DEGRADED: &str = "Degraded";
 pub const INVALID_SPEC: &str = "InvalidSpec";
 /// Reason used when a child's name is taken by an object the pool does not own.
 pub const OBJECT_CONFLICT: &str = "ObjectConflict";
+/// Reason used when the operator's policy refuses the pool.
+pub const POLICY_REFUSED: &str = "PolicyRefused";
+/// Reason used when the API server refuses a child the operator applies.
+pub const APPLY_REJECTED: &str = "ApplyRejected";
 
 /// One condition's desired state, before timestamps.
 struct Want<'a> {
@@ -71,8 +75,18 @@ pub fn conflict(pool: &SandboxPool, message: &str, now: &Time) -> SandboxPoolSta
     failed(pool, OBJECT_CONFLICT, message, now)
 }
 
+/// Status for a pool the operator's policy refuses.
+pub fn refused(pool: &SandboxPool, refusal: &InvalidSpec, now: &Time) -> SandboxPoolStatus {
+    failed(pool, POLICY_REFUSED, &refusal.to_string(), now)
+}
+
+/// Status for a pool whose child the API server refused (admission, validation, RBAC).
+pub fn apply_rejected(pool: &SandboxPool, message: &str, now: &Time) -> SandboxPoolStatus {
+    failed(pool, APPLY_REJECTED, message, now)
+}
+
 /// Not ready, not progressing, degraded, all for `reason`; counts and endpoint carried over.
-fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> SandboxPoolStatus {
+pub fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> SandboxPoolStatus {
     let old = pool.status.clone().unwrap_or_default();
     let generation = pool.metadata.generation;
     let want = |type_, status| Want {
@@ -88,6 +102,17 @@ fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> Sandbo
         selector: Some(labels::selector_string(&pool.name_any())),
         ..old
     }
+}
+
+/// Whether the pool's last status said its rollout of the current generation had finished
+/// (complete, or complete and since degraded by lost pods).
+fn rollout_finished_for(pool: &SandboxPool) -> bool {
+    let generation = pool.metadata.generation;
+    previous(pool).iter().any(|c| {
+        c.observed_generation == generation
+            && ((c.type_ == PROGRESSING && c.reason == "RolloutComplete")
+                || (c.type_ == DEGRADED && c.reason == "ReplicasUnavailable"))
+    })
 }
 
 /// Status for a pool whose objects were applied, from its live Deployment.
@@ -120,7 +145,17 @@ pub fn from_deployment(
     let replica_failure = deployment_condition("ReplicaFailure")
         .filter(|c| c.status == "True")
         .map(|c| c.message.clone().unwrap_or_else(|| "pods cannot be created".to_owned()));
-    let rolled_out = seen_latest && updated == desired && replicas == desired && available == desired;
+    // Every pod runs the current template; not yet that they are all available.
+    let template_current = seen_latest && updated == desired;
+    let rolled_out = template_current && replicas == desired && available == desired;
+    // A rollout that finished and then lost pods is not rolling out again: the Deployment
+    // says so (its Progressing reason), or our own last status did for this generation.
+    let finished_before = template_current
+        && !rolled_out
+        && (deployment_condition("Progressing")
+            .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some("NewReplicaSetAvailable"))
+            || rollout_finished_for(pool));
+    let rolled_out_then_lost = finished_before && deadline_exceeded.is_none();
 
     let ready_message = format!("{ready}/{desired} executors ready");
     // Ready means the pool serves at full size, even while a rollout replaces pods.
@@ -146,13 +181,13 @@ pub fn from_deployment(
             reason: "ProgressDeadlineExceeded",
             message: message.clone(),
         },
-        (None, true) => Want {
+        (None, done) if done || rolled_out_then_lost => Want {
             type_: PROGRESSING,
             status: false,
             reason: "RolloutComplete",
             message: format!("{updated}/{desired} executors run the current spec"),
         },
-        (None, false) => Want {
+        (None, _) => Want {
             type_: PROGRESSING,
             status: true,
             reason: "RollingOut",
@@ -173,12 +208,12 @@ pub fn from_deployment(
             reason: "ProgressDeadlineExceeded",
             message,
         }
-    } else if rolled_out && ready < desired {
+    } else if rolled_out_then_lost {
         Want {
             type_: DEGRADED,
             status: true,
             reason: "ReplicasUnavailable",
-            message: format!("only {ready}/{desired} executors ready after the rollout finished"),
+            message: format!("only {available}/{desired} executors available after the rollout finished"),
         }
     } else {
         Want {

@@ -18,7 +18,7 @@ fn example_pools() -> Vec<(String, String)> {
             let text = std::fs::read_to_string(&p).expect("example reads");
             (p.display().to_string(), text)
         })
-        .filter(|(_, text)| text.contains("kind: SandboxPool"))
+        .filter(|(_, text)| text.lines().any(|l| l == "kind: SandboxPool"))
         .collect();
     files.sort();
     files

@@ -223,7 +223,8 @@ async fn run_reconciles_an_existing_pool_and_serves_health() {
             status_path,
         ]
     );
-    // Every owned kind is watched in the pool's namespace, through the managed-by label.
+    // Every owned kind is watched in the pool's namespace, by owner and not by label, so a
+    // child whose managed-by label was removed is still seen at once.
     for kind in [
         "deployments",
         "services",
@@ -234,8 +235,14 @@ async fn run_reconciles_an_existing_pool_and_serves_health() {
         assert!(
             seen.iter().any(|(m, p)| m == Method::GET
                 && p.contains(&format!("/namespaces/evals/{kind}?"))
-                && p.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsandpool-operator")),
-            "{kind} is not watched by label: {seen:?}"
+                && p.contains("watch=true")),
+            "{kind} is not watched: {seen:?}"
+        );
+        assert!(
+            !seen
+                .iter()
+                .any(|(_, p)| p.contains(&format!("/namespaces/evals/{kind}?")) && p.contains("labelSelector")),
+            "{kind} is watched through a label: {seen:?}"
         );
     }
 

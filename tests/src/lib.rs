@@ -49,6 +49,8 @@ pub struct Executor {
     pub work_root: tempfile::TempDir,
     pub client: pb::executor_client::ExecutorClient<Channel>,
     pub channel: Channel,
+    /// The HTTP API's address, when [`Options::http`] asked for it.
+    pub http_addr: Option<String>,
 }
 
 /// Options for [`Executor::start`].
@@ -60,6 +62,8 @@ pub struct Options {
     pub languages: Vec<&'static str>,
     pub extra_args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Also serve the SandboxFusion-compatible HTTP API (address in [`Executor::http_addr`]).
+    pub http: bool,
 }
 
 impl Executor {
@@ -91,6 +95,11 @@ impl Executor {
         if !opts.languages.is_empty() {
             cmd.arg("--enable-languages").arg(opts.languages.join(","));
         }
+        let http_addr = opts.http.then(|| format!("127.0.0.1:{}", free_port()));
+        if let Some(a) = &http_addr {
+            // By environment, as every setting a test needs from an older binary too.
+            cmd.env("SANDPOOL_HTTP_LISTEN", a);
+        }
         cmd.args(&opts.extra_args);
         for (k, v) in &opts.env {
             cmd.env(k, v);
@@ -112,7 +121,77 @@ impl Executor {
             work_root,
             client,
             channel,
+            http_addr,
         }
+    }
+
+    /// Sum of the samples of metric `name` (with or without labels) on /metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.metrics_addr).expect("metrics connect");
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("metrics request");
+        let mut body = String::new();
+        s.read_to_string(&mut body).expect("metrics read");
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// A field of the executor's /proc/<pid>/status in KiB (VmRSS, VmHWM, ...).
+    pub fn status_kib(&self, field: &str) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("reading status");
+        s.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in status"))
+    }
+
+    /// Descriptors the executor has open.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// Sets the executor's descriptor limit (soft and hard) to `n`.
+    pub fn limit_fds(&self, n: u64) {
+        let lim = libc::rlimit {
+            rlim_cur: n,
+            rlim_max: n,
+        };
+        // SAFETY: prlimit on our own child with a valid rlimit struct.
+        let r = unsafe { libc::prlimit(self.pid() as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) };
+        assert_eq!(r, 0, "prlimit: {}", std::io::Error::last_os_error());
+    }
+
+    /// Sends `sig` to the executor.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.pid() as i32, sig) };
+    }
+
+    /// Waits up to `timeout` for the executor to exit on its own; None if it is still running.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            if let Some(Ok(Some(s))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// A client on a new connection of its own.
+    pub async fn fresh_client(&self) -> Result<pb::executor_client::ExecutorClient<Channel>, tonic::transport::Error> {
+        let ch = Channel::from_shared(format!("http://{}", self.addr))
+            .expect("uri")
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await?;
+        Ok(pb::executor_client::ExecutorClient::new(ch).max_decoding_message_size(usize::MAX))
     }
 
     /// A fresh client on the same channel.
@@ -130,15 +209,7 @@ impl Executor {
 
     /// Sum of `sandpool_runs_total` samples on the executor's /metrics: the runs it finished.
     pub fn runs_total(&self) -> f64 {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&self.metrics_addr).expect("metrics connect");
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("metrics request");
-        let mut body = String::new();
-        s.read_to_string(&mut body).expect("metrics read");
-        body.lines()
-            .filter(|l| l.starts_with("sandpool_runs_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        self.metric("sandpool_runs_total")
     }
 
     /// Pid of the executor process.

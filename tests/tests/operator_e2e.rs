@@ -1,215 +1,585 @@
-//! End-to-end test of the operator against a real cluster.
+//! The operator against a real control plane (`scripts/cluster.sh up`: etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, kwok nodes whose pods turn Ready).
 //!
-//! Runs only when `KUBECONFIG` names a kubeconfig; otherwise it prints why it was skipped
-//! and passes. It installs the CRD, runs the controller in-process for one fresh
-//! namespace, applies a pool, waits for Ready, checks every object, scales the pool
-//! through the scale subresource, and deletes everything it created.
-//!
-//! Knobs: `SANDPOOL_E2E_IMAGE` (executor image the cluster can pull; default the
-//! operator's default), `SANDPOOL_E2E_TIMEOUT_S` (default 300).
+//! Each test installs the chart (namespaced mode) into a fresh namespace and runs the
+//! `sandpool-operator` binary out of cluster with a TokenRequest token of the chart's
+//! ServiceAccount, so every call the operator makes is authorized by the chart's Role, not by
+//! an admin. Without a cluster these tests fail; see `e2e_cluster` for how to start one.
 
-use std::time::Duration;
+mod e2e_cluster;
 
+use std::time::{Duration, Instant};
+
+use e2e_cluster::{Cluster, Operator, TestNamespace, repo_root, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
-use sandpool_operator::controller::{self, RunConfig};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
 use sandpool_operator::crd::SandboxPool;
-use sandpool_operator::defaults::PoolDefaults;
-use serde_json::json;
+use serde_json::{Value, json};
 
-const MANAGER: &str = "sandpool-e2e";
+const RELEASE: &str = "sandpool";
+/// The chart's ServiceAccount for release [`RELEASE`].
+const OPERATOR_SA: &str = "sandpool-operator";
+const TIMEOUT: Duration = Duration::from_secs(90);
 
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_secs(2)).await;
+/// A namespace with the chart installed and a kubeconfig holding its ServiceAccount's token.
+struct Setup {
+    cluster: Cluster,
+    admin: Client,
+    ns: TestNamespace,
+    dir: tempfile::TempDir,
+    operator_kubeconfig: std::path::PathBuf,
+}
+
+impl Setup {
+    /// `None` when the e2e tests are skipped on purpose.
+    async fn new(namespace: &str, labels: Value) -> Option<Self> {
+        let cluster = e2e_cluster::cluster()?;
+        cluster.ensure_crd().await;
+        let ns = cluster.namespace(namespace, labels).await;
+        let chart = repo_root().join("charts/sandpool");
+        cluster.helm(&[
+            "install",
+            RELEASE,
+            chart.to_str().expect("utf-8 path"),
+            "--namespace",
+            &ns.name,
+            "--wait",
+            "--timeout=2m",
+        ]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let operator_kubeconfig = dir.path().join("operator.kubeconfig");
+        cluster.service_account_kubeconfig(&ns.name, OPERATOR_SA, &operator_kubeconfig);
+        Some(Self {
+            admin: cluster.admin().await,
+            cluster,
+            ns,
+            dir,
+            operator_kubeconfig,
+        })
+    }
+
+    fn operator(&self, identity: &str) -> Operator {
+        Operator::start(
+            &self.operator_kubeconfig,
+            Some(&self.ns.name),
+            &self.ns.name,
+            identity,
+            self.dir.path(),
+        )
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.admin.clone(), &self.ns.name)
+    }
+
+    async fn create_pool(&self, name: &str, spec: Value) {
+        let pool: SandboxPool = serde_json::from_value(json!({
+            "apiVersion": "sandpool.dev/v1alpha1", "kind": "SandboxPool",
+            "metadata": {"name": name, "namespace": self.ns.name},
+            "spec": spec,
+        }))
+        .expect("pool");
+        self.api::<SandboxPool>()
+            .create(&PostParams::default(), &pool)
+            .await
+            .expect("pool creates");
+    }
+
+    /// Waits until the pool is Ready with `replicas` ready pods and its status describes
+    /// its current generation.
+    async fn wait_ready(&self, name: &str, replicas: i32, operator: &Operator) {
+        let pools = self.api::<SandboxPool>();
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let pool = pools.get(name).await.expect("pool reads");
+            let status = pool.status.clone().unwrap_or_default();
+            if condition(&pool, "Ready").is_some_and(|c| c.status == "True")
+                && status.ready_replicas == replicas
+                && status.observed_generation == pool.metadata.generation
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pool {name} not Ready with {replicas} replicas after {TIMEOUT:?}: status {:?}\noperator log:\n{}",
+                pool.status,
+                operator.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 }
 
-fn condition_true(pool: &SandboxPool, type_: &str) -> bool {
+fn condition<'a>(
+    pool: &'a SandboxPool,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     pool.status
         .as_ref()
-        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_ && c.status == "True"))
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
 }
 
-#[tokio::test]
-async fn operator_manages_a_pool_in_a_real_cluster() {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        eprintln!("operator_e2e skipped: KUBECONFIG is not set, so there is no cluster to test against");
-        return;
-    }
-    let timeout = Duration::from_secs(
-        std::env::var("SANDPOOL_E2E_TIMEOUT_S")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(300),
+fn pool_spec(replicas: i32) -> Value {
+    json!({
+        "replicas": replicas,
+        "languages": ["python"],
+        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "limits": {"wallTime": "5s", "maxWallTime": "10s", "memory": "256Mi", "maxMemory": "512Mi"},
+        "access": {"http": true},
+    })
+}
+
+fn privileged() -> Value {
+    json!({"pod-security.kubernetes.io/enforce": "privileged"})
+}
+
+/// The one controller owner reference every child must carry.
+fn assert_owned(kind: &str, refs: &[OwnerReference], pool: &SandboxPool) {
+    let uid = pool.uid().expect("pool uid");
+    let owners: Vec<_> = refs.iter().filter(|r| r.controller == Some(true)).collect();
+    assert_eq!(owners.len(), 1, "{kind}: one controller owner, got {refs:?}");
+    let owner = owners[0];
+    assert_eq!(
+        (
+            owner.api_version.as_str(),
+            owner.kind.as_str(),
+            owner.name.as_str(),
+            owner.uid.as_str()
+        ),
+        (
+            "sandpool.dev/v1alpha1",
+            "SandboxPool",
+            pool.name_any().as_str(),
+            uid.as_str()
+        ),
+        "{kind}: owner reference"
     );
-    let client = Client::try_default().await.expect("KUBECONFIG gives a working client");
+}
 
-    // CRD, applied the way an upgrade would.
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = SandboxPool::crd();
-    crds.patch(
-        &crd.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("CRD applies");
-    wait_for("the CRD to be established", Duration::from_secs(60), || async {
-        crds.get(&crd.name_any())
-            .await
-            .ok()
-            .and_then(|c| c.status)
-            .is_some_and(|s| {
-                s.conditions
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            })
-    })
-    .await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_gets_its_children_scales_and_is_garbage_collected() {
+    let Some(setup) = Setup::new("e2e-pool", privileged()).await else {
+        return;
+    };
+    let ns = setup.ns.name.clone();
+    let operator = setup.operator("op-a");
+    setup.create_pool("e2e", pool_spec(1)).await;
+    setup.wait_ready("e2e", 1, &operator).await;
 
-    // A namespace of our own, so nothing else is touched.
-    let ns_name = format!("sandpool-e2e-{}", std::process::id());
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns_name}})).expect("namespace");
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("namespace creates");
-
-    let mut defaults = PoolDefaults::default();
-    if let Ok(image) = std::env::var("SANDPOOL_E2E_IMAGE") {
-        defaults.executor_image = image;
-    }
-    let operator = tokio::spawn(controller::run(RunConfig {
-        namespace: Some(ns_name.clone()),
-        defaults,
-        http_listen: "127.0.0.1:0".parse().expect("address"),
-        leader: None,
-    }));
-
-    let pools: Api<SandboxPool> = Api::namespaced(client.clone(), &ns_name);
-    let pool: SandboxPool = serde_json::from_value(json!({
-        "apiVersion": "sandpool.dev/v1alpha1", "kind": "SandboxPool",
-        "metadata": {"name": "e2e", "namespace": ns_name},
-        "spec": {
-            "replicas": 1,
-            "languages": ["python"],
-            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-            "limits": {"wallTime": "5s", "maxWallTime": "10s", "memory": "256Mi", "maxMemory": "512Mi"},
-            "access": {"http": true},
-        }
-    }))
-    .expect("pool");
-    pools.create(&PostParams::default(), &pool).await.expect("pool creates");
-
-    wait_for("the pool to be Ready", timeout, || async {
-        pools.get("e2e").await.is_ok_and(|p| condition_true(&p, "Ready"))
-    })
-    .await;
-    let live = pools.get("e2e").await.expect("pool reads");
-    let status = live.status.clone().expect("status");
+    let pools = setup.api::<SandboxPool>();
+    let pool = pools.get("e2e").await.expect("pool reads");
+    let status = pool.status.clone().expect("status");
     assert_eq!((status.replicas, status.ready_replicas), (1, 1));
     assert_eq!(
         status.endpoint.as_deref(),
-        Some(format!("dns:///e2e.{ns_name}.svc.cluster.local:50051").as_str())
+        Some(format!("dns:///e2e.{ns}.svc.cluster.local:50051").as_str())
     );
-    assert_eq!(status.observed_generation, live.metadata.generation);
-    let uid = live.uid().expect("uid");
-    let owned = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
-        refs.iter().any(|r| r.uid == uid && r.controller == Some(true))
-    };
+    assert_eq!(
+        status.selector.as_deref(),
+        Some("app.kubernetes.io/instance=e2e,app.kubernetes.io/name=sandpool-executor,sandpool.dev/pool=e2e")
+    );
+    let reasons: Vec<_> = status
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("Ready", "True", "AllReplicasReady"),
+            ("Progressing", "False", "RolloutComplete"),
+            ("Degraded", "False", "AsExpected")
+        ]
+    );
 
-    let sa = Api::<ServiceAccount>::namespaced(client.clone(), &ns_name)
-        .get("e2e")
-        .await
-        .expect("SA");
+    // Children, each owned by the pool, with the fields the design promises.
+    let sa = setup.api::<ServiceAccount>().get("e2e").await.expect("ServiceAccount");
+    assert_owned("ServiceAccount", sa.owner_references(), &pool);
     assert_eq!(sa.automount_service_account_token, Some(false));
-    assert!(owned(sa.owner_references()));
-    let svc = Api::<Service>::namespaced(client.clone(), &ns_name)
-        .get("e2e")
-        .await
-        .expect("Service");
-    let svc_spec = svc.spec.clone().expect("spec");
-    assert_eq!(svc_spec.cluster_ip.as_deref(), Some("None"));
+
+    let svc = setup.api::<Service>().get("e2e").await.expect("Service");
+    assert_owned("Service", svc.owner_references(), &pool);
+    let svc_spec = svc.spec.expect("Service spec");
+    assert_eq!(svc_spec.cluster_ip.as_deref(), Some("None"), "headless");
     let ports: Vec<i32> = svc_spec.ports.unwrap_or_default().iter().map(|p| p.port).collect();
     assert_eq!(ports, [50051, 8080, 9090]);
-    assert!(owned(svc.owner_references()));
-    let np = Api::<NetworkPolicy>::namespaced(client.clone(), &ns_name)
-        .get("e2e")
-        .await
-        .expect("NetworkPolicy");
-    let np_spec = np.spec.clone().expect("spec");
-    assert_eq!(
-        np_spec.policy_types,
-        Some(vec!["Ingress".to_owned(), "Egress".to_owned()])
-    );
-    assert!(np_spec.egress.unwrap_or_default().is_empty());
-    assert!(owned(np.owner_references()));
-    let pdb = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns_name)
-        .get("e2e")
-        .await
-        .expect("PDB");
-    assert!(owned(pdb.owner_references()));
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns_name);
-    let deploy = deployments.get("e2e").await.expect("Deployment");
-    assert!(owned(deploy.owner_references()));
-    let pod = deploy.spec.and_then(|s| s.template.spec).expect("pod spec");
-    assert_eq!(pod.automount_service_account_token, Some(false));
-    assert_eq!(pod.enable_service_links, Some(false));
 
-    // Scale through the scale subresource, as an HPA would.
-    pools
-        .patch_scale(
-            "e2e",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 2}})),
-        )
+    let np = setup.api::<NetworkPolicy>().get("e2e").await.expect("NetworkPolicy");
+    assert_owned("NetworkPolicy", np.owner_references(), &pool);
+    let np_spec = serde_json::to_value(np.spec.expect("NetworkPolicy spec")).expect("json");
+    assert_eq!(
+        np_spec,
+        json!({
+            "podSelector": {"matchLabels": {
+                "app.kubernetes.io/instance": "e2e",
+                "app.kubernetes.io/name": "sandpool-executor",
+                "sandpool.dev/pool": "e2e"}},
+            "policyTypes": ["Ingress", "Egress"],
+            // The default client peer only, on gRPC and HTTP; no egress rule at all.
+            "ingress": [{
+                "from": [{"podSelector": {"matchLabels": {"role": "sandbox-user"}}}],
+                "ports": [{"protocol": "TCP", "port": 50051}, {"protocol": "TCP", "port": 8080}],
+            }],
+        }),
+        "NetworkPolicy as stored by the API server"
+    );
+
+    let pdb = setup.api::<PodDisruptionBudget>().get("e2e").await.expect("PDB");
+    assert_owned("PodDisruptionBudget", pdb.owner_references(), &pool);
+    let pdb_spec = pdb.spec.expect("PDB spec");
+    assert_eq!(serde_json::to_value(pdb_spec.max_unavailable).expect("json"), json!(1));
+
+    let deployments = setup.api::<Deployment>();
+    let deploy = deployments.get("e2e").await.expect("Deployment");
+    assert_owned("Deployment", deploy.owner_references(), &pool);
+    let template = deploy.spec.clone().expect("spec").template;
+    let pod_spec = template.spec.expect("pod spec");
+    assert_eq!(pod_spec.automount_service_account_token, Some(false));
+    assert_eq!(pod_spec.enable_service_links, Some(false));
+    assert_eq!(pod_spec.service_account_name.as_deref(), Some("e2e"));
+
+    // The executor pod was admitted in a namespace that enforces "privileged", scheduled
+    // onto a kwok node, and is Ready.
+    let pods: Api<Pod> = setup.api();
+    let selector = ListParams::default().labels("sandpool.dev/pool=e2e");
+    let listed = pods.list(&selector).await.expect("pods list");
+    assert_eq!(listed.items.len(), 1, "one executor pod");
+    assert!(
+        listed.items[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| n.starts_with("kwok-node-")),
+        "scheduled onto a kwok node"
+    );
+
+    // `kubectl get sbp`: the printer columns, through the short name.
+    let table = setup.cluster.kubectl(&["get", "sbp", "-n", &ns]);
+    let mut lines = table.lines();
+    let header: Vec<_> = lines.next().expect("header").split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "REPLICAS",
+            "PODS-READY",
+            "READY",
+            "REASON",
+            "LANGUAGES",
+            "GPU",
+            "AGE"
+        ],
+        "{table}"
+    );
+    let row: Vec<_> = lines.next().expect("row").split_whitespace().collect();
+    // GPU is blank for a CPU pool, so the row has one field fewer.
+    assert_eq!(
+        row[..6],
+        ["e2e", "1", "1", "True", "AllReplicasReady", "[\"python\"]"],
+        "{table}"
+    );
+    assert_eq!(row.len(), 7, "{table}");
+    // And the `sandpool` category.
+    assert!(
+        setup
+            .cluster
+            .kubectl(&["get", "sandpool", "-n", &ns, "-o", "name"])
+            .contains("sandboxpool.sandpool.dev/e2e")
+    );
+
+    // A deleted NetworkPolicy is restored at once (the operator watches its children), so
+    // the pods are never left open for long.
+    let nps: Api<NetworkPolicy> = setup.api();
+    let old_uid = np.metadata.uid.clone();
+    nps.delete("e2e", &DeleteParams::default())
         .await
-        .expect("scale patch");
-    wait_for("the Deployment to follow the scale", timeout, || async {
+        .expect("NetworkPolicy deletes");
+    wait_for("the operator to restore the NetworkPolicy", TIMEOUT, || async {
+        nps.get_opt("e2e")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|n| n.metadata.uid != old_uid)
+    })
+    .await;
+
+    no_op_reconcile_writes_nothing(&setup, &operator).await;
+
+    // `kubectl scale` goes through the scale subresource; the operator follows.
+    setup.cluster.kubectl(&["scale", "sbp/e2e", "--replicas=2", "-n", &ns]);
+    setup.wait_ready("e2e", 2, &operator).await;
+    assert_eq!(
         deployments
             .get("e2e")
             .await
-            .ok()
-            .and_then(|d| d.spec)
-            .and_then(|s| s.replicas)
-            == Some(2)
-    })
-    .await;
+            .expect("Deployment")
+            .spec
+            .and_then(|s| s.replicas),
+        Some(2)
+    );
     let scale = pools.get_scale("e2e").await.expect("scale reads");
     assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
-    assert!(
-        scale
-            .status
-            .and_then(|s| s.selector)
-            .is_some_and(|s| s.contains("sandpool.dev/pool=e2e"))
-    );
+    let scale_status = scale.status.expect("scale status");
+    assert_eq!(scale_status.replicas, 2);
+    assert_eq!(scale_status.selector, status.selector);
 
+    // An autoscaling/v2 HPA accepts the pool as its target, and the controller-manager's
+    // HPA controller scales it through /scale: below minReplicas it scales up without
+    // needing metrics.
+    let hpas: Api<HorizontalPodAutoscaler> = setup.api();
+    let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
+        "metadata": {"name": "e2e"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "sandpool.dev/v1alpha1", "kind": "SandboxPool", "name": "e2e"},
+            "minReplicas": 3,
+            "maxReplicas": 4,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": 80}}}],
+        }
+    }))
+    .expect("hpa");
+    hpas.create(&PostParams::default(), &hpa).await.expect("HPA accepted");
+    setup.wait_ready("e2e", 3, &operator).await;
+    let hpa = hpas.get("e2e").await.expect("HPA reads");
+    let able = hpa
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "AbleToScale");
+    assert_eq!(
+        able.map(|c| c.status),
+        Some("True".to_owned()),
+        "the HPA controller reads the pool's scale"
+    );
+    hpas.delete("e2e", &DeleteParams::default()).await.expect("HPA deletes");
+
+    // Deleting the pool leaves its children to the garbage collector.
     pools
-        .delete("e2e", &DeleteParams::foreground())
+        .delete("e2e", &DeleteParams::background())
         .await
         .expect("pool deletes");
-    wait_for("the pool and its Deployment to go", timeout, || async {
+    let sas: Api<ServiceAccount> = setup.api();
+    let svcs: Api<Service> = setup.api();
+    let pdbs: Api<PodDisruptionBudget> = setup.api();
+    wait_for("the garbage collector to delete every child", TIMEOUT, || async {
         pools.get_opt("e2e").await.is_ok_and(|p| p.is_none())
-            && deployments.get_opt("e2e").await.is_ok_and(|d| d.is_none())
+            && deployments.get_opt("e2e").await.is_ok_and(|o| o.is_none())
+            && sas.get_opt("e2e").await.is_ok_and(|o| o.is_none())
+            && svcs.get_opt("e2e").await.is_ok_and(|o| o.is_none())
+            && nps.get_opt("e2e").await.is_ok_and(|o| o.is_none())
+            && pdbs.get_opt("e2e").await.is_ok_and(|o| o.is_none())
+            && pods.list(&selector).await.is_ok_and(|l| l.items.is_empty())
     })
     .await;
-    operator.abort();
-    namespaces
-        .delete(&ns_name, &DeleteParams::default())
+}
+
+/// A reconcile that finds nothing to change writes nothing: neither the operator's own
+/// metrics nor the API server's audit log show a write.
+async fn no_op_reconcile_writes_nothing(setup: &Setup, operator: &Operator) {
+    let user = format!("system:serviceaccount:{}:{OPERATOR_SA}", setup.ns.name);
+    let done = "sandpool_operator_reconcile_duration_seconds_count";
+    // Let reconciles triggered by the pods turning Ready finish first.
+    let mut last = operator.metric(done);
+    let mut stable_since = Instant::now();
+    let deadline = Instant::now() + TIMEOUT;
+    while stable_since.elapsed() < Duration::from_secs(3) {
+        assert!(Instant::now() < deadline, "reconciles never settled");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = operator.metric(done);
+        if now != last {
+            last = now;
+            stable_since = Instant::now();
+        }
+    }
+    let child_writes = operator.metric_sum("sandpool_operator_child_writes_total");
+    let status_writes = operator.metric("sandpool_operator_status_writes_total");
+    let events = setup.cluster.audit_events();
+    let audit_mark = events.len();
+    // The filter below must match the operator's requests: its first apply of the
+    // Deployment (server-side apply is a PATCH) is in the log.
+    assert!(
+        events.iter().any(|e| e["user"]["username"] == user.as_str()
+            && e["verb"] == "patch"
+            && e["objectRef"]["resource"] == "deployments"),
+        "the audit log has none of {user}'s writes"
+    );
+
+    // Touching the pool's metadata triggers a reconcile without changing anything it reads.
+    setup
+        .cluster
+        .kubectl(&["annotate", "sbp/e2e", "-n", &setup.ns.name, "e2e.sandpool.dev/touch=1"]);
+    wait_for("the operator to reconcile the touched pool", TIMEOUT, || async {
+        operator.metric(done) > last
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    assert_eq!(
+        operator.metric_sum("sandpool_operator_child_writes_total"),
+        child_writes,
+        "child writes in a no-op reconcile"
+    );
+    assert_eq!(
+        operator.metric("sandpool_operator_status_writes_total"),
+        status_writes,
+        "status writes in a no-op reconcile"
+    );
+    let writes: Vec<String> = setup.cluster.audit_events()[audit_mark..]
+        .iter()
+        .filter(|e| e["user"]["username"] == user.as_str())
+        // Renewing the leader Lease is the only write a healthy, idle operator makes.
+        .filter(|e| e["objectRef"]["resource"] != "leases")
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["verb"], e["objectRef"]["resource"], e["objectRef"]["name"]
+            )
+        })
+        .collect();
+    assert!(writes.is_empty(), "the no-op reconcile wrote: {writes:?}");
+}
+
+async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt(sandpool_operator::leader::LEASE_NAME)
         .await
-        .expect("namespace deletes");
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
+    let Some(setup) = Setup::new("e2e-leader", privileged()).await else {
+        return;
+    };
+    let leases: Api<Lease> = setup.api();
+    let mut a = setup.operator("op-a");
+    wait_for("op-a to take the lease", TIMEOUT, || async {
+        lease_holder(&leases).await.as_deref() == Some("op-a")
+    })
+    .await;
+    let b = setup.operator("op-b");
+    wait_for("op-b to serve /metrics", TIMEOUT, || async { b.metrics().is_some() }).await;
+
+    setup.create_pool("e2e", pool_spec(1)).await;
+    setup.wait_ready("e2e", 1, &a).await;
+    assert_eq!(a.metric("sandpool_operator_leader"), 1.0);
+    assert!(a.metric("sandpool_operator_reconciles_total") >= 1.0);
+    assert_eq!(b.metric("sandpool_operator_leader"), 0.0);
+    assert_eq!(
+        b.metric("sandpool_operator_reconciles_total"),
+        0.0,
+        "the standby reconciled"
+    );
+
+    // The leader dies without releasing the lease; the standby takes over once it expires.
+    a.kill();
+    let killed = Instant::now();
+    // The lease expires at most LEASE_DURATION_S after the last renewal, which came before
+    // the kill; the slack covers the standby's and this loop's polling.
+    let limit = Duration::from_secs(sandpool_operator::leader::LEASE_DURATION_S + 3);
+    wait_for("op-b to take the lease", limit, || async {
+        lease_holder(&leases).await.as_deref() == Some("op-b")
+    })
+    .await;
+    eprintln!("lease handed over {:?} after the leader was killed", killed.elapsed());
+    setup
+        .cluster
+        .kubectl(&["scale", "sbp/e2e", "--replicas=2", "-n", &setup.ns.name]);
+    setup.wait_ready("e2e", 2, &b).await;
+    assert_eq!(b.metric("sandpool_operator_leader"), 1.0);
+    assert!(b.metric("sandpool_operator_reconciles_total") >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_whose_pod_security_level_refuses_the_pods_degrades_the_pool() {
+    // "baseline" refuses SYS_ADMIN and an Unconfined seccomp profile (docs/operator.md).
+    let Some(setup) = Setup::new(
+        "e2e-baseline",
+        json!({"pod-security.kubernetes.io/enforce": "baseline"}),
+    )
+    .await
+    else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    setup.create_pool("e2e", pool_spec(1)).await;
+    let pools = setup.api::<SandboxPool>();
+    wait_for("the pool to report the refused pods", TIMEOUT, || async {
+        pools.get("e2e").await.is_ok_and(|p| {
+            condition(&p, "Degraded").is_some_and(|c| {
+                c.status == "True" && c.reason == "ReplicaFailure" && c.message.contains("violates PodSecurity")
+            }) && condition(&p, "Ready").is_some_and(|c| c.status == "False")
+        })
+    })
+    .await;
+    let pods: Api<Pod> = setup.api();
+    assert!(
+        pods.list(&ListParams::default().labels("sandpool.dev/pool=e2e"))
+            .await
+            .expect("pods list")
+            .items
+            .is_empty(),
+        "no pod was admitted"
+    );
+    drop(operator);
+}
+
+/// A pool that loses a pod after its rollout finished is Degraded (ReplicasUnavailable), not
+/// rolling out again: the real Deployment controller reports such a loss with available ==
+/// ready < desired, which the old condition logic could never turn into Degraded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_that_loses_a_pod_after_its_rollout_is_degraded() {
+    let Some(setup) = Setup::new("e2e-degraded", privileged()).await else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    setup.create_pool("e2e", pool_spec(2)).await;
+    setup.wait_ready("e2e", 2, &operator).await;
+
+    // kwok plays the kubelet and leaves a status it did not write alone, so a pod whose
+    // Ready condition turns False stays that way, as a crashed executor's would.
+    let pods: Api<Pod> = setup.api();
+    let listed = pods
+        .list(&ListParams::default().labels("sandpool.dev/pool=e2e"))
+        .await
+        .expect("pods list");
+    let victim = listed.items.first().expect("a pod").name_any();
+    setup.cluster.kubectl(&[
+        "patch",
+        "pod",
+        &victim,
+        "-n",
+        &setup.ns.name,
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"Ready","status":"False","reason":"E2E","message":"executor lost"}]}}"#,
+    ]);
+
+    let pools = setup.api::<SandboxPool>();
+    wait_for("the pool to report the lost pod as Degraded", TIMEOUT, || async {
+        pools.get("e2e").await.is_ok_and(|p| {
+            condition(&p, "Degraded").is_some_and(|c| c.status == "True" && c.reason == "ReplicasUnavailable")
+                && condition(&p, "Progressing").is_some_and(|c| c.status == "False" && c.reason == "RolloutComplete")
+                && condition(&p, "Ready").is_some_and(|c| c.status == "False")
+        })
+    })
+    .await;
+    let status = pools.get("e2e").await.expect("pool").status.expect("status");
+    assert_eq!(status.ready_replicas, 1, "{status:?}");
+    drop(operator);
 }

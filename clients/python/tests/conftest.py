@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -37,8 +38,16 @@ def free_port() -> int:
 class Executor:
     """One executor process; `restart()` brings it back on the same port, under a new name."""
 
-    def __init__(self, name: str, slots: int = 2, queue: Optional[int] = None, port: Optional[int] = None):
+    def __init__(
+        self,
+        name: str,
+        slots: int = 2,
+        queue: Optional[int] = None,
+        port: Optional[int] = None,
+        env: Optional[dict] = None,
+    ):
         self.name = name
+        self.extra_env = env or {}
         self.slots = slots
         self.queue = queue
         self.port = port or free_port()
@@ -46,12 +55,20 @@ class Executor:
         self.uid_base = 64000 + 100 * (next(_uid_slots) % 10) + 1000 * (os.getpid() % 5)
         self.work_root = tempfile.mkdtemp(prefix="sandpool-pytest-")
         self.proc: Optional[subprocess.Popen] = None
+        # start/stop/restart may come from a test's thread and from the fixture's teardown at once:
+        # one at a time, so a stop never pulls the process from under a restart's wait.
+        self._lock = threading.RLock()
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> "Executor":
+        with self._lock:
+            self._start()
+        return self
+
+    def _start(self) -> None:
         cmd = [
             str(executor_bin()),
             "--listen", self.address,
@@ -63,21 +80,19 @@ class Executor:
         ]  # fmt: skip
         if self.queue is not None:
             cmd += ["--queue", str(self.queue)]
-        env = dict(os.environ, SANDPOOL_NAME=self.name)
+        env = dict(os.environ, SANDPOOL_NAME=self.name, **self.extra_env)
         quiet = subprocess.DEVNULL if os.environ.get("SANDPOOL_TEST_QUIET") else None
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stderr=quiet)
-        self._wait_serving()
-        return self
+        self._wait_serving(self.proc)
 
-    def _wait_serving(self, timeout: float = 120.0) -> None:
+    def _wait_serving(self, proc: subprocess.Popen, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         with grpc.insecure_channel(self.address) as ch:
             # grpc.health.v1.Health/Check with an empty request; b"\x08\x01" is {status: SERVING}.
             check = ch.unary_unary("/grpc.health.v1.Health/Check", lambda b: b, lambda b: b)
             while True:
-                assert self.proc is not None
-                if self.proc.poll() is not None:
-                    pytest.fail(f"executor {self.name} exited during start-up: {self.proc.returncode}")
+                if proc.poll() is not None:
+                    pytest.fail(f"executor {self.name} exited during start-up: {proc.returncode}")
                 if time.monotonic() > deadline:
                     pytest.fail(f"executor {self.name} not SERVING after {timeout} s")
                 try:
@@ -89,20 +104,31 @@ class Executor:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM (the executor drains, then exits), SIGKILL if it lingers."""
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        with self._lock:
+            if self.proc is None:
+                return
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL, no drain: the process dies with whatever it holds."""
+        with self._lock:
+            if self.proc is None:
+                return
             self.proc.kill()
             self.proc.wait()
-        self.proc = None
+            self.proc = None
 
     def restart(self, name: str) -> None:
-        self.stop()
-        self.name = name
-        self.start()
+        with self._lock:
+            self.stop()
+            self.name = name
+            self._start()
 
     def close(self) -> None:
         self.stop()
@@ -128,3 +154,20 @@ def executor() -> Iterator[Executor]:
     e = Executor("pytest-main", slots=2).start()
     yield e
     e.close()
+
+
+@pytest.fixture
+def serve() -> Iterator:
+    """Starts in-test fake executors (tests/fakes.py); returns their addresses."""
+    from fakes import start_fake
+
+    servers: list[grpc.Server] = []
+
+    def start(servicer) -> str:
+        server, address = start_fake(servicer)
+        servers.append(server)
+        return address
+
+    yield start
+    for s in servers:
+        s.stop(None)

@@ -11,14 +11,19 @@ pub mod scalebox;
 pub mod shapes;
 
 use crate::admission::AdmissionError;
+use crate::auth::Token;
 use crate::engine::ExecError;
 use crate::judge::Judge;
+use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// An engine error as an HTTP error with a JSON `detail`.
 fn error_response(e: ExecError) -> Response {
@@ -28,6 +33,7 @@ fn error_response(e: ExecError) -> Response {
         ExecError::Admission(AdmissionError::QueueFull { .. }) => StatusCode::TOO_MANY_REQUESTS,
         ExecError::Admission(AdmissionError::Draining) => StatusCode::SERVICE_UNAVAILABLE,
         ExecError::Admission(AdmissionError::Deadline) | ExecError::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        ExecError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     (code, Json(serde_json::json!({ "detail": e.to_string() }))).into_response()
 }
@@ -42,10 +48,93 @@ fn body_error(r: JsonRejection) -> Response {
     (code, Json(serde_json::json!({ "detail": r.body_text() }))).into_response()
 }
 
+/// How the HTTP server treats its clients.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Largest request body, bytes (413 past it).
+    pub max_body_bytes: usize,
+    /// A request's headers must arrive within this (also an idle keep-alive connection's
+    /// next request); otherwise the connection is closed.
+    pub header_timeout: Duration,
+    /// A request's whole body must arrive within this; otherwise 408 and the connection closes.
+    pub body_timeout: Duration,
+    /// Connections served at once; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// Bearer token required on the API routes (not on `/v1/ping`).
+    pub token: Option<Token>,
+}
+
+impl HttpOptions {
+    /// Defaults with `max_body_bytes`, no token.
+    pub fn new(max_body_bytes: usize) -> Self {
+        HttpOptions {
+            max_body_bytes,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            token: None,
+        }
+    }
+}
+
+fn detail(code: StatusCode, msg: &str) -> Response {
+    (code, Json(serde_json::json!({ "detail": msg }))).into_response()
+}
+
+/// Reads the whole body within the timeout before any handler sees it: a client that
+/// sends its body slowly or never holds a connection for at most that long.
+async fn read_body_in_time(State(opts): State<Arc<HttpOptions>>, req: axum::extract::Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let read = axum::body::to_bytes(body, opts.max_body_bytes);
+    let mut resp = match tokio::time::timeout(opts.body_timeout, read).await {
+        Ok(Ok(bytes)) => {
+            return next
+                .run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
+                .await;
+        }
+        Ok(Err(e)) => {
+            let too_big = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_big {
+                let msg = format!("body larger than {} bytes (--max-request-bytes)", opts.max_body_bytes);
+                detail(StatusCode::PAYLOAD_TOO_LARGE, &msg)
+            } else {
+                detail(StatusCode::BAD_REQUEST, &format!("reading the body: {e}"))
+            }
+        }
+        Err(_) => detail(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "the body did not arrive within {} ms (--http-body-timeout-ms)",
+                opts.body_timeout.as_millis()
+            ),
+        ),
+    };
+    // What is left of the body is never read: this connection is done.
+    resp.headers_mut()
+        .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    resp
+}
+
+/// Refuses API calls without the bearer token, before their body is read.
+async fn require_token(State(opts): State<Arc<HttpOptions>>, req: axum::extract::Request, next: Next) -> Response {
+    if let Some(t) = &opts.token {
+        let h = req.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+        if !t.accepts(h) {
+            let mut r = detail(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong bearer token (Authorization: Bearer <token>)",
+            );
+            r.headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+            return r;
+        }
+    }
+    next.run(req).await
+}
+
 /// The HTTP routes, judging on `judge`.
-pub fn router(judge: Judge, max_body_bytes: usize) -> Router {
-    Router::new()
-        .route("/v1/ping", get(|| async { Json("pong") }))
+pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
+    let api = Router::new()
         .route(
             "/run_code",
             post(
@@ -76,26 +165,71 @@ pub fn router(judge: Judge, max_body_bytes: usize) -> Router {
                 },
             ),
         )
-        .layer(DefaultBodyLimit::max(max_body_bytes))
+        // Layers run outside in: the token is checked before the body is read.
+        .layer(middleware::from_fn_with_state(opts.clone(), read_body_in_time))
+        .layer(middleware::from_fn_with_state(opts.clone(), require_token));
+    Router::new()
+        .route("/v1/ping", get(|| async { Json("pong") }))
+        .merge(api)
+        .layer(DefaultBodyLimit::max(opts.max_body_bytes))
         .with_state(judge)
 }
 
-/// Serves the HTTP API on `listener` until `shutdown` resolves.
+/// Serves the HTTP API on `listener` until `shutdown` resolves, then lets the
+/// requests in progress finish.
+///
+/// Its own accept loop rather than `axum::serve`, for what that lacks: a cap on
+/// connections (so slow clients cannot take every descriptor the gRPC port
+/// needs too) and a deadline for each request's headers.
 pub async fn serve_on(
     judge: Judge,
     listener: tokio::net::TcpListener,
-    max_body_bytes: usize,
+    opts: HttpOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving SandboxFusion-compatible HTTP");
     }
-    use axum::serve::ListenerExt;
-    // As on the gRPC port: small responses must not wait for the client's delayed ACK.
-    let listener = listener.tap_io(|tcp| {
+    let opts = Arc::new(opts);
+    let app = router(judge, opts.clone());
+    let permits = Arc::new(tokio::sync::Semaphore::new(opts.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // HTTP/1.1 only: SandboxFusion's and ScaleBox's clients speak nothing else.
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(opts.header_timeout);
+    tokio::pin!(shutdown);
+    loop {
+        // Past the cap, connections wait in the kernel's queue and hold nothing of ours.
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = &mut shutdown => break,
+        };
+        let tcp = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of descriptors, or the like: pause rather than spin.
+                    tracing::warn!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        // As on the gRPC port: small responses must not wait for the client's delayed ACK.
         let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(judge, max_body_bytes))
-        .with_graceful_shutdown(shutdown)
-        .await
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = graceful.watch(builder.serve_connection(hyper_util::rt::TokioIo::new(tcp), svc));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "HTTP connection ended");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }

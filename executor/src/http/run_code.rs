@@ -63,7 +63,18 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest) -> Result<RunRespons
     }
     let mut limits = time_limits(engine, req.run_timeout).unwrap_or_default();
     if let Some(mb) = req.memory_limit_mb.filter(|m| m.is_finite() && *m > 0.0) {
-        limits.memory_bytes = ((mb * 1048576.0) as u64).min(engine.policy.max.memory);
+        let bytes = (mb * 1048576.0) as u64;
+        let min = crate::limits::MIN.memory;
+        if bytes < min {
+            return Err(ExecError::invalid(
+                "memory_limit_MB",
+                format!(
+                    "{mb} MB is below the smallest this executor runs with, {} MB",
+                    min >> 20
+                ),
+            ));
+        }
+        limits.memory_bytes = bytes.min(engine.policy.max.memory);
     }
     let exec = pb::ExecuteRequest {
         language: req.language,
@@ -76,7 +87,7 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest) -> Result<RunRespons
         fetch_files: req.fetch_files,
         request_id: String::new(),
     };
-    let resp = engine.execute(exec, None).await?;
+    let resp = engine.execute(exec, None).await.map_err(http_field)?;
     let status = run_status(resp.compile.as_ref(), resp.run.as_ref());
     Ok(RunResponse {
         status,
@@ -99,9 +110,37 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest) -> Result<RunRespons
     })
 }
 
+/// Names a limit's field as this API does (`run_timeout`, not `limits.wall_time_ms`).
+fn http_field(e: ExecError) -> ExecError {
+    match e {
+        ExecError::InvalidArgument { field, message } => {
+            let field = match field.as_str() {
+                "limits.wall_time_ms" | "limits.cpu_time_ms" => "run_timeout".to_owned(),
+                "compile_limits.wall_time_ms" | "compile_limits.cpu_time_ms" => "compile_timeout".to_owned(),
+                "limits.memory_bytes" => "memory_limit_MB".to_owned(),
+                _ => field,
+            };
+            ExecError::InvalidArgument { field, message }
+        }
+        e => e,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limit_errors_use_this_apis_field_names() {
+        let named = |f: &str| match http_field(ExecError::invalid(f, "x")) {
+            ExecError::InvalidArgument { field, .. } => field,
+            e => panic!("{e:?}"),
+        };
+        assert_eq!(named("limits.wall_time_ms"), "run_timeout");
+        assert_eq!(named("compile_limits.cpu_time_ms"), "compile_timeout");
+        assert_eq!(named("limits.memory_bytes"), "memory_limit_MB");
+        assert_eq!(named("files[0].path"), "files[0].path");
+    }
 
     #[test]
     fn seconds_become_clamped_milliseconds() {

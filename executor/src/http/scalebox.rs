@@ -188,11 +188,28 @@ pub fn to_request(engine: &Engine, body: &EvaluateBody) -> Result<pb::EvaluateRe
     })
 }
 
+/// Names a limit's field as this API does (`config.run_timeout`, not `options.run_limits.wall_time_ms`).
+fn scalebox_field(e: ExecError) -> ExecError {
+    match e {
+        ExecError::InvalidArgument { field, message } => {
+            let field = if field.starts_with("options.run_limits.") {
+                "config.run_timeout".to_owned()
+            } else if field.starts_with("options.compile_limits.") {
+                "config.compile_timeout".to_owned()
+            } else {
+                field
+            };
+            ExecError::InvalidArgument { field, message }
+        }
+        e => e,
+    }
+}
+
 /// Judges `body`.
 pub async fn evaluate(judge: &Judge, body: EvaluateBody) -> Result<EvaluateReply, ExecError> {
     let req = to_request(judge.engine(), &body)?;
     let kind = body.config.provided_data.test_cases.kind.clone();
-    let resp = judge.evaluate(req, None).await?;
+    let resp = judge.evaluate(req, None).await.map_err(scalebox_field)?;
     let tc = &body.config.provided_data.test_cases;
     let pod = resp.executor.as_ref().map(|e| e.name.clone());
     let mut tests = Vec::new();

@@ -1,7 +1,7 @@
 //! What each test's work dir starts with: a compiled build to copy, or sources to write.
 
 use crate::admission::SlotGuard;
-use crate::engine::{Engine, Phased};
+use crate::engine::{Engine, Phased, blocking, scrub_host_paths};
 use crate::languages::Language;
 use crate::limits::Limits;
 use crate::metrics::Phase;
@@ -47,13 +47,21 @@ pub async fn compile(
     };
     let work = match engine.sandbox.work_dir(slot.index()) {
         Ok(w) => w,
+        Err(e) => return Compiled::SandboxError(scrub_host_paths(&e.to_string()), None),
+    };
+    // Up to a work dir's size in writes: off the runtime.
+    let written = blocking(move || {
+        for (path, content, exec) in &files {
+            work.write_file(path, content, *exec).map_err(|e| e.to_string())?;
+        }
+        Ok::<_, String>(work)
+    })
+    .await;
+    let work = match written {
+        Ok(Ok(w)) => w,
+        Ok(Err(e)) => return Compiled::SandboxError(scrub_host_paths(&e), None),
         Err(e) => return Compiled::SandboxError(e.to_string(), None),
     };
-    for (path, content, exec) in &files {
-        if let Err(e) = work.write_file(path, content, *exec) {
-            return Compiled::SandboxError(e.to_string(), None);
-        }
-    }
     let spec = RunSpec {
         argv: argv.clone(),
         env: engine.env_for(lang),
@@ -73,9 +81,23 @@ pub async fn compile(
     }
 }
 
-/// A fresh work dir in `slot` holding `build` plus `extra` files.
-pub fn prepare(engine: &Engine, slot: &SlotGuard, build: &Build, extra: &[SourceFile]) -> Result<WorkDir, String> {
-    let work = engine.sandbox.work_dir(slot.index()).map_err(|e| e.to_string())?;
+/// A fresh work dir in `slot` holding `build` plus `extra` files, made on the blocking pool
+/// (copying a build or writing sources is up to a work dir's size).
+pub async fn prepare(
+    engine: &Arc<Engine>,
+    slot: &SlotGuard,
+    build: &Build,
+    extra: Vec<SourceFile>,
+) -> Result<WorkDir, String> {
+    let (engine, build, slot) = (engine.clone(), build.clone(), slot.index());
+    blocking(move || prepare_now(&engine, slot, &build, &extra))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| scrub_host_paths(&e))
+}
+
+fn prepare_now(engine: &Engine, slot: usize, build: &Build, extra: &[SourceFile]) -> Result<WorkDir, String> {
+    let work = engine.sandbox.work_dir(slot).map_err(|e| e.to_string())?;
     match build {
         Build::Compiled(base) => work.copy_from(base).map_err(|e| e.to_string())?,
         Build::Sources { seed, files } => {

@@ -3,7 +3,7 @@
 
 use super::build::{self, Build, Compiled, SourceFile};
 use super::program::{self, Case, Expect, Program};
-use crate::admission::{AdmissionError, SlotGuard};
+use crate::admission::{AdmissionError, Admit, SlotGuard};
 use crate::engine::{Engine, ExecError};
 use crate::languages::Language;
 use crate::limits::Limits;
@@ -55,6 +55,7 @@ struct Runs<'a> {
     total_deadline: Option<Instant>,
     deadline: Option<Instant>,
     stopped: AtomicBool,
+    admitted: &'a AtomicBool,
 }
 
 fn test_result(index: usize, verdict: pb::Verdict, message: impl Into<String>) -> pb::TestResult {
@@ -83,7 +84,17 @@ impl Judge {
         &self.engine
     }
 
-    async fn hold(&self, deadline: Option<Instant>) -> Result<Held, ExecError> {
+    /// A slot for a run of one request; `admitted` is that request's: once it held a slot,
+    /// its later runs finish even while the executor drains (see [`Admit`]).
+    async fn hold(&self, deadline: Option<Instant>, admitted: &AtomicBool) -> Result<Held, ExecError> {
+        let admit = if admitted.load(Ordering::SeqCst) {
+            Admit::Continuing
+        } else {
+            Admit::New
+        };
+        if admit == Admit::New && self.engine.admission.is_draining() {
+            return Err(AdmissionError::Draining.into());
+        }
         let permit = self.gate.clone().acquire_owned();
         let permit = match deadline {
             Some(d) => tokio::time::timeout_at(d, permit)
@@ -92,7 +103,8 @@ impl Judge {
             None => permit.await,
         }
         .map_err(|_| ExecError::Admission(AdmissionError::Draining))?;
-        let slot = self.engine.acquire(deadline).await?;
+        let slot = self.engine.acquire_as(deadline, admit).await?;
+        admitted.store(true, Ordering::SeqCst);
         Ok(Held { slot, _permit: permit })
     }
 
@@ -102,13 +114,18 @@ impl Judge {
         req: pb::EvaluateRequest,
         deadline: Option<Instant>,
     ) -> Result<pb::EvaluateResponse, ExecError> {
+        let captured = self.engine.capture.as_ref().map(|_| req.clone());
         let fut = self.evaluate_inner(req, deadline);
-        match deadline {
+        let res = match deadline {
             Some(d) => tokio::time::timeout_at(d, fut)
                 .await
                 .map_err(|_| ExecError::DeadlineExceeded)?,
             None => fut.await,
+        };
+        if let (Some(c), Some(req), Ok(resp)) = (&self.engine.capture, captured, &res) {
+            c.evaluate(&req, resp);
         }
+        res
     }
 
     async fn evaluate_inner(
@@ -119,7 +136,8 @@ impl Judge {
         let engine = &*self.engine;
         let (lang, version) = engine.language(&req.language, "language")?;
         let opts = req.options.clone().unwrap_or_default();
-        Engine::validate_files(&opts.files, "options.files")?;
+        engine.validate_files(&opts.files, "options.files", lang, req.completion.len())?;
+        let admitted = AtomicBool::new(false);
         let run_limits = engine.policy.resolve(
             opts.run_limits.as_ref(),
             &engine.policy.run_defaults,
@@ -163,7 +181,7 @@ impl Judge {
                 .iter()
                 .map(|f| (f.path.clone(), f.content.clone(), f.executable)),
         );
-        let build = match self.compile(lang, files, compile_limits, deadline).await? {
+        let build = match self.compile(lang, files, compile_limits, deadline, &admitted).await? {
             Compiled::Ok(b, phase) => {
                 resp.compile = phase;
                 b
@@ -187,7 +205,7 @@ impl Judge {
             (Some(cl), Some(sj)) => {
                 let files = vec![(cl.source.clone(), sj.code.clone().into_bytes(), false)];
                 match self
-                    .compile(cl, files, engine.policy.compile_defaults, deadline)
+                    .compile(cl, files, engine.policy.compile_defaults, deadline, &admitted)
                     .await?
                 {
                     Compiled::Ok(b, _) => Some(Checker { lang: cl, build: b }),
@@ -233,6 +251,7 @@ impl Judge {
             total_deadline,
             deadline,
             stopped: AtomicBool::new(false),
+            admitted: &admitted,
         };
         // Futures are lazy: building them all first starts nothing; buffer_unordered
         // starts them in index order, `parallelism` at a time.
@@ -273,19 +292,25 @@ impl Judge {
         files: Vec<SourceFile>,
         limits: Limits,
         deadline: Option<Instant>,
+        admitted: &AtomicBool,
     ) -> Result<Compiled, ExecError> {
         if lang.compile.is_none() {
-            let seed = self.warm(lang, deadline).await?;
+            let seed = self.warm(lang, deadline, admitted).await?;
             return Ok(Compiled::Ok(Build::Sources { seed, files }, None));
         }
-        let held = self.hold(deadline).await?;
+        let held = self.hold(deadline, admitted).await?;
         let c = build::compile(&self.engine, &held.slot, lang, files, limits).await;
         drop(held);
         Ok(c)
     }
 
     /// The work dir `lang`'s warm-up left, running it on first use; concurrent first uses wait for one run.
-    async fn warm(&self, lang: &Language, deadline: Option<Instant>) -> Result<Option<Arc<WorkDir>>, ExecError> {
+    async fn warm(
+        &self,
+        lang: &Language,
+        deadline: Option<Instant>,
+        admitted: &AtomicBool,
+    ) -> Result<Option<Arc<WorkDir>>, ExecError> {
         let Some(program) = &lang.judge.warm_up else {
             return Ok(None);
         };
@@ -293,7 +318,7 @@ impl Judge {
         if let Some(w) = warm.get(&lang.name) {
             return Ok(w.clone());
         }
-        let held = self.hold(deadline).await?;
+        let held = self.hold(deadline, admitted).await?;
         let dir = match build::warm_up(&self.engine, &held.slot, lang, program).await {
             Ok(w) => Some(Arc::new(w)),
             Err(e) => {
@@ -321,9 +346,10 @@ impl Judge {
         if let Some(why) = stop_reason() {
             return Ok(test_result(i, pb::Verdict::Skipped, why));
         }
-        let held = match self.hold(runs.deadline).await {
+        // Draining refuses only a request that never ran: it gets UNAVAILABLE as a whole.
+        let held = match self.hold(runs.deadline, runs.admitted).await {
             Ok(h) => h,
-            Err(e @ ExecError::Admission(AdmissionError::QueueFull { .. } | AdmissionError::Draining)) => {
+            Err(e @ ExecError::Admission(AdmissionError::QueueFull { .. })) => {
                 return Ok(test_result(i, pb::Verdict::SandboxError, e.to_string()));
             }
             Err(e) => return Err(e),
@@ -331,7 +357,7 @@ impl Judge {
         if let Some(why) = stop_reason() {
             return Ok(test_result(i, pb::Verdict::Skipped, why));
         }
-        let work = match build::prepare(&self.engine, &held.slot, &runs.build, &[]) {
+        let work = match build::prepare(&self.engine, &held.slot, &runs.build, vec![]).await {
             Ok(w) => w,
             Err(e) => return Ok(test_result(i, pb::Verdict::SandboxError, e)),
         };
@@ -404,9 +430,9 @@ impl Judge {
         case: &Case,
         answer: &[u8],
     ) -> Result<(pb::Verdict, String), ExecError> {
-        let held = match self.hold(runs.deadline).await {
+        let held = match self.hold(runs.deadline, runs.admitted).await {
             Ok(h) => h,
-            Err(e @ ExecError::Admission(AdmissionError::QueueFull { .. } | AdmissionError::Draining)) => {
+            Err(e @ ExecError::Admission(AdmissionError::QueueFull { .. })) => {
                 return Ok((pb::Verdict::SandboxError, format!("special judge: {e}")));
             }
             Err(e) => return Err(e),
@@ -416,7 +442,7 @@ impl Judge {
             ("stdout.txt".into(), case.expected.clone(), false),
             ("answer.txt".into(), answer.to_vec(), false),
         ];
-        let work = match build::prepare(&self.engine, &held.slot, &checker.build, &extra) {
+        let work = match build::prepare(&self.engine, &held.slot, &checker.build, extra).await {
             Ok(w) => w,
             Err(e) => return Ok((pb::Verdict::SandboxError, format!("special judge: {e}"))),
         };

@@ -25,6 +25,9 @@ pub enum CgroupError {
     Unavailable,
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// The limit is below what the slot holds even after reclaim (cgroup v1 refuses it).
+    #[error("memory limit of {limit} bytes is below the {usage} bytes the slot holds")]
+    LimitBelowUsage { limit: u64, usage: u64 },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
@@ -238,6 +241,8 @@ pub struct Baseline {
     cpu_ns: u64,
     oom_kills: u64,
     peak: Option<File>,
+    /// v2 without a resettable memory.peak (Linux before 6.12): the slot's all-time peak.
+    peak_before: Option<u64>,
     /// Memory charged to the slot before the run (page cache of earlier runs).
     memory_before: u64,
 }
@@ -246,7 +251,8 @@ pub struct Baseline {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Usage {
     pub cpu_ns: u64,
-    pub peak_memory: u64,
+    /// None when the cgroup cannot tell (see [`SlotCgroup::usage`]).
+    pub peak_memory: Option<u64>,
     pub oom_killed: bool,
 }
 
@@ -282,7 +288,7 @@ impl SlotCgroup {
         match self.version {
             Version::V1 => {
                 let m = self.memory();
-                write_file(&m.join("memory.limit_in_bytes"), &memory.to_string())?;
+                self.set_limit_v1(memory)?;
                 // Resets the high-water mark to the current usage.
                 write_file(&m.join("memory.max_usage_in_bytes"), "0")?;
                 // The slot's spawner and the run's init are ours, not the program's.
@@ -311,12 +317,43 @@ impl SlotCgroup {
             }
             Version::V1 => None,
         };
+        let peak_before = match (&peak, self.version) {
+            (None, Version::V2) => self.memory_peak(),
+            _ => None,
+        };
         Ok(Baseline {
+            peak_before,
             memory_before: self.memory_current(),
             cpu_ns: self.cpu_ns(),
             oom_kills: self.oom_kills(),
             peak,
         })
+    }
+
+    /// Sets the v1 memory limit. The kernel refuses (EBUSY) a limit below the
+    /// slot's usage that it cannot reclaim down to; force_empty then reclaims
+    /// all it can (page cache of earlier runs) before one more try.
+    fn set_limit_v1(&self, memory: u64) -> Result<(), CgroupError> {
+        let m = self.memory();
+        let limit = m.join("memory.limit_in_bytes");
+        let busy = |r: std::io::Result<()>| match r {
+            Ok(()) => Ok(false),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(true),
+            Err(e) => Err(io(&limit)(e)),
+        };
+        if !busy(fs::write(&limit, memory.to_string()))? {
+            return Ok(());
+        }
+        if let Err(e) = fs::write(m.join("memory.force_empty"), "0") {
+            tracing::debug!(error = %e, "memory.force_empty");
+        }
+        if busy(fs::write(&limit, memory.to_string()))? {
+            return Err(CgroupError::LimitBelowUsage {
+                limit: memory,
+                usage: self.memory_current(),
+            });
+        }
+        Ok(())
     }
 
     /// Memory charged to the slot now, in bytes.
@@ -329,6 +366,11 @@ impl SlotCgroup {
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// The slot's all-time memory peak (v2, Linux 5.19 and later).
+    fn memory_peak(&self) -> Option<u64> {
+        read_file(&self.memory().join("memory.peak")).ok()?.trim().parse().ok()
     }
 
     /// CPU time used by everything in the slot so far, in nanoseconds.
@@ -357,23 +399,28 @@ impl SlotCgroup {
     }
 
     /// What the run used since `prepare`.
+    ///
+    /// The peak is None where the cgroup cannot tell it: on v2 before Linux
+    /// 6.12, memory.peak cannot be reset and is the slot's all-time peak, so it
+    /// is this run's only when the run raised it.
     pub fn usage(&self, base: &mut Baseline) -> Usage {
-        let peak_memory: u64 = match (&mut base.peak, self.version) {
+        let peak_memory: Option<u64> = match (&mut base.peak, self.version) {
             (Some(f), _) => {
                 let mut s = String::new();
                 let _ = f.seek(SeekFrom::Start(0)).and_then(|_| f.read_to_string(&mut s));
-                s.trim().parse().unwrap_or(0)
+                s.trim().parse().ok()
             }
             (None, Version::V1) => read_file(&self.memory().join("memory.max_usage_in_bytes"))
                 .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0),
-            (None, Version::V2) => 0,
+                .and_then(|s| s.trim().parse().ok()),
+            (None, Version::V2) => self
+                .memory_peak()
+                .filter(|&now| base.peak_before.is_some_and(|b| now > b)),
         };
         Usage {
             cpu_ns: self.cpu_ns().saturating_sub(base.cpu_ns),
             // Page cache charged by earlier runs in the slot is not this run's.
-            peak_memory: peak_memory.saturating_sub(base.memory_before),
+            peak_memory: peak_memory.map(|p| p.saturating_sub(base.memory_before)),
             oom_killed: self.oom_kills() > base.oom_kills,
         }
     }

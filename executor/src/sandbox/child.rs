@@ -24,6 +24,10 @@ pub(crate) struct Stack {
 }
 
 impl Stack {
+    /// Populated up front, so its pages are charged to the executor's cgroup:
+    /// an init or a spawner touching a fresh page inside a slot's cgroup that
+    /// is out of memory would fault forever, as the OOM killer never picks
+    /// them (they are in vfork, see the spawner).
     pub fn new(len: usize) -> std::io::Result<Self> {
         let page = 4096;
         // SAFETY: anonymous private mapping; checked for failure below.
@@ -32,7 +36,7 @@ impl Stack {
                 std::ptr::null_mut(),
                 len + page,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_POPULATE,
                 -1,
                 0,
             )
@@ -64,6 +68,10 @@ impl Drop for Stack {
 
 /// Everything the init and the program need, prepared before `clone`.
 pub(crate) struct ChildPlan {
+    /// The init's pid, written by the kernel (CLONE_PARENT_SETTID) when a spawner clones it.
+    pub spawned_pid: std::sync::atomic::AtomicI32,
+    /// Where the init sends `(pid, 0)` for its spawner, which waits for it (vfork); -1: not spawned.
+    pub spawn_resp_fd: i32,
     pub keep_fds: Vec<i32>,
     /// The slot's mount namespace (root = the read-only template).
     pub mnt_ns_fd: i32,
@@ -159,6 +167,13 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the plan, kept alive by the supervisor until we are reaped.
     let plan = unsafe { &*(arg as *const ChildPlan) };
     let rep = plan.report_fd;
+    // First of all: the executor waits for this answer before it can time the run.
+    if plan.spawn_resp_fd >= 0 {
+        let pid = plan.spawned_pid.load(std::sync::atomic::Ordering::SeqCst);
+        let mut resp = [0u8; 8];
+        resp[..4].copy_from_slice(&pid.to_ne_bytes());
+        let _ = sys::write(plan.spawn_resp_fd, &resp);
+    }
     sys::default_signals();
 
     // Other runs' pipes may have been inherited through the clone: drop them
@@ -208,8 +223,15 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         )
     };
     if pid < 0 {
-        fail(rep, 10, 0);
+        // libc's errno is the TLS of the thread our creator was cloned from, which
+        // waits for it; nothing else writes it meanwhile. ENOMEM: the run's memory limit.
+        // SAFETY: reads that errno slot.
+        fail(rep, 10, unsafe { *libc::__errno_location() });
     }
+    // The program, exec'd into memory of its own, is the OOM killer's first
+    // choice, in its slot (the only choice there: see the spawner) and on the
+    // node; what it forks inherits that.
+    let _ = prefer_as_oom_victim(pid);
     let mut status = 0i32;
     loop {
         match sys::wait_any(&mut status) {
@@ -225,6 +247,40 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
             Err(_) => sys::exit(0),
         }
     }
+}
+
+/// Writes 1000 to `/proc/<pid>/oom_score_adj` (the run's own /proc), without allocating.
+fn prefer_as_oom_victim(pid: i32) -> sys::Res {
+    let mut path = [0u8; 48];
+    let mut n = 0;
+    for b in b"/proc/" {
+        path[n] = *b;
+        n += 1;
+    }
+    let mut digits = [0u8; 10];
+    let (mut d, mut v) = (0, pid as u32);
+    loop {
+        digits[d] = b'0' + (v % 10) as u8;
+        d += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    while d > 0 {
+        d -= 1;
+        path[n] = digits[d];
+        n += 1;
+    }
+    for b in b"/oom_score_adj" {
+        path[n] = *b;
+        n += 1;
+    }
+    let path = std::ffi::CStr::from_bytes_until_nul(&path).map_err(|_| libc::EINVAL)?;
+    let fd = sys::open(path, libc::O_WRONLY | libc::O_CLOEXEC)? as i32;
+    let r = sys::write(fd, b"1000");
+    let _ = sys::close(fd);
+    r
 }
 
 /// Brings up `lo` in the caller's network namespace; Err(errno) on failure.

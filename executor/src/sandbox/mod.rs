@@ -1,7 +1,7 @@
 //! Isolation and limits for one run: the sandbox.
 //!
 //! Mode `namespaces` (the only one so far): each run gets fresh pid, mount,
-//! network, IPC and UTS namespaces, a read-only root with a private tmpfs
+//! network, IPC, UTS and cgroup namespaces, a read-only root with a private tmpfs
 //! `/work`, `/tmp` and `/dev/shm`, a per-slot uid and cgroup, rlimits,
 //! `no_new_privs` and a seccomp filter. The init of the pid namespace is the
 //! run's anchor: when it exits the kernel kills everything the run started.
@@ -31,6 +31,7 @@ pub use workdir::{FetchError, WorkDir, WorkDirError};
 use crate::limits::Limits;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// How runs are isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -94,6 +95,18 @@ pub enum SandboxError {
     Other(String),
 }
 
+impl SandboxError {
+    /// The error as clients may see it: host paths (cgroup directories, the
+    /// work root) stay in the executor's log.
+    pub fn client_message(&self) -> String {
+        match self {
+            SandboxError::Cgroup(_) => "the run's cgroup could not be prepared (details in the executor's log)".into(),
+            SandboxError::Rootfs(_) => "the sandbox root could not be built (details in the executor's log)".into(),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// What one run executes.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
@@ -112,9 +125,11 @@ pub struct RunSpec {
 pub struct Sandbox {
     cfg: SandboxConfig,
     /// Per slot: a mount namespace rooted at the read-only template.
-    slot_ns: Vec<OwnedFd>,
+    slot_ns: Vec<Arc<OwnedFd>>,
     /// Per slot, on GPU executors: the same with the GPU device nodes.
-    gpu_slot_ns: Vec<OwnedFd>,
+    gpu_slot_ns: Vec<Arc<OwnedFd>>,
+    /// Per slot: held by a run until its mounts are gone from the slot's namespace.
+    slot_locks: Vec<Arc<tokio::sync::Mutex<()>>>,
     cgroups: Option<Vec<cgroup::SlotCgroup>>,
     hierarchy: Option<cgroup::Hierarchy>,
     /// Per slot, with cgroups: the process that clones inits inside the slot's cgroup.
@@ -123,6 +138,8 @@ pub struct Sandbox {
     netns: Option<netns::NetnsPool>,
     seccomp: Vec<Vec<libc::sock_filter>>,
     features: Features,
+    /// Kernels before 6.15 only: where work dirs are attached to be cloned.
+    staging: Option<std::sync::Arc<workdir::Staging>>,
 }
 
 /// Directory (inside the sandbox) where runs start.
@@ -180,6 +197,9 @@ impl Sandbox {
         };
         // The slot namespaces hold their own copies: the host keeps nothing.
         mounts::detach_all(&cfg.work_root);
+        let staging = workdir::Staging::if_needed(&cfg.work_root.join("attached"))
+            .map_err(|e| SandboxError::Os("preparing work dir mounts", e))?
+            .map(std::sync::Arc::new);
 
         let cgroups = cgroup::Hierarchy::setup(&cgroup_name(&cfg.work_root))
             .and_then(|h| Ok(((0..cfg.slots).map(|i| h.slot(i)).collect::<Result<Vec<_>, _>>()?, h)));
@@ -225,6 +245,7 @@ impl Sandbox {
             features.set_in_use(f, true);
         }
         let sandbox = Sandbox {
+            slot_locks: (0..cfg.slots).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
             cfg,
             slot_ns,
             gpu_slot_ns,
@@ -234,6 +255,7 @@ impl Sandbox {
             netns,
             seccomp,
             features,
+            staging,
         };
         tracing::info!(mode = sandbox.cfg.mode.name(), features = %sandbox.features, "sandbox ready");
         Ok(sandbox)
@@ -259,16 +281,20 @@ impl Sandbox {
         !self.gpu_slot_ns.is_empty()
     }
 
-    fn slot_namespaces(template: &Path, slots: usize) -> Result<Vec<OwnedFd>, SandboxError> {
+    fn slot_namespaces(template: &Path, slots: usize) -> Result<Vec<Arc<OwnedFd>>, SandboxError> {
         (0..slots)
-            .map(|_| slotns::create(template).map_err(|e| SandboxError::Os("creating a slot's mount namespace", e)))
+            .map(|_| {
+                slotns::create(template)
+                    .map(Arc::new)
+                    .map_err(|e| SandboxError::Os("creating a slot's mount namespace", e))
+            })
             .collect()
     }
 
     /// Creates a fresh work dir for a run in `slot`.
     pub fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
         let uid = self.uid(slot);
-        Ok(WorkDir::create(self.cfg.work_dir_bytes, uid, uid)?)
+        Ok(WorkDir::create(self.cfg.work_dir_bytes, uid, uid)?.staged(self.staging.clone()))
     }
 
     fn uid(&self, slot: usize) -> u32 {
@@ -289,8 +315,15 @@ impl Sandbox {
         let mnt_ns = namespaces
             .get(slot)
             .ok_or_else(|| SandboxError::Other(format!("no slot {slot}")))?;
+        let lock = self
+            .slot_locks
+            .get(slot)
+            .ok_or_else(|| SandboxError::Other(format!("no slot {slot}")))?;
+        // Waits only while a cancelled run's mounts are being cleared.
+        let slot_guard = lock.clone().lock_owned().await;
         let ctx = supervise::Context {
             mnt_ns,
+            slot_guard,
             spawner: self.spawners.get(slot),
             netns: self.netns.as_ref(),
             work,
@@ -322,7 +355,7 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 
 /// The cgroup directory name of the executor using `work_root`: distinct
 /// executors on one machine (tests, several pods' worth) need distinct ones.
-fn cgroup_name(work_root: &Path) -> String {
+pub fn cgroup_name(work_root: &Path) -> String {
     // FNV-1a: stable across runs, so a restarted executor reclaims its own.
     let hash = work_root
         .as_os_str()
@@ -345,4 +378,20 @@ fn passwd_files(uid_base: u32, slots: usize) -> (String, String) {
         group.push_str(&format!("sandbox{i}:x:{id}:\n"));
     }
     (passwd, group)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_messages_never_show_host_cgroup_paths() {
+        let e = SandboxError::Cgroup(cgroup::CgroupError::Io {
+            path: "/sys/fs/cgroup/memory/kubepods/pod1234/sandpool-1/slot-0/memory.limit_in_bytes".into(),
+            source: std::io::Error::from_raw_os_error(libc::EBUSY),
+        });
+        assert!(e.to_string().contains("/sys/fs/cgroup"), "the log keeps the path");
+        assert!(!e.client_message().contains("/sys/fs/cgroup"), "{}", e.client_message());
+        assert!(!e.client_message().contains("sandpool-1"), "{}", e.client_message());
+    }
 }

@@ -82,8 +82,12 @@ pub fn build(
     // Name the sandbox users so tools that look up the current user work.
     let etc = dir.join("etc");
     if etc.is_dir() {
+        // On a tmpfs of their own: a bind's source path shows in the run's
+        // /proc/self/mountinfo, and on the host's disk it would name the work root.
         let generated = dir.with_extension("etc");
+        mounts::detach_all(&generated);
         fs::create_dir_all(&generated).map_err(e("mkdir"))?;
+        mounts::tmpfs(&generated, "size=1m,mode=0755").map_err(e("mounting the passwd tmpfs"))?;
         for (name, text) in [("passwd", passwd), ("group", group)] {
             fs::write(generated.join(name), text).map_err(e("writing passwd"))?;
             if etc.join(name).exists() {

@@ -7,7 +7,7 @@
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond, SeccompFilter,
-    SeccompRule, TargetArch,
+    SeccompRule, TargetArch, sock_filter,
 };
 use std::collections::BTreeMap;
 
@@ -75,6 +75,47 @@ const ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
 const ARCH: TargetArch = TargetArch::aarch64;
 
+/// `AUDIT_ARCH_*` of the executor's own ABI: the only one programs may use.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xc000_003e;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7;
+
+/// Bits of a system-call number that select another ABI on the same arch
+/// (x86_64's x32 ABI sets bit 30). The deny list matches exact numbers, so a
+/// call with these bits would slip past it on a kernel that has that ABI.
+#[cfg(target_arch = "x86_64")]
+const FOREIGN_NR_BITS: u32 = 0x4000_0000;
+#[cfg(not(target_arch = "x86_64"))]
+const FOREIGN_NR_BITS: u32 = 0;
+
+/// The netlink family of host device events (uevents), broadcast to every
+/// network namespace the host's user namespace owns: a run's own included.
+const NETLINK_KOBJECT_UEVENT: u64 = 15;
+
+const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+
+/// The first filter: kills the process on any system call made through
+/// another architecture's ABI (i386's `int 0x80` on x86_64) or with the
+/// x32 bit set, before any other filter looks at the number.
+fn abi_guard() -> BpfProgram {
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    vec![
+        op(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        op(JEQ_K, 1, 0, AUDIT_ARCH),
+        op(RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS),
+        op(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        op(JSET_K, 0, 1, FOREIGN_NR_BITS),
+        op(RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS),
+        op(RET_K, 0, 0, SECCOMP_RET_ALLOW),
+    ]
+}
+
 /// Errors building the filter (a bug, never the program's fault).
 #[derive(Debug, thiserror::Error)]
 #[error("building the seccomp filter: {0}")]
@@ -100,6 +141,16 @@ pub fn build_filters() -> Result<Vec<BpfProgram>, SeccompError> {
         .map(|&f| SeccompRule::new(vec![Cond::new(0, Len::Qword, Op::MaskedEq(f), f).map_err(err)?]).map_err(err))
         .collect::<Result<Vec<_>, _>>()?;
     denied.insert(libc::SYS_clone, clone_rules);
+    denied.insert(
+        libc::SYS_socket,
+        vec![
+            SeccompRule::new(vec![
+                Cond::new(0, Len::Dword, Op::Eq, libc::AF_NETLINK as u64).map_err(err)?,
+                Cond::new(2, Len::Dword, Op::Eq, NETLINK_KOBJECT_UEVENT).map_err(err)?,
+            ])
+            .map_err(err)?,
+        ],
+    );
     let deny = SeccompFilter::new(
         denied,
         SeccompAction::Allow,
@@ -120,7 +171,11 @@ pub fn build_filters() -> Result<Vec<BpfProgram>, SeccompError> {
     )
     .map_err(err)?;
 
-    Ok(vec![deny.try_into().map_err(err)?, clone3.try_into().map_err(err)?])
+    Ok(vec![
+        abi_guard(),
+        deny.try_into().map_err(err)?,
+        clone3.try_into().map_err(err)?,
+    ])
 }
 
 /// Converts seccompiler's program into the kernel's struct layout.
@@ -148,11 +203,7 @@ mod tests {
 
     const ALLOW: u32 = 0x7fff_0000;
     const ERRNO: u32 = 0x0005_0000;
-
-    #[cfg(target_arch = "x86_64")]
-    const AUDIT_ARCH: u32 = 0xc000_003e;
-    #[cfg(target_arch = "aarch64")]
-    const AUDIT_ARCH: u32 = 0xc000_00b7;
+    const KILL: u32 = SECCOMP_RET_KILL_PROCESS;
 
     /// `struct seccomp_data` as the kernel lays it out (little-endian words).
     fn data(nr: i64, arch: u32, args: [u64; 6]) -> Vec<u8> {
@@ -164,7 +215,7 @@ mod tests {
         d
     }
 
-    /// The cBPF subset seccompiler emits: ld [k], and #k, jeq #k, ja, ret #k.
+    /// The cBPF subset the filters use: ld [k], and #k, jeq #k, jset #k, ja, ret #k.
     fn run(prog: &BpfProgram, d: &[u8]) -> u32 {
         let (mut a, mut pc) = (0u32, 0usize);
         loop {
@@ -174,6 +225,7 @@ mod tests {
                 0x20 => a = u32::from_le_bytes(d[f.k as usize..f.k as usize + 4].try_into().unwrap()),
                 0x54 => a &= f.k,
                 0x15 => pc += usize::from(if a == f.k { f.jt } else { f.jf }),
+                0x45 => pc += usize::from(if a & f.k != 0 { f.jt } else { f.jf }),
                 0x05 => pc += f.k as usize,
                 0x06 => return f.k,
                 c => panic!("unexpected cBPF op {c:#x}"),
@@ -183,7 +235,11 @@ mod tests {
 
     /// What the kernel does with every filter installed: the most severe action wins.
     fn verdict(nr: i64, args: [u64; 6]) -> u32 {
-        let d = data(nr, AUDIT_ARCH, args);
+        verdict_as(nr, AUDIT_ARCH, args)
+    }
+
+    fn verdict_as(nr: i64, arch: u32, args: [u64; 6]) -> u32 {
+        let d = data(nr, arch, args);
         let filters = build_filters().unwrap();
         filters
             .iter()
@@ -242,10 +298,55 @@ mod tests {
     }
 
     #[test]
-    fn another_architecture_is_not_allowed() {
-        let d = data(libc::SYS_read, 0x4000_0003, [0; 6]); // AUDIT_ARCH_I386
-        for p in build_filters().unwrap() {
-            assert_ne!(run(&p, &d) & 0xffff_0000, ALLOW);
+    fn another_architecture_kills_the_process() {
+        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+        const AUDIT_ARCH_ARM: u32 = 0x4000_0028;
+        for arch in [AUDIT_ARCH_I386, AUDIT_ARCH_ARM, AUDIT_ARCH ^ 0x8000_0000] {
+            for nr in [libc::SYS_read, libc::SYS_getpid, 20 /* i386 getpid */] {
+                assert_eq!(verdict_as(nr, arch, [0; 6]), KILL, "arch {arch:#x} nr {nr}");
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x32_system_calls_kill_the_process_even_the_allowed_ones() {
+        const X32: i64 = 0x4000_0000;
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_getpid,
+            libc::SYS_mount,
+            libc::SYS_unshare,
+            512,
+            547,
+        ] {
+            assert_eq!(verdict(nr | X32, [0; 6]), KILL, "x32 nr {nr}");
+        }
+        assert_eq!(verdict(libc::SYS_getpid, [0; 6]), ALLOW);
+    }
+
+    #[test]
+    fn uevent_sockets_are_refused_and_other_sockets_pass() {
+        let netlink = libc::AF_NETLINK as u64;
+        let dgram = libc::SOCK_DGRAM as u64;
+        let uevent = [
+            netlink,
+            dgram | libc::SOCK_CLOEXEC as u64,
+            NETLINK_KOBJECT_UEVENT,
+            0,
+            0,
+            0,
+        ];
+        assert_eq!(verdict(libc::SYS_socket, uevent), ERRNO | libc::EPERM as u32);
+        // The kernel reads the int arguments as 32 bits: upper bits change nothing.
+        let high = [netlink | (1 << 32), dgram, NETLINK_KOBJECT_UEVENT | (1 << 32), 0, 0, 0];
+        assert_eq!(verdict(libc::SYS_socket, high), ERRNO | libc::EPERM as u32);
+        for args in [
+            [netlink, dgram, 0 /* NETLINK_ROUTE */, 0, 0, 0],
+            [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
+            [libc::AF_UNIX as u64, dgram, NETLINK_KOBJECT_UEVENT, 0, 0, 0],
+        ] {
+            assert_eq!(verdict(libc::SYS_socket, args), ALLOW, "{args:?}");
         }
     }
 }

@@ -9,8 +9,8 @@
 
 use super::child::Stack;
 use super::sys;
-use std::ffi::CString;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 struct Helper {
@@ -93,4 +93,60 @@ pub fn create(template: &Path) -> std::io::Result<OwnedFd> {
         ));
     }
     fd.ok_or_else(|| std::io::Error::other("the namespace helper opened no descriptor"))
+}
+
+/// Where each run mounts its own filesystems inside the slot's namespace,
+/// in mounting order.
+pub const RUN_MOUNT_POINTS: [&CStr; 4] = [c"/work", c"/tmp", c"/dev/shm", c"/proc"];
+
+struct Clearer {
+    ns_fd: i32,
+    errno: i32,
+}
+
+extern "C" fn clearer_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: the parent is suspended (CLONE_VFORK) while we use its memory.
+    let c = unsafe { &mut *(arg as *mut Clearer) };
+    // Not sharing the executor's filesystem context (no CLONE_FS) is what lets us join.
+    if let Err(e) = sys::setns(c.ns_fd, libc::CLONE_NEWNS) {
+        c.errno = e;
+        sys::exit(1);
+    }
+    for p in RUN_MOUNT_POINTS.iter().rev() {
+        sys::detach_all(p);
+    }
+    sys::exit(0)
+}
+
+/// Detaches a run's `/work`, `/tmp`, `/dev/shm` and `/proc` from the slot's
+/// namespace `ns`, from outside: an init that was killed could not. Their
+/// memory is freed (and uncharged from the slot's cgroup) once the last user
+/// is gone, which is at once when the run's processes are all dead.
+pub fn clear(ns: &OwnedFd) -> std::io::Result<()> {
+    let mut c = Clearer {
+        ns_fd: ns.as_raw_fd(),
+        errno: 0,
+    };
+    let stack = Stack::new(64 * 1024)?;
+    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD;
+    // SAFETY: the helper runs on its own stack while we are suspended and
+    // touches only `c` and raw system calls.
+    let pid = unsafe {
+        libc::clone(
+            clearer_main,
+            stack.top(),
+            flags,
+            &mut c as *mut Clearer as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+    if c.errno != 0 {
+        return Err(std::io::Error::from_raw_os_error(c.errno));
+    }
+    Ok(())
 }

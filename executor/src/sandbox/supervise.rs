@@ -3,7 +3,7 @@
 use super::cgroup::SlotCgroup;
 use super::child::{self, ChildPlan, MountStep, Stack, cstr};
 use super::{PATH, RunSpec, SandboxError, WORK_DIR, WorkDir};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io::{Read, Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
@@ -46,7 +46,10 @@ pub(crate) struct Context<'a> {
     /// Clones inits inside the slot's cgroup (absent without cgroups).
     pub spawner: Option<&'a super::spawner::Spawner>,
     /// The slot's mount namespace.
-    pub mnt_ns: &'a OwnedFd,
+    pub mnt_ns: &'a Arc<OwnedFd>,
+    /// The slot's namespace is this run's until the guard drops: after the
+    /// run's mounts are gone, even when the run future is dropped.
+    pub slot_guard: tokio::sync::OwnedMutexGuard<()>,
     /// Network namespaces made ahead of time (absent: each run makes its own).
     pub netns: Option<&'a super::netns::NetnsPool>,
     pub work: &'a WorkDir,
@@ -161,12 +164,14 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildP
     keep_fds.sort_unstable();
     keep_fds.dedup();
     Ok(ChildPlan {
+        spawned_pid: std::sync::atomic::AtomicI32::new(0),
+        spawn_resp_fd: ctx.spawner.map_or(-1, |s| s.response_fd()),
         keep_fds,
         mounts,
         mnt_ns_fd,
         net_ns_fd,
         work_fd,
-        run_mount_points: ["/work", "/tmp", "/dev/shm", "/proc"].map(cstr).to_vec(),
+        run_mount_points: super::slotns::RUN_MOUNT_POINTS.map(CStr::to_owned).to_vec(),
         hostname: b"sandbox",
         stdin_fd,
         stdout_fd,
@@ -186,20 +191,65 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildP
     })
 }
 
+/// The init's pidfd, shared by everything that may kill the run (the
+/// supervisor, the output readers): the descriptor stays open while any of
+/// them holds it, so its number can never come to name another process.
+#[derive(Debug, Clone)]
+pub(crate) struct KillHandle(Arc<OwnedFd>);
+
+impl KillHandle {
+    pub fn new(pidfd: OwnedFd) -> Self {
+        KillHandle(Arc::new(pidfd))
+    }
+
+    /// SIGKILLs the process; harmless once it has exited or been reaped.
+    pub fn kill(&self) {
+        // SAFETY: pidfd_send_signal on a pidfd we hold open.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                libc::SIGKILL,
+                0usize,
+                0u32,
+            )
+        };
+    }
+}
+
+impl AsRawFd for KillHandle {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// What a run holds of its slot until its mounts are gone.
+struct SlotHold {
+    mnt_ns: Arc<OwnedFd>,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl SlotHold {
+    /// Detaches what the run mounted in the slot's namespace (see [`super::slotns::clear`]).
+    fn clear(&self) -> Result<(), SandboxError> {
+        super::slotns::clear(&self.mnt_ns).map_err(os("clearing the slot's mounts"))
+    }
+}
+
 /// A cloned init that is killed and reaped even if the run future is dropped.
 struct Child {
     pid: i32,
-    pidfd: Option<AsyncFd<OwnedFd>>,
+    handle: KillHandle,
+    pidfd: Option<AsyncFd<KillHandle>>,
     // The init shares our memory: plan and stack must outlive it.
     keep: Option<(Box<ChildPlan>, Stack)>,
+    /// Released by `drop`, after the slot's mounts are cleared when the run was cut short.
+    slot: Option<SlotHold>,
 }
 
 impl Child {
     fn kill(&self) {
-        if let Some(fd) = &self.pidfd {
-            // SAFETY: pidfd_send_signal on our own pidfd; no pid-reuse race.
-            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
-        }
+        self.handle.kill();
     }
 
     /// Reaps the exited init; returns its rusage.
@@ -221,19 +271,48 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if let Some((plan, stack)) = self.keep.take() {
-            self.kill();
-            let pid = self.pid;
-            // Reap off the async runtime; only then may the shared memory go.
-            std::thread::spawn(move || {
-                let mut status = 0;
-                // SAFETY: blocking wait on our own child.
-                unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
-                drop((plan, stack));
-            });
-        }
+        let slot = self.slot.take();
+        let Some((plan, stack)) = self.keep.take() else {
+            // Reaped, but the run future was dropped before it cleared the slot.
+            if let Some(slot) = slot
+                && let Err(e) = slot.clear()
+            {
+                tracing::error!(error = %e, "slot mounts left after a cancelled run");
+            }
+            return;
+        };
+        self.kill();
+        let pid = self.pid;
+        // Reap off the async runtime; only then may the shared memory go,
+        // and the slot's mounts (the init never got to detach them).
+        std::thread::spawn(move || {
+            let mut status = 0;
+            // SAFETY: blocking wait on our own child.
+            unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+            drop((plan, stack));
+            if let Some(slot) = slot
+                && let Err(e) = slot.clear()
+            {
+                tracing::error!(error = %e, "slot mounts left after a cancelled run");
+            }
+        });
     }
 }
+
+/// What a run that could not start within its memory limit reports:
+/// MEMORY_LIMIT_EXCEEDED, the request's limit and not the executor at fault.
+fn no_room_to_start(why: &dyn std::fmt::Display) -> RunOutcome {
+    tracing::info!(reason = %why, "run could not start within its memory limit");
+    RunOutcome {
+        signal: libc::SIGKILL,
+        oom_killed: true,
+        ..Default::default()
+    }
+}
+
+/// The most a healthy slot holds between runs (the spawner's stack, page
+/// cache); a limit below it is the request's mistake, usage above it the slot's.
+const SLOT_FLOOR_BYTES: u64 = 8 << 20;
 
 /// Reads a stream up to `cap` bytes; past it, flags truncation and kills the run.
 async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>) -> (Vec<u8>, bool) {
@@ -258,10 +337,28 @@ async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>
 }
 
 pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
-    let mut baseline = match ctx.cgroup {
-        Some(c) => Some(c.prepare(spec.limits.memory, spec.limits.processes)?),
+    use super::cgroup::CgroupError::LimitBelowUsage;
+    let prepare = || ctx.cgroup.map(|c| c.prepare(spec.limits.memory, spec.limits.processes));
+    let mut prepared = prepare();
+    if let Some(Err(e @ LimitBelowUsage { usage, .. })) = &prepared
+        && *usage > SLOT_FLOOR_BYTES
+    {
+        // More than a healthy slot holds: whatever a run left mounted in the
+        // slot's namespace goes (this run holds the slot), then one more try.
+        tracing::warn!(error = %e, "slot holds memory between runs; clearing its mounts");
+        super::slotns::clear(ctx.mnt_ns).map_err(os("clearing the slot's mounts"))?;
+        prepared = prepare();
+    }
+    let mut baseline = match prepared {
         None => None,
+        Some(Ok(b)) => Some(b),
+        Some(Err(e @ LimitBelowUsage { usage, .. })) if usage <= SLOT_FLOOR_BYTES => {
+            return Ok(no_room_to_start(&e));
+        }
+        Some(Err(e)) => return Err(e.into()),
     };
+    // With a memory cgroup, running out of memory while starting is the run's limit at work.
+    let enomem_is_mle = ctx.cgroup.is_some();
     let (out_r, out_w) = super::pipe().map_err(os("pipe2"))?;
     let (err_r, err_w) = super::pipe().map_err(os("pipe2"))?;
     let (rep_r, rep_w) = super::pipe().map_err(os("pipe2"))?;
@@ -280,18 +377,17 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     let stack = Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?;
 
     let new_net = if net_ns.is_some() { 0 } else { libc::CLONE_NEWNET };
+    // A cgroup namespace rooted at the slot keeps the host's cgroup paths out of /proc/self/cgroup.
     let flags = libc::CLONE_VM
-        | libc::CLONE_PIDFD
         | libc::CLONE_NEWPID
+        | libc::CLONE_NEWCGROUP
         | new_net
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::SIGCHLD;
     let started = Instant::now();
-    let (pid, pidfd) = match ctx.spawner {
-        Some(sp) => sp
-            .spawn(&plan, &stack, flags)
-            .map_err(|e| SandboxError::Os("spawning the init", e))?,
+    let spawned = match ctx.spawner {
+        Some(sp) => sp.spawn(&plan, &stack, flags),
         None => {
             let mut pidfd: libc::c_int = -1;
             // SAFETY: the init runs on its own stack and reads the plan, both kept
@@ -300,39 +396,53 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
                 libc::clone(
                     child::init_main,
                     stack.top(),
-                    flags,
+                    flags | libc::CLONE_PIDFD,
                     &*plan as *const ChildPlan as *mut libc::c_void,
                     &mut pidfd as *mut libc::c_int,
                 )
             };
             if pid < 0 {
-                return Err(SandboxError::Os("clone", std::io::Error::last_os_error()));
+                Err(std::io::Error::last_os_error())
+            } else {
+                // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
+                Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
             }
-            // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
-            (pid, unsafe { OwnedFd::from_raw_fd(pidfd) })
         }
     };
+    let (pid, pidfd) = match spawned {
+        Ok(p) => p,
+        // The init's kernel stack and tables are charged to the slot's cgroup.
+        Err(e) if enomem_is_mle && e.raw_os_error() == Some(libc::ENOMEM) => return Ok(no_room_to_start(&e)),
+        Err(e) => return Err(SandboxError::Os("spawning the init", e)),
+    };
+    let handle = KillHandle::new(pidfd);
     let mut kid = Child {
         pid,
+        handle: handle.clone(),
         pidfd: None,
         keep: Some((plan, stack)),
+        slot: Some(SlotHold {
+            mnt_ns: ctx.mnt_ns.clone(),
+            _guard: ctx.slot_guard,
+        }),
     };
-    // SAFETY: an OwnedFd keeps returning the same open descriptor while registered.
-    let registered = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
+    // SAFETY: the handle keeps returning the same open descriptor while registered.
+    let registered = unsafe { AsyncFd::register_with_interest(handle.clone(), tokio::io::Interest::READABLE) };
     kid.pidfd = Some(registered.map_err(|e| SandboxError::Os("watching the pidfd", e.into()))?);
     // The init holds its own copies now (and the namespace, once it entered it).
     drop((out_w, err_w, rep_w, stdin, work, net_ns));
 
-    let pidfd_raw = kid.pidfd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
     let overflowed = Arc::new(AtomicBool::new(false));
     let on_overflow: Arc<dyn Fn() + Send + Sync> = {
         let overflowed = overflowed.clone();
+        // The readers may outlive the supervisor (a dropped run): they hold the descriptor too.
+        let handle = handle.clone();
         Arc::new(move || {
             overflowed.store(true, Ordering::SeqCst);
-            // SAFETY: the pidfd stays open until the init is reaped, after the readers finish.
-            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd_raw, libc::SIGKILL, 0usize, 0u32) };
+            handle.kill();
         })
     };
+    drop(handle);
     let cap = spec.limits.output;
     let stdout_task = tokio::spawn(capture(out_r, cap, on_overflow.clone()));
     let stderr_task = tokio::spawn(capture(err_r, cap, on_overflow));
@@ -385,22 +495,39 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
 
     let mut reports = Vec::new();
     let _ = std::fs::File::from(rep_r).read_to_end(&mut reports);
-    let mut status = None;
-    for (tag, stage, value) in child::parse_reports(&reports) {
+    let reports = child::parse_reports(&reports);
+    let status = reports
+        .iter()
+        .find(|(tag, _, _)| *tag == child::report::STATUS)
+        .map(|r| r.2);
+    // An init that reported the program's status and was not killed detached
+    // the run's mounts itself; otherwise they are cleared from outside, before
+    // the slot is handed on and before this run's response exists.
+    let slot = kid.slot.take();
+    if (status.is_none() || killed_by.is_some())
+        && let Some(slot) = &slot
+    {
+        slot.clear()?;
+    }
+    drop((kid, slot));
+    for (tag, stage, value) in reports {
+        let errno = std::io::Error::from_raw_os_error(value);
         match tag {
+            child::report::SETUP_FAILED | child::report::EXEC_FAILED if enomem_is_mle && value == libc::ENOMEM => {
+                return Ok(no_room_to_start(&errno));
+            }
             child::report::SETUP_FAILED => {
                 return Err(SandboxError::Setup {
                     stage: child::report::stage_name(stage),
-                    errno: std::io::Error::from_raw_os_error(value),
+                    errno,
                 });
             }
             child::report::EXEC_FAILED => {
                 return Err(SandboxError::Exec {
                     exe: spec.argv.first().cloned().unwrap_or_default(),
-                    errno: std::io::Error::from_raw_os_error(value),
+                    errno,
                 });
             }
-            child::report::STATUS => status = Some(value),
             _ => {}
         }
     }
@@ -433,7 +560,46 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         stderr_truncated,
         wall,
         cpu,
-        peak_memory: usage.map_or(ru.ru_maxrss as u64 * 1024, |u| u.peak_memory),
+        // The largest process's resident set where the cgroup cannot tell.
+        peak_memory: usage.and_then(|u| u.peak_memory).unwrap_or(ru.ru_maxrss as u64 * 1024),
         cpu_exceeded,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn pidfd_open(pid: u32) -> OwnedFd {
+        // SAFETY: pidfd_open on a child we have not reaped.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as i32, 0) };
+        assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+        // SAFETY: a fresh descriptor we own.
+        unsafe { OwnedFd::from_raw_fd(fd as i32) }
+    }
+
+    /// The output readers kill through their own copy of the handle: when the
+    /// supervisor lets go of it (the init reaped, or the run future dropped),
+    /// the descriptor must stay open, or its number could be handed to another
+    /// run's pidfd and a reader's SIGKILL would land there.
+    #[test]
+    fn a_kill_handle_outlives_its_first_owner_and_kills_only_its_process() {
+        let sleep = || std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let (mut a, mut b) = (sleep(), sleep());
+        let supervisor = KillHandle::new(pidfd_open(a.id()));
+        let reader = supervisor.clone();
+        let number = supervisor.as_raw_fd();
+        drop(supervisor);
+        // Descriptors are numbered lowest-free-first: a closed number would be taken here.
+        let other = pidfd_open(b.id());
+        assert_ne!(other.as_raw_fd(), number, "the handle's descriptor was closed");
+        reader.kill();
+        assert_eq!(a.wait().expect("wait a").signal(), Some(libc::SIGKILL));
+        assert!(b.try_wait().expect("try_wait b").is_none(), "the other process was hit");
+        let _ = b.kill();
+        let _ = b.wait();
+        // Harmless once the process is gone and reaped.
+        reader.kill();
+    }
 }

@@ -59,6 +59,61 @@ pub struct WorkDir {
     mount: OwnedFd,
     uid: u32,
     gid: u32,
+    /// Kernels before 6.15 clone only mounts attached in the caller's namespace:
+    /// there the tmpfs is attached under this private directory (see [`Staging`]).
+    staging: Option<std::sync::Arc<Staging>>,
+    /// Where it was attached, once a clone needed it.
+    attached: std::sync::OnceLock<std::path::PathBuf>,
+}
+
+/// Where work dirs are attached on kernels that cannot clone a detached mount
+/// (`open_tree(OPEN_TREE_CLONE)` of an `fsmount` before Linux 6.15 fails with
+/// EINVAL): a private bind mount under the executor's work root, so nothing
+/// attached there propagates to other mount namespaces. Detached on drop.
+#[derive(Debug)]
+pub struct Staging {
+    dir: std::path::PathBuf,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Staging {
+    /// Returns None when this kernel clones detached mounts (nothing to stage), else
+    /// makes `dir` a private mount (replacing what a crashed executor left there).
+    pub fn if_needed(dir: &std::path::Path) -> std::io::Result<Option<Self>> {
+        let probe = WorkDir::create(4096, 0, 0).map_err(std::io::Error::other)?;
+        match probe.clone_mount() {
+            Ok(_) => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(e),
+        }
+        tracing::info!(dir = %dir.display(), "this kernel cannot clone detached mounts: work dirs are attached privately");
+        super::mounts::detach_all(dir);
+        fs::create_dir_all(dir)?;
+        // Runs' files are the runs' business: nobody else on the machine walks in.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+        super::mounts::mount(Some(dir), dir, None, libc::MS_BIND, None)?;
+        super::mounts::mount(None, dir, None, libc::MS_PRIVATE, None)?;
+        Ok(Some(Staging {
+            dir: dir.to_owned(),
+            next: std::sync::atomic::AtomicU64::new(0),
+        }))
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        super::mounts::detach_all(&self.dir);
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Some(p) = self.attached.get() {
+            super::mounts::detach_all(p);
+            let _ = fs::remove_dir(p);
+        }
+    }
 }
 
 fn check(r: libc::c_long) -> std::io::Result<libc::c_long> {
@@ -149,12 +204,36 @@ impl WorkDir {
                 mount: OwnedFd::from_raw_fd(m as i32),
                 uid,
                 gid,
+                staging: None,
+                attached: std::sync::OnceLock::new(),
             })
         }
     }
 
+    /// Attaches the mount under `staging` when a clone needs it (old kernels).
+    pub fn staged(mut self, staging: Option<std::sync::Arc<Staging>>) -> Self {
+        self.staging = staging;
+        self
+    }
+
     /// A detached clone of the mount, for one phase's init to attach at /work.
     pub fn attachable(&self) -> std::io::Result<OwnedFd> {
+        let Some(staging) = &self.staging else {
+            return self.clone_mount();
+        };
+        if self.attached.get().is_none() {
+            let n = staging.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = staging.dir.join(n.to_string());
+            fs::create_dir_all(&path)?;
+            let c = super::mounts::c_path(&path)?;
+            // Our own mount fd stays valid and now names the attached mount.
+            super::sys::move_mount_fd(self.mount.as_raw_fd(), &c).map_err(std::io::Error::from_raw_os_error)?;
+            let _ = self.attached.set(path);
+        }
+        self.clone_mount()
+    }
+
+    fn clone_mount(&self) -> std::io::Result<OwnedFd> {
         let flags = 1 /* OPEN_TREE_CLONE */ | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32;
         // SAFETY: open_tree on our own mount descriptor with an empty path.
         let fd = check(unsafe { libc::syscall(libc::SYS_open_tree, self.mount.as_raw_fd(), c"".as_ptr(), flags) })?;

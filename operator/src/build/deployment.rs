@@ -3,8 +3,8 @@
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
     AppArmorProfile, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, GRPCAction,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Volume,
-    VolumeMount,
+    KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::child_meta;
 use crate::crd::IsolationMode;
 use crate::labels::{self, GRPC_PORT, HTTP_PORT, METRICS_PORT};
-use crate::resolve::ResolvedPool;
+use crate::resolve::{AUTH_TOKEN_KEY, ResolvedPool};
 
 /// Where the executor keeps per-run work directories (an emptyDir, so `/` can be read-only).
 pub const WORK_ROOT: &str = "/var/lib/sandpool";
@@ -22,10 +22,23 @@ pub const CONTAINER: &str = "executor";
 pub const RESTRICTED_UID: i64 = 65532;
 /// Health service that stays SERVING while the process lives.
 const LIVENESS_SERVICE: &str = "liveness";
+/// Languages in the executor's built-in table (`executor/languages.toml`), probed at start
+/// when a pool enables all of them; a test keeps this in step with the table.
+pub const BUILTIN_LANGUAGES: u32 = 30;
+/// Startup allowance before any language is probed, seconds.
+const STARTUP_BASE_S: u32 = 60;
+/// Startup allowance per language probed (its toolchain's version check), seconds.
+const STARTUP_PER_LANGUAGE_S: u32 = 10;
+/// Startup probe period, seconds.
+const STARTUP_PERIOD_S: i32 = 2;
+/// Where a pool's auth Secret is mounted.
+pub const AUTH_DIR: &str = "/etc/sandpool/auth";
 
 /// Capabilities `namespaces` mode needs, each for one documented reason (docs/operator.md).
-pub const NAMESPACES_CAPABILITIES: [&str; 7] = [
+pub const NAMESPACES_CAPABILITIES: [&str; 9] = [
     "SYS_ADMIN",    // unshare pid/net/mount/ipc/uts namespaces, mount tmpfs work dirs
+    "SYS_CHROOT",   // setns(2) into a slot's mount namespace requires it besides SYS_ADMIN
+    "NET_ADMIN",    // bring loopback up in each run's network namespace
     "SETUID",       // drop each run to an unprivileged uid
     "SETGID",       // ... and gid
     "KILL",         // kill a run's processes after they changed uid
@@ -69,6 +82,9 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
     if pool.gpu.is_some() {
         args.push("--gpu".to_owned());
     }
+    if pool.auth.is_some() {
+        args.push(format!("--auth-token-file={AUTH_DIR}/{AUTH_TOKEN_KEY}"));
+    }
     args.push(format!("--drain-timeout-ms={}", pool.drain_timeout_ms()));
     args.push(format!("--work-root={WORK_ROOT}"));
     args
@@ -104,7 +120,7 @@ pub fn deployment(pool: &ResolvedPool) -> Deployment {
         image_pull_secrets: (!pool.image_pull_secrets.is_empty()).then(|| pool.image_pull_secrets.clone()),
         security_context: pod_security_context(pool.isolation),
         containers: vec![container(pool)],
-        volumes: Some(vec![empty_dir("work"), empty_dir("tmp")]),
+        volumes: Some(volumes(pool)),
         ..Default::default()
     };
 
@@ -174,26 +190,75 @@ fn container(pool: &ResolvedPool) -> Container {
         // Liveness only asks whether the process is alive: a draining pod must not be
         // restarted in the middle of its last runs.
         liveness_probe: Some(grpc_probe(Some(LIVENESS_SERVICE), 10, 3)),
-        // Toolchain self-checks at startup may take a while; up to two minutes.
-        startup_probe: Some(grpc_probe(Some(LIVENESS_SERVICE), 2, 60)),
+        // Toolchain self-checks at startup take a while per language probed.
+        startup_probe: Some(grpc_probe(
+            Some(LIVENESS_SERVICE),
+            STARTUP_PERIOD_S,
+            startup_failure_threshold(pool),
+        )),
         // An executor that refuses to start (a mode it cannot provide, a missing
         // capability) writes why to /dev/termination-log; the log tail otherwise.
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         security_context: Some(container_security_context(pool.isolation)),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "work".to_owned(),
-                mount_path: WORK_ROOT.to_owned(),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "tmp".to_owned(),
-                mount_path: "/tmp".to_owned(),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some(volume_mounts(pool)),
         ..Default::default()
     }
+}
+
+fn volumes(pool: &ResolvedPool) -> Vec<Volume> {
+    let mut volumes = vec![empty_dir("work"), empty_dir("tmp")];
+    if let Some(auth) = &pool.auth {
+        volumes.push(Volume {
+            name: "auth".to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(auth.secret_name.clone()),
+                // Owner-only: the runs' uids must not read the token.
+                default_mode: Some(0o400),
+                items: Some(vec![KeyToPath {
+                    key: AUTH_TOKEN_KEY.to_owned(),
+                    path: AUTH_TOKEN_KEY.to_owned(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    volumes
+}
+
+fn volume_mounts(pool: &ResolvedPool) -> Vec<VolumeMount> {
+    let mut mounts = vec![
+        VolumeMount {
+            name: "work".to_owned(),
+            mount_path: WORK_ROOT.to_owned(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "tmp".to_owned(),
+            mount_path: "/tmp".to_owned(),
+            ..Default::default()
+        },
+    ];
+    if pool.auth.is_some() {
+        mounts.push(VolumeMount {
+            name: "auth".to_owned(),
+            mount_path: AUTH_DIR.to_owned(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    mounts
+}
+
+/// Failures the startup probe tolerates: a base allowance plus one per language probed.
+fn startup_failure_threshold(pool: &ResolvedPool) -> i32 {
+    let languages = pool
+        .languages
+        .as_ref()
+        .map_or(BUILTIN_LANGUAGES, |l| u32::try_from(l.len()).unwrap_or(u32::MAX));
+    let seconds = STARTUP_BASE_S.saturating_add(languages.saturating_mul(STARTUP_PER_LANGUAGE_S));
+    i32::try_from(seconds.div_ceil(STARTUP_PERIOD_S.unsigned_abs())).unwrap_or(i32::MAX)
 }
 
 fn container_port(name: &str, port: i32) -> ContainerPort {

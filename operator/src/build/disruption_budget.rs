@@ -15,6 +15,8 @@ pub fn disruption_budget(pool: &ResolvedPool) -> Option<PodDisruptionBudget> {
         metadata: child_meta(pool),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(max_unavailable),
+            // A pod that is not ready serves nobody; keeping it must never block a drain.
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".to_owned()),
             selector: Some(LabelSelector {
                 match_labels: Some(labels::selector_labels(&pool.name)),
                 ..Default::default()

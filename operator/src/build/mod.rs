@@ -1,6 +1,7 @@
 //! Pure builders: a [`ResolvedPool`] in, the Kubernetes objects for it out. No I/O here, so
 //! every field can be unit-tested without a cluster.
 
+mod auth_secret;
 mod deployment;
 mod disruption_budget;
 mod network_policy;
@@ -19,7 +20,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::labels;
 use crate::resolve::ResolvedPool;
 
-pub use deployment::{deployment, executor_args};
+pub use auth_secret::{auth_secret, random_token};
+pub use deployment::{NAMESPACES_CAPABILITIES, deployment, executor_args};
 pub use disruption_budget::disruption_budget;
 pub use network_policy::network_policy;
 pub use service::service;

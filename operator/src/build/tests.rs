@@ -38,6 +38,7 @@ fn meta() -> Value {
             "name": "python",
             "uid": "u-1",
             "controller": true,
+            "blockOwnerDeletion": true,
         }],
     })
 }
@@ -167,7 +168,7 @@ fn network_policy_metrics_clients_get_only_the_metrics_port() {
 fn disruption_budget_defaults_to_one_and_can_be_disabled() {
     assert_eq!(
         to_json(&disruption_budget(&resolved(json!({})))),
-        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(), "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector()}}})
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(), "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector()}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}})
     );
     let pdb = to_json(&disruption_budget(&resolved(
         json!({"disruptionBudget": {"maxUnavailable": "50%"}}),
@@ -193,7 +194,7 @@ fn executor_args_follow_the_spec() {
             "--max-memory-bytes=2147483648",
             "--default-output-bytes=8388608",
             "--default-processes=256",
-            "--drain-timeout-ms=65000",
+            "--drain-timeout-ms=125000",
             "--work-root=/var/lib/sandpool",
         ]
     );
@@ -210,10 +211,13 @@ fn executor_args_follow_the_spec() {
             "--max-wall-time-ms=60000",
             "--default-cpu-time-ms=5000",
             "--max-cpu-time-ms=30000",
+            // The executor's defaults (8Mi, 256) are above these maximums: said openly.
+            "--default-output-bytes=1048576",
             "--max-output-bytes=1048576",
+            "--default-processes=32",
             "--max-processes=32",
             "--gpu",
-            "--drain-timeout-ms=65000",
+            "--drain-timeout-ms=125000",
             "--work-root=/var/lib/sandpool",
         ]
     );
@@ -246,7 +250,7 @@ fn deployment_for_the_issue_example_is_exact() {
                 "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
                 "readinessProbe": {"grpc": {"port": 50051}, "periodSeconds": 5, "failureThreshold": 2},
                 "livenessProbe": {"grpc": {"port": 50051, "service": "liveness"}, "periodSeconds": 10, "failureThreshold": 3},
-                "startupProbe": {"grpc": {"port": 50051, "service": "liveness"}, "periodSeconds": 2, "failureThreshold": 60},
+                "startupProbe": {"grpc": {"port": 50051, "service": "liveness"}, "periodSeconds": 2, "failureThreshold": 40},
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "securityContext": {
                     "runAsUser": 0,
@@ -254,7 +258,7 @@ fn deployment_for_the_issue_example_is_exact() {
                     "privileged": false,
                     "allowPrivilegeEscalation": false,
                     "readOnlyRootFilesystem": true,
-                    "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN", "SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"]},
+                    "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN", "SYS_CHROOT", "NET_ADMIN", "SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"]},
                     "seccompProfile": {"type": "Unconfined"},
                     "appArmorProfile": {"type": "Unconfined"},
                 },
@@ -285,7 +289,7 @@ fn deployment_for_the_issue_example_is_exact() {
                         "hostNetwork": false,
                         "hostPID": false,
                         "hostIPC": false,
-                        "terminationGracePeriodSeconds": 75,
+                        "terminationGracePeriodSeconds": 135,
                         "runtimeClassName": "gvisor",
                         "nodeSelector": {"pool": "sandbox"},
                         "affinity": spec["affinity"],
@@ -360,7 +364,7 @@ fn gpu_pool_gets_limit_selector_tolerations_flag_and_in_place_rollouts() {
     let pod = &custom["spec"]["template"]["spec"];
     assert_eq!(
         pod["containers"][0]["resources"],
-        json!({"limits": {"amd.com/gpu": "1"}})
+        json!({"limits": {"amd.com/gpu": "1"}, "requests": {"cpu": "1", "memory": "2Gi"}})
     );
     assert_eq!(pod["tolerations"], json!([{"key": "amd", "operator": "Exists"}]));
 }
@@ -370,9 +374,10 @@ fn termination_grace_covers_the_longest_run() {
     let grace = |spec| {
         to_json(&deployment(&resolved(spec)))["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].clone()
     };
-    assert_eq!(grace(json!({})), json!(75));
-    assert_eq!(grace(json!({"limits": {"maxWallTime": "10m"}})), json!(615));
-    assert_eq!(grace(json!({"limits": {"maxWallTime": "1500ms"}})), json!(17));
+    // Compile and run, each up to maxWallTime, the drain margin (5s) and the kill margin (10s).
+    assert_eq!(grace(json!({})), json!(135));
+    assert_eq!(grace(json!({"limits": {"maxWallTime": "10m"}})), json!(1215));
+    assert_eq!(grace(json!({"limits": {"maxWallTime": "1500ms"}})), json!(18));
 }
 
 #[test]
@@ -385,4 +390,100 @@ fn children_skip_the_budget_when_disabled() {
         none.deployment,
         deployment(&resolved(json!({"disruptionBudget": {"enabled": false}})))
     );
+}
+
+#[test]
+fn unhealthy_pods_never_block_a_node_drain() {
+    let pdb = to_json(&disruption_budget(&resolved(json!({}))));
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+}
+
+#[test]
+fn owner_references_block_owner_deletion() {
+    for object in [
+        to_json(&service_account(&resolved(json!({})))),
+        to_json(&deployment(&resolved(json!({})))),
+        to_json(&network_policy(&resolved(json!({})))),
+    ] {
+        assert_eq!(object["metadata"]["ownerReferences"][0]["blockOwnerDeletion"], true);
+    }
+}
+
+#[test]
+fn startup_probe_scales_with_the_languages_probed() {
+    let budget = |spec| {
+        let d = to_json(&deployment(&resolved(spec)));
+        let probe = &d["spec"]["template"]["spec"]["containers"][0]["startupProbe"];
+        probe["periodSeconds"].as_i64().expect("period") * probe["failureThreshold"].as_i64().expect("threshold")
+    };
+    let one = budget(json!({"languages": ["python"]}));
+    let five = budget(json!({"languages": ["python", "cpp", "java", "go", "rust"]}));
+    let all = budget(json!({}));
+    assert!(one >= 60, "{one}");
+    assert!(five > one, "{five} vs {one}");
+    assert!(all > five, "{all} vs {five}");
+}
+
+#[test]
+fn drain_and_grace_cover_compile_and_run() {
+    let d = to_json(&deployment(&resolved(json!({"limits": {"maxWallTime": "60s"}}))));
+    let grace = d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_i64()
+        .expect("grace");
+    let args = d["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    let drain_ms: i64 = args
+        .as_array()
+        .expect("args")
+        .iter()
+        .find_map(|a| a.as_str()?.strip_prefix("--drain-timeout-ms=")?.parse().ok())
+        .expect("drain flag");
+    assert!(drain_ms >= 120_000, "{drain_ms}");
+    assert!(grace * 1000 > drain_ms, "{grace}s vs {drain_ms}ms");
+}
+
+#[test]
+fn builtin_language_count_matches_the_executors_table() {
+    let table = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../executor/languages.toml"))
+        .expect("executor/languages.toml is readable");
+    let count = table
+        .lines()
+        .filter(|l| l.starts_with('[') && l.ends_with(']') && !l.contains('.'))
+        .count();
+    assert_eq!(count, deployment::BUILTIN_LANGUAGES as usize);
+}
+
+#[test]
+fn auth_mounts_the_token_read_only_and_passes_the_file() {
+    let pool = resolved(json!({"auth": {"enabled": true}}));
+    let d = to_json(&deployment(&pool));
+    let pod = &d["spec"]["template"]["spec"];
+    assert!(
+        executor_args(&pool).contains(&"--auth-token-file=/etc/sandpool/auth/token".to_owned()),
+        "{:?}",
+        executor_args(&pool)
+    );
+    assert_eq!(
+        pod["volumes"][2],
+        json!({"name": "auth", "secret": {"secretName": "python-auth", "defaultMode": 0o400,
+               "items": [{"key": "token", "path": "token"}]}})
+    );
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"][2],
+        json!({"name": "auth", "mountPath": "/etc/sandpool/auth", "readOnly": true})
+    );
+    let secret = auth_secret(&pool, "t0k3n").expect("the operator creates the Secret");
+    let secret = to_json(&secret);
+    assert_eq!(secret["metadata"]["name"], "python-auth");
+    assert_eq!(secret["metadata"]["ownerReferences"][0]["uid"], "u-1");
+    assert_eq!(secret["stringData"]["token"], "t0k3n");
+    assert_eq!(secret["type"], "Opaque");
+    // A named Secret is the user's: mounted, never created.
+    let pool = resolved(json!({"auth": {"enabled": true, "secretName": "mine"}}));
+    assert!(auth_secret(&pool, "x").is_none());
+    assert_eq!(
+        to_json(&deployment(&pool))["spec"]["template"]["spec"]["volumes"][2]["secret"]["secretName"],
+        "mine"
+    );
+    // Off by default.
+    assert!(!executor_args(&resolved(json!({}))).iter().any(|a| a.contains("auth")));
 }

@@ -54,7 +54,12 @@ fn crd_names_and_subresources() {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(columns, ["Replicas", "Ready", "Languages", "GPU", "Age"]);
+    assert_eq!(
+        columns,
+        ["Replicas", "Pods-Ready", "Ready", "Reason", "Languages", "GPU", "Age"]
+    );
+    let ready = &version["additionalPrinterColumns"][2];
+    assert_eq!(ready["jsonPath"], r#".status.conditions[?(@.type=="Ready")].status"#);
 }
 
 #[test]
@@ -105,4 +110,14 @@ fn unset_spec_fields_stay_unset_on_the_wire() {
     assert_eq!(minimal.spec.replicas, 1);
     let wire = serde_json::to_value(&minimal.spec).expect("spec serializes");
     assert_eq!(wire, json!({"replicas": 1}));
+}
+
+#[test]
+fn cel_rejects_a_pool_name_too_long_for_its_service() {
+    let mut long = pool(json!({}));
+    long.metadata.name = Some("p".repeat(64));
+    let err = format!("{:?}", validate_cel(&long).expect_err("CEL must reject"));
+    assert!(err.contains("at most 63 characters"), "{err}");
+    long.metadata.name = Some("p".repeat(63));
+    assert!(validate_cel(&long).is_ok(), "{:?}", validate_cel(&long));
 }

@@ -187,20 +187,40 @@ fn echo(path: &str, body: &Value) -> Value {
     }
 }
 
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/evals/events";
+
 /// Runs one reconcile against a fake API server that expects exactly `replies`, in order.
 async fn run(pool: SandboxPool, replies: Vec<Reply>) -> (Result<Action, Error>, Vec<Seen>, Arc<Context>) {
+    let (result, seen, _events, ctx) = run_with_events(pool, replies, PoolDefaults::default()).await;
+    (result, seen, ctx)
+}
+
+/// [`run`], also returning the Events published (answered whenever they come, outside the
+/// expected order), with the given operator defaults and policy.
+async fn run_with_events(
+    pool: SandboxPool,
+    replies: Vec<Reply>,
+    defaults: PoolDefaults,
+) -> (Result<Action, Error>, Vec<Seen>, Vec<Value>, Arc<Context>) {
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let ctx = Arc::new(Context::new(
         Client::new(service, "default"),
-        PoolDefaults::default(),
+        defaults,
         Metrics::default(),
     ));
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         let mut seen = Vec::new();
-        for reply in replies {
-            let Some((request, respond)) = handle.next_request().await else {
-                panic!("reconcile stopped before {} {}", reply.method, reply.path);
+        let mut events = Vec::new();
+        let mut replies = replies.into_iter();
+        // Paths whose GET found nothing: an apply there creates, which needs `create`.
+        let mut missing = std::collections::HashSet::new();
+        loop {
+            let next = tokio::select! {
+                next = handle.next_request() => next,
+                _ = &mut stop_rx => break,
             };
+            let Some((request, respond)) = next else { break };
             let method = request.method().clone();
             let path = request.uri().path().to_owned();
             let query = request.uri().query().unwrap_or_default().to_owned();
@@ -216,19 +236,32 @@ async fn run(pool: SandboxPool, replies: Vec<Reply>) -> (Result<Action, Error>, 
             } else {
                 serde_json::from_slice(&bytes).expect("request body is JSON")
             };
+            let answer = |status: StatusCode, answer: &Value| {
+                Response::builder()
+                    .status(status)
+                    .body(Body::from(serde_json::to_vec(answer).expect("answer serializes")))
+                    .expect("response builds")
+            };
+            assert_granted(&method, &path, &mut missing);
+            if path.starts_with(EVENTS) {
+                respond.send_response(answer(StatusCode::CREATED, &body));
+                events.push(body);
+                continue;
+            }
+            let Some(reply) = replies.next() else {
+                panic!("unexpected request #{}: {method} {path}", seen.len() + 1);
+            };
             assert_eq!(
                 (&method, path.as_str()),
                 (&reply.method, reply.path),
                 "request #{}",
                 seen.len() + 1
             );
-            let answer = reply.body.unwrap_or_else(|| echo(reply.path, &body));
-            respond.send_response(
-                Response::builder()
-                    .status(reply.status)
-                    .body(Body::from(serde_json::to_vec(&answer).expect("answer serializes")))
-                    .expect("response builds"),
-            );
+            if method == Method::GET && reply.status == StatusCode::NOT_FOUND {
+                missing.insert(path.clone());
+            }
+            let body_back = reply.body.unwrap_or_else(|| echo(reply.path, &body));
+            respond.send_response(answer(reply.status, &body_back));
             seen.push(Seen {
                 method,
                 path,
@@ -237,16 +270,65 @@ async fn run(pool: SandboxPool, replies: Vec<Reply>) -> (Result<Action, Error>, 
                 body,
             });
         }
-        // Any request after the expected ones finds the server gone and fails the reconcile.
-        drop(handle);
-        seen
+        let left: Vec<String> = replies.map(|r| format!("{} {}", r.method, r.path)).collect();
+        assert!(left.is_empty(), "reconcile stopped before {left:?}");
+        (seen, events)
     });
     let result = reconcile(Arc::new(pool), ctx.clone()).await;
-    let seen = match server.await {
-        Ok(seen) => seen,
+    let _ = stop_tx.send(());
+    let (seen, events) = match server.await {
+        Ok(out) => out,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     };
-    (result, seen, ctx)
+    (result, seen, events, ctx)
+}
+
+/// Asserts that `crate::rbac::RULES` grants the call, so the chart (which check-manifests
+/// compares with those rules) grants every call the code paths under test make.
+fn assert_granted(method: &Method, path: &str, missing: &mut std::collections::HashSet<String>) {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // /api/v1/namespaces/NS/RES[/NAME[/SUB]] or /apis/GROUP/VERSION/namespaces/NS/RES[/NAME[/SUB]]
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => panic!("unexpected path {path}"),
+    };
+    let (resource, named) = match rest {
+        ["namespaces", _ns, resource] => ((*resource).to_owned(), false),
+        ["namespaces", _ns, resource, _name] => ((*resource).to_owned(), true),
+        ["namespaces", _ns, resource, _name, sub] => (format!("{resource}/{sub}"), true),
+        [resource, _name] => ((*resource).to_owned(), true),
+        _ => panic!("unexpected path {path}"),
+    };
+    let mut verbs = vec![match (method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("PUT", _) => "update",
+        ("DELETE", _) => "delete",
+        (other, _) => panic!("unexpected method {other}"),
+    }];
+    if method == Method::PATCH && missing.remove(path) {
+        verbs.push("create");
+    }
+    for verb in verbs {
+        assert!(
+            crate::rbac::granted(group, &resource, verb),
+            "{method} {path} needs {verb} on {group}/{resource}, which crate::rbac::RULES does not grant"
+        );
+    }
+}
+
+/// (type, reason, note) of each Event.
+fn event_summary(events: &[Value]) -> Vec<(String, String, String)> {
+    events
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (s("type"), s("reason"), s("note"))
+        })
+        .collect()
 }
 
 fn writes(ctx: &Context) -> String {
@@ -566,4 +648,291 @@ async fn api_errors_back_off_exponentially() {
         ]
     );
     assert_eq!(backoff(30), MAX_BACKOFF);
+}
+
+const SECRETS: &str = "/api/v1/namespaces/evals/secrets";
+
+fn api_error(method: Method, path: &'static str, code: u16, reason: &str, message: &str) -> Reply {
+    Reply {
+        method,
+        path,
+        status: StatusCode::from_u16(code).expect("status code"),
+        body: Some(
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                          "message": message, "reason": reason, "code": code}),
+        ),
+    }
+}
+
+#[tokio::test]
+async fn creating_a_pool_tells_kubectl_describe() {
+    let pool = pool(spec(), 1);
+    let (result, _seen, events, _ctx) = run_with_events(
+        pool,
+        vec![
+            get_missing(SA),
+            apply(SA),
+            get_missing(NP),
+            apply(NP),
+            get_missing(SVC),
+            apply(SVC),
+            get_missing(PDB),
+            apply(PDB),
+            get_missing(DEPLOY),
+            apply(DEPLOY),
+            apply(STATUS),
+        ],
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    assert_eq!(
+        event_summary(&events),
+        [(
+            "Normal".to_owned(),
+            "Created".to_owned(),
+            "created 3 executors".to_owned()
+        )]
+    );
+    assert_eq!(events[0]["regarding"]["kind"], "SandboxPool");
+    assert_eq!(events[0]["regarding"]["name"], "python");
+    assert_eq!(events[0]["reportingController"], "sandpool-operator");
+}
+
+#[tokio::test]
+async fn scaling_and_rollouts_are_events() {
+    let old = pool(spec(), 1);
+    let [sa, np, svc, pdb, deploy] = live_children(&old, 3);
+    let mut new_spec = spec();
+    new_spec["replicas"] = json!(5);
+    new_spec["limits"]["wallTime"] = json!("20s");
+    let mut pool = pool(new_spec, 2);
+    pool.status = Some(settled_status(&old, 3));
+    let (result, _seen, events, _ctx) = run_with_events(
+        pool,
+        vec![
+            get(SA, sa),
+            get(NP, np),
+            get(SVC, svc),
+            get(PDB, pdb),
+            get(DEPLOY, deploy.clone()),
+            apply_returning(DEPLOY, deploy),
+            apply(STATUS),
+        ],
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    let reasons: Vec<String> = event_summary(&events).into_iter().map(|e| e.1).collect();
+    assert_eq!(reasons, ["Scaled", "RolloutStarted"]);
+    assert_eq!(event_summary(&events)[0].2, "scaled from 3 to 5 executors");
+}
+
+#[tokio::test]
+async fn a_finished_rollout_is_an_event() {
+    let mut pool = pool(spec(), 1);
+    let mut rolling = settled_status(&pool, 3);
+    let progressing = rolling
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == "Progressing")
+        .expect("condition");
+    progressing.reason = "RollingOut".to_owned();
+    progressing.status = "True".to_owned();
+    pool.status = Some(rolling);
+    let [sa, np, svc, pdb, deploy] = live_children(&pool, 3);
+    let (result, _seen, events, _ctx) = run_with_events(
+        pool,
+        vec![
+            get(SA, sa),
+            get(NP, np),
+            get(SVC, svc),
+            get(PDB, pdb),
+            get(DEPLOY, deploy),
+            apply(STATUS),
+        ],
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    assert_eq!(
+        event_summary(&events),
+        [(
+            "Normal".to_owned(),
+            "RolloutComplete".to_owned(),
+            "3 executors run the current spec".to_owned()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_spec_is_a_warning_event() {
+    let mut bad = spec();
+    bad["limits"]["cpuTime"] = json!("2m");
+    let (result, _seen, events, _ctx) =
+        run_with_events(pool(bad, 3), vec![apply(STATUS)], PoolDefaults::default()).await;
+    result.expect("not retried");
+    let (type_, reason, note) = event_summary(&events).pop().expect("one event");
+    assert_eq!((type_.as_str(), reason.as_str()), ("Warning", "InvalidSpec"));
+    assert!(note.starts_with("spec.limits.cpuTime: "), "{note}");
+}
+
+#[tokio::test]
+async fn a_pool_the_policy_refuses_gets_nothing_but_a_condition_and_an_event() {
+    let mut spec = spec();
+    spec["image"] = json!("docker.io/attacker/root-shell:latest");
+    let (result, seen, events, _ctx) =
+        run_with_events(pool(spec, 2), vec![apply(STATUS)], PoolDefaults::default()).await;
+    assert_eq!(result.expect("not retried"), Action::await_change());
+    assert_eq!(seen.len(), 1, "no child may be touched: {seen:?}");
+    let status = &seen[0].body["status"];
+    let (ready, reason, message) = condition(status, "Ready");
+    assert_eq!((ready.as_str(), reason.as_str()), ("False", "PolicyRefused"));
+    assert!(message.starts_with("spec.image: "), "{message}");
+    let (type_, reason, _) = event_summary(&events).pop().expect("one event");
+    assert_eq!((type_.as_str(), reason.as_str()), ("Warning", "PolicyRefused"));
+
+    let mut spec = self::spec();
+    spec["tolerations"] = json!([{"operator": "Exists"}]);
+    let (_, seen, _, _) = run_with_events(pool(spec, 2), vec![apply(STATUS)], PoolDefaults::default()).await;
+    let (_, reason, message) = condition(&seen[0].body["status"], "Ready");
+    assert_eq!(reason, "PolicyRefused");
+    assert!(message.starts_with("spec.tolerations[0]: "), "{message}");
+}
+
+#[tokio::test]
+async fn a_namespace_outside_the_policy_is_refused() {
+    let defaults = PoolDefaults {
+        policy: crate::policy::Policy {
+            namespaces: vec!["other".to_owned()],
+            ..Default::default()
+        },
+        ..PoolDefaults::default()
+    };
+    let (result, seen, events, _ctx) = run_with_events(pool(spec(), 1), vec![apply(STATUS)], defaults).await;
+    result.expect("not retried");
+    let (_, reason, message) = condition(&seen[0].body["status"], "Ready");
+    assert_eq!(reason, "PolicyRefused");
+    assert!(message.starts_with("metadata.namespace: "), "{message}");
+    assert_eq!(event_summary(&events).len(), 1);
+}
+
+#[tokio::test]
+async fn an_apply_the_api_server_rejects_is_a_condition_and_an_event() {
+    let pool = pool(spec(), 1);
+    let [sa, np, svc, pdb, _] = live_children(&pool, 3);
+    let (result, seen, events, _ctx) = run_with_events(
+        pool,
+        vec![
+            get(SA, sa),
+            get(NP, np),
+            get(SVC, svc),
+            get(PDB, pdb),
+            get_missing(DEPLOY),
+            api_error(
+                Method::PATCH,
+                DEPLOY,
+                422,
+                "Invalid",
+                "Deployment.apps \"python\" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value: \"2\": must be equal to example.com/fpga limit of 1",
+            ),
+            apply(STATUS),
+        ],
+        PoolDefaults::default(),
+    )
+    .await;
+    let err = result.expect_err("retried with backoff");
+    assert_eq!(err.class(), "api");
+    let (ready, reason, message) = condition(&seen[6].body["status"], "Ready");
+    assert_eq!((ready.as_str(), reason.as_str()), ("False", "ApplyRejected"));
+    assert!(message.contains("must be equal to example.com/fpga limit"), "{message}");
+    let (type_, reason, _) = event_summary(&events).pop().expect("one event");
+    assert_eq!((type_.as_str(), reason.as_str()), ("Warning", "ApplyRejected"));
+}
+
+#[tokio::test]
+async fn a_conflict_is_a_warning_event_too() {
+    let pool = pool(spec(), 1);
+    let [sa, np, mut svc, _, _] = live_children(&pool, 3);
+    svc["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("ownerReferences");
+    let (_result, _seen, events, _ctx) = run_with_events(
+        pool,
+        vec![get(SA, sa), get(NP, np), get(SVC, svc), apply(STATUS)],
+        PoolDefaults::default(),
+    )
+    .await;
+    let (type_, reason, note) = event_summary(&events).pop().expect("one event");
+    assert_eq!((type_.as_str(), reason.as_str()), ("Warning", "ObjectConflict"));
+    assert!(note.contains("Service python"), "{note}");
+}
+
+#[tokio::test]
+async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
+    let mut spec = spec();
+    spec["auth"] = json!({"enabled": true});
+    let mut pool = pool(spec, 1);
+    pool.status = Some(settled_status(&pool, 3));
+    let [sa, np, svc, pdb, deploy] = live_children(&pool, 3);
+    let post = |status: StatusCode| Reply {
+        method: Method::POST,
+        path: SECRETS,
+        status,
+        body: Some(
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                          "message": "secrets \"python-auth\" already exists", "reason": "AlreadyExists",
+                          "code": status.as_u16()}),
+        ),
+    };
+    let expect = |secret: Option<Reply>| {
+        let mut replies = vec![
+            get(SA, sa.clone()),
+            get(NP, np.clone()),
+            get(SVC, svc.clone()),
+            get(PDB, pdb.clone()),
+        ];
+        replies.extend(secret);
+        replies.push(get(DEPLOY, deploy.clone()));
+        replies
+    };
+    // The Secret exists already (a user rotated it): the create is refused and nothing else
+    // is tried, so it cannot be overwritten (the operator has no update or patch on Secrets).
+    let (result, seen, _, ctx) = run_with_events(
+        pool.clone(),
+        expect(Some(post(StatusCode::CONFLICT))),
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("an existing Secret is fine");
+    let created = &seen[4].body;
+    assert_eq!(created["metadata"]["name"], "python-auth");
+    assert_eq!(created["metadata"]["ownerReferences"][0]["uid"], "u-1");
+    let token = created["stringData"]["token"].as_str().expect("token");
+    assert_eq!(token.len(), 64);
+    assert!(token.chars().all(|c| c.is_ascii_hexdigit()));
+    assert!(
+        seen[4].query.contains("fieldManager=sandpool-operator"),
+        "{}",
+        seen[4].query
+    );
+
+    // The operator remembers the Secret exists, so a steady pool makes no create calls.
+    assert!(ctx.secrets.lock().expect("lock").contains("evals/python-auth"));
+
+    // A fresh pool gets a Secret of its own.
+    let mut first = expect(Some(post(StatusCode::CREATED)));
+    first[4].body = None;
+    let (result, seen, _, ctx) = run_with_events(pool.clone(), first, PoolDefaults::default()).await;
+    result.expect("created");
+    let other_token = seen[4].body["stringData"]["token"].as_str().expect("token").to_owned();
+    assert_ne!(other_token, token, "every Secret gets its own random token");
+    assert!(ctx.secrets.lock().expect("lock").contains("evals/python-auth"));
+}
+
+#[test]
+fn children_are_watched_by_owner_not_by_label() {
+    let config = crate::controller::child_watch_config();
+    assert_eq!(config.label_selector, None, "a removed label must not hide a child");
 }

@@ -51,6 +51,7 @@ fn operator_defaults_apply_when_the_spec_is_silent() {
         isolation: IsolationMode::Restricted,
         runtime_class_name: Some("gvisor".to_owned()),
         cluster_domain: "corp.local".to_owned(),
+        ..PoolDefaults::default()
     };
     let p = resolve(&pool(json!({})), &defaults, "default").expect("valid");
     assert_eq!(p.image, "registry.local/exec:9");
@@ -105,8 +106,8 @@ fn limits_convert_to_executor_units() {
             max_processes: Some(256),
         }
     );
-    assert_eq!(p.drain_timeout_ms(), 95_000);
-    assert_eq!(p.termination_grace_seconds(), 105);
+    assert_eq!(p.drain_timeout_ms(), 185_000);
+    assert_eq!(p.termination_grace_seconds(), 195);
 }
 
 #[test]
@@ -154,7 +155,7 @@ fn run_memory_must_fit_in_the_container() {
             "limits": {"maxMemory": max}
         })
     };
-    assert!(resolve_spec(spec("1Gi")).is_ok());
+    assert!(resolve_spec(spec("768Mi")).is_ok());
     let err = resolve_spec(spec("2Gi")).expect_err("too big");
     assert_eq!(err.field, "spec.limits.maxMemory");
     assert!(err.message.contains("1Gi"), "{}", err.message);
@@ -253,7 +254,7 @@ fn access_peers_are_checked() {
         "spec.access.clients[0]"
     );
     assert_eq!(
-        invalid_field(json!({"access": {"metricsClients": [{"podSelector": {}}, {}]}})),
+        invalid_field(json!({"access": {"metricsClients": [{"podSelector": {"matchLabels": {"a": "b"}}}, {}]}})),
         "spec.access.metricsClients[1]"
     );
     let p = resolve_spec(json!({"access": {"clients": []}})).expect("empty list is valid");
@@ -276,4 +277,121 @@ fn disruption_budget_settings() {
         invalid_field(json!({"disruptionBudget": {"maxUnavailable": "lots"}})),
         "spec.disruptionBudget.maxUnavailable"
     );
+}
+
+#[test]
+fn a_default_above_the_executors_default_maximum_is_refused_naming_both() {
+    // maxCpuTime unset: the executor's own maximum (60s) applies, and it would clamp silently.
+    let err = resolve_spec(json!({"limits": {"cpuTime": "2m"}})).expect_err("above the default max");
+    assert_eq!(err.field, "spec.limits.cpuTime");
+    assert!(err.message.contains("spec.limits.maxCpuTime"), "{}", err.message);
+    assert!(err.message.contains("60s"), "{}", err.message);
+    let err = resolve_spec(json!({"limits": {"output": "100Mi"}})).expect_err("above the default max");
+    assert_eq!(err.field, "spec.limits.output");
+    assert!(err.message.contains("spec.limits.maxOutput"), "{}", err.message);
+    let err = resolve_spec(json!({"limits": {"processes": 2000}})).expect_err("above the default max");
+    assert_eq!(err.field, "spec.limits.processes");
+    // An explicit maximum named too.
+    let err = resolve_spec(json!({"limits": {"memory": "3Gi", "maxMemory": "2Gi"}})).expect_err("above");
+    assert!(err.message.contains("spec.limits.maxMemory"), "{}", err.message);
+}
+
+#[test]
+fn an_unset_default_above_an_explicit_maximum_is_lowered_openly() {
+    // The executor's default wall time (10s) is above maxWallTime: the operator passes the
+    // maximum as the default, so the executor's flags say what runs get.
+    let p = resolve_spec(json!({"limits": {"maxWallTime": "5s", "maxMemory": "256Mi"}})).expect("valid");
+    assert_eq!(p.limits.wall_time_ms, Some(5_000));
+    assert_eq!(p.limits.memory_bytes, Some(256 << 20));
+}
+
+#[test]
+fn run_memory_must_leave_the_executor_its_headroom() {
+    let spec = |max: &str| json!({"resources": {"limits": {"memory": "1Gi"}}, "limits": {"maxMemory": max}});
+    // A run as large as the container leaves nothing for the executor itself.
+    let err = resolve_spec(spec("1Gi")).expect_err("no headroom");
+    assert_eq!(err.field, "spec.limits.maxMemory");
+    assert!(
+        err.message.contains("spec.resources.limits[\"memory\"]"),
+        "{}",
+        err.message
+    );
+    assert!(resolve_spec(spec("768Mi")).is_ok());
+    // Unset maxMemory: the executor's 4Gi default does not fit either; the operator derives it.
+    let p = resolve_spec(json!({"resources": {"limits": {"memory": "1Gi"}}})).expect("valid");
+    assert_eq!(p.limits.max_memory_bytes, Some((1 << 30) - EXECUTOR_MEMORY_HEADROOM));
+    // ... and a default memory above the derived maximum is refused, naming both.
+    let err = resolve_spec(json!({"resources": {"limits": {"memory": "512Mi"}}, "limits": {"memory": "400Mi"}}))
+        .expect_err("default above the derived maximum");
+    assert_eq!(err.field, "spec.limits.memory");
+    assert!(err.message.contains("spec.limits.maxMemory"), "{}", err.message);
+}
+
+#[test]
+fn extended_resource_requests_must_equal_limits() {
+    let err = resolve_spec(json!({"resources": {
+        "requests": {"example.com/fpga": "1"}, "limits": {"example.com/fpga": "2"}}}))
+    .expect_err("requests differ from limits");
+    assert_eq!(err.field, "spec.resources.requests[\"example.com/fpga\"]");
+    let err = resolve_spec(json!({"gpu": {"count": 1}, "resources": {"requests": {"nvidia.com/gpu": "2"}}}))
+        .expect_err("request differs from the GPU limit");
+    assert_eq!(err.field, "spec.resources.requests[\"nvidia.com/gpu\"]");
+    assert!(
+        resolve_spec(json!({"resources": {
+        "requests": {"example.com/fpga": "1"}, "limits": {"example.com/fpga": "1"}}}))
+        .is_ok()
+    );
+}
+
+#[test]
+fn peers_that_admit_everyone_need_allow_all() {
+    for peer in [
+        json!({"podSelector": {}}),
+        json!({"namespaceSelector": {}}),
+        json!({"namespaceSelector": {}, "podSelector": {"matchLabels": {"a": "b"}}}),
+        json!({"ipBlock": {"cidr": "0.0.0.0/0"}}),
+    ] {
+        let err = resolve_spec(json!({"access": {"clients": [peer.clone()]}})).expect_err("too broad");
+        assert_eq!(err.field, "spec.access.clients[0]", "{peer}");
+        assert!(err.message.contains("allowAll"), "{}", err.message);
+        let p = resolve_spec(json!({"access": {"clients": [peer.clone()], "allowAll": true}}));
+        assert!(p.is_ok(), "{peer} with allowAll");
+    }
+    assert_eq!(
+        invalid_field(json!({"access": {"metricsClients": [{"podSelector": {}}]}})),
+        "spec.access.metricsClients[0]"
+    );
+}
+
+#[test]
+fn a_budget_that_blocks_every_eviction_is_refused() {
+    for zero in [json!(0), json!("0%")] {
+        assert_eq!(
+            invalid_field(json!({"disruptionBudget": {"maxUnavailable": zero}})),
+            "spec.disruptionBudget.maxUnavailable"
+        );
+    }
+}
+
+#[test]
+fn drain_covers_the_compile_phase_and_the_run() {
+    let p = resolve_spec(json!({"limits": {"maxWallTime": "60s"}})).expect("valid");
+    // Compile (up to maxWallTime) then run (up to maxWallTime), plus the margin.
+    assert!(p.drain_timeout_ms() >= 2 * 60_000, "{}", p.drain_timeout_ms());
+    assert!(p.termination_grace_seconds() * 1000 > i64::try_from(p.drain_timeout_ms()).expect("fits"));
+}
+
+#[test]
+fn gpu_pools_are_not_best_effort() {
+    let p = resolve_spec(json!({"gpu": {"count": 1}})).expect("valid");
+    let requests = p.resources.and_then(|r| r.requests).expect("requests set");
+    assert!(
+        requests.contains_key("cpu") && requests.contains_key("memory"),
+        "{requests:?}"
+    );
+    // Explicit requests win.
+    let p = resolve_spec(json!({"gpu": {"count": 1}, "resources": {"requests": {"cpu": "4"}}})).expect("valid");
+    let requests = p.resources.and_then(|r| r.requests).expect("requests set");
+    assert_eq!(requests["cpu"].0, "4");
+    assert!(requests.contains_key("memory"));
 }

@@ -101,7 +101,7 @@ fn transition_times_survive_unchanged_conditions() {
     );
     assert_eq!(again, first, "nothing changed, so the status must be identical");
     let later = time("2026-01-03T00:00:00Z");
-    let lost_one = from_deployment(&p, &r, &deployment(rolled_out(2)), "cluster.local", &later);
+    let lost_one = from_deployment(&p, &r, &deployment(lost_pods(2)), "cluster.local", &later);
     assert_eq!(
         summary(&lost_one),
         [
@@ -189,4 +189,76 @@ fn invalid_spec_keeps_counts_and_names_the_field() {
         ]
     );
     assert_eq!(s.conditions[0].message, "spec.limits.wallTime: bad");
+}
+
+/// What Kubernetes reports once a pod of a finished rollout dies: available never exceeds
+/// ready, and the replacement pod is counted as updated (same template) but not available.
+fn lost_pods(left: i32) -> DeploymentStatus {
+    DeploymentStatus {
+        available_replicas: Some(left),
+        ready_replicas: Some(left),
+        unavailable_replicas: Some(3 - left),
+        ..rolled_out(left)
+    }
+}
+
+#[test]
+fn a_pool_that_loses_pods_after_its_rollout_is_degraded() {
+    let p = pool(None);
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    let done = from_deployment(
+        &p,
+        &r,
+        &deployment(rolled_out(3)),
+        "cluster.local",
+        &time("2026-01-01T00:00:00Z"),
+    );
+    let p = pool(Some(done));
+    let now = time("2026-01-02T00:00:00Z");
+    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), "cluster.local", &now);
+    assert_eq!(
+        summary(&s),
+        [
+            c("Ready", "False", "ReplicasNotReady"),
+            c("Progressing", "False", "RolloutComplete"),
+            c("Degraded", "True", "ReplicasUnavailable")
+        ]
+    );
+    assert_eq!(
+        s.conditions[2].message,
+        "only 2/3 executors available after the rollout finished"
+    );
+    // It stays degraded (not "rolling out") until the pods are back.
+    let p = pool(Some(s));
+    let s = from_deployment(&p, &r, &deployment(lost_pods(1)), "cluster.local", &now);
+    assert_eq!(summary(&s)[2], c("Degraded", "True", "ReplicasUnavailable"));
+    let p = pool(Some(s));
+    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), "cluster.local", &now);
+    assert_eq!(summary(&s)[2], c("Degraded", "False", "AsExpected"));
+}
+
+#[test]
+fn the_deployments_own_verdict_marks_a_finished_rollout() {
+    // After an operator restart with no status yet: the Deployment says its rollout finished.
+    let p = pool(None);
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    let mut status = lost_pods(2);
+    status.conditions = Some(vec![DeploymentCondition {
+        type_: "Progressing".to_owned(),
+        status: "True".to_owned(),
+        reason: Some("NewReplicaSetAvailable".to_owned()),
+        ..Default::default()
+    }]);
+    let now = time("2026-01-01T00:00:00Z");
+    let s = from_deployment(&p, &r, &deployment(status), "cluster.local", &now);
+    assert_eq!(summary(&s)[2], c("Degraded", "True", "ReplicasUnavailable"));
+    // A first rollout whose pods are still starting is only progressing.
+    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), "cluster.local", &now);
+    assert_eq!(
+        summary(&s)[1..],
+        [
+            c("Progressing", "True", "RollingOut"),
+            c("Degraded", "False", "AsExpected")
+        ]
+    );
 }

@@ -99,10 +99,8 @@ pub fn server_with(languages: &[&str], extra_args: &[String]) -> Server {
                     http: http.local_addr().expect("addr"),
                 };
                 let opts = ServeOptions {
-                    listen: s.grpc,
-                    metrics_listen: None,
-                    max_request_bytes: 64 << 20,
                     drain_timeout: Duration::from_secs(1),
+                    ..ServeOptions::local(s.grpc)
                 };
                 tx.send(s).expect("send");
                 serve_with_http(engine, grpc, Some(http), opts, std::future::pending())

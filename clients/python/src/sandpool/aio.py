@@ -13,10 +13,10 @@ from sandpool.v1 import executor_pb2 as pb
 from sandpool.v1 import executor_pb2_grpc as pb_grpc
 
 from . import convert
-from .client import _deadline, _tagged
+from .client import _deadline, _raise_for, _tagged
 from .retry import RetryPolicy, retryable_status, retryable_verdict
-from .stream import Source, StreamState
-from .target import channel_options, default_target
+from .stream import Lane, Source
+from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
@@ -36,11 +36,14 @@ class AsyncClient:
         retry: Optional[RetryPolicy] = None,
         compression: Optional[str] = "gzip",
         load_balancing: str = "round_robin",
+        token: Optional[str] = None,
     ):
         self.target = target = target or default_target()
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._compression = compression_of(compression)
+        # Sent on every call; the executor's --auth-token-file checks it (UNAUTHENTICATED otherwise).
+        self._metadata = auth_metadata(token)
         self.channel = grpc.aio.insecure_channel(target, options=channel_options(target, load_balancing))
         self.stub = pb_grpc.ExecutorStub(self.channel)
 
@@ -109,7 +112,9 @@ class AsyncClient:
             request_id=request_id,
         )
         r, n = await self._call(
-            lambda left: self.stub.Execute(req, timeout=left, compression=self._compression),
+            lambda left: self.stub.Execute(
+                req, timeout=left, compression=self._compression, metadata=self._metadata
+            ),
             lambda m: m.verdict,
             timeout if timeout is not None else self.timeout,
         )
@@ -119,7 +124,9 @@ class AsyncClient:
         """Judges one completion. A rejected request raises grpc.aio.AioRpcError."""
         req = convert.evaluate_request(request)
         r, n = await self._call(
-            lambda left: self.stub.Evaluate(req, timeout=left, compression=self._compression),
+            lambda left: self.stub.Evaluate(
+                req, timeout=left, compression=self._compression, metadata=self._metadata
+            ),
             lambda m: m.verdict,
             timeout if timeout is not None else self.timeout,
         )
@@ -134,15 +141,15 @@ class AsyncClient:
         timeout: Optional[float] = None,
     ) -> AsyncIterator[EvaluateResult]:
         """Judges `requests` over EvaluateStream, yielding results as they finish (see `Client.evaluate_many`)."""
-        source = Source(iter(requests))
         n = max(1, min(streams, concurrency))
+        source = Source(iter(requests), self.retry, streams=n)
         per_stream = -(-concurrency // n)
         out: "asyncio.Queue[object]" = asyncio.Queue()
         done = object()
 
         async def work() -> None:
             try:
-                async for r in self._stream(StreamState(source, self.retry), per_stream, timeout):
+                async for r in self._stream(source, per_stream, timeout):
                     await out.put(r)
             except Exception as e:  # handed to the caller
                 await out.put(e)
@@ -163,20 +170,20 @@ class AsyncClient:
         finally:
             for t in tasks:
                 t.cancel()
-        if source.error is not None:
-            raise source.error
+        _raise_for(source)
 
     async def _stream(
-        self, state: StreamState, concurrency: int, timeout: Optional[float]
+        self, source: Source, concurrency: int, timeout: Optional[float]
     ) -> AsyncIterator[EvaluateResult]:
-        """One stream's results, reopening it on retryable failures, until its requests are answered."""
+        """One stream's results, reopening it when it breaks, until every request is answered or it gives up."""
         failures = 0
-        while not state.done():
-            stop = asyncio.Event()
+        last = (grpc.StatusCode.UNAVAILABLE, "")
+        while not source.done():
+            lane = Lane()
 
-            async def gen(stop: asyncio.Event = stop) -> AsyncIterator[pb.EvaluateRequest]:
-                while not stop.is_set():
-                    what, msg = state.next_to_send(concurrency)
+            async def gen(lane: Lane = lane) -> AsyncIterator[pb.EvaluateRequest]:
+                while True:
+                    what, msg = source.next_to_send(lane, concurrency)
                     if what == "done":
                         return
                     if what == "send":
@@ -184,29 +191,34 @@ class AsyncClient:
                     else:
                         await asyncio.sleep(_POLL_S)
 
-            call = self.stub.EvaluateStream(gen(), timeout=timeout, compression=self._compression)
+            call = self.stub.EvaluateStream(
+                gen(), timeout=timeout, compression=self._compression, metadata=self._metadata
+            )
             try:
                 async for m in call:
                     failures = 0
-                    r = state.on_response(m)
+                    r = source.on_response(lane, m)
                     if r is not None:
                         yield r
-            except grpc.aio.AioRpcError as e:
-                stop.set()
-                failures += 1
-                if failures >= self.retry.max_attempts or not state.on_stream_error(e.code()):
-                    raise
-                await asyncio.sleep(self.retry.backoff(failures))
-            else:
+                if source.done():
+                    break
                 # The server ended the stream cleanly with requests unanswered (e.g. while draining).
-                if not state.done():
-                    failures += 1
-                    if failures >= self.retry.max_attempts or not state.requeue_in_flight():
-                        raise RuntimeError("EvaluateStream: the stream kept ending with requests unanswered")
-                    await asyncio.sleep(self.retry.backoff(failures))
+                last = (grpc.StatusCode.UNAVAILABLE, "the stream ended with requests unanswered")
+            except grpc.aio.AioRpcError as e:
+                # A failed send makes grpc.aio report INTERNAL whatever the server said: see retry.py.
+                if not retryable_status(e.code()):
+                    raise
+                last = (e.code(), e.details() or "")
             finally:
-                stop.set()
                 call.cancel()
+            for r in source.close_lane(lane, *last):
+                yield r
+            failures += 1
+            if failures >= self.retry.max_attempts:
+                break  # this stream gives up; the others take over what it held
+            await asyncio.sleep(self.retry.backoff(failures))
+        for r in source.leave(*last):
+            yield r
 
     async def evaluate_many_ordered(
         self,

@@ -15,8 +15,8 @@ from sandpool.v1 import executor_pb2_grpc as pb_grpc
 
 from . import convert
 from .retry import RetryPolicy, retryable_status, retryable_verdict
-from .stream import Source, StreamState
-from .target import channel_options, default_target
+from .stream import Lane, Source
+from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
 from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
@@ -31,6 +31,7 @@ class Client:
 
     `target` is a gRPC target, e.g. `pool_target("sandpool", "evals")`; by default `default_target()`:
     $SANDPOOL_TARGET, else dns:///$SANDPOOL_POOL.$SANDPOOL_NAMESPACE.svc.cluster.local:50051.
+    `token` (else $SANDPOOL_TOKEN) is sent as `authorization: Bearer <token>` on every call.
     """
 
     def __init__(
@@ -41,12 +42,15 @@ class Client:
         retry: Optional[RetryPolicy] = None,
         compression: Optional[str] = "gzip",
         load_balancing: str = "round_robin",
+        token: Optional[str] = None,
         channel: Optional[grpc.Channel] = None,
     ):
         self.target = target = target or default_target()
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self._compression = compression_of(compression)
+        # Sent on every call; the executor's --auth-token-file checks it (UNAUTHENTICATED otherwise).
+        self._metadata = auth_metadata(token)
         self.channel = channel or grpc.insecure_channel(target, options=channel_options(target, load_balancing))
         self.stub = pb_grpc.ExecutorStub(self.channel)
 
@@ -118,7 +122,9 @@ class Client:
         )
         deadline = _deadline(timeout if timeout is not None else self.timeout)
         r, n = self._call(
-            lambda: self.stub.Execute(req, timeout=self._left(deadline), compression=self._compression),
+            lambda: self.stub.Execute(
+                req, timeout=self._left(deadline), compression=self._compression, metadata=self._metadata
+            ),
             lambda m: m.verdict,
             timeout if timeout is not None else self.timeout,
         )
@@ -130,7 +136,9 @@ class Client:
         t = timeout if timeout is not None else self.timeout
         deadline = _deadline(t)
         r, n = self._call(
-            lambda: self.stub.Evaluate(req, timeout=self._left(deadline), compression=self._compression),
+            lambda: self.stub.Evaluate(
+                req, timeout=self._left(deadline), compression=self._compression, metadata=self._metadata
+            ),
             lambda m: m.verdict,
             t,
         )
@@ -139,7 +147,9 @@ class Client:
     def capabilities(self, *, timeout: Optional[float] = 30.0) -> pb.Capabilities:
         """The executor's languages, limits and isolation (the raw message)."""
         r, _ = self._call(
-            lambda: self.stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=timeout), lambda m: 1, timeout
+            lambda: self.stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=timeout, metadata=self._metadata),
+            lambda m: 1,
+            timeout,
         )
         return r
 
@@ -154,16 +164,20 @@ class Client:
         """Judges `requests` over EvaluateStream, `concurrency` in flight, yielding results as they finish.
 
         `requests` is read lazily. The work is spread over `streams` streams (round_robin puts each on
-        another pod). A broken stream (UNAVAILABLE, RESOURCE_EXHAUSTED) is reopened and its unanswered
-        requests resent; SANDBOX_ERROR results are resent. `timeout` bounds each stream.
+        another pod). A stream that breaks (any status but those refusing the call, see
+        `retry.retryable_status`) hands its unanswered requests to the other streams and is reopened
+        after a backoff; SANDBOX_ERROR results are resent. Every request yields exactly one result: one
+        that used `max_attempts` on broken streams yields an error result (`accepted` False, `error`
+        the last status), and so does every request left when all streams broke `max_attempts`
+        times in a row. A refused call (UNAUTHENTICATED, INVALID_ARGUMENT, ...) raises grpc.RpcError.
+        `timeout` bounds each stream.
         """
-        source = Source(iter(requests))
         n = max(1, min(streams, concurrency))
+        source = Source(iter(requests), self.retry, streams=n)
         per_stream = -(-concurrency // n)
         if n == 1:
-            yield from self._stream(StreamState(source, self.retry), per_stream, timeout)
-            if source.error is not None:
-                raise source.error
+            yield from self._stream(source, per_stream, timeout)
+            _raise_for(source)
             return
         out: "queue.Queue[object]" = queue.Queue()
         stop = threading.Event()
@@ -172,7 +186,7 @@ class Client:
 
         def work() -> None:
             try:
-                for r in self._stream(StreamState(source, self.retry), per_stream, timeout, stop, calls):
+                for r in self._stream(source, per_stream, timeout, stop, calls):
                     out.put(r)
             except BaseException as e:  # handed to the caller's thread
                 out.put(e)
@@ -196,25 +210,29 @@ class Client:
             stop.set()
             for call in list(calls):  # a caller that stopped early: end the streams now
                 call.cancel()
-        if source.error is not None:
-            raise source.error
+        _raise_for(source)
 
     def _stream(
         self,
-        state: StreamState,
+        source: Source,
         concurrency: int,
         timeout: Optional[float],
         cancel: Optional[threading.Event] = None,
         calls: Optional[list] = None,
     ) -> Iterator[EvaluateResult]:
-        """One stream's results, reopening it on retryable failures, until its requests are answered."""
-        failures = 0
-        while not state.done() and not (cancel and cancel.is_set()):
-            stop = threading.Event()
+        """One stream's results, reopening it when it breaks, until every request is answered or it gives up."""
 
-            def gen(stop: threading.Event = stop) -> Iterator[pb.EvaluateRequest]:
-                while not stop.is_set() and not (cancel and cancel.is_set()):
-                    what, msg = state.next_to_send(concurrency)
+        def cancelled() -> bool:
+            return cancel is not None and cancel.is_set()
+
+        failures = 0
+        last = (grpc.StatusCode.UNAVAILABLE, "")
+        while not source.done() and not cancelled():
+            lane = Lane()
+
+            def gen(lane: Lane = lane) -> Iterator[pb.EvaluateRequest]:
+                while not cancelled():
+                    what, msg = source.next_to_send(lane, concurrency)
                     if what == "done":
                         return
                     if what == "send":
@@ -222,33 +240,38 @@ class Client:
                     else:
                         time.sleep(_POLL_S)
 
-            call = self.stub.EvaluateStream(gen(), timeout=timeout, compression=self._compression)
+            call = self.stub.EvaluateStream(
+                gen(), timeout=timeout, compression=self._compression, metadata=self._metadata
+            )
             if calls is not None:
                 calls.append(call)
             try:
                 for m in call:
                     failures = 0
-                    r = state.on_response(m)
+                    r = source.on_response(lane, m)
                     if r is not None:
                         yield r
-            except grpc.RpcError as e:
-                if cancel and cancel.is_set():
-                    return
-                stop.set()
-                failures += 1
-                if failures >= self.retry.max_attempts or not state.on_stream_error(e.code()):
-                    raise
-                time.sleep(self.retry.backoff(failures))
-            else:
+                if source.done():
+                    break
                 # The server ended the stream cleanly with requests unanswered (e.g. while draining).
-                if not state.done() and not (cancel and cancel.is_set()):
-                    failures += 1
-                    if failures >= self.retry.max_attempts or not state.requeue_in_flight():
-                        raise RuntimeError("EvaluateStream: the stream kept ending with requests unanswered")
-                    time.sleep(self.retry.backoff(failures))
+                last = (grpc.StatusCode.UNAVAILABLE, "the stream ended with requests unanswered")
+            except grpc.RpcError as e:
+                if cancelled():
+                    return
+                if not retryable_status(e.code()):
+                    raise  # the call itself is refused: every retry would be too
+                last = (e.code(), e.details() or "")
             finally:
-                stop.set()
                 call.cancel()
+                if calls is not None and call in calls:
+                    calls.remove(call)
+            yield from source.close_lane(lane, *last)
+            failures += 1
+            if failures >= self.retry.max_attempts:
+                break  # this stream gives up; the others take over what it held
+            time.sleep(self.retry.backoff(failures))
+        if not cancelled():
+            yield from source.leave(*last)
 
     def evaluate_many_ordered(
         self,
@@ -261,6 +284,12 @@ class Client:
         """As `evaluate_many`, but yields results in the order of `requests` (buffering early ones)."""
         results = self.evaluate_many(_tagged(requests), concurrency=concurrency, streams=streams, timeout=timeout)
         yield from _in_order(results)
+
+
+def _raise_for(source: Source) -> None:
+    """Re-raises an exception from the caller's request iterator."""
+    if source.error is not None:
+        raise source.error
 
 
 def _deadline(timeout: Optional[float]) -> Optional[float]:

@@ -9,8 +9,30 @@ import grpc
 
 from .types import Verdict
 
-#: Statuses that say nothing about the code: the executor was away or full.
-RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+#: What a call reports when its connection broke under it: the executor died or restarted, a proxy
+#: reset the stream, or (grpc.aio) a send failed first and hid the real status behind INTERNAL
+#: "Internal error from Core". The executor itself never answers with these, so they say nothing
+#: about the request; judging has no side effects, so resending it is safe.
+BROKEN_TRANSPORT_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+
+#: Back-pressure: the executor's queue was full.
+BACK_PRESSURE_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED})
+
+#: Statuses that say nothing about the code: the executor was away, full, or the transport broke.
+RETRYABLE_CODES = BROKEN_TRANSPORT_CODES | BACK_PRESSURE_CODES
+
+#: Per-request errors inside a stream (`EvaluateResponse.error`) are the executor's own answers:
+#: only "draining" and "queue full" are worth another try; the rest are about the request.
+RETRYABLE_ITEM_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
 @dataclass
@@ -29,8 +51,17 @@ class RetryPolicy:
 
 
 def retryable_status(code: grpc.StatusCode) -> bool:
-    """True for UNAVAILABLE and RESOURCE_EXHAUSTED."""
+    """True when a call's status says its transport broke or the executor was full (`RETRYABLE_CODES`).
+
+    Everything else refuses the call itself (INVALID_ARGUMENT, UNAUTHENTICATED, PERMISSION_DENIED,
+    UNIMPLEMENTED, FAILED_PRECONDITION, ...) or is the caller's own deadline: retrying cannot help.
+    """
     return code in RETRYABLE_CODES
+
+
+def retryable_item_error(code: int) -> bool:
+    """True for a stream item's `error` that is back-pressure or draining (UNAVAILABLE, RESOURCE_EXHAUSTED)."""
+    return any(c.value[0] == code for c in RETRYABLE_ITEM_CODES)
 
 
 def retryable_verdict(v: Verdict) -> bool:

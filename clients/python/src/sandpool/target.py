@@ -21,6 +21,20 @@ def default_target() -> str:
     )
 
 
+def auth_metadata(token: Optional[str]) -> tuple[tuple[str, str], ...]:
+    """`authorization: Bearer <token>` for every call: `token`, else $SANDPOOL_TOKEN; none when both are empty.
+
+    The token is a shared secret: it is sent as is (over TLS only if the channel is), never logged.
+    """
+    t = token if token is not None else os.environ.get("SANDPOOL_TOKEN", "")
+    t = t.strip()
+    if not t:
+        return ()
+    if any(not (0x21 <= ord(ch) <= 0x7E) for ch in t):
+        raise ValueError("token: printable ASCII without spaces only (an HTTP/2 header value)")
+    return (("authorization", f"Bearer {t}"),)
+
+
 def compression(name: Optional[str]) -> grpc.Compression:
     """grpc.Compression for "gzip" or None/"none".
 

@@ -58,9 +58,9 @@ pub struct EvalArgs {
 /// gRPC clients, and the embedded executor they talk to when there is no endpoint.
 pub struct Connection {
     /// For unary calls (balanced over every executor).
-    pub client: pb::executor_client::ExecutorClient<Channel>,
+    pub client: crate::target::Client,
     /// One per executor, for streams.
-    pub each: Vec<pb::executor_client::ExecutorClient<Channel>>,
+    pub each: Vec<crate::target::Client>,
     /// Stops the embedded executor when the connection is dropped.
     _embedded: Option<Loopback>,
 }
@@ -80,11 +80,7 @@ pub async fn connect(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Res
             (channels, Some(local))
         }
     };
-    let client = |ch: Channel| {
-        pb::executor_client::ExecutorClient::new(ch)
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX)
-    };
+    let client = |ch: Channel| crate::target::client(ch).max_encoding_message_size(usize::MAX);
     Ok(Connection {
         client: client(channels.balanced),
         each: channels.each.into_iter().map(client).collect(),

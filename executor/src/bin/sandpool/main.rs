@@ -6,6 +6,7 @@ mod bench_isolation;
 mod eval;
 mod exec;
 mod load;
+mod soak;
 mod streams;
 mod target;
 
@@ -14,6 +15,9 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "sandpool", version, about = "Run and judge untrusted code with Sandpool")]
 struct Cli {
+    /// File holding the bearer token the executors want (default: $SANDPOOL_TOKEN).
+    #[arg(long, global = true, env = "SANDPOOL_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -28,6 +32,8 @@ enum Command {
     Eval(Box<eval::EvalArgs>),
     /// Send N Execute requests at concurrency C: throughput, latency percentiles, verdicts.
     Bench(Box<load::LoadArgs>),
+    /// Load and fault suite: N mixed requests against one executor, every verdict checked, its resources compared.
+    Soak(Box<soak::SoakArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,6 +43,7 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    target::set_token(cli.token_file.as_deref(), std::env::var("SANDPOOL_TOKEN").ok())?;
     let rt = tokio::runtime::Runtime::new()?;
     let code = rt.block_on(async {
         match cli.command {
@@ -44,6 +51,7 @@ fn main() -> anyhow::Result<()> {
             Command::BenchIsolation(a) => bench_isolation::run(*a).await,
             Command::Eval(a) => eval::run(*a).await,
             Command::Bench(a) => load::run(*a).await,
+            Command::Soak(a) => soak::run(*a).await,
         }
     })?;
     std::process::exit(code)

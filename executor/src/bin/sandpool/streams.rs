@@ -12,9 +12,8 @@ use sandpool_executor::proto as pb;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
-type Client = pb::executor_client::ExecutorClient<Channel>;
+type Client = crate::target::Client;
 
 /// How a dataset is spread.
 #[derive(Debug, Clone, Copy)]

@@ -3,12 +3,62 @@
 use sandpool_executor::config::ExecutorArgs;
 use sandpool_executor::proto as pb;
 use sandpool_executor::{Engine, service};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+
+/// The bearer token sent with every call (`--token-file`, or `SANDPOOL_TOKEN`).
+static TOKEN: OnceLock<Option<MetadataValue<Ascii>>> = OnceLock::new();
+
+/// Reads the token the executors want: the file's content (trimmed), or `env_value`.
+pub fn set_token(file: Option<&std::path::Path>, env_value: Option<String>) -> anyhow::Result<()> {
+    let token = match file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", p.display()))?
+                .trim()
+                .to_owned(),
+        ),
+        None => env_value.map(|t| t.trim().to_owned()),
+    }
+    .filter(|t| !t.is_empty());
+    let value = match token {
+        Some(t) => Some(
+            format!("Bearer {t}")
+                .parse()
+                .map_err(|_| anyhow::anyhow!("the token has characters a header cannot carry"))?,
+        ),
+        None => None,
+    };
+    let _ = TOKEN.set(value);
+    Ok(())
+}
+
+/// Adds `authorization: Bearer <token>` to every call when a token is set.
+#[derive(Debug, Clone, Copy)]
+pub struct Bearer;
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(Some(v)) = TOKEN.get() {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A gRPC client of the executors, sending the token.
+pub type Client = pb::executor_client::ExecutorClient<InterceptedService<Channel, Bearer>>;
+
+/// A client on `ch` that sends the token and takes responses of any size.
+pub fn client(ch: Channel) -> Client {
+    pb::executor_client::ExecutorClient::with_interceptor(ch, Bearer).max_decoding_message_size(usize::MAX)
+}
 
 /// A remote endpoint or an embedded engine.
 pub enum Target {
-    Remote(pb::executor_client::ExecutorClient<Channel>),
+    Remote(Client),
     Embedded(Arc<Engine>),
 }
 
@@ -99,7 +149,7 @@ impl Target {
         Ok(match endpoint {
             Some(e) => {
                 let ch = channels(e).await?.balanced;
-                Target::Remote(pb::executor_client::ExecutorClient::new(ch).max_decoding_message_size(usize::MAX))
+                Target::Remote(client(ch))
             }
             None => Target::Embedded(Arc::new(args.build_engine().await?)),
         })

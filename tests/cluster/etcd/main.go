@@ -1,0 +1,12 @@
+// etcd for the test control plane, built from the version Kubernetes itself requires.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}

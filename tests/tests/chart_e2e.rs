@@ -1,0 +1,392 @@
+//! The Helm chart, the committed manifests and the CRD's validation against a real control
+//! plane (`scripts/cluster.sh up`). Without a cluster these tests fail; see `e2e_cluster`.
+//!
+//! The tests that run an operator hold [`OPERATOR_TESTS`]: a cluster-wide operator would
+//! otherwise also reconcile the namespaced test's pools and hide a missing permission there.
+
+mod e2e_cluster;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use e2e_cluster::{Cluster, Operator, repo_root, wait_for};
+use kube::api::{Patch, PatchParams, ValidationDirective};
+use kube::{Api, ResourceExt};
+use sandpool_operator::crd::SandboxPool;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+static OPERATOR_TESTS: Mutex<()> = Mutex::const_new(());
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn chart() -> String {
+    repo_root().join("charts/sandpool").display().to_string()
+}
+
+/// `kubectl get` of every listable namespaced kind in `namespace`, as `kind/name` lines,
+/// minus what every namespace has (its default ServiceAccount and root CA ConfigMap) and
+/// events.
+fn everything_in(cluster: &Cluster, namespace: &str) -> BTreeSet<String> {
+    let kinds = cluster.kubectl(&["api-resources", "--verbs=list", "--namespaced", "-o", "name"]);
+    let kinds: Vec<&str> = kinds
+        .lines()
+        .filter(|k| !matches!(*k, "events" | "events.events.k8s.io"))
+        .collect();
+    let out = cluster.kubectl(&["get", &kinds.join(","), "-n", namespace, "-o", "name"]);
+    out.lines()
+        .filter(|l| !matches!(*l, "serviceaccount/default" | "configmap/kube-root-ca.crt"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Cluster-scoped objects of a release (its ClusterRole and binding in cluster-wide mode).
+fn cluster_objects_of(cluster: &Cluster, release: &str) -> BTreeSet<String> {
+    let out = cluster.kubectl(&[
+        "get",
+        "clusterroles,clusterrolebindings",
+        "-l",
+        &format!("app.kubernetes.io/instance={release}"),
+        "-o",
+        "name",
+    ]);
+    out.lines().map(str::to_owned).collect()
+}
+
+async fn wait_pool_ready(cluster: &Cluster, namespace: &str, name: &str, replicas: i32, operator: &Operator) {
+    let pools: Api<SandboxPool> = Api::namespaced(cluster.admin().await, namespace);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let pool = pools.get(name).await.expect("pool reads");
+        let status = pool.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if ready && status.ready_replicas == replicas && status.observed_generation == pool.metadata.generation {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pool {namespace}/{name} not Ready with {replicas} replicas: {:?}\noperator log:\n{}",
+            pool.status,
+            operator.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaced_install_upgrade_and_uninstall() {
+    let Some(cluster) = e2e_cluster::cluster() else {
+        return;
+    };
+    let _serial = OPERATOR_TESTS.lock().await;
+    cluster.ensure_crd().await;
+    // The chart's own pods (the operator) fit "restricted"; pools need "privileged" (a
+    // namespace of their own in production; one here, to keep the test short).
+    let ns = cluster
+        .namespace(
+            "e2e-chart",
+            json!({"pod-security.kubernetes.io/enforce": "privileged",
+                                        "pod-security.kubernetes.io/warn": "restricted"}),
+        )
+        .await;
+    let before = everything_in(&cluster, &ns.name);
+    let pools = json!([{"name": "python", "spec": {"replicas": 1, "languages": ["python"]}}]).to_string();
+    cluster.helm(&[
+        "install",
+        "sp",
+        &chart(),
+        "-n",
+        &ns.name,
+        "--set-json",
+        &format!("pools={pools}"),
+        "--wait",
+        "--timeout=2m",
+    ]);
+    let installed = everything_in(&cluster, &ns.name);
+    for object in [
+        "serviceaccount/sp-operator",
+        "role.rbac.authorization.k8s.io/sp-operator",
+        "rolebinding.rbac.authorization.k8s.io/sp-operator",
+        "role.rbac.authorization.k8s.io/sp-operator-leader-election",
+        "deployment.apps/sp-operator",
+        "sandboxpool.sandpool.dev/python",
+    ] {
+        assert!(installed.contains(object), "{object} not installed: {installed:?}");
+    }
+    assert!(
+        cluster_objects_of(&cluster, "sp").is_empty(),
+        "namespaced mode makes no ClusterRole"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("operator.kubeconfig");
+    cluster.service_account_kubeconfig(&ns.name, "sp-operator", &kubeconfig);
+    let operator = Operator::start(&kubeconfig, Some(&ns.name), &ns.name, "op", dir.path());
+    wait_pool_ready(&cluster, &ns.name, "python", 1, &operator).await;
+
+    // Upgrade with changed values: two operator replicas, a bigger pool.
+    let pools = json!([{"name": "python", "spec": {"replicas": 2, "languages": ["python"]}}]).to_string();
+    cluster.helm(&[
+        "upgrade",
+        "sp",
+        &chart(),
+        "-n",
+        &ns.name,
+        "--set",
+        "replicaCount=2",
+        "--set-json",
+        &format!("pools={pools}"),
+        "--wait",
+        "--timeout=2m",
+    ]);
+    let deployment = cluster.kubectl(&[
+        "get",
+        "deployment/sp-operator",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.status.readyReplicas}",
+    ]);
+    assert_eq!(deployment, "2", "the chart's operator Deployment follows replicaCount");
+    wait_pool_ready(&cluster, &ns.name, "python", 2, &operator).await;
+    drop(operator);
+
+    // Uninstall removes the release's objects; the garbage collector removes the pool's
+    // children. The operator's leader Lease is the one object of ours helm does not know.
+    cluster.helm(&["uninstall", "sp", "-n", &ns.name, "--wait", "--timeout=2m"]);
+    let mut left = BTreeSet::new();
+    wait_for(
+        "helm uninstall and the garbage collector to remove everything",
+        TIMEOUT,
+        || {
+            left = everything_in(&cluster, &ns.name);
+            left.retain(|o| !before.contains(o) && o != "lease.coordination.k8s.io/sandpool-operator");
+            let done = left.is_empty();
+            async move { done }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_wide_install_reconciles_pools_in_other_namespaces() {
+    let Some(cluster) = e2e_cluster::cluster() else {
+        return;
+    };
+    let _serial = OPERATOR_TESTS.lock().await;
+    cluster.ensure_crd().await;
+    let system = cluster
+        .namespace(
+            "e2e-cw-system",
+            json!({"pod-security.kubernetes.io/enforce": "restricted"}),
+        )
+        .await;
+    let evals = cluster
+        .namespace(
+            "e2e-cw-evals",
+            json!({"pod-security.kubernetes.io/enforce": "privileged"}),
+        )
+        .await;
+    let pools = json!([{"name": "python", "namespace": evals.name, "spec": {"replicas": 1}}]).to_string();
+    cluster.helm(&[
+        "install",
+        "cw",
+        &chart(),
+        "-n",
+        &system.name,
+        "--set",
+        "watch.clusterWide=true",
+        "--set-json",
+        &format!("pools={pools}"),
+        "--wait",
+        "--timeout=2m",
+    ]);
+    assert_eq!(
+        cluster_objects_of(&cluster, "cw"),
+        BTreeSet::from([
+            // Pools, their status and Events everywhere; the children's kinds in the managed
+            // namespaces (all of them here), bound separately so a namespace list can narrow it.
+            "clusterrole.rbac.authorization.k8s.io/e2e-cw-system-cw-operator".to_owned(),
+            "clusterrole.rbac.authorization.k8s.io/e2e-cw-system-cw-operator-manage".to_owned(),
+            "clusterrolebinding.rbac.authorization.k8s.io/e2e-cw-system-cw-operator".to_owned(),
+            "clusterrolebinding.rbac.authorization.k8s.io/e2e-cw-system-cw-operator-manage".to_owned(),
+        ])
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("operator.kubeconfig");
+    cluster.service_account_kubeconfig(&system.name, "cw-operator", &kubeconfig);
+    let operator = Operator::start(&kubeconfig, None, &system.name, "op", dir.path());
+    wait_pool_ready(&cluster, &evals.name, "python", 1, &operator).await;
+    drop(operator);
+
+    cluster.helm(&["uninstall", "cw", "-n", &system.name, "--wait", "--timeout=2m"]);
+    assert!(
+        cluster_objects_of(&cluster, "cw").is_empty(),
+        "ClusterRole and binding removed"
+    );
+    let pools: Api<SandboxPool> = Api::namespaced(cluster.admin().await, &evals.name);
+    wait_for("the chart's pool and its children to go", TIMEOUT, || async {
+        pools.get_opt("python").await.is_ok_and(|p| p.is_none())
+    })
+    .await;
+}
+
+/// `kubectl apply` of every committed manifest: the CRD, the rendered install (its
+/// documented command) and every example, with strict field validation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_committed_manifest_applies() {
+    let Some(cluster) = e2e_cluster::cluster() else {
+        return;
+    };
+    let root = repo_root();
+    let path = |p: &str| root.join(p).display().to_string();
+    cluster.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &path("manifests/crd.yaml"),
+    ]);
+    cluster.ensure_crd().await;
+    let _system = cluster.namespace("sandpool-system", json!({})).await;
+    cluster.kubectl(&["apply", "--server-side", "-f", &path("manifests/install.yaml")]);
+    // The examples live in `evals`; the restricted pool admits scrapes from `monitoring`.
+    let _evals = cluster
+        .namespace("evals", json!({"pod-security.kubernetes.io/enforce": "privileged"}))
+        .await;
+    let mut examples: Vec<_> = std::fs::read_dir(root.join("manifests/examples"))
+        .expect("examples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    examples.sort();
+    assert!(examples.len() >= 4, "examples found: {examples:?}");
+    for example in &examples {
+        let file = example.display().to_string();
+        cluster.kubectl(&["apply", "--validate=strict", "-f", &file]);
+        cluster.kubectl(&["apply", "--server-side", "--validate=strict", "-f", &file]);
+    }
+    let names = cluster.kubectl(&["get", "sbp", "-n", "evals", "-o", "name"]);
+    let names: BTreeSet<_> = names.lines().collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "sandboxpool.sandpool.dev/cuda",
+            "sandboxpool.sandpool.dev/python",
+            "sandboxpool.sandpool.dev/restricted"
+        ])
+    );
+}
+
+/// Invalid pools the API server itself refuses (OpenAPI schema and CEL rules in the CRD),
+/// each with the message docs/operator.md documents. Dry runs: nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_rejects_invalid_pools_with_the_documented_messages() {
+    let Some(cluster) = e2e_cluster::cluster() else {
+        return;
+    };
+    cluster.ensure_crd().await;
+    let ns = cluster.namespace("e2e-invalid", json!({})).await;
+    let pools: Api<SandboxPool> = Api::namespaced(cluster.admin().await, &ns.name);
+    let params = PatchParams {
+        dry_run: true,
+        field_manager: Some("sandpool-e2e".to_owned()),
+        field_validation: Some(ValidationDirective::Strict),
+        force: false,
+    };
+    let apply = |spec: Value| {
+        let pools = pools.clone();
+        let params = params.clone();
+        async move {
+            let pool = json!({"apiVersion": "sandpool.dev/v1alpha1", "kind": "SandboxPool",
+                              "metadata": {"name": "invalid"}, "spec": spec});
+            pools.patch("invalid", &params, &Patch::Apply(&pool)).await
+        }
+    };
+
+    // Accepted: the rules compare by value, and equal limits are fine.
+    let valid = json!({"replicas": 0, "limits": {"wallTime": "10s", "maxWallTime": "10000ms",
+                        "memory": "1024Mi", "maxMemory": "1Gi", "processes": 8, "maxProcesses": 8},
+                        "gpu": {"count": 1}});
+    let accepted = apply(valid).await.expect("a valid pool is accepted");
+    assert_eq!(accepted.name_any(), "invalid");
+
+    // Each refusal names the field and says what is wrong (for CEL rules: the documented
+    // message).
+    let cases: &[(Value, &[&str])] = &[
+        (
+            json!({"replicas": -1}),
+            &["spec.replicas", "should be greater than or equal to 0"],
+        ),
+        (
+            json!({"concurrency": 0}),
+            &["spec.concurrency", "should be greater than or equal to 1"],
+        ),
+        (json!({"image": ""}), &["spec.image", "should be at least 1 chars long"]),
+        (
+            json!({"languages": []}),
+            &["spec.languages", "should have at least 1 items"],
+        ),
+        (json!({"languages": ["Python"]}), &["spec.languages[0]", "should match"]),
+        (
+            json!({"limits": {"wallTime": "ten seconds"}}),
+            &["spec.limits.wallTime", "should match"],
+        ),
+        (
+            json!({"limits": {"memory": "1GB"}}),
+            &["spec.limits.memory", "should match"],
+        ),
+        (
+            json!({"limits": {"wallTime": "20s", "maxWallTime": "10s"}}),
+            &["spec.limits", "wallTime must not exceed maxWallTime"],
+        ),
+        (
+            json!({"limits": {"cpuTime": "2m", "maxCpuTime": "1m"}}),
+            &["spec.limits", "cpuTime must not exceed maxCpuTime"],
+        ),
+        (
+            json!({"limits": {"memory": "2Gi", "maxMemory": "1536Mi"}}),
+            &["spec.limits", "memory must not exceed maxMemory"],
+        ),
+        (
+            json!({"limits": {"output": "2Mi", "maxOutput": "1Mi"}}),
+            &["spec.limits", "output must not exceed maxOutput"],
+        ),
+        (
+            json!({"limits": {"processes": 9, "maxProcesses": 8}}),
+            &["spec.limits", "processes must not exceed maxProcesses"],
+        ),
+        (
+            json!({"limits": {"processes": 0}}),
+            &["spec.limits.processes", "should be greater than or equal to 1"],
+        ),
+        (
+            json!({"gpu": {"count": 0}}),
+            &["spec.gpu", "gpu.count must be at least 1"],
+        ),
+        (
+            json!({"isolation": {"mode": "none"}}),
+            &["spec.isolation.mode", "Unsupported value: \"none\""],
+        ),
+        (
+            json!({"replica": 3}),
+            &[".spec.replica", "field not declared in schema"],
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (spec, want) in cases {
+        match apply(spec.clone()).await {
+            Ok(_) => wrong.push(format!("{spec} was accepted")),
+            Err(kube::Error::Api(status)) if want.iter().all(|w| status.message.contains(w)) => {}
+            Err(error) => wrong.push(format!("{spec}: {error}\n    wanted: {want:?}")),
+        }
+    }
+    assert!(wrong.is_empty(), "not rejected as documented:\n{}", wrong.join("\n"));
+    assert!(
+        pools.get_opt("invalid").await.expect("reads").is_none(),
+        "dry runs store nothing"
+    );
+}
