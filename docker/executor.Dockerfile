@@ -24,6 +24,8 @@ RUN apt-get update \
         ca-certificates tini \
         bash \
         python3 python3-pytest \
+        python3-numpy python3-pandas python3-scipy python3-sympy python3-networkx \
+        python3-sortedcontainers python3-regex \
         gcc g++ libboost-dev libssl-dev \
         openjdk-17-jdk-headless junit4 \
         nodejs npm node-typescript \

@@ -9,6 +9,9 @@ APT_PACKAGES=(
   golang-go golang-github-stretchr-testify-dev rustc ruby php-cli lua5.4 r-base-core
   mono-mcs mono-runtime gdc racket iverilog sqlite3 scala kotlin python3-pytest junit4
   libboost-dev libssl-dev
+  # the Python runtime runs import (docs/python-runtime.md; python's `packages` in the table)
+  python3-numpy python3-pandas python3-scipy python3-sympy python3-networkx
+  python3-sortedcontainers python3-regex
   # test and CI tooling
   python3-venv python3-pip
   # the Kubernetes test cluster (scripts/cluster.sh): certificates; Go itself is preinstalled

@@ -101,13 +101,22 @@ fn bare(problems: &[Problem], parallel: usize) -> Result<Duration, Error> {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let Some(f) = files.get(i) else { break };
                     // The interpreter the sandbox resolves through its own PATH.
-                    let ok = std::process::Command::new(PYTHON)
-                        .arg("-B")
+                    let mut cmd = std::process::Command::new(PYTHON);
+                    cmd.arg("-B")
                         .arg(f)
                         .stdout(std::process::Stdio::null())
-                        .stderr(std::process::Stdio::null())
-                        .status()
-                        .is_ok_and(|s| s.success());
+                        .stderr(std::process::Stdio::null());
+                    // A session of its own, as each sandboxed run has: with the kernel's
+                    // autogroup scheduling a session is a scheduling group, and sharing the
+                    // benchmark's would give bare runs a smaller share of a busy machine.
+                    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
+                    unsafe {
+                        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                            libc::setsid();
+                            Ok(())
+                        });
+                    }
+                    let ok = cmd.status().is_ok_and(|s| s.success());
                     if !ok {
                         failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     }

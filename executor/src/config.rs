@@ -33,6 +33,10 @@ pub struct ExecutorArgs {
     /// Host paths visible read-only inside the sandbox (comma-separated).
     #[arg(long, env = "SANDPOOL_RO_PATHS", value_delimiter = ',', default_values_t = rootfs::DEFAULT_RO_PATHS.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
     pub ro_paths: Vec<String>,
+    /// Directories of Python packages (a venv or a site-packages directory) that runs see
+    /// read-only and import first: added to PYTHONPATH of the table's Python entries (comma-separated).
+    #[arg(long, env = "SANDPOOL_PYTHON_PATH", value_delimiter = ',')]
+    pub python_path: Vec<PathBuf>,
     /// uid/gid of slot 0; slot i runs as uid_base + i.
     #[arg(long, env = "SANDPOOL_UID_BASE", default_value_t = 60000)]
     pub uid_base: u32,
@@ -293,9 +297,12 @@ impl ExecutorArgs {
         if !self.enable_languages.is_empty() {
             table.retain(&self.enable_languages);
         }
+        let mut sandbox_config = self.sandbox_config();
+        let python_path = crate::languages::expose_import_dirs(&self.python_path, &mut sandbox_config.ro_paths)?;
+        table.add_import_dirs("PYTHONPATH", &python_path);
         let mut cfg = self.engine_config();
         cfg.capture = self.capture()?;
-        let sandbox = crate::sandbox::Sandbox::new(self.sandbox_config())?;
+        let sandbox = crate::sandbox::Sandbox::new(sandbox_config)?;
         Ok(crate::engine::Engine::new(sandbox, table, cfg).await)
     }
 }

@@ -78,6 +78,8 @@ pub struct Engine {
     pub sandbox: Sandbox,
     pub languages: LanguageTable,
     availability: BTreeMap<String, Availability>,
+    /// What each language's programs can import (see [`crate::packages`]).
+    packages: BTreeMap<String, Vec<crate::languages::Package>>,
     pub policy: LimitPolicy,
     pub admission: Arc<Admission>,
     pub metrics: Arc<Metrics>,
@@ -173,6 +175,7 @@ impl Engine {
             sandbox,
             languages,
             availability: BTreeMap::new(),
+            packages: BTreeMap::new(),
             policy: cfg.policy,
             admission,
             metrics,
@@ -183,6 +186,7 @@ impl Engine {
             capture: cfg.capture,
         };
         engine.availability = engine.probe_languages().await;
+        engine.packages = crate::packages::probe(&engine).await;
         engine
     }
 
@@ -508,6 +512,16 @@ impl Engine {
                     compiled: l.compile.is_some(),
                     source_file: l.source.clone(),
                     gpu: l.gpu,
+                    packages: self
+                        .packages
+                        .get(&l.name)
+                        .into_iter()
+                        .flatten()
+                        .map(|p| pb::Package {
+                            name: p.name.clone(),
+                            version: p.version.clone(),
+                        })
+                        .collect(),
                 }
             })
             .collect();

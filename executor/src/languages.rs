@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The table shipped with the executor.
 pub const BUILTIN: &str = include_str!("../languages.toml");
@@ -38,6 +38,14 @@ pub struct Language {
     /// How the judge assembles test programs in this language.
     #[serde(default)]
     pub judge: JudgeData,
+    /// Argv printing the packages programs can import, one `name version` a line
+    /// (probed at start-up; GetCapabilities lists them).
+    #[serde(default)]
+    pub list_packages: Option<Vec<String>>,
+    /// The variable naming import directories (`PYTHONPATH`): `--python-path`
+    /// directories are added to it.
+    #[serde(default)]
+    pub import_path_env: Option<String>,
 }
 
 /// Per-language data for judging (see `docs/judging.md`); every key is optional.
@@ -87,6 +95,95 @@ pub enum TableError {
     Parse(#[from] toml::de::Error),
     #[error("language {0}: {1}")]
     Invalid(String, String),
+    #[error("--python-path {0}: {1}")]
+    ImportPath(String, String),
+}
+
+/// One package a language's programs can import.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Package {
+    pub name: String,
+    pub version: String,
+}
+
+/// Parses `list_packages` output: `name version` lines; others are skipped.
+pub fn package_lines(stdout: &[u8]) -> Vec<Package> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (name, version) = (it.next()?, it.next()?);
+            it.next().is_none().then(|| Package {
+                name: name.to_owned(),
+                version: version.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Mount points every run gets privately: a directory under them is not the host's.
+const PER_RUN_MOUNTS: &[&str] = &["/work", "/tmp", "/dev", "/proc"];
+
+/// Resolves `--python-path` arguments (see [`resolve_import_dir`]) and adds each
+/// directory to `ro_paths` unless a listed path already covers it; returns the import directories.
+pub fn expose_import_dirs(dirs: &[PathBuf], ro_paths: &mut Vec<PathBuf>) -> Result<Vec<PathBuf>, TableError> {
+    let mut imports = Vec::new();
+    for d in dirs {
+        let (exposed, import) = resolve_import_dir(d)?;
+        if !ro_paths.iter().any(|p| exposed.starts_with(p)) {
+            ro_paths.push(exposed);
+        }
+        imports.push(import);
+    }
+    Ok(imports)
+}
+
+/// A `--python-path` argument: the directory to expose (symlinks resolved: the
+/// sandbox binds the real directory, and a link's target may be somewhere runs
+/// do not see) and where its packages are: a venv's (with `pyvenv.cfg`) single
+/// `lib/python3.*/site-packages`, or the directory itself.
+pub fn resolve_import_dir(given: &Path) -> Result<(PathBuf, PathBuf), TableError> {
+    let err = |why: &str| TableError::ImportPath(given.display().to_string(), why.to_owned());
+    if !given.is_absolute() {
+        return Err(err("must be an absolute path"));
+    }
+    if !given.is_dir() {
+        return Err(err("is not a directory"));
+    }
+    let dir = given.canonicalize().map_err(|e| err(&e.to_string()))?;
+    let text = dir.to_str().ok_or_else(|| err("must be valid UTF-8"))?;
+    if text.contains(':') || text.contains(',') {
+        return Err(err("must not contain ':' or ','"));
+    }
+    if PER_RUN_MOUNTS.iter().any(|m| dir.starts_with(m)) {
+        return Err(err(
+            "is under a directory each run gets privately (/work, /tmp, /dev, /proc); runs would not see it",
+        ));
+    }
+    if !dir.join("pyvenv.cfg").exists() {
+        return Ok((dir.clone(), dir));
+    }
+    let sites: Vec<PathBuf> = std::fs::read_dir(dir.join("lib"))
+        .map_err(|e| err(&format!("a venv without lib/: {e}")))?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .map(|e| e.path().join("site-packages"))
+        .filter(|p| p.is_dir())
+        .collect();
+    match sites.as_slice() {
+        [one] => {
+            let site = one.canonicalize().map_err(|e| err(&e.to_string()))?;
+            if !site.starts_with(&dir) {
+                return Err(err(
+                    "its site-packages is outside the venv; pass that directory instead",
+                ));
+            }
+            Ok((dir, site))
+        }
+        _ => Err(err(
+            "a venv needs exactly one lib/python3.*/site-packages; pass that directory instead",
+        )),
+    }
 }
 
 /// The parsed table, with aliases resolved.
@@ -105,6 +202,12 @@ impl LanguageTable {
         for (name, mut lang) in raw {
             if lang.run.is_empty() || lang.version.is_empty() {
                 return Err(TableError::Invalid(name, "run and version must not be empty".into()));
+            }
+            if lang.list_packages.as_ref().is_some_and(|c| c.is_empty()) {
+                return Err(TableError::Invalid(
+                    name,
+                    "list_packages must not be empty when present".into(),
+                ));
             }
             if lang.compile.as_ref().is_some_and(|c| c.is_empty()) {
                 return Err(TableError::Invalid(
@@ -148,6 +251,24 @@ impl LanguageTable {
         self.langs
             .get(&lower)
             .or_else(|| self.aliases.get(&lower).and_then(|n| self.langs.get(n)))
+    }
+
+    /// Puts `dirs` first in the `var` import path (e.g. `PYTHONPATH`) of every
+    /// language whose `import_path_env` is `var`.
+    pub fn add_import_dirs(&mut self, var: &str, dirs: &[PathBuf]) {
+        if dirs.is_empty() {
+            return;
+        }
+        for lang in self.langs.values_mut() {
+            if lang.import_path_env.as_deref() != Some(var) {
+                continue;
+            }
+            let mut parts: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+            if let Some(own) = lang.env.get(var).filter(|v| !v.is_empty()) {
+                parts.push(own.clone());
+            }
+            lang.env.insert(var.to_owned(), parts.join(":"));
+        }
     }
 
     /// Every language, by name.
@@ -220,6 +341,90 @@ mod tests {
         assert!(LanguageTable::parse("[x]\nsource='../a'\nrun=['a']\nversion=['a']\n").is_err());
         assert!(LanguageTable::parse("[x]\nsource='a'\nrun=[]\nversion=['a']\n").is_err());
         assert!(LanguageTable::parse("[x]\nsource='a'\nrun=['a']\nversion=['a']\nbogus=1\n").is_err());
+    }
+
+    #[test]
+    fn python_entries_list_packages_and_take_import_dirs() {
+        let mut t = LanguageTable::parse(BUILTIN).unwrap();
+        let py = t.get("python").unwrap();
+        assert!(py.list_packages.is_some());
+        assert_eq!(t.get("python_gpu").unwrap().list_packages, py.list_packages);
+        for p in ["python3-numpy", "python3-pandas", "python3-scipy", "python3-sympy"] {
+            assert!(py.packages.iter().any(|x| x == p), "{p} missing");
+        }
+        assert_eq!(py.env.get("OPENBLAS_NUM_THREADS").map(String::as_str), Some("1"));
+        t.add_import_dirs("PYTHONPATH", &["/opt/a".into(), "/opt/b".into()]);
+        for n in ["python", "pytest", "python_gpu"] {
+            assert_eq!(t.get(n).unwrap().env["PYTHONPATH"], "/opt/a:/opt/b", "{n}");
+        }
+        assert!(!t.get("ruby").unwrap().env.contains_key("PYTHONPATH"));
+        let mut own = LanguageTable::parse(
+            "[x]\nsource='a'\nrun=['a']\nversion=['a']\nimport_path_env='PYTHONPATH'\nenv={PYTHONPATH='/own'}\n",
+        )
+        .unwrap();
+        own.add_import_dirs("PYTHONPATH", &["/opt/a".into()]);
+        assert_eq!(own.get("x").unwrap().env["PYTHONPATH"], "/opt/a:/own");
+        assert!(LanguageTable::parse("[x]\nsource='a'\nrun=['a']\nversion=['a']\nlist_packages=[]\n").is_err());
+    }
+
+    #[test]
+    fn package_lines_keep_name_version_pairs() {
+        let got = package_lines(b"numpy 1.24.2\n\nWarning: something odd\npandas 1.5.3\n");
+        assert_eq!(
+            got,
+            vec![
+                Package {
+                    name: "numpy".into(),
+                    version: "1.24.2".into()
+                },
+                Package {
+                    name: "pandas".into(),
+                    version: "1.5.3".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn import_dirs_are_checked_and_venvs_resolved() {
+        let bad = |p: &str| resolve_import_dir(Path::new(p)).unwrap_err().to_string();
+        assert!(bad("relative/dir").contains("absolute"), "{}", bad("relative/dir"));
+        assert!(bad("/tmp").contains("privately"));
+        assert!(bad("/proc/self").contains("privately"));
+        assert!(bad("/nonexistent-sandpool-dir").contains("not a directory"));
+        // Not under /tmp or /work: runs get those privately.
+        let dir = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
+        let d = dir.path().to_owned();
+        assert_eq!(resolve_import_dir(&d).unwrap(), (d.clone(), d.clone()));
+        std::fs::create_dir(d.join("a:b")).unwrap();
+        assert!(
+            resolve_import_dir(&d.join("a:b"))
+                .unwrap_err()
+                .to_string()
+                .contains("':'")
+        );
+        // A link is followed to the directory that is bound; one into /tmp is refused.
+        std::os::unix::fs::symlink(&d, d.join("link")).unwrap();
+        assert_eq!(resolve_import_dir(&d.join("link")).unwrap().0, d);
+        std::os::unix::fs::symlink("/tmp", d.join("to-tmp")).unwrap();
+        assert!(
+            resolve_import_dir(&d.join("to-tmp"))
+                .unwrap_err()
+                .to_string()
+                .contains("privately")
+        );
+        std::fs::write(d.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        assert!(resolve_import_dir(&d).is_err(), "a venv without site-packages");
+        let site = d.join("lib/python3.11/site-packages");
+        std::fs::create_dir_all(&site).unwrap();
+        assert_eq!(resolve_import_dir(&d).unwrap(), (d.clone(), site.clone()));
+        let mut ro = vec![PathBuf::from("/usr")];
+        let got = expose_import_dirs(std::slice::from_ref(&d), &mut ro).unwrap();
+        assert_eq!(got, vec![site]);
+        assert_eq!(ro, vec![PathBuf::from("/usr"), d.clone()]);
+        let mut ro = vec![PathBuf::from("/")];
+        expose_import_dirs(&[d], &mut ro).unwrap();
+        assert_eq!(ro, vec![PathBuf::from("/")], "already visible: not bound again");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! serves it over gRPC.
 //!
 //! - [`languages`]: the language table (data, not code).
+//! - [`packages`]: what each language's programs can import, listed in the sandbox.
 //! - [`sandbox`]: isolation and limits for one run.
 //! - [`limits`]: defaults, ceilings, minimums and per-request resolution.
 //! - [`validate`]: caps on a request's shape (paths, files, args, fetches).
@@ -26,6 +27,7 @@ pub mod judge;
 pub mod languages;
 pub mod limits;
 pub mod metrics;
+pub mod packages;
 pub mod sandbox;
 pub mod server;
 pub mod service;

@@ -288,3 +288,28 @@ fn run_code_like_sandboxfusion() {
         assert!(detail.contains(field), "{path}: {detail}");
     }
 }
+
+/// Both response shapes say what ran the code (isolation, toolchain), beside SandboxFusion's fields.
+#[test]
+fn responses_say_what_ran_them() {
+    let r = post("/run_code", json!({"code": "print(1)", "language": "python"}));
+    assert_eq!(r["status"], json!("Success"), "{r}");
+    assert_eq!(r["executor_isolation"], json!("namespaces"), "{r}");
+    let toolchain = r["executor_toolchain"].as_str().expect("executor_toolchain");
+    assert!(toolchain.starts_with("Python 3"), "{r}");
+    let r = post(
+        "/common_evaluate_batch",
+        json!({
+            "completion": "```cpp\n#include <iostream>\nint main() { int a, b; std::cin >> a >> b; std::cout << a + b; }\n```",
+            "config": {
+                "language": "cpp",
+                "provided_data": {"test_cases": {"type": "stdin_stdout", "input": ["1 2"], "output": ["3"], "fn_name": null}},
+            }
+        }),
+    );
+    assert_eq!(r["accepted"], json!(true), "{r}");
+    let e = &r["tests"][0]["exec_info"];
+    assert_eq!(e["executor_isolation"], json!("namespaces"), "{e}");
+    let toolchain = e["executor_toolchain"].as_str().expect("executor_toolchain");
+    assert!(toolchain.contains("g++") || toolchain.contains("GCC"), "{e}");
+}

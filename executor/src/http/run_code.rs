@@ -94,7 +94,9 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest) -> Result<RunRespons
         message: resp.message,
         compile_result: resp.compile.as_ref().map(command_result),
         run_result: resp.run.as_ref().map(command_result),
-        executor_pod_name: resp.executor.map(|e| e.name),
+        executor_pod_name: resp.executor.as_ref().map(|e| e.name.clone()),
+        executor_isolation: resp.executor.as_ref().map(|e| e.isolation.clone()),
+        executor_toolchain: resp.executor.as_ref().map(|e| e.toolchain.clone()),
         files: resp
             .files
             .iter()

@@ -233,6 +233,8 @@ pub async fn evaluate(judge: &Judge, body: EvaluateBody) -> Result<EvaluateReply
                 run_result: None,
                 executor_pod_name: pod.clone(),
                 files: Default::default(),
+                executor_isolation: resp.executor.as_ref().map(|e| e.isolation.clone()),
+                executor_toolchain: resp.executor.as_ref().map(|e| e.toolchain.clone()),
             }
         } else {
             let status = match v {
@@ -250,6 +252,8 @@ pub async fn evaluate(judge: &Judge, body: EvaluateBody) -> Result<EvaluateReply
                 run_result: t.run.as_ref().map(command_result),
                 executor_pod_name: pod.clone(),
                 files: Default::default(),
+                executor_isolation: resp.executor.as_ref().map(|e| e.isolation.clone()),
+                executor_toolchain: resp.executor.as_ref().map(|e| e.toolchain.clone()),
             }
         };
         let test_info = if total_timeout {

@@ -27,6 +27,10 @@ pub struct RunResponse {
     pub run_result: Option<CommandResult>,
     pub executor_pod_name: Option<String>,
     pub files: BTreeMap<String, String>,
+    /// Sandpool's additions (SandboxFusion clients ignore them): isolation mode in force
+    /// and the toolchain that ran the code, as in the gRPC `ExecutorInfo`.
+    pub executor_isolation: Option<String>,
+    pub executor_toolchain: Option<String>,
 }
 
 /// The `CommandResult` of a phase.

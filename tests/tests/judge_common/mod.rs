@@ -56,23 +56,32 @@ fn clean_stale() {
 
 /// The executor of this test binary, with `languages` enabled (the first caller's list wins).
 pub fn server(languages: &[&str]) -> Server {
+    server_with(languages, &[])
+}
+
+/// [`server`] with more executor flags (the first caller's wins).
+pub fn server_with(languages: &[&str], extra_args: &[String]) -> Server {
     *SERVER.get_or_init(|| {
         clean_stale();
         let pid = std::process::id();
         let work_root = std::env::temp_dir().join(format!("sandpool-judge-{pid}"));
         // Far from the default 60000 and from other test binaries running at the same time.
         let uid_base = 61000 + (pid % 190) * 20;
-        let args = ServerArgs::parse_from([
-            "sandpool-executor".to_string(),
-            "--work-root".into(),
-            work_root.display().to_string(),
-            "--uid-base".into(),
-            uid_base.to_string(),
-            "--enable-languages".into(),
-            languages.join(","),
-            "--default-wall-time-ms".into(),
-            "20000".into(),
-        ]);
+        let args = ServerArgs::parse_from(
+            [
+                "sandpool-executor".to_string(),
+                "--work-root".into(),
+                work_root.display().to_string(),
+                "--uid-base".into(),
+                uid_base.to_string(),
+                "--enable-languages".into(),
+                languages.join(","),
+                "--default-wall-time-ms".into(),
+                "20000".into(),
+            ]
+            .into_iter()
+            .chain(extra_args.iter().cloned()),
+        );
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt = tokio::runtime::Runtime::new().expect("runtime");
