@@ -41,8 +41,21 @@ pub struct Admission {
     sem: Arc<Semaphore>,
     free: Mutex<Vec<usize>>,
     waiting: AtomicUsize,
+    /// Requests (Execute calls, Evaluates) between their start and their response, whatever
+    /// phase they are in: an Evaluate gives its slot back between its runs.
+    requests: AtomicUsize,
     draining: AtomicBool,
     drained: tokio::sync::watch::Sender<bool>,
+}
+
+/// One request in progress, counted until dropped (see [`Admission::request`]).
+#[derive(Debug)]
+pub struct InProgress(Arc<Admission>);
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.requests.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A held slot; released on drop.
@@ -84,6 +97,7 @@ impl Admission {
             sem: Arc::new(Semaphore::new(slots)),
             free: Mutex::new((0..slots).rev().collect()),
             waiting: AtomicUsize::new(0),
+            requests: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             drained: tokio::sync::watch::Sender::new(false),
         })
@@ -157,6 +171,18 @@ impl Admission {
     /// Slots in use now.
     pub fn busy(&self) -> usize {
         self.slots - self.sem.available_permits()
+    }
+
+    /// Counts a request as in progress until the guard is dropped: a drain waits for these,
+    /// not for idle slots.
+    pub fn request(self: &Arc<Self>) -> InProgress {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        InProgress(self.clone())
+    }
+
+    /// Requests in progress now (see [`Admission::request`]).
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
     }
 
     /// Requests waiting now.

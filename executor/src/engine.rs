@@ -368,6 +368,7 @@ impl Engine {
         req: pb::ExecuteRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<pb::ExecuteResponse, ExecError> {
+        let _in_progress = self.admission.request();
         let (lang, version) = self.language(&req.language, "language")?;
         let run_limits = self
             .policy

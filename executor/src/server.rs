@@ -287,9 +287,10 @@ pub async fn serve_with_http(
 /// still on their way out.
 const DRAIN_FLUSH: Duration = Duration::from_secs(1);
 
-/// Resolves once no run holds a slot and none waits for one.
+/// Resolves once no request is in progress: not merely no slot busy, since an Evaluate
+/// gives its slot back between its runs and must still finish.
 async fn runs_finished(admission: &crate::admission::Admission) {
-    while admission.busy() > 0 || admission.queued() > 0 {
+    while admission.requests() > 0 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -401,5 +402,28 @@ pub async fn termination_signal() {
     tokio::select! {
         _ = term.recv() => {},
         _ = int.recv() => {},
+    }
+}
+
+#[cfg(test)]
+mod drain_tests {
+    use super::*;
+    use crate::admission::Admission;
+
+    /// An Evaluate between two of its runs holds no slot and waits in no queue: the drain
+    /// must still wait for it, or the server would stop under it.
+    #[tokio::test]
+    async fn drain_waits_for_a_request_between_its_runs() {
+        let admission = Admission::new(1, 1);
+        let request = admission.request();
+        let slot = admission.acquire(None).await.expect("slot");
+        drop(slot);
+        assert_eq!((admission.busy(), admission.queued()), (0, 0));
+        let waited = tokio::time::timeout(Duration::from_millis(300), runs_finished(&admission)).await;
+        assert!(waited.is_err(), "the drain ended while a request was still in progress");
+        drop(request);
+        tokio::time::timeout(Duration::from_secs(5), runs_finished(&admission))
+            .await
+            .expect("the drain ends once the request is done");
     }
 }

@@ -134,6 +134,7 @@ impl Judge {
         deadline: Option<Instant>,
     ) -> Result<pb::EvaluateResponse, ExecError> {
         let engine = &*self.engine;
+        let _in_progress = engine.admission.request();
         let (lang, version) = engine.language(&req.language, "language")?;
         let opts = req.options.clone().unwrap_or_default();
         engine.validate_files(&opts.files, "options.files", lang, req.completion.len())?;
