@@ -169,7 +169,9 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
     };
     if let Err(refusal) = policy.check_namespace(&namespace, &labels) {
         tracing::warn!(%refusal, "namespace not managed");
-        return refuse(ctx, &pools, pool, status::POLICY_REFUSED, &refusal, &now).await;
+        refuse(ctx, &pools, pool, status::POLICY_REFUSED, &refusal, &now).await?;
+        // Namespaces are not watched: a label added later must still be noticed.
+        return Ok(Action::requeue(RESYNC));
     }
 
     let resolved = match resolve::resolve(pool, &ctx.defaults, &namespace) {
@@ -309,7 +311,7 @@ async fn apply_children(ctx: &Context, pool: &ResolvedPool, owner_uid: Option<&s
             record(ctx, "PodDisruptionBudget", outcome);
         }
     }
-    ensure_auth_secret(ctx, pool).await?;
+    ensure_auth_secret(ctx, pool, owner_uid).await?;
 
     let desired_replicas = deployment.spec.as_ref().and_then(|s| s.replicas);
     let desired_template = serde_json::to_value(deployment.spec.as_ref().map(|s| &s.template)).ok();
@@ -349,12 +351,14 @@ async fn apply_children(ctx: &Context, pool: &ResolvedPool, owner_uid: Option<&s
 }
 
 /// Creates the pool's auth Secret with a fresh token if it does not exist. The operator may
-/// only create Secrets, never read them: an existing one is left as it is.
-async fn ensure_auth_secret(ctx: &Context, pool: &ResolvedPool) -> Result<(), ApplyError> {
+/// only create Secrets, never read them: an existing one is left as it is. Remembered per
+/// pool *instance* (its uid): the Secret is owned by the pool, so a pool deleted and created
+/// again under the same name lost its Secret with the old one and needs a new one.
+async fn ensure_auth_secret(ctx: &Context, pool: &ResolvedPool, owner_uid: Option<&str>) -> Result<(), ApplyError> {
     let Some(auth) = pool.auth.as_ref().filter(|a| a.create) else {
         return Ok(());
     };
-    let key = format!("{}/{}", pool.namespace, auth.secret_name);
+    let key = format!("{}/{}/{}", pool.namespace, auth.secret_name, owner_uid.unwrap_or(""));
     if ctx.secrets.lock().unwrap_or_else(|e| e.into_inner()).contains(&key) {
         return Ok(());
     }

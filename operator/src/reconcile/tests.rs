@@ -202,12 +202,26 @@ async fn run_with_events(
     replies: Vec<Reply>,
     defaults: PoolDefaults,
 ) -> (Result<Action, Error>, Vec<Seen>, Vec<Value>, Arc<Context>) {
+    run_remembering(pool, replies, defaults, &[]).await
+}
+
+/// [`run_with_events`] by an operator that already remembers creating these auth Secrets.
+async fn run_remembering(
+    pool: SandboxPool,
+    replies: Vec<Reply>,
+    defaults: PoolDefaults,
+    secrets: &[&str],
+) -> (Result<Action, Error>, Vec<Seen>, Vec<Value>, Arc<Context>) {
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let ctx = Arc::new(Context::new(
         Client::new(service, "default"),
         defaults,
         Metrics::default(),
     ));
+    ctx.secrets
+        .lock()
+        .expect("lock")
+        .extend(secrets.iter().map(|s| s.to_string()));
     let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         let mut seen = Vec::new();
@@ -810,7 +824,9 @@ async fn a_namespace_outside_the_policy_is_refused() {
         ..PoolDefaults::default()
     };
     let (result, seen, events, _ctx) = run_with_events(pool(spec(), 1), vec![apply(STATUS)], defaults).await;
-    result.expect("not retried");
+    // Not retried as an error, but looked at again: the pool's spec is fine, and what the
+    // policy asks of its namespace (a label) can change without the pool changing.
+    assert_eq!(result.expect("not an error"), Action::requeue(RESYNC));
     let (_, reason, message) = condition(&seen[0].body["status"], "Ready");
     assert_eq!(reason, "PolicyRefused");
     assert!(message.starts_with("metadata.namespace: "), "{message}");
@@ -919,7 +935,7 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
     );
 
     // The operator remembers the Secret exists, so a steady pool makes no create calls.
-    assert!(ctx.secrets.lock().expect("lock").contains("evals/python-auth"));
+    assert!(ctx.secrets.lock().expect("lock").contains("evals/python-auth/u-1"));
 
     // A fresh pool gets a Secret of its own.
     let mut first = expect(Some(post(StatusCode::CREATED)));
@@ -928,7 +944,28 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
     result.expect("created");
     let other_token = seen[4].body["stringData"]["token"].as_str().expect("token").to_owned();
     assert_ne!(other_token, token, "every Secret gets its own random token");
-    assert!(ctx.secrets.lock().expect("lock").contains("evals/python-auth"));
+    assert!(ctx.secrets.lock().expect("lock").contains("evals/python-auth/u-1"));
+
+    // The pool deleted (its Secret garbage-collected with it) and created again under the
+    // same name: the new instance gets a Secret, although the old one was remembered.
+    let mut again = pool.clone();
+    again.metadata.uid = Some("u-2".to_owned());
+    let [sa, np, svc, pdb, deploy] = live_children(&again, 3);
+    let mut created = post(StatusCode::CREATED);
+    created.body = None;
+    let replies = vec![
+        get(SA, sa),
+        get(NP, np),
+        get(SVC, svc),
+        get(PDB, pdb),
+        created,
+        get(DEPLOY, deploy),
+    ];
+    let (result, seen, _, ctx) =
+        run_remembering(again, replies, PoolDefaults::default(), &["evals/python-auth/u-1"]).await;
+    result.expect("created");
+    assert_eq!(seen[4].method, Method::POST, "the recreated pool's Secret is created");
+    assert!(ctx.secrets.lock().expect("lock").contains("evals/python-auth/u-2"));
 }
 
 #[test]
