@@ -229,9 +229,6 @@ impl Rotating {
             for n in (0..self.files - 1).rev() {
                 let _ = std::fs::rename(numbered(&self.dir, n), numbered(&self.dir, n + 1));
             }
-            if self.files == 1 {
-                let _ = std::fs::remove_file(numbered(&self.dir, 0));
-            }
             let f = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)

@@ -124,8 +124,7 @@ pub fn files(files: &[pb::File], field: &str, source: &str, code_len: usize, bud
                 None => format!("is below {}, which is a file", name(*ai)),
                 Some(_) => format!("is a file, and a directory of {}", name(*bi)),
             };
-            let at = if ai.is_none() { name(*bi) } else { name(*ai) };
-            return Err(ExecError::invalid(at, why));
+            return Err(ExecError::invalid(name(culprit), why));
         }
     }
     Ok(())
