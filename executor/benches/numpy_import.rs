@@ -180,13 +180,10 @@ fn run_bare(file: &std::path::Path, dir: &std::path::Path, env: &[(String, Strin
     let mut child = cmd.spawn().ok()?;
     let mut stdout = Vec::new();
     child.stdout.take()?.read_to_end(&mut stdout).ok()?;
-    let mut status = 0;
-    // SAFETY: zeroed rusage is valid; wait4 on our own child, which std has not reaped.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
-        .then(|| Usage::parse(&stdout).map(|u| (u, tv(ru.ru_utime) + tv(ru.ru_stime))))
+    // std has not reaped the child: wait4 reports its CPU time.
+    let (code, cpu) = sandpool_sandbox::host::wait_with_cpu(&child).ok()?;
+    (code == Some(0))
+        .then(|| Usage::parse(&stdout).map(|u| (u, cpu.as_secs_f64())))
         .flatten()
 }
 

@@ -2,7 +2,7 @@
 
 use crate::engine::{EngineConfig, Identity};
 use crate::limits::{LimitPolicy, Limits};
-use crate::sandbox::{IsolationMode, SandboxConfig, rootfs};
+use sandpool_sandbox::{IsolationMode, SandboxConfig, rootfs};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -302,7 +302,7 @@ impl ExecutorArgs {
         table.add_import_dirs("PYTHONPATH", &python_path);
         let mut cfg = self.engine_config();
         cfg.capture = self.capture()?;
-        let sandbox = crate::sandbox::Sandbox::new(sandbox_config)?;
+        let sandbox = sandpool_sandbox::open(sandbox_config)?;
         Ok(crate::engine::Engine::new(sandbox, table, cfg).await)
     }
 }
@@ -313,7 +313,7 @@ pub enum StartError {
     #[error(transparent)]
     Table(#[from] crate::languages::TableError),
     #[error("starting the sandbox: {0}")]
-    Sandbox(#[from] crate::sandbox::SandboxError),
+    Sandbox(#[from] sandpool_sandbox::SandboxError),
     #[error(transparent)]
     Capture(#[from] crate::capture::CaptureError),
 }

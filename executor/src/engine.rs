@@ -6,11 +6,11 @@ use crate::admission::{Admission, AdmissionError, Admit, SlotGuard};
 use crate::languages::{Availability, Language, LanguageTable, version_line};
 use crate::limits::{LimitError, LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
-use crate::sandbox::workdir::FetchError;
-use crate::sandbox::{RunSpec, Sandbox, WorkDir};
 use crate::{validate, verdict};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
+use sandpool_sandbox::workdir::FetchError;
+use sandpool_sandbox::{RunSpec, Runner, WorkDir};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,7 +75,7 @@ pub struct EngineConfig {
 /// Executes requests.
 #[derive(Debug)]
 pub struct Engine {
-    pub sandbox: Sandbox,
+    pub sandbox: Box<dyn Runner>,
     pub languages: LanguageTable,
     availability: BTreeMap<String, Availability>,
     /// What each language's programs can import (see [`crate::packages`]).
@@ -145,7 +145,7 @@ pub fn scrub_host_paths(msg: &str) -> String {
 /// Environment every run starts from; the language's `env` is added to it.
 pub fn base_env() -> Vec<(String, String)> {
     [
-        ("PATH", crate::sandbox::PATH),
+        ("PATH", sandpool_sandbox::PATH),
         ("HOME", "/tmp"),
         ("TMPDIR", "/tmp"),
         ("LANG", "C.UTF-8"),
@@ -167,7 +167,7 @@ pub struct Phased {
 
 impl Engine {
     /// Builds the engine and probes every language inside the sandbox.
-    pub async fn new(sandbox: Sandbox, languages: LanguageTable, cfg: EngineConfig) -> Self {
+    pub async fn new(sandbox: Box<dyn Runner>, languages: LanguageTable, cfg: EngineConfig) -> Self {
         let metrics = Metrics::new();
         metrics.slots.set(sandbox.slots() as i64);
         let admission = Admission::new(sandbox.slots(), cfg.queue_capacity);
@@ -544,8 +544,8 @@ impl Engine {
                 mode: self.sandbox.mode().name().to_owned(),
                 features,
             }),
-            default_limits: Some(self.policy.run_defaults.to_proto()),
-            max_limits: Some(self.policy.max.to_proto()),
+            default_limits: Some(crate::limits::to_proto(self.policy.run_defaults)),
+            max_limits: Some(crate::limits::to_proto(self.policy.max)),
             slots: self.admission.slots() as u32,
             queue_capacity: self.admission.queue_capacity() as u32,
             executor: Some(self.info("")),

@@ -215,7 +215,7 @@ impl LanguageTable {
                     "compile must not be empty when present".into(),
                 ));
             }
-            crate::sandbox::workdir::validate_rel_path(&lang.source)
+            sandpool_sandbox::workdir::validate_rel_path(&lang.source)
                 .map_err(|e| TableError::Invalid(name.clone(), e.to_string()))?;
             lang.name = name.clone();
             for a in &lang.aliases {

@@ -3,7 +3,7 @@
 //!
 //! - [`languages`]: the language table (data, not code).
 //! - [`packages`]: what each language's programs can import, listed in the sandbox.
-//! - [`sandbox`]: isolation and limits for one run.
+//! - [`sandbox`]: re-export of the `sandpool-sandbox` crate (isolation and limits for one run, behind its `Runner` trait).
 //! - [`limits`]: defaults, ceilings, minimums and per-request resolution.
 //! - [`validate`]: caps on a request's shape (paths, files, args, fetches).
 //! - [`verdict`]: from what a run did to a verdict.
@@ -28,7 +28,7 @@ pub mod languages;
 pub mod limits;
 pub mod metrics;
 pub mod packages;
-pub mod sandbox;
+pub use sandpool_sandbox as sandbox;
 pub mod server;
 pub mod service;
 pub mod validate;

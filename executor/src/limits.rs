@@ -3,30 +3,17 @@
 use sandpool_proto::v1 as pb;
 use std::time::Duration;
 
-/// Limits in force for one phase of one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub wall: Duration,
-    pub cpu: Duration,
-    pub memory: u64,
-    /// Per output stream.
-    pub output: u64,
-    /// Processes and threads together.
-    pub processes: u32,
-    pub file_size: u64,
-}
+pub use sandpool_sandbox::Limits;
 
-impl Limits {
-    /// The proto form, for capabilities.
-    pub fn to_proto(self) -> pb::Limits {
-        pb::Limits {
-            wall_time_ms: self.wall.as_millis() as u64,
-            cpu_time_ms: self.cpu.as_millis() as u64,
-            memory_bytes: self.memory,
-            output_bytes: self.output,
-            processes: self.processes,
-            file_size_bytes: self.file_size,
-        }
+/// The proto form of `l`, for capabilities.
+pub fn to_proto(l: Limits) -> pb::Limits {
+    pb::Limits {
+        wall_time_ms: l.wall.as_millis() as u64,
+        cpu_time_ms: l.cpu.as_millis() as u64,
+        memory_bytes: l.memory,
+        output_bytes: l.output,
+        processes: l.processes,
+        file_size_bytes: l.file_size,
     }
 }
 

@@ -6,8 +6,8 @@
 use crate::engine::Engine;
 use crate::languages::{Availability, Package, package_lines};
 use crate::limits::Limits;
-use crate::sandbox::RunSpec;
 use futures::StreamExt;
+use sandpool_sandbox::RunSpec;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

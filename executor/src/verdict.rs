@@ -1,7 +1,7 @@
 //! Turning what the sandbox observed into a verdict and a `PhaseResult`.
 
-use crate::sandbox::{RunOutcome, Termination};
 use sandpool_proto::v1::{PhaseResult, Verdict};
+use sandpool_sandbox::{RunOutcome, Termination};
 
 /// The verdict of one phase, from its outcome.
 pub fn phase_verdict(o: &RunOutcome) -> Verdict {

@@ -156,19 +156,14 @@ impl Executor {
 
     /// Sets the executor's descriptor limit (soft and hard) to `n`.
     pub fn limit_fds(&self, n: u64) {
-        let lim = libc::rlimit {
-            rlim_cur: n,
-            rlim_max: n,
-        };
-        // SAFETY: prlimit on our own child with a valid rlimit struct.
-        let r = unsafe { libc::prlimit(self.pid() as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) };
-        assert_eq!(r, 0, "prlimit: {}", std::io::Error::last_os_error());
+        if let Err(e) = sandpool_sandbox::host::set_fd_limit(self.pid(), n) {
+            panic!("prlimit: {e}");
+        }
     }
 
     /// Sends `sig` to the executor.
     pub fn signal(&self, sig: i32) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.pid() as i32, sig) };
+        signal(self.pid(), sig);
     }
 
     /// Waits up to `timeout` for the executor to exit on its own; None if it is still running.
@@ -220,8 +215,7 @@ impl Executor {
     /// Sends SIGTERM and waits (up to `timeout`) for the process to exit; returns its exit status.
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        signal(child.id(), libc::SIGTERM);
         let t = Instant::now();
         while t.elapsed() < timeout {
             if let Ok(Some(s)) = child.try_wait() {
@@ -313,4 +307,17 @@ pub fn describe(r: &pb::ExecuteResponse) -> String {
         p(&r.compile),
         p(&r.run)
     )
+}
+
+/// Sends signal `sig` (0: only check) to `pid`; true when it was delivered,
+/// i.e. the process exists.
+pub fn signal(pid: u32, sig: i32) -> bool {
+    let sig = match sig {
+        0 => None,
+        s => match nix::sys::signal::Signal::try_from(s) {
+            Ok(s) => Some(s),
+            Err(_) => return false,
+        },
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).is_ok()
 }

@@ -263,8 +263,7 @@ async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
         assert!(t.elapsed().as_secs() < 60, "b never ran anything");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    // SAFETY: signalling the executor this test started.
-    unsafe { libc::kill(b.pid() as i32, libc::SIGKILL) };
+    sandpool_tests::signal(b.pid(), libc::SIGKILL);
     let o = run.await.expect("join");
     assert!(o.status.success(), "{}", show(&o));
     let r = results(&out);

@@ -281,8 +281,7 @@ async fn sigterm_drains_in_flight_runs_then_exits() {
     let inflight = tokio::spawn(async move { c.execute(sleep_req(2.0)).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = exe.pid() as i32;
-    // SAFETY: signalling the child we started.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
+    sandpool_tests::signal(pid as u32, libc::SIGTERM);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut health = tonic_health::pb::health_client::HealthClient::new(exe.channel.clone());
     let st = health

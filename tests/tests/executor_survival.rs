@@ -23,8 +23,7 @@ fn with_limits(mut r: pb::ExecuteRequest, l: pb::Limits) -> pb::ExecuteRequest {
 
 /// The executor process still exists and answers a plain run correctly.
 async fn still_serving(exe: &Executor) {
-    // SAFETY: signal 0 only checks that our own child exists.
-    let alive = unsafe { libc::kill(exe.pid() as i32, 0) } == 0;
+    let alive = sandpool_tests::signal(exe.pid(), 0);
     assert!(alive, "the executor process died");
     let r = exe.run(request("python", "print('still here')", "")).await;
     assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));

@@ -23,8 +23,7 @@ fn limits(wall_ms: u64, memory: u64) -> Option<pb::Limits> {
 }
 
 fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
+    sandpool_tests::signal(pid, 0)
 }
 
 async fn sandpool(args: Vec<String>) -> std::process::Output {
@@ -135,8 +134,7 @@ async fn sigterm_under_load_finishes_in_flight_runs_refuses_new_ones_and_exits_i
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let pid = ex.pid();
-    // SAFETY: signalling the executor this test started.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    sandpool_tests::signal(pid, libc::SIGTERM);
     tokio::time::sleep(Duration::from_millis(300)).await;
     // A new client cannot connect: UNAVAILABLE, so it goes to another pod.
     let fresh = tonic::transport::Channel::from_shared(format!("http://{}", ex.addr))
@@ -326,8 +324,7 @@ async fn a_full_work_root_and_a_full_work_dir_give_clean_verdicts() {
         describe(&r)
     );
     assert!(alive(child.id()));
-    // SAFETY: signalling the executor this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    sandpool_tests::signal(child.id(), libc::SIGTERM);
     let status = child.wait().expect("exit status");
     assert!(status.success(), "{status}");
 }
@@ -453,8 +450,7 @@ async fn a_run_stopped_with_sigstop_is_killed_at_its_wall_limit() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     for p in &pids {
-        // SAFETY: stopping the run this test started.
-        unsafe { libc::kill(*p, libc::SIGSTOP) };
+        sandpool_tests::signal(*p as u32, libc::SIGSTOP);
     }
     let r = run.await.expect("join").expect("answered");
     assert_eq!(verdict(r.verdict), "WALL_TIME_LIMIT_EXCEEDED", "{}", describe(&r));

@@ -85,12 +85,5 @@ pub fn python_executor(name: &str, extra: impl IntoIterator<Item = String>) -> S
 /// autogroup scheduling a session is a scheduling group, and sharing the benchmark's would
 /// give bare runs a smaller share of a busy machine than sandboxed ones.
 pub fn own_session(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
+    sandpool_sandbox::host::own_session(cmd);
 }

@@ -5,8 +5,8 @@ use crate::engine::{Engine, Phased, blocking, scrub_host_paths};
 use crate::languages::Language;
 use crate::limits::Limits;
 use crate::metrics::Phase;
-use crate::sandbox::{RunSpec, WorkDir};
 use sandpool_proto::v1 as pb;
+use sandpool_sandbox::{RunSpec, WorkDir};
 use std::sync::Arc;
 
 /// A file written into a work dir: path, content, executable.

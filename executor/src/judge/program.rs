@@ -47,9 +47,7 @@ pub struct Program {
 /// A fresh random nonce (128 bits, hex).
 pub fn nonce() -> String {
     let mut b = [0u8; 16];
-    // SAFETY: getrandom writes at most b.len() bytes into b.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
+    if getrandom::fill(&mut b).is_err() {
         // Never expected; the clock and the address space still differ per call.
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

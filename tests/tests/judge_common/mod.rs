@@ -37,12 +37,8 @@ fn clean_stale() {
                 continue;
             }
             let path = e.path();
-            let Ok(c) = std::ffi::CString::new(path.display().to_string()) else {
-                continue;
-            };
             // A lazy detach takes the whole subtree; stacked mounts need one each.
-            // SAFETY: umount2 with a valid C string.
-            while unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {}
+            while nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH).is_ok() {}
             let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
             let mounted = mountinfo.contains(&format!(" {} ", path.display()))
                 || mountinfo.contains(&format!(" {}/", path.display()));

@@ -289,7 +289,7 @@ pub fn resources(pid: u32, work_root: &Path) -> anyhow::Result<Resources> {
         children: kids.len() as u64,
         cgroups: count_cgroup_dirs(
             Path::new("/sys/fs/cgroup"),
-            &sandpool_executor::sandbox::cgroup_name(work_root),
+            &sandpool_sandbox::cgroup_name(work_root),
             8,
             false,
         ),

@@ -15,6 +15,8 @@ use std::ffi::CStr;
 #[inline(always)]
 pub unsafe fn syscall6(nr: i64, a1: usize, a2: usize, a3: usize, a4: usize, a5: usize, a6: usize) -> isize {
     let ret: isize;
+    // SAFETY: the caller vouches for the arguments; the asm clobbers only
+    // what the syscall ABI says (rcx, r11) and uses no stack.
     unsafe {
         core::arch::asm!(
             "syscall",
@@ -36,6 +38,7 @@ pub unsafe fn syscall6(nr: i64, a1: usize, a2: usize, a3: usize, a4: usize, a5: 
 #[inline(always)]
 pub unsafe fn syscall6(nr: i64, a1: usize, a2: usize, a3: usize, a4: usize, a5: usize, a6: usize) -> isize {
     let ret: isize;
+    // SAFETY: the caller vouches for the arguments; svc 0 uses no stack.
     unsafe {
         core::arch::asm!(
             "svc 0",
@@ -70,23 +73,32 @@ fn res(r: isize) -> Res {
     }
 }
 
+// SAFETY (every arm): the wrappers below pass integers and pointers into
+// buffers borrowed for the duration of the call (`&CStr`, slices, references),
+// or raw pointers their own `unsafe fn` contract makes the caller vouch for.
 macro_rules! sc {
     ($nr:expr) => {
+        // SAFETY: see the macro's comment.
         res(unsafe { syscall6($nr, 0, 0, 0, 0, 0, 0) })
     };
     ($nr:expr, $a:expr) => {
+        // SAFETY: see the macro's comment.
         res(unsafe { syscall6($nr, $a, 0, 0, 0, 0, 0) })
     };
     ($nr:expr, $a:expr, $b:expr) => {
+        // SAFETY: see the macro's comment.
         res(unsafe { syscall6($nr, $a, $b, 0, 0, 0, 0) })
     };
     ($nr:expr, $a:expr, $b:expr, $c:expr) => {
+        // SAFETY: see the macro's comment.
         res(unsafe { syscall6($nr, $a, $b, $c, 0, 0, 0) })
     };
     ($nr:expr, $a:expr, $b:expr, $c:expr, $d:expr) => {
+        // SAFETY: see the macro's comment.
         res(unsafe { syscall6($nr, $a, $b, $c, $d, 0, 0) })
     };
     ($nr:expr, $a:expr, $b:expr, $c:expr, $d:expr, $e:expr) => {
+        // SAFETY: see the macro's comment.
         res(unsafe { syscall6($nr, $a, $b, $c, $d, $e, 0) })
     };
 }
@@ -210,7 +222,10 @@ pub fn prctl(option: i32, arg: usize) -> Res {
 }
 
 /// seccomp(SECCOMP_SET_MODE_FILTER).
-pub fn seccomp_filter(prog: &libc::sock_fprog) -> Res {
+///
+/// # Safety
+/// `prog.filter` must point to `prog.len` valid instructions.
+pub unsafe fn seccomp_filter(prog: &libc::sock_fprog) -> Res {
     sc!(
         libc::SYS_seccomp,
         1, /* SECCOMP_SET_MODE_FILTER */
@@ -220,7 +235,11 @@ pub fn seccomp_filter(prog: &libc::sock_fprog) -> Res {
 }
 
 /// execve(2); returns only on failure.
-pub fn execve(path: &CStr, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> Res {
+///
+/// # Safety
+/// `argv` and `envp` must be null-terminated arrays of pointers to C strings,
+/// all alive for the call.
+pub unsafe fn execve(path: &CStr, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> Res {
     sc!(libc::SYS_execve, ptr(path), argv as usize, envp as usize)
 }
 
@@ -271,12 +290,17 @@ pub fn socket(domain: i32, ty: i32, proto: i32) -> Res {
 }
 
 /// ioctl(2) with a pointer argument.
-pub fn ioctl(fd: i32, req: u64, arg: usize) -> Res {
+///
+/// # Safety
+/// `arg` must be what request `req` expects (for pointer requests: a pointer
+/// to a live structure of the right type).
+pub unsafe fn ioctl(fd: i32, req: u64, arg: usize) -> Res {
     sc!(libc::SYS_ioctl, fd as usize, req as usize, arg)
 }
 
 /// exit(2) of this thread; never returns.
 pub fn exit(code: i32) -> ! {
+    // SAFETY: exit takes an integer and ends only this thread.
     unsafe {
         syscall6(libc::SYS_exit, code as usize, 0, 0, 0, 0, 0);
     }

@@ -254,10 +254,11 @@ impl Child {
 
     /// Reaps the exited init; returns its rusage.
     fn reap(&mut self) -> libc::rusage {
-        // SAFETY: zeroed rusage is valid; wait4 on our own child.
+        // SAFETY: rusage is plain data; zeroed is valid.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         let mut status = 0;
         loop {
+            // SAFETY: wait4 on our own child with valid pointers.
             let r = unsafe { libc::wait4(self.pid, &mut status, libc::__WALL, &mut ru) };
             if r == self.pid || (r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)) {
                 break;
@@ -518,7 +519,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
             }
             child::report::SETUP_FAILED => {
                 return Err(SandboxError::Setup {
-                    stage: child::report::stage_name(stage),
+                    stage: child::report::Stage::name_of(stage),
                     errno,
                 });
             }

@@ -53,10 +53,17 @@ pub fn validate_rel_path(p: &str) -> Result<(), WorkDirError> {
     }
 }
 
-/// A detached tmpfs; released when dropped.
+/// A run's `/work`: a detached tmpfs (mode `namespaces`) or a private host
+/// directory (runners that cannot mount); released when dropped.
+///
+/// Files are written and read through `openat2` beneath the root descriptor,
+/// never by host path, so what a program planted (symlinks, FIFOs) is not followed.
 #[derive(Debug)]
 pub struct WorkDir {
+    /// The tmpfs mount, or the directory, that is the work dir's root.
     mount: OwnedFd,
+    /// For a directory work dir: its host path, removed on drop.
+    dir: Option<std::path::PathBuf>,
     uid: u32,
     gid: u32,
     /// Kernels before 6.15 clone only mounts attached in the caller's namespace:
@@ -112,6 +119,12 @@ impl Drop for WorkDir {
         if let Some(p) = self.attached.get() {
             super::mounts::detach_all(p);
             let _ = fs::remove_dir(p);
+        }
+        if let Some(dir) = &self.dir {
+            // remove_dir_all does not follow symlinks a program left behind.
+            if let Err(e) = fs::remove_dir_all(dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not remove a work dir");
+            }
         }
     }
 }
@@ -202,12 +215,46 @@ impl WorkDir {
             .map_err(e("fsmount"))?;
             Ok(WorkDir {
                 mount: OwnedFd::from_raw_fd(m as i32),
+                dir: None,
                 uid,
                 gid,
                 staging: None,
                 attached: std::sync::OnceLock::new(),
             })
         }
+    }
+
+    /// Uses `path`, a directory that must not exist yet, as a work dir owned
+    /// by `uid:gid` (mode 0700); the directory and everything in it are
+    /// removed on drop. For runners that cannot mount (and tests).
+    pub fn directory(path: std::path::PathBuf, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
+        let e = |what| {
+            move |source| WorkDirError::Io {
+                path: "/work".into(),
+                what,
+                source,
+            }
+        };
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(e("creating the work dir"))?;
+        let fd = fs::File::open(&path).map_err(e("opening the work dir"))?;
+        std::os::unix::fs::fchown(&fd, Some(uid), Some(gid)).map_err(e("handing the work dir to the run's uid"))?;
+        Ok(WorkDir {
+            mount: fd.into(),
+            dir: Some(path),
+            uid,
+            gid,
+            staging: None,
+            attached: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The host path of a directory work dir (None for a detached tmpfs).
+    pub fn host_path(&self) -> Option<&std::path::Path> {
+        self.dir.as_deref()
     }
 
     /// Attaches the mount under `staging` when a clone needs it (old kernels).
@@ -218,6 +265,11 @@ impl WorkDir {
 
     /// A detached clone of the mount, for one phase's init to attach at /work.
     pub fn attachable(&self) -> std::io::Result<OwnedFd> {
+        if self.dir.is_some() {
+            return Err(std::io::Error::other(
+                "a directory work dir cannot be attached as a mount",
+            ));
+        }
         let Some(staging) = &self.staging else {
             return self.clone_mount();
         };

@@ -5,6 +5,7 @@
 //! no allocation, no locks, no `errno`.
 
 use super::sys;
+use report::Stage;
 use std::ffi::CString;
 
 /// One mount performed by the init inside the new mount namespace.
@@ -57,6 +58,7 @@ impl Stack {
 
 // SAFETY: the mapping is owned exclusively by this value.
 unsafe impl Send for Stack {}
+// SAFETY: shared references only read the base address and length.
 unsafe impl Sync for Stack {}
 
 impl Drop for Stack {
@@ -103,6 +105,7 @@ pub(crate) struct ChildPlan {
 
 // SAFETY: the raw pointers point into the CStrings owned by the same plan.
 unsafe impl Send for ChildPlan {}
+// SAFETY: as for Send; nothing mutates through a shared plan but the atomic.
 unsafe impl Sync for ChildPlan {}
 
 /// What the init reports through the report pipe (12 bytes each).
@@ -114,26 +117,116 @@ pub(crate) mod report {
     /// The program ended with wait status `value`.
     pub const STATUS: u32 = 3;
 
-    /// Human-readable name of a setup stage.
-    pub fn stage_name(stage: u32) -> &'static str {
-        match stage {
-            1 => "closing inherited file descriptors",
-            3 => "entering the slot's mount namespace",
-            4 => "attaching the work dir",
-            8 => "setting the hostname",
-            9 => "entering the run's network namespace",
-            10 => "starting the program",
-            20 => "redirecting standard streams",
-            21 => "starting a new session",
-            22 => "dropping supplementary groups",
-            23 => "setting the group id",
-            24 => "setting the user id",
-            25 => "setting resource limits",
-            26 => "setting no_new_privs",
-            27 => "installing the seccomp filter",
-            28 => "entering the work dir",
-            s if s >= 100 => "mounting the sandbox filesystem",
-            _ => "unknown step",
+    /// A step of the set-up between clone and exec; reported by code when it fails.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Stage {
+        CloseFds,
+        EnterMountNs,
+        AttachWork,
+        /// The i-th of the plan's per-run mounts.
+        Mount(u32),
+        Hostname,
+        EnterNetNs,
+        StartProgram,
+        Streams,
+        Session,
+        Groups,
+        Gid,
+        Uid,
+        Rlimits,
+        NoNewPrivs,
+        Seccomp,
+        Chdir,
+    }
+
+    impl Stage {
+        /// The code sent through the report pipe.
+        pub const fn code(self) -> u32 {
+            match self {
+                Stage::CloseFds => 1,
+                Stage::EnterMountNs => 3,
+                Stage::AttachWork => 4,
+                Stage::Hostname => 8,
+                Stage::EnterNetNs => 9,
+                Stage::StartProgram => 10,
+                Stage::Streams => 20,
+                Stage::Session => 21,
+                Stage::Groups => 22,
+                Stage::Gid => 23,
+                Stage::Uid => 24,
+                Stage::Rlimits => 25,
+                Stage::NoNewPrivs => 26,
+                Stage::Seccomp => 27,
+                Stage::Chdir => 28,
+                Stage::Mount(i) => 100 + i,
+            }
+        }
+
+        /// Human-readable name of the stage with report code `code`.
+        pub fn name_of(code: u32) -> &'static str {
+            const ALL: [Stage; 15] = [
+                Stage::CloseFds,
+                Stage::EnterMountNs,
+                Stage::AttachWork,
+                Stage::Hostname,
+                Stage::EnterNetNs,
+                Stage::StartProgram,
+                Stage::Streams,
+                Stage::Session,
+                Stage::Groups,
+                Stage::Gid,
+                Stage::Uid,
+                Stage::Rlimits,
+                Stage::NoNewPrivs,
+                Stage::Seccomp,
+                Stage::Chdir,
+            ];
+            if code >= 100 {
+                return Stage::Mount(code - 100).name();
+            }
+            ALL.iter()
+                .find(|s| s.code() == code)
+                .map_or("unknown step", |s| s.name())
+        }
+
+        pub fn name(self) -> &'static str {
+            match self {
+                Stage::CloseFds => "closing inherited file descriptors",
+                Stage::EnterMountNs => "entering the slot's mount namespace",
+                Stage::AttachWork => "attaching the work dir",
+                Stage::Hostname => "setting the hostname",
+                Stage::EnterNetNs => "entering the run's network namespace",
+                Stage::StartProgram => "starting the program",
+                Stage::Streams => "redirecting standard streams",
+                Stage::Session => "starting a new session",
+                Stage::Groups => "dropping supplementary groups",
+                Stage::Gid => "setting the group id",
+                Stage::Uid => "setting the user id",
+                Stage::Rlimits => "setting resource limits",
+                Stage::NoNewPrivs => "setting no_new_privs",
+                Stage::Seccomp => "installing the seccomp filter",
+                Stage::Chdir => "entering the work dir",
+                Stage::Mount(_) => "mounting the sandbox filesystem",
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::Stage;
+
+        #[test]
+        fn every_stage_code_names_its_stage() {
+            for s in [
+                Stage::CloseFds,
+                Stage::Uid,
+                Stage::Seccomp,
+                Stage::Chdir,
+                Stage::Mount(3),
+            ] {
+                assert_eq!(Stage::name_of(s.code()), s.name());
+            }
+            assert_eq!(Stage::name_of(2), "unknown step");
         }
     }
 }
@@ -146,8 +239,8 @@ fn send(fd: i32, tag: u32, stage: u32, value: i32) {
     let _ = sys::write(fd, &rec);
 }
 
-fn fail(fd: i32, stage: u32, errno: i32) -> ! {
-    send(fd, report::SETUP_FAILED, stage, errno);
+fn fail(fd: i32, stage: report::Stage, errno: i32) -> ! {
+    send(fd, report::SETUP_FAILED, stage.code(), errno);
     sys::exit(126)
 }
 
@@ -182,18 +275,18 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     for &fd in &plan.keep_fds {
         let fd = fd as u32;
         if fd > next {
-            step!(rep, 1, sys::close_range(next, fd - 1, 0));
+            step!(rep, Stage::CloseFds, sys::close_range(next, fd - 1, 0));
         }
         next = fd + 1;
     }
-    step!(rep, 1, sys::close_range(next, u32::MAX, 0));
+    step!(rep, Stage::CloseFds, sys::close_range(next, u32::MAX, 0));
 
     // The slot's namespace outlives runs: clear what a killed init left.
-    step!(rep, 3, sys::setns(plan.mnt_ns_fd, libc::CLONE_NEWNS));
+    step!(rep, Stage::EnterMountNs, sys::setns(plan.mnt_ns_fd, libc::CLONE_NEWNS));
     for p in &plan.run_mount_points {
         sys::detach_all(p);
     }
-    step!(rep, 4, sys::move_mount_fd(plan.work_fd, c"/work"));
+    step!(rep, Stage::AttachWork, sys::move_mount_fd(plan.work_fd, c"/work"));
     for (i, m) in plan.mounts.iter().enumerate() {
         let r = sys::mount(
             m.src.as_deref(),
@@ -202,14 +295,14 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
             m.flags,
             m.data.as_deref(),
         );
-        step!(rep, 100 + i as u32, r);
+        step!(rep, Stage::Mount(i as u32), r);
     }
-    step!(rep, 8, sys::sethostname(plan.hostname));
+    step!(rep, Stage::Hostname, sys::sethostname(plan.hostname));
     if plan.net_ns_fd >= 0 {
         // Made ahead of time, loopback already up (clone was not asked for one).
-        step!(rep, 9, sys::setns(plan.net_ns_fd, libc::CLONE_NEWNET));
+        step!(rep, Stage::EnterNetNs, sys::setns(plan.net_ns_fd, libc::CLONE_NEWNET));
     } else {
-        step!(rep, 9, loopback_up());
+        step!(rep, Stage::EnterNetNs, loopback_up());
     }
 
     // SAFETY: the program child runs on its own stack; CLONE_VFORK suspends us
@@ -226,7 +319,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         // libc's errno is the TLS of the thread our creator was cloned from, which
         // waits for it; nothing else writes it meanwhile. ENOMEM: the run's memory limit.
         // SAFETY: reads that errno slot.
-        fail(rep, 10, unsafe { *libc::__errno_location() });
+        fail(rep, Stage::StartProgram, unsafe { *libc::__errno_location() });
     }
     // The program, exec'd into memory of its own, is the OOM killer's first
     // choice, in its slot (the only choice there: see the spawner) and on the
@@ -294,7 +387,8 @@ pub(crate) fn loopback_up() -> Result<(), i32> {
         *d = *s as libc::c_char;
     }
     ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
-    let r = sys::ioctl(fd, libc::SIOCSIFFLAGS, &ifr as *const _ as usize);
+    // SAFETY: SIOCSIFFLAGS reads an ifreq; `ifr` lives across the call.
+    let r = unsafe { sys::ioctl(fd, libc::SIOCSIFFLAGS, &ifr as *const _ as usize) };
     let _ = sys::close(fd);
     r.map(|_| ())
 }
@@ -304,26 +398,29 @@ extern "C" fn prog_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: as in init_main.
     let plan = unsafe { &*(arg as *const ChildPlan) };
     let rep = plan.report_fd;
-    step!(rep, 20, sys::dup_to(plan.stdin_fd, 0));
-    step!(rep, 20, sys::dup_to(plan.stdout_fd, 1));
-    step!(rep, 20, sys::dup_to(plan.stderr_fd, 2));
-    step!(rep, 21, sys::setsid());
-    step!(rep, 22, sys::clear_groups());
-    step!(rep, 23, sys::setresgid(plan.gid));
-    step!(rep, 24, sys::setresuid(plan.uid));
+    step!(rep, Stage::Streams, sys::dup_to(plan.stdin_fd, 0));
+    step!(rep, Stage::Streams, sys::dup_to(plan.stdout_fd, 1));
+    step!(rep, Stage::Streams, sys::dup_to(plan.stderr_fd, 2));
+    step!(rep, Stage::Session, sys::setsid());
+    step!(rep, Stage::Groups, sys::clear_groups());
+    step!(rep, Stage::Gid, sys::setresgid(plan.gid));
+    step!(rep, Stage::Uid, sys::setresuid(plan.uid));
     for (res, lim) in &plan.rlimits {
-        step!(rep, 25, sys::setrlimit(*res, lim));
+        step!(rep, Stage::Rlimits, sys::setrlimit(*res, lim));
     }
-    step!(rep, 26, sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1));
+    step!(rep, Stage::NoNewPrivs, sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1));
     for filter in &plan.seccomp {
         let prog = libc::sock_fprog {
             len: filter.len() as u16,
             filter: filter.as_ptr() as *mut _,
         };
-        step!(rep, 27, sys::seccomp_filter(&prog));
+        // SAFETY: `prog` points into `filter`, alive and of `len` instructions.
+        step!(rep, Stage::Seccomp, unsafe { sys::seccomp_filter(&prog) });
     }
-    step!(rep, 28, sys::chdir(&plan.cwd));
-    let err = match sys::execve(&plan.exe, plan.argv_ptrs.as_ptr(), plan.envp_ptrs.as_ptr()) {
+    step!(rep, Stage::Chdir, sys::chdir(&plan.cwd));
+    // SAFETY: the pointer arrays are null-terminated and point into the
+    // plan's CStrings, which outlive the call.
+    let err = match unsafe { sys::execve(&plan.exe, plan.argv_ptrs.as_ptr(), plan.envp_ptrs.as_ptr()) } {
         Err(e) => e,
         Ok(_) => 0,
     };

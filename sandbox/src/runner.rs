@@ -1,0 +1,46 @@
+//! The one interface the executor runs programs through.
+//!
+//! The engine and the judge hold a `dyn Runner`: the isolation mode is chosen
+//! once at start-up ([`crate::open`]), and tests of judging logic can put a
+//! scripted runner in its place without root.
+
+use crate::{Features, IsolationMode, RunOutcome, RunSpec, SandboxError, WorkDir};
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed future borrowing the runner: what [`Runner::run`] returns (a trait
+/// object cannot have `async fn`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs programs under limits, one at a time per slot.
+///
+/// Slots are numbered `0..slots()`; the caller (admission) guarantees a slot
+/// runs one program at a time. Implementations: [`crate::Namespaces`] (and
+/// `restricted` once available).
+pub trait Runner: Send + Sync + std::fmt::Debug {
+    /// The isolation mode in force.
+    fn mode(&self) -> IsolationMode;
+
+    /// What the kernel offers and which protections are in use.
+    fn features(&self) -> &Features;
+
+    /// Number of run slots.
+    fn slots(&self) -> usize;
+
+    /// True when GPU runs get device nodes.
+    fn has_gpu(&self) -> bool;
+
+    /// A fresh, empty work dir for a run in `slot`, owned by the slot's uid.
+    fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError>;
+
+    /// Runs `spec` in `slot` with `work` as its `/work`.
+    ///
+    /// Every process the run started is dead when the future completes, and
+    /// dropping the future kills the run.
+    fn run<'a>(
+        &'a self,
+        slot: usize,
+        work: &'a WorkDir,
+        spec: &'a RunSpec,
+    ) -> BoxFuture<'a, Result<RunOutcome, SandboxError>>;
+}
