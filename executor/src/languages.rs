@@ -46,6 +46,29 @@ pub struct Language {
     /// directories are added to it.
     #[serde(default)]
     pub import_path_env: Option<String>,
+    /// Warm starts: runs fork from a per-slot interpreter that has already
+    /// started and imported `preload` (see docs/warm-starts.md).
+    #[serde(default)]
+    pub warm: Option<WarmData>,
+}
+
+/// A language's warm-start entry: `warm = { preload = ["numpy", ...] }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmData {
+    /// Modules imported once, before the first run forks.
+    #[serde(default)]
+    pub preload: Vec<String>,
+}
+
+impl Language {
+    /// The interpreter and its flags: the run command before the source file,
+    /// for a language with warm starts (checked when the table is parsed).
+    pub fn warm_interpreter(&self) -> Option<&[String]> {
+        self.warm.as_ref()?;
+        let i = self.run.iter().position(|a| *a == self.source)?;
+        (i >= 1 && i + 1 == self.run.len()).then(|| &self.run[..i])
+    }
 }
 
 /// Per-language data for judging (see `docs/judging.md`); every key is optional.
@@ -215,6 +238,27 @@ impl LanguageTable {
                     "compile must not be empty when present".into(),
                 ));
             }
+            if lang.warm.is_some() {
+                if lang.compile.is_some() || lang.gpu {
+                    return Err(TableError::Invalid(
+                        name,
+                        "warm starts are for interpreted, non-GPU languages".into(),
+                    ));
+                }
+                let module = |m: &String| {
+                    !m.is_empty() && m.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+                };
+                if lang.warm.as_ref().is_some_and(|w| !w.preload.iter().all(module)) {
+                    return Err(TableError::Invalid(name, "warm.preload must name modules (a.b_c)".into()));
+                }
+                lang.name = name.clone();
+                if lang.warm_interpreter().is_none() {
+                    return Err(TableError::Invalid(
+                        name,
+                        "warm starts need a run command ending with the source file, after the interpreter".into(),
+                    ));
+                }
+            }
             sandpool_sandbox::workdir::validate_rel_path(&lang.source)
                 .map_err(|e| TableError::Invalid(name.clone(), e.to_string()))?;
             lang.name = name.clone();
@@ -334,6 +378,27 @@ mod tests {
         assert!(t.get("js").unwrap().judge.assert_prelude.contains("console"));
         assert!(t.get("bash").unwrap().judge.assert_epilogue.is_none());
         assert!(LanguageTable::parse("[x]\nsource='a'\nrun=['a']\nversion=['a']\n[x.judge]\nbogus=1\n").is_err());
+    }
+
+    #[test]
+    fn warm_entries_are_parsed_and_checked() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let py = t.get("python").unwrap();
+        let warm = py.warm.as_ref().expect("python has warm starts");
+        assert!(warm.preload.iter().any(|m| m == "numpy"));
+        assert_eq!(py.warm_interpreter(), Some(&["python3".to_owned(), "-B".to_owned()][..]));
+        assert!(t.get("c").unwrap().warm_interpreter().is_none());
+        let entry = |run: &str, extra: &str| {
+            LanguageTable::parse(&format!("[x]\nsource='m.py'\nrun={run}\nversion=['a']\n{extra}warm={{preload=['os']}}\n"))
+        };
+        assert!(entry("['py','m.py']", "").is_ok());
+        assert!(entry("['m.py']", "").is_err(), "no interpreter");
+        assert!(entry("['py','m.py','x']", "").is_err(), "arguments after the source");
+        assert!(entry("['py','-c','1']", "").is_err(), "no source file");
+        assert!(entry("['py','m.py']", "compile=['cc']\n").is_err(), "compiled");
+        assert!(
+            LanguageTable::parse("[x]\nsource='m.py'\nrun=['py','m.py']\nversion=['a']\nwarm={preload=['os; rm']}\n").is_err()
+        );
     }
 
     #[test]

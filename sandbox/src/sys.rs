@@ -308,3 +308,35 @@ pub fn exit(code: i32) -> ! {
     #[allow(clippy::empty_loop)]
     loop {}
 }
+
+/// poll(2) for input on one descriptor; Ok(0) on timeout.
+pub fn poll_in(fd: i32, timeout_ms: i32) -> Res {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: (timeout_ms / 1000) as libc::time_t,
+        tv_nsec: ((timeout_ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    sc!(
+        libc::SYS_ppoll,
+        &mut p as *mut libc::pollfd as usize,
+        1,
+        &ts as *const libc::timespec as usize,
+        0,
+        8
+    )
+}
+
+/// wait4(2) for any child without blocking; Ok(0) when none has ended.
+pub fn wait_any_nohang(status: &mut i32) -> Res {
+    sc!(
+        libc::SYS_wait4,
+        usize::MAX, /* -1 */
+        status as *mut i32 as usize,
+        (libc::__WALL | libc::WNOHANG) as usize,
+        0
+    )
+}

@@ -1,0 +1,362 @@
+# Sandpool's Python zygote (see sandbox/src/zygote/mod.rs and docs/warm-starts.md).
+#
+# Started by the executor as root in the slot's mount namespace, with the
+# language entry's interpreter flags and environment: `python3 -B -c <this>
+# MODULE...`. It imports MODULE... once, then forks one child per run and
+# never runs user code itself. Everything per run happens in the child, which
+# enters the run's namespaces, drops every privilege exactly as the cold path
+# does (sandbox/src/child.rs prog_main) and then runs the program the way
+# `python3 main.py` would.
+#
+# The zygote never reads a request: it receives only two descriptors per run
+# (the run's socket and its init's pidfd), so nothing of one run's data is in
+# its memory when it forks the next run.
+#
+# Descriptor 3 is the control socket (SOCK_SEQPACKET).
+import os
+import sys
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWCGROUP = 0x02000000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+
+def _zygote():
+    import ctypes
+    import socket
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctl = socket.socket(fileno=3)
+    own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+
+    def setns(fd, flags):
+        if libc.setns(fd, flags) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+
+    failed = []
+    import importlib
+
+    for name in sys.argv[1:]:
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # a preload that fails is reported, never fatal
+            failed.append("%s: %s" % (name, type(e).__name__))
+    del name
+    # Imported now so that the per-run path imports nothing.
+    import io
+    import signal
+    import resource  # noqa: F401
+    import gc
+
+    gc.collect()
+    # Objects already allocated are never scanned again: each run's collector
+    # does not touch (and copy) the zygote's pages.
+    gc.freeze()
+    ctl.send(("ready\n" + "\n".join(failed)).encode())
+
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        try:
+            msg, anc, _flags, _addr = ctl.recvmsg(16, socket.CMSG_SPACE(2 * 4))
+        except InterruptedError:
+            continue
+        if not msg:
+            os._exit(0)
+        fds = []
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(struct.unpack("%di" % (len(data) // 4), data[: len(data) - len(data) % 4]))
+        if msg != b"F" or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            ctl.send(b"bad request")
+            continue
+        run_fd, pidfd = fds
+        pid = -1
+        err = ""
+        try:
+            # Only this process's future children go there; restored below.
+            setns(pidfd, _CLONE_NEWPID)
+            try:
+                pid = os.fork()
+            finally:
+                if pid != 0:
+                    setns(own_pid_ns, _CLONE_NEWPID)
+        except OSError as e:
+            err = "%s (errno %d)" % (e.strerror, e.errno)
+        if pid == 0:
+            try:
+                os.close(ctl.detach())
+                os.close(own_pid_ns)
+                run = _child(run_fd, pidfd, libc, setns, ctypes, signal, socket, struct)
+            except BaseException as e:
+                # A sandbox error, not the program's: said on the run's socket.
+                try:
+                    os.write(run_fd, ("Esetting up the run: %r" % (e,)).encode())
+                finally:
+                    os._exit(126)
+            return run
+        os.close(pidfd)
+        status = -1
+        if pid > 0:
+            while True:
+                try:
+                    status = os.waitpid(pid, 0)[1]
+                    break
+                except InterruptedError:
+                    continue
+        try:
+            if pid > 0:
+                os.write(run_fd, b"S" + struct.pack("i", status))
+            else:
+                os.write(run_fd, b"E" + err.encode())
+        except OSError:
+            pass
+        os.close(run_fd)
+
+
+def _recv_exact(sock, n, fds, socket, struct):
+    buf = bytearray()
+    while len(buf) < n:
+        msg, anc, _f, _a = sock.recvmsg(n - len(buf), socket.CMSG_SPACE(16 * 4))
+        if not msg:
+            raise EOFError("the executor closed the run socket")
+        buf += msg
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(struct.unpack("%di" % (len(data) // 4), data[: len(data) - len(data) % 4]))
+    return bytes(buf)
+
+
+def _child(run_fd, pidfd, libc, setns, ctypes, signal, socket, struct):
+    """Enters the run's sandbox; returns what `_run` needs."""
+    sock = socket.socket(fileno=run_fd)
+    fds = []
+    (n,) = struct.unpack("<I", _recv_exact(sock, 4, fds, socket, struct))
+    body = _recv_exact(sock, n, fds, socket, struct)
+    sock.detach()
+    pos = 0
+
+    def u32():
+        nonlocal pos
+        (v,) = struct.unpack_from("<I", body, pos)
+        pos += 4
+        return v
+
+    def u64():
+        nonlocal pos
+        (v,) = struct.unpack_from("<Q", body, pos)
+        pos += 8
+        return v
+
+    def blob():
+        nonlocal pos
+        n = u32()
+        pos += n
+        return body[pos - n : pos]
+
+    argv = [blob().decode() for _ in range(u32())]
+    env = [blob() for _ in range(u32())]
+    cwd = blob().decode()
+    prefix = u32()
+    uid, gid = u32(), u32()
+    rlimits = [(u32(), u64(), u64()) for _ in range(u32())]
+    filters = [blob() for _ in range(u32())]
+    n_procs = u32()
+    if len(fds) != 3 + n_procs:
+        raise RuntimeError("expected %d descriptors, got %d" % (3 + n_procs, len(fds)))
+
+    # Into the slot's cgroup first (its memory, pids and CPU accounting), then
+    # the run's namespaces: pid already (the zygote forked us into it).
+    for fd in fds[3:]:
+        os.write(fd, b"0")
+        os.close(fd)
+    setns(pidfd, _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWNS | _CLONE_NEWCGROUP)
+    os.close(pidfd)
+    # As the cold path's init does for the program: the OOM killer's first choice.
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for i, fd in enumerate(fds[:3]):
+        os.dup2(fd, i)
+        os.close(fd)
+    os.setsid()
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    import resource
+
+    for res, cur, mx in rlimits:
+        resource.setrlimit(res, (cur, mx))
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    for f in filters:
+        buf = ctypes.create_string_buffer(f, len(f))
+        prog = SockFprog(len(f) // 8, ctypes.addressof(buf))
+        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "seccomp")
+    os.chdir(cwd)
+    os.closerange(3, 1 << 20)
+    return argv, env, prefix
+
+
+def _run(argv, env, prefix, io):
+    """Makes this process look like `argv` was exec'd, then runs the script."""
+    script = argv[prefix]
+    path = os.path.abspath(script)
+
+    os.environ.clear()
+    for kv in env:
+        k, _, v = kv.partition(b"=")
+        os.environb[k] = v
+    sys.argv = argv[prefix:]
+    sys.orig_argv = list(argv)
+    sys.path[0] = os.path.dirname(path)
+    sys.path_importer_cache.clear()
+    import importlib
+
+    importlib.invalidate_caches()
+    _unshadow(sys.path[0])
+
+    # Fresh standard streams on the run's descriptors, configured as the
+    # interpreter's start-up configured the zygote's (same flags, same env).
+    def stream(fd, old, write):
+        buf = io.open(fd, "wb" if write else "rb", buffering=-1, closefd=False)
+        s = io.TextIOWrapper(
+            buf,
+            encoding=old.encoding,
+            errors=old.errors,
+            newline="\n",
+            line_buffering=old.line_buffering or (write and os.isatty(fd)),
+            write_through=old.write_through,
+        )
+        s.mode = "w" if write else "r"
+        return s
+
+    sys.stdin = sys.__stdin__ = stream(0, sys.__stdin__, False)
+    sys.stdout = sys.__stdout__ = stream(1, sys.__stdout__, True)
+    sys.stderr = sys.__stderr__ = stream(2, sys.__stderr__, True)
+
+    # Per-process random state a preloaded module seeded at import, which
+    # every fork would otherwise share (`random` reseeds itself after fork).
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        np_random.seed()
+
+    import types
+    from importlib.machinery import SourceFileLoader
+
+    # The names, and their order, of a script's __main__.
+    main = types.ModuleType("__main__")
+    main.__loader__ = SourceFileLoader("__main__", path)
+    main.__annotations__ = {}
+    main.__builtins__ = __builtins__
+    main.__file__ = path
+    main.__cached__ = None
+    sys.modules["__main__"] = main
+
+    import atexit
+
+    interrupted = []
+
+    def _exit_by_sigint():
+        # `python3 main.py` ends by SIGINT after an unhandled KeyboardInterrupt.
+        if interrupted:
+            import signal
+
+            for s in (sys.stdout, sys.stderr):
+                try:
+                    s.flush()
+                except Exception:
+                    pass
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    atexit.register(_exit_by_sigint)
+
+    # The user's frames start this many frames below the interpreter's top
+    # here; the recursion limit is raised by as many, and reported without them.
+    # (+1: the call into exec.)
+    depth = _depth() + 1
+    real_get, real_set = sys.getrecursionlimit, sys.setrecursionlimit
+
+    def getrecursionlimit():
+        return real_get() - depth
+
+    def setrecursionlimit(limit):
+        real_set(limit + depth)
+
+    getrecursionlimit.__doc__, setrecursionlimit.__doc__ = real_get.__doc__, real_set.__doc__
+    real_set(real_get() + depth)
+    sys.getrecursionlimit, sys.setrecursionlimit = getrecursionlimit, setrecursionlimit
+    del stream, np_random, types, SourceFileLoader, atexit
+
+    try:
+        with io.open_code(path) as f:
+            source = f.read()
+        code = compile(source, path, "exec", dont_inherit=True)
+        del source, f
+        exec(code, main.__dict__)
+    except SystemExit:
+        # The interpreter's own handling (exit code, message), as for a script.
+        raise
+    except BaseException as e:
+        tb = e.__traceback__
+        # Drop this module's frames: the traceback starts at the script.
+        while tb is not None and tb.tb_frame.f_code.co_filename != path:
+            tb = tb.tb_next
+        e.__traceback__ = tb
+        sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+        sys.excepthook(type(e), e, tb)
+        if isinstance(e, KeyboardInterrupt):
+            interrupted.append(True)
+        raise SystemExit(1) from None
+
+
+def _depth():
+    f, n = sys._getframe(1), 0
+    while f is not None:
+        n += 1
+        f = f.f_back
+    return n
+
+
+def _unshadow(work):
+    """Forgets preloaded modules the work dir shadows: `python3 main.py` would import the run's own."""
+    try:
+        names = os.listdir(work)
+    except OSError:
+        return
+    tops = set()
+    for n in names:
+        if n.endswith(".py"):
+            tops.add(n[:-3])
+        elif "." not in n:
+            tops.add(n)
+    for m in [m for m in sys.modules if m.partition(".")[0] in tops and m.partition(".")[0] in _PRELOADED]:
+        del sys.modules[m]
+
+
+_PRELOADED = set(m.partition(".")[0] for m in sys.argv[1:])
+
+_run_args = _zygote()
+# Only a run's child gets here; after the script the interpreter finalizes as for any program.
+import io as _io
+
+_run(*_run_args, _io)
