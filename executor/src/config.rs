@@ -15,6 +15,10 @@ pub struct ExecutorArgs {
     /// Isolation mode; the executor refuses to start if the kernel or its privileges cannot provide it.
     #[arg(long, env = "SANDPOOL_ISOLATION", value_enum, default_value = "namespaces")]
     pub isolation: IsolationMode,
+    /// Warm starts: runs of languages whose table entry has `warm` fork from a
+    /// per-slot pre-initialised interpreter (docs/warm-starts.md); requests may opt out.
+    #[arg(long, env = "SANDPOOL_WARM_STARTS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub warm_starts: bool,
     /// Concurrent run slots (default: the CPUs this process may use).
     #[arg(long, env = "SANDPOOL_SLOTS")]
     pub slots: Option<usize>,
@@ -288,6 +292,7 @@ impl ExecutorArgs {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
             },
             capture: None,
+            warm_starts: self.warm_starts,
         }
     }
 

@@ -70,6 +70,8 @@ pub struct EngineConfig {
     pub identity: Identity,
     /// Where requests with chosen verdicts are recorded (off unless configured).
     pub capture: Option<crate::capture::Capture>,
+    /// Warm starts for languages whose entry has `warm` (see docs/warm-starts.md).
+    pub warm_starts: bool,
 }
 
 /// Executes requests.
@@ -88,6 +90,8 @@ pub struct Engine {
     fetch_total_bytes: u64,
     work_dir_bytes: u64,
     pub capture: Option<crate::capture::Capture>,
+    /// Per language with warm starts on: its zygote's configuration.
+    warm: BTreeMap<String, Arc<sandpool_sandbox::ZygoteConfig>>,
 }
 
 /// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
@@ -184,7 +188,23 @@ impl Engine {
             fetch_total_bytes: cfg.fetch_total_bytes,
             work_dir_bytes: cfg.work_dir_bytes,
             capture: cfg.capture,
+            warm: BTreeMap::new(),
         };
+        if cfg.warm_starts {
+            engine.warm = engine
+                .languages
+                .iter()
+                .filter_map(|l| {
+                    let zygote = sandpool_sandbox::ZygoteConfig {
+                        name: l.name.clone(),
+                        interpreter: l.warm_interpreter()?.to_vec(),
+                        env: engine.env_for(l),
+                        preload: l.warm.as_ref()?.preload.clone(),
+                    };
+                    Some((l.name.clone(), Arc::new(zygote)))
+                })
+                .collect();
+        }
         engine.availability = engine.probe_languages().await;
         engine.packages = crate::packages::probe(&engine).await;
         engine
@@ -211,6 +231,7 @@ impl Engine {
                 stdin: vec![],
                 limits,
                 gpu: lang.gpu,
+                warm: None,
             };
             let res = async {
                 let slot = self.admission.acquire(None).await.map_err(|e| e.to_string())?;
@@ -257,6 +278,11 @@ impl Engine {
             ));
         }
         env
+    }
+
+    /// The zygote a run of `lang` forks from, unless the request asked for a cold start.
+    pub fn warm_for(&self, lang: &Language, cold_start: bool) -> Option<Arc<sandpool_sandbox::ZygoteConfig>> {
+        (!cold_start).then(|| self.warm.get(&lang.name).cloned()).flatten()
     }
 
     /// Availability of every language.
@@ -450,6 +476,7 @@ impl Engine {
                 stdin: vec![],
                 limits: compile_limits,
                 gpu: lang.gpu,
+                warm: None,
             };
             let c = self.run_phase(slot, &work, &spec, Phase::Compile).await;
             resp.compile = Some(c.result);
@@ -470,6 +497,7 @@ impl Engine {
             stdin: req.stdin,
             limits: run_limits,
             gpu: lang.gpu,
+            warm: self.warm_for(lang, req.cold_start),
         };
         let r = self.run_phase(slot, &work, &spec, Phase::Run).await;
         resp.run = Some(r.result);
@@ -511,6 +539,8 @@ impl Engine {
                     version,
                     unavailable_reason: reason,
                     compiled: l.compile.is_some(),
+                    warm_start: self.warm.contains_key(&l.name),
+                    preloaded: self.warm.get(&l.name).map(|z| z.preload.clone()).unwrap_or_default(),
                     source_file: l.source.clone(),
                     gpu: l.gpu,
                     packages: self

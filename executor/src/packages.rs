@@ -33,6 +33,7 @@ pub async fn probe(engine: &Engine) -> BTreeMap<String, Vec<Package>> {
             stdin: vec![],
             limits,
             gpu: lang.gpu,
+            warm: None,
         };
         let res = async {
             let slot = engine.admission.acquire(None).await.map_err(|e| e.to_string())?;

@@ -49,6 +49,7 @@ pub fn phase_result(o: RunOutcome) -> PhaseResult {
         wall_time_us: o.wall.as_micros() as u64,
         cpu_time_us: o.cpu.as_micros() as u64,
         peak_memory_bytes: o.peak_memory,
+        warm: o.warm,
     }
 }
 

@@ -131,6 +131,9 @@ pub(crate) struct ChildPlan {
     pub _envp: Vec<CString>,
     pub envp_ptrs: Vec<*const libc::c_char>,
     pub prog_stack: Stack,
+    /// Warm runs: the init's end of its channel to the supervisor; the init
+    /// starts no program (a zygote forks it, see `zygote`). -1: a cold run.
+    pub warm_ctl_fd: i32,
 }
 
 // SAFETY: the raw pointers point into the CStrings owned by the same plan.
@@ -333,6 +336,9 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         step!(rep, Stage::EnterNetNs, sys::setns(plan.net_ns_fd, libc::CLONE_NEWNET));
     } else {
         step!(rep, Stage::EnterNetNs, loopback_up());
+    }
+    if plan.warm_ctl_fd >= 0 {
+        crate::zygote::init::serve(rep, plan.warm_ctl_fd, &plan.run_mount_points);
     }
 
     // SAFETY: the program child runs on its own stack; CLONE_VFORK suspends us

@@ -13,6 +13,7 @@
 //!   mount namespaces), `spawner` (clones inits inside a slot's cgroup), `child` and
 //!   `sys` (the code between clone and exec), `supervise` (watches a run from outside),
 //!   `mounts`.
+//! - [`zygote`]: warm starts, runs forked from a per-slot pre-initialised interpreter.
 
 pub mod cgroup;
 mod child;
@@ -30,6 +31,7 @@ mod spawner;
 mod supervise;
 mod sys;
 pub mod workdir;
+pub mod zygote;
 
 pub use limits::Limits;
 pub use namespaces::Namespaces;
@@ -37,6 +39,7 @@ pub use probe::{Feature, Features};
 pub use runner::{BoxFuture, Runner};
 pub use supervise::{RunOutcome, Termination};
 pub use workdir::{FetchError, WorkDir, WorkDirError};
+pub use zygote::ZygoteConfig;
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -137,6 +140,10 @@ pub struct RunSpec {
     pub limits: Limits,
     /// Gives the run the GPU device nodes.
     pub gpu: bool,
+    /// Fork the program from the slot's zygote for this configuration (a
+    /// warm start) when the slot can; `argv` must then be the zygote's
+    /// interpreter and flags, the script, and its arguments.
+    pub warm: Option<std::sync::Arc<ZygoteConfig>>,
 }
 
 /// Directory (inside the sandbox) where runs start.

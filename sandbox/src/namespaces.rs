@@ -33,6 +33,8 @@ pub struct Namespaces {
     features: Features,
     /// Kernels before 6.15 only: where work dirs are attached to be cloned.
     staging: Option<std::sync::Arc<workdir::Staging>>,
+    /// Per slot: the zygote warm runs fork from (started on a slot's first warm run).
+    zygotes: Arc<crate::zygote::Zygotes>,
 }
 
 impl Namespaces {
@@ -131,6 +133,7 @@ impl Namespaces {
         ] {
             features.set_in_use(f, true);
         }
+        let cfg_slots = cfg.slots;
         let sandbox = Namespaces {
             slot_locks: (0..cfg.slots).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
             cfg,
@@ -143,6 +146,7 @@ impl Namespaces {
             seccomp,
             features,
             staging,
+            zygotes: Arc::new(crate::zygote::Zygotes::new(cfg_slots)),
         };
         tracing::info!(mode = sandbox.cfg.mode.name(), features = %sandbox.features, "sandbox ready");
         Ok(sandbox)
@@ -231,6 +235,10 @@ impl Namespaces {
             cgroup: cg,
             seccomp: &self.seccomp,
             tmp_bytes: self.cfg.tmp_bytes,
+            warm: Some(supervise::WarmSlot {
+                zygotes: &self.zygotes,
+                index: slot,
+            }),
         };
         supervise::run(ctx, spec).await
     }

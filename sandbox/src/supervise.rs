@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
 
+mod warm;
+pub(crate) use warm::Slot as WarmSlot;
+
 /// Why the supervisor ended a run early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Termination {
@@ -41,6 +44,8 @@ pub struct RunOutcome {
     /// the CPU limit, or SIGXCPU). Whether a wall-time kill counts as a time
     /// limit too is the verdict's rule, not the sandbox's.
     pub cpu_exceeded: bool,
+    /// True when a slot's zygote forked the program (a warm start).
+    pub warm: bool,
 }
 
 /// Shared per-run inputs from the sandbox.
@@ -59,6 +64,8 @@ pub(crate) struct Context<'a> {
     pub cgroup: Option<&'a SlotCgroup>,
     pub seccomp: &'a [Vec<libc::sock_filter>],
     pub tmp_bytes: u64,
+    /// The slot's zygotes, where warm starts are on.
+    pub warm: Option<WarmSlot<'a>>,
 }
 
 const STACK_BYTES: usize = 256 * 1024;
@@ -190,6 +197,7 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildP
         envp_ptrs: child::ptr_array(&envp),
         _envp: envp,
         prog_stack: Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?,
+        warm_ctl_fd: -1,
     })
 }
 
@@ -340,17 +348,41 @@ async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>
 }
 
 /// One run, start to end: [`setup`], [`spawn`], [`watch`], [`collect`].
+/// Warm runs (see [`warm`]) differ only between spawn and watch.
 pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
-    let prepared = match setup(&ctx, spec)? {
+    let warm_cfg = warm::wanted(&ctx, spec);
+    if let Some(cfg) = &warm_cfg {
+        warm::ensure_zygote(&ctx, cfg).await?;
+    }
+    let mut prepared = match setup(&ctx, spec)? {
         Ok(p) => p,
         Err(no_room) => return Ok(no_room),
     };
+    let warm_prep = match (warm_cfg, &prepared.child_ends) {
+        (Some(cfg), [Some(i), Some(o), Some(e), ..]) => Some(warm::prepare(cfg, &mut prepared.plan, [i, o, e])?),
+        _ => None,
+    };
+    let rlimits = prepared.plan.rlimits.clone();
     let running = match spawn(ctx.mnt_ns.clone(), ctx.slot_guard, ctx.spawner, prepared, spec)? {
         Ok(r) => r,
         Err(no_room) => return Ok(no_room),
     };
-    let killed_by = watch(&running, spec, ctx.cgroup).await?;
-    collect(running, killed_by, spec, ctx.cgroup).await
+    let mut warm = match (warm_prep, &ctx.warm) {
+        (Some(p), Some(slot)) => warm::start(p, &running, slot, ctx.cgroup, ctx.uid, ctx.seccomp, spec, rlimits).await,
+        _ => None,
+    };
+    let killed_by = watch(&running, spec, ctx.cgroup, warm.as_mut()).await?;
+    if let Some(w) = warm.as_mut() {
+        w.settle().await;
+    }
+    let mut outcome = collect(running, killed_by, spec, ctx.cgroup).await?;
+    if let Some(w) = warm {
+        if let Some(e) = w.error {
+            return Err(SandboxError::Other(e.to_string()));
+        }
+        outcome.warm = true;
+    }
+    Ok(outcome)
 }
 
 /// Everything a run needs before its init is cloned.
@@ -527,7 +559,12 @@ fn spawn(
 
 /// Waits for the init to exit, killing it at the wall-time limit or when the
 /// slot's CPU counter passes the CPU limit; says which limit ended it, if any.
-async fn watch(r: &Running, spec: &RunSpec, cgroup: Option<&SlotCgroup>) -> Result<Option<Termination>, SandboxError> {
+async fn watch(
+    r: &Running,
+    spec: &RunSpec,
+    cgroup: Option<&SlotCgroup>,
+    mut warm: Option<&mut warm::Warm>,
+) -> Result<Option<Termination>, SandboxError> {
     let deadline = tokio::time::Instant::from_std(r.started + spec.limits.wall);
     let cpu_limit_ns = spec.limits.cpu.as_nanos() as u64;
     let cpu_at_start = r.baseline.as_ref().map_or(0, |b| b.cpu_ns());
@@ -540,6 +577,16 @@ async fn watch(r: &Running, spec: &RunSpec, cgroup: Option<&SlotCgroup>) -> Resu
     loop {
         tokio::select! {
             _ = &mut exited => return Ok(killed_by),
+            ended = async {
+                match warm.as_deref_mut() {
+                    Some(w) => w.ended().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some(w) = warm.as_deref_mut() {
+                    w.finish(ended).await;
+                }
+            }
             _ = tokio::time::sleep_until(deadline), if killed_by.is_none() => {
                 r.kid.kill();
                 killed_by = Some(Termination::WallTime);
@@ -646,6 +693,7 @@ async fn collect(
         peak_memory: usage.and_then(|u| u.peak_memory).unwrap_or(ru.ru_maxrss as u64 * 1024),
         // Measured facts only; what they mean for the verdict is the caller's rule.
         cpu_exceeded: cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime),
+        warm: false,
     })
 }
 

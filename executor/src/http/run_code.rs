@@ -86,6 +86,7 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest) -> Result<RunRespons
         args: vec![],
         fetch_files: req.fetch_files,
         request_id: String::new(),
+        cold_start: false,
     };
     let resp = engine.execute(exec, None).await.map_err(http_field)?;
     let status = run_status(resp.compile.as_ref(), resp.run.as_ref());

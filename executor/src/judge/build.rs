@@ -68,6 +68,7 @@ pub async fn compile(
         stdin: vec![],
         limits,
         gpu: lang.gpu,
+        warm: None,
     };
     let Phased { result, verdict, error } = engine.run_phase(slot, &work, &spec, Phase::Compile).await;
     match verdict {
@@ -126,6 +127,7 @@ pub async fn warm_up(engine: &Engine, slot: &SlotGuard, lang: &Language, program
         stdin: vec![],
         limits: engine.policy.compile_defaults,
         gpu: lang.gpu,
+        warm: None,
     };
     let p = engine.run_phase(slot, &work, &spec, Phase::Compile).await;
     match p.verdict {

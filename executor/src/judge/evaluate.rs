@@ -56,6 +56,8 @@ struct Runs<'a> {
     deadline: Option<Instant>,
     stopped: AtomicBool,
     admitted: &'a AtomicBool,
+    /// The zygote tests fork from (None: cold starts).
+    warm: Option<std::sync::Arc<sandpool_sandbox::ZygoteConfig>>,
 }
 
 fn test_result(index: usize, verdict: pb::Verdict, message: impl Into<String>) -> pb::TestResult {
@@ -253,6 +255,7 @@ impl Judge {
             deadline,
             stopped: AtomicBool::new(false),
             admitted: &admitted,
+            warm: engine.warm_for(lang, opts.cold_start),
         };
         // Futures are lazy: building them all first starts nothing; buffer_unordered
         // starts them in index order, `parallelism` at a time.
@@ -368,6 +371,7 @@ impl Judge {
             stdin: case.stdin.clone(),
             limits: runs.limits,
             gpu: runs.lang.gpu,
+            warm: runs.warm.clone(),
         };
         let phased = self.engine.run_phase(&held.slot, &work, &spec, Phase::Run).await;
         drop(work);
@@ -453,6 +457,7 @@ impl Judge {
             stdin: vec![],
             limits: self.engine.policy.run_defaults,
             gpu: checker.lang.gpu,
+            warm: None,
         };
         let p = self.engine.run_phase(&held.slot, &work, &spec, Phase::Run).await;
         drop(work);

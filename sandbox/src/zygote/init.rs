@@ -5,12 +5,12 @@ use crate::child::report;
 use crate::sys;
 use std::ffi::CString;
 
-/// After the init's set-up: says so on the report pipe, then reaps whatever
-/// the run orphans until the executor writes to (or closes) `ctl_fd`; then
+/// After the init's set-up: says so on `ctl_fd`, then reaps whatever the run
+/// orphans until the supervisor sends the program's wait status (which goes
+/// on the report pipe as a cold run's would) or closes `ctl_fd`; then
 /// detaches the run's mounts and exits, which kills what is left of the run.
 pub(crate) fn serve(report_fd: i32, ctl_fd: i32, mount_points: &[CString]) -> ! {
-    let rec = ready_record();
-    let _ = sys::write(report_fd, &rec);
+    let _ = sys::write(ctl_fd, b"R");
     let mut status = 0;
     loop {
         // Orphans re-parented to us (double forks, daemons) are reaped as
@@ -25,15 +25,15 @@ pub(crate) fn serve(report_fd: i32, ctl_fd: i32, mount_points: &[CString]) -> ! 
             _ => break,
         }
     }
+    let mut st = [0u8; 4];
+    if let Ok(4) = sys::read(ctl_fd, &mut st) {
+        let mut rec = [0u8; 12];
+        rec[0..4].copy_from_slice(&report::STATUS.to_ne_bytes());
+        rec[8..12].copy_from_slice(&st);
+        let _ = sys::write(report_fd, &rec);
+    }
     for p in mount_points.iter().rev() {
         sys::detach_all(p);
     }
     sys::exit(0)
-}
-
-/// The READY record, in the report pipe's format.
-fn ready_record() -> [u8; 12] {
-    let mut rec = [0u8; 12];
-    rec[0..4].copy_from_slice(&report::READY.to_ne_bytes());
-    rec
 }

@@ -175,7 +175,8 @@ impl Zygote {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
-        let (ns, sock) = (mnt_ns.as_raw_fd(), theirs.as_raw_fd());
+        let own_pid_ns = std::fs::File::open("/proc/self/ns/pid").map_err(start_err)?;
+        let (ns, sock, pid_ns) = (mnt_ns.as_raw_fd(), theirs.as_raw_fd(), own_pid_ns.as_raw_fd());
         // SAFETY: between fork and exec the closure makes only async-signal-safe
         // system calls (setns, dup2, prctl, chdir) on descriptors alive in the parent.
         unsafe {
@@ -192,11 +193,12 @@ impl Zygote {
                 check(libc::setns(ns, libc::CLONE_NEWNS))?;
                 check(libc::chdir(c"/".as_ptr()))?;
                 check(libc::dup2(sock, 3))?;
+                check(libc::dup2(pid_ns, 4))?;
                 check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0))
             });
         }
-        let mut child = cmd.spawn().map_err(start_err)?;
-        drop(theirs);
+        let child = cmd.spawn().map_err(start_err)?;
+        drop((theirs, own_pid_ns));
         let mut z = Zygote {
             cfg: cfg.clone(),
             child,
@@ -224,9 +226,7 @@ impl Zygote {
         z.failed = failed.lines().map(str::to_owned).collect();
         // Nothing more is read from it; the zygote's own errors go nowhere
         // (each run's child reports on the run's stderr).
-        child = z.child;
-        drop(child.stderr.take());
-        z.child = child;
+        drop(z.child.stderr.take());
         Ok(z)
     }
 
@@ -278,7 +278,7 @@ pub(crate) struct RunRequest<'a> {
 }
 
 impl RunRequest<'_> {
-    fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         fn u32_(b: &mut Vec<u8>, v: usize) {
             b.extend_from_slice(&(v as u32).to_le_bytes());
         }
@@ -318,12 +318,14 @@ impl RunRequest<'_> {
         b
     }
 
-    /// Sends the run on `sock` (blocking; the body may be a few MiB of args).
-    pub fn send(&self, sock: &OwnedFd) -> Result<(), ZygoteError> {
-        let body = self.encode();
-        let fds: Vec<RawFd> = self.stdio.iter().chain(&self.procs).copied().collect();
-        send_with_fds(sock.as_fd(), &(body.len() as u32).to_le_bytes(), &fds)?;
-        let mut rest = &body[..];
+}
+
+/// Sends an encoded run ([`RunRequest::encode`]) and its descriptors (stdio,
+/// then cgroup.procs) on `sock` (blocking: the body may be a MiB of args).
+pub(crate) fn send_run(sock: &OwnedFd, body: &[u8], fds: &[RawFd]) -> Result<(), ZygoteError> {
+    {
+        send_with_fds(sock.as_fd(), &(body.len() as u32).to_le_bytes(), fds)?;
+        let mut rest = body;
         while !rest.is_empty() {
             // SAFETY: write from our buffer.
             let n = unsafe {
@@ -375,15 +377,9 @@ impl Zygotes {
         }
     }
 
-    /// Runs `f` with slot `slot`'s zygote for `cfg`, started (blocking) if
-    /// there is none, it died, or it serves another configuration.
-    pub fn with<T>(
-        &self,
-        slot: usize,
-        cfg: &Arc<ZygoteConfig>,
-        mnt_ns: &OwnedFd,
-        f: impl FnOnce(&Zygote) -> Result<T, ZygoteError>,
-    ) -> Result<T, ZygoteError> {
+    /// Starts slot `slot`'s zygote for `cfg` (blocking) if there is none, it
+    /// died, or it serves another configuration.
+    pub fn ensure(&self, slot: usize, cfg: &Arc<ZygoteConfig>, mnt_ns: &OwnedFd) -> Result<(), ZygoteError> {
         let cell = self
             .slots
             .get(slot)
@@ -403,7 +399,26 @@ impl Zygotes {
             );
             *z = Some(started);
         }
-        let res = z.as_ref().map(f).ok_or(ZygoteError::Gone)?;
+        Ok(())
+    }
+
+    /// Runs `f` with slot `slot`'s zygote, which must serve `cfg` (see [`Zygotes::ensure`]).
+    pub fn with<T>(
+        &self,
+        slot: usize,
+        cfg: &Arc<ZygoteConfig>,
+        f: impl FnOnce(&Zygote) -> Result<T, ZygoteError>,
+    ) -> Result<T, ZygoteError> {
+        let cell = self
+            .slots
+            .get(slot)
+            .ok_or_else(|| ZygoteError::Fork(format!("no slot {slot}")))?;
+        let z = cell.lock().map_err(|_| ZygoteError::Gone)?;
+        let res = match z.as_ref() {
+            Some(zy) if zy.config() == cfg => f(zy),
+            _ => Err(ZygoteError::Gone),
+        };
+        let mut z = z;
         if res.is_err() {
             // Misbehaved or gone: the next run gets a new one.
             *z = None;

@@ -12,7 +12,8 @@
 # (the run's socket and its init's pidfd), so nothing of one run's data is in
 # its memory when it forks the next run.
 #
-# Descriptor 3 is the control socket (SOCK_SEQPACKET).
+# Descriptor 3 is the control socket (SOCK_SEQPACKET), 4 the zygote's own pid
+# namespace (the slot's mount namespace has no /proc between runs).
 import os
 import sys
 
@@ -34,7 +35,8 @@ def _zygote():
 
     libc = ctypes.CDLL(None, use_errno=True)
     ctl = socket.socket(fileno=3)
-    own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    own_pid_ns = 4
+    os.set_inheritable(own_pid_ns, False)
 
     def setns(fd, flags):
         if libc.setns(fd, flags) != 0:
@@ -247,6 +249,8 @@ def _run(argv, env, prefix, io):
             write_through=old.write_through,
         )
         s.mode = "w" if write else "r"
+        # What the interpreter's own streams are called (not their descriptors).
+        buf.raw.name = old.buffer.raw.name
         return s
 
     sys.stdin = sys.__stdin__ = stream(0, sys.__stdin__, False)
@@ -258,6 +262,9 @@ def _run(argv, env, prefix, io):
     np_random = sys.modules.get("numpy.random")
     if np_random is not None:
         np_random.seed()
+    mp_process = sys.modules.get("multiprocessing.process")
+    if mp_process is not None:
+        mp_process.current_process().authkey = os.urandom(32)
 
     import types
     from importlib.machinery import SourceFileLoader
@@ -271,29 +278,10 @@ def _run(argv, env, prefix, io):
     main.__cached__ = None
     sys.modules["__main__"] = main
 
-    import atexit
-
-    interrupted = []
-
-    def _exit_by_sigint():
-        # `python3 main.py` ends by SIGINT after an unhandled KeyboardInterrupt.
-        if interrupted:
-            import signal
-
-            for s in (sys.stdout, sys.stderr):
-                try:
-                    s.flush()
-                except Exception:
-                    pass
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-
-    atexit.register(_exit_by_sigint)
-
-    # The user's frames start this many frames below the interpreter's top
-    # here; the recursion limit is raised by as many, and reported without them.
-    # (+1: the call into exec.)
-    depth = _depth() + 1
+    # The script runs this many frames deeper than `python3 main.py` runs it
+    # (measured at start-up, see _DEPTH); the recursion limit is raised by as
+    # many, and reported without them.
+    depth = _DEPTH
     real_get, real_set = sys.getrecursionlimit, sys.setrecursionlimit
 
     def getrecursionlimit():
@@ -305,7 +293,7 @@ def _run(argv, env, prefix, io):
     getrecursionlimit.__doc__, setrecursionlimit.__doc__ = real_get.__doc__, real_set.__doc__
     real_set(real_get() + depth)
     sys.getrecursionlimit, sys.setrecursionlimit = getrecursionlimit, setrecursionlimit
-    del stream, np_random, types, SourceFileLoader, atexit
+    del stream, np_random, types, SourceFileLoader
 
     try:
         with io.open_code(path) as f:
@@ -313,9 +301,8 @@ def _run(argv, env, prefix, io):
         code = compile(source, path, "exec", dont_inherit=True)
         del source, f
         exec(code, main.__dict__)
-    except SystemExit:
-        # The interpreter's own handling (exit code, message), as for a script.
-        raise
+    except SystemExit as e:
+        _finish(_exit_code(e), False, main)
     except BaseException as e:
         tb = e.__traceback__
         # Drop this module's frames: the traceback starts at the script.
@@ -324,17 +311,86 @@ def _run(argv, env, prefix, io):
         e.__traceback__ = tb
         sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
         sys.excepthook(type(e), e, tb)
-        if isinstance(e, KeyboardInterrupt):
-            interrupted.append(True)
-        raise SystemExit(1) from None
+        del e, tb
+        _finish(1, isinstance(sys.last_value, KeyboardInterrupt), main)
+    _finish(0, False, main)
 
 
-def _depth():
-    f, n = sys._getframe(1), 0
-    while f is not None:
-        n += 1
-        f = f.f_back
-    return n
+def _exit_code(e):
+    """The exit status of an uncaught SystemExit, as the interpreter computes it."""
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(str(code))
+        sys.stderr.write("\n")
+    except Exception:
+        pass
+    return 1
+
+
+def _finish(code, interrupted, main):
+    """Py_FinalizeEx's observable part, then _exit.
+
+    Non-daemon threads are waited for, atexit handlers run, the script's
+    globals are cleared (their __del__ methods run), standard streams are
+    flushed (a failed flush makes the status 120). Tearing down every
+    preloaded module, as a full finalization would, only copies the
+    zygote's pages for nothing.
+    """
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:
+            pass
+    import atexit
+
+    atexit._run_exitfuncs()
+    try:
+        main.__dict__.clear()
+        del main
+        import gc
+
+        gc.collect()
+    except BaseException:
+        pass
+    for s in (sys.stdout, sys.stderr):
+        try:
+            # As the interpreter does: a closed stream is left alone.
+            if s is not None and not s.closed:
+                s.flush()
+        except BaseException:
+            code = 120
+    if interrupted:
+        # `python3 main.py` ends by SIGINT after an unhandled KeyboardInterrupt.
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
+_PROBE = """
+def _r():
+    global _n
+    _n += 1
+    _r()
+_n = 0
+try:
+    _r()
+except RecursionError:
+    pass
+"""
+
+
+def _headroom_exec():
+    """How deep code exec'd here, as `_run` execs the script, may recurse."""
+    g = {}
+    exec(_PROBE, g)
+    return g["_n"]
 
 
 def _unshadow(work):
@@ -354,6 +410,23 @@ def _unshadow(work):
 
 
 _PRELOADED = set(m.partition(".")[0] for m in sys.argv[1:])
+
+# A script's module frame is the first frame of `python3 main.py`, as this
+# one is; `_run` execs it from one call deeper (measured, not assumed: the
+# interpreter counts some C calls too).
+def _r():
+    global _n
+    _n += 1
+    _r()
+
+
+_n = 0
+try:
+    _r()
+except RecursionError:
+    pass
+_DEPTH = _n - _headroom_exec()
+del _r, _n
 
 _run_args = _zygote()
 # Only a run's child gets here; after the script the interpreter finalizes as for any program.

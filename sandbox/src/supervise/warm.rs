@@ -1,0 +1,192 @@
+//! The supervisor's part of a warm run (see [`crate::zygote`]): the init is
+//! set up as for a cold run but starts no program; once it is ready, the
+//! slot's zygote forks the program into the init's namespaces, and the wait
+//! status it reports goes to the init, which reports it as a cold init would.
+
+use super::{Context, Running, SandboxError, os};
+use crate::RunSpec;
+use crate::cgroup::SlotCgroup;
+use crate::child::ChildPlan;
+use crate::zygote::{self, RunRequest, ZygoteConfig, ZygoteError, Zygotes};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What a warm run needs from the slot.
+pub(crate) struct Slot<'a> {
+    pub zygotes: &'a Arc<Zygotes>,
+    pub index: usize,
+}
+
+/// Made before the init is cloned.
+pub(super) struct Prep {
+    cfg: Arc<ZygoteConfig>,
+    /// The init's end of the control channel (it holds its own copy once cloned).
+    init_end: OwnedFd,
+    ctl: OwnedFd,
+    /// Our copies of the program's stdin, stdout and stderr, for the zygote's child.
+    stdio: [OwnedFd; 3],
+}
+
+/// A warm run in progress.
+pub(super) struct Warm {
+    ctl: tokio::net::UnixStream,
+    outcome: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<i32, ZygoteError>> + Send>>>,
+    /// Why the zygote could not run the program, if it could not.
+    pub error: Option<ZygoteError>,
+    zygotes: Arc<Zygotes>,
+    slot: usize,
+}
+
+/// Whether `spec` runs warm here: it asks to, and the slot has what a warm
+/// run needs (a cgroup its child can join, the spawner; no GPU).
+pub(super) fn wanted(ctx: &Context<'_>, spec: &RunSpec) -> Option<Arc<ZygoteConfig>> {
+    let cfg = spec.warm.as_ref()?;
+    (ctx.warm.is_some() && ctx.cgroup.is_some() && ctx.spawner.is_some() && !spec.gpu).then(|| cfg.clone())
+}
+
+/// Starts the slot's zygote if it has none for `cfg` (off the async runtime,
+/// before the run's clock starts: importing the preloads takes a while).
+pub(super) async fn ensure_zygote(ctx: &Context<'_>, cfg: &Arc<ZygoteConfig>) -> Result<(), SandboxError> {
+    let Some(slot) = &ctx.warm else { return Ok(()) };
+    let (zygotes, index, cfg, ns) = (slot.zygotes.clone(), slot.index, cfg.clone(), ctx.mnt_ns.clone());
+    tokio::task::spawn_blocking(move || zygotes.ensure(index, &cfg, &ns))
+        .await
+        .map_err(|e| SandboxError::Other(format!("starting the zygote: {e}")))?
+        .map_err(|e| SandboxError::Other(e.to_string()))
+}
+
+/// Gives the init its control channel and keeps copies of the program's
+/// streams; the init then holds no stream of the program's itself.
+pub(super) fn prepare(cfg: Arc<ZygoteConfig>, plan: &mut ChildPlan, stdio: [&OwnedFd; 3]) -> Result<Prep, SandboxError> {
+    let (init_end, ctl) = std::os::unix::net::UnixStream::pair().map_err(os("socketpair"))?;
+    let (init_end, ctl) = (OwnedFd::from(init_end), OwnedFd::from(ctl));
+    let copy = |fd: &OwnedFd| fd.try_clone().map_err(os("duplicating a stream"));
+    let stdio = [copy(stdio[0])?, copy(stdio[1])?, copy(stdio[2])?];
+    let streams = [plan.stdin_fd, plan.stdout_fd, plan.stderr_fd];
+    plan.keep_fds.retain(|fd| !streams.contains(fd));
+    plan.keep_fds.push(init_end.as_raw_fd());
+    plan.keep_fds.sort_unstable();
+    plan.warm_ctl_fd = init_end.as_raw_fd();
+    Ok(Prep {
+        cfg,
+        init_end,
+        ctl,
+        stdio,
+    })
+}
+
+/// Once the init is ready, has the zygote fork the program into its
+/// namespaces. None: the init ended before it was ready (its report says why).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn start(
+    p: Prep,
+    r: &Running,
+    slot: &Slot<'_>,
+    cgroup: Option<&SlotCgroup>,
+    uid: u32,
+    seccomp: &[Vec<libc::sock_filter>],
+    spec: &RunSpec,
+    rlimits: Vec<(u32, libc::rlimit64)>,
+) -> Option<Warm> {
+    drop(p.init_end);
+    let ctl = std::os::unix::net::UnixStream::from(p.ctl);
+    let mut ctl = ctl
+        .set_nonblocking(true)
+        .and_then(|_| tokio::net::UnixStream::from_std(ctl))
+        .ok()?;
+    let mut ready = [0u8; 1];
+    if !matches!(ctl.read(&mut ready).await, Ok(1)) {
+        return None;
+    }
+    let mut warm = Warm {
+        ctl,
+        outcome: None,
+        error: None,
+        zygotes: slot.zygotes.clone(),
+        slot: slot.index,
+    };
+    let sent = async {
+        let procs: Vec<OwnedFd> = match cgroup {
+            Some(c) => c.procs_files()?,
+            None => vec![],
+        };
+        let sock = slot.zygotes.with(slot.index, &p.cfg, |z| z.fork(r.kid.handle.0.as_fd()))?;
+        let req = RunRequest {
+            argv: &spec.argv,
+            env: &spec.env,
+            cwd: crate::WORK_DIR,
+            prefix: p.cfg.interpreter.len(),
+            uid,
+            gid: uid,
+            rlimits: &rlimits,
+            seccomp,
+            stdio: [p.stdio[0].as_raw_fd(), p.stdio[1].as_raw_fd(), p.stdio[2].as_raw_fd()],
+            procs: procs.iter().map(|f| f.as_raw_fd()).collect(),
+        };
+        let msg = req.encode();
+        let fds: Vec<i32> = req.stdio.iter().chain(&req.procs).copied().collect();
+        // Blocking writes (a request's args may pass the socket's buffer) off the runtime.
+        tokio::task::spawn_blocking(move || {
+            let r = zygote::send_run(&sock, &msg, &fds);
+            drop((procs, p.stdio));
+            r.map(|_| sock)
+        })
+        .await
+        .map_err(|e| ZygoteError::Fork(e.to_string()))?
+    }
+    .await;
+    match sent {
+        Ok(sock) => warm.outcome = Some(Box::pin(zygote::outcome(sock))),
+        // The init is told to end at once (see `finish`).
+        Err(e) => warm.fail(e).await,
+    }
+    Some(warm)
+}
+
+impl Warm {
+    /// Resolves when the zygote reports the program's end (never, once it has).
+    pub async fn ended(&mut self) -> Result<i32, ZygoteError> {
+        match self.outcome.as_mut() {
+            Some(f) => {
+                let r = f.await;
+                self.outcome = None;
+                r
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Hands the program's wait status to the init (which reports it and
+    /// ends the run), or, on a zygote error, just ends the run.
+    pub async fn finish(&mut self, res: Result<i32, ZygoteError>) {
+        match res {
+            Ok(status) => {
+                let _ = self.ctl.write_all(&status.to_ne_bytes()).await;
+            }
+            Err(e) => return self.fail(e).await,
+        }
+        let _ = self.ctl.shutdown().await;
+    }
+
+    /// The zygote failed this run: it is replaced, and the init ends the run.
+    async fn fail(&mut self, e: ZygoteError) {
+        tracing::warn!(slot = self.slot, error = %e, "warm start failed; replacing the zygote");
+        self.zygotes.discard(self.slot);
+        self.error = Some(e);
+        let _ = self.ctl.shutdown().await;
+    }
+
+    /// After the init is gone: a zygote that has not reported its child's end
+    /// within a grace period is stuck, and replaced.
+    pub async fn settle(&mut self) {
+        if let Some(f) = self.outcome.as_mut()
+            && tokio::time::timeout(Duration::from_secs(2), f).await.is_err()
+        {
+            tracing::warn!(slot = self.slot, "the zygote did not report its child's end; replacing it");
+            self.zygotes.discard(self.slot);
+        }
+        self.outcome = None;
+    }
+}

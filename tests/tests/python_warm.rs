@@ -1,0 +1,249 @@
+//! Warm starts (docs/warm-starts.md): a Python program forked from the slot's
+//! zygote behaves as `python3 main.py` started fresh. Each case runs warm and
+//! cold (`cold_start`) on the same executor and the two must agree; and
+//! nothing of one warm run is visible to the next.
+
+use sandpool_proto::v1 as pb;
+use sandpool_tests::{Executor, Options, describe, stdout};
+
+async fn executor() -> Executor {
+    Executor::start(Options {
+        slots: 2,
+        languages: vec!["python"],
+        // Warm starts on, whatever the environment says.
+        extra_args: vec!["--warm-starts".into(), "true".into()],
+        ..Default::default()
+    })
+    .await
+}
+
+fn req(code: &str, stdin: &str, args: &[&str], files: &[(&str, &str)], cold: bool) -> pb::ExecuteRequest {
+    pb::ExecuteRequest {
+        language: "python".into(),
+        code: code.into(),
+        stdin: stdin.as_bytes().to_vec(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        files: files
+            .iter()
+            .map(|(p, c)| pb::File {
+                path: p.to_string(),
+                content: c.as_bytes().to_vec(),
+                executable: false,
+            })
+            .collect(),
+        cold_start: cold,
+        ..Default::default()
+    }
+}
+
+fn run(r: &pb::ExecuteResponse) -> &pb::PhaseResult {
+    r.run.as_ref().expect("run phase")
+}
+
+fn stderr(r: &pb::ExecuteResponse) -> String {
+    String::from_utf8_lossy(&run(r).stderr).into_owned()
+}
+
+/// Runs `code` warm and cold; asserts each ran as asked and both ended alike
+/// (verdict, exit code, signal, stdout, stderr). Returns the warm response.
+async fn same(exe: &Executor, code: &str, stdin: &str, args: &[&str], files: &[(&str, &str)]) -> pb::ExecuteResponse {
+    let warm = exe.run(req(code, stdin, args, files, false)).await;
+    let cold = exe.run(req(code, stdin, args, files, true)).await;
+    assert!(run(&warm).warm, "not a warm start: {}", describe(&warm));
+    assert!(!run(&cold).warm, "cold_start ran warm: {}", describe(&cold));
+    let key = |r: &pb::ExecuteResponse| {
+        let p = run(r);
+        (r.verdict, p.exit_code, p.signal, stdout(r), stderr(r))
+    };
+    assert_eq!(key(&warm), key(&cold), "warm vs cold differ for:\n{code}");
+    warm
+}
+
+#[tokio::test]
+async fn the_script_sees_what_python3_main_py_shows_it() {
+    let exe = executor().await;
+    let code = r#"
+import sys, os
+print(sys.argv, __name__, __file__, sys.path[0], os.getcwd())
+print(sys.orig_argv, sys.executable, sys.flags.dont_write_bytecode, sys.flags.isolated)
+print(list(globals()), __spec__, __package__, __cached__, type(__loader__).__name__, __doc__)
+print(sorted(os.environ.items()))
+print(os.getuid(), os.getgid(), os.getgroups(), os.getpid(), os.getsid(0) == os.getpid())
+print(sorted(os.listdir("/proc/self/fd")), os.listdir("/work"), sorted(os.listdir("/tmp")))
+print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])
+print(open("/proc/self/status").read().split("NoNewPrivs:")[1].split()[0])
+print(open("/proc/self/status").read().split("Seccomp:")[1].split()[0])
+print(open("/proc/self/cgroup").read().strip().splitlines()[-1], open("/proc/self/oom_score_adj").read())
+import resource
+print([resource.getrlimit(r) for r in (resource.RLIMIT_NPROC, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE, resource.RLIMIT_CORE, resource.RLIMIT_STACK)])
+import signal
+print([signal.getsignal(s) for s in (signal.SIGINT, signal.SIGPIPE, signal.SIGTERM, signal.SIGXFSZ, signal.SIGCHLD)])
+print(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+import socket
+print(socket.gethostname())
+"#;
+    let r = same(&exe, code, "", &["a", "b c"], &[("data.txt", "x")]).await;
+    let out = stdout(&r);
+    assert!(out.starts_with("['main.py', 'a', 'b c'] __main__ /work/main.py /work /work\n"), "{out}");
+    assert!(out.contains("['python3', '-B', 'main.py', 'a', 'b c'] /usr/bin/python3 1 0\n"), "{out}");
+    assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
+}
+
+#[tokio::test]
+async fn standard_streams_buffering_input_and_the_flush_at_exit() {
+    let exe = executor().await;
+    let code = r#"
+import sys
+print(sys.stdout.line_buffering, sys.stderr.line_buffering, sys.stdout.write_through)
+print(sys.stdout.encoding, sys.stdin.encoding, sys.stdout.errors, sys.stderr.errors, sys.stdin.errors)
+print(sys.stdout.isatty(), type(sys.stdout.buffer).__name__, sys.stdout.mode, sys.stdin.mode, sys.stdin.seekable())
+print(sys.stdin is sys.__stdin__, sys.stdout is sys.__stdout__, sys.stdout.fileno(), sys.stderr.name)
+name = input("name? ")
+print("hello", name, "héllo ✓")
+rest = sys.stdin.read()
+print(repr(rest))
+sys.stdout.write("no newline, flushed at exit")
+sys.stderr.write("err line\nerr tail")
+"#;
+    let r = same(&exe, code, "ada\nline two\n", &[], &[]).await;
+    assert!(stdout(&r).contains("hello ada héllo ✓\n'line two\\n'\nno newline, flushed at exit"), "{}", stdout(&r));
+    assert!(stdout(&r).starts_with("False True False\nutf-8 utf-8 strict backslashreplace strict\n"), "{}", stdout(&r));
+}
+
+#[tokio::test]
+async fn exit_codes_tracebacks_and_signals_match() {
+    let exe = executor().await;
+    let cases: &[(&str, i32, i32)] = &[
+        ("print('ok')", 0, 0),
+        ("import sys\nprint('x')\nsys.exit(3)", 3, 0),
+        ("import sys\nsys.exit('boom')", 1, 0),
+        ("import sys\nsys.exit(None)", 0, 0),
+        ("import sys\nsys.exit(256 + 4)", 4, 0),
+        ("raise SystemExit(True)", 1, 0),
+        ("def f():\n    raise ValueError('x')\nprint('before')\nf()", 1, 0),
+        ("import os\nprint('lost in the buffer')\nos._exit(7)", 7, 0),
+        ("import os, signal\nprint('unflushed')\nos.kill(os.getpid(), signal.SIGTERM)", 0, libc_sigterm()),
+        ("raise KeyboardInterrupt", 0, 2),
+        ("x = (", 1, 0),
+        ("import sys\nsys.stdout.close()\nprint('after close')", 1, 0),
+        ("class E(Exception):\n    pass\ntry:\n    1/0\nexcept ZeroDivisionError as e:\n    raise E('chained') from e", 1, 0),
+    ];
+    for (code, exit, signal) in cases {
+        let r = same(&exe, code, "", &[], &[]).await;
+        assert_eq!((run(&r).exit_code, run(&r).signal), (*exit, *signal), "{code}: {}", describe(&r));
+    }
+    let r = same(&exe, "def f():\n    raise ValueError('x')\nf()", "", &[], &[]).await;
+    assert_eq!(
+        stderr(&r),
+        "Traceback (most recent call last):\n  File \"/work/main.py\", line 3, in <module>\n    f()\n  File \"/work/main.py\", line 2, in f\n    raise ValueError('x')\nValueError: x\n"
+    );
+}
+
+fn libc_sigterm() -> i32 {
+    15
+}
+
+#[tokio::test]
+async fn atexit_del_threads_multiprocessing_recursion_and_warnings_match() {
+    let exe = executor().await;
+    let cases = [
+        // atexit handlers run last-registered first, after an uncaught exception's traceback.
+        "import atexit\natexit.register(print, 'first registered')\natexit.register(print, 'second')\nprint('body')\nraise RuntimeError('late')",
+        "class A:\n    def __del__(self):\n        print('del at exit')\na = A()\nprint('made')",
+        "import threading, time\ndef w():\n    time.sleep(0.2)\n    print('thread done')\nthreading.Thread(target=w).start()\nprint('main done')",
+        "import threading\nt = threading.Thread(target=lambda: 1/0)\nt.start()\nt.join()\nprint('after')",
+        "import multiprocessing as mp\ndef sq(x):\n    return x * x\nif __name__ == '__main__':\n    with mp.Pool(2) as p:\n        print(p.map(sq, range(6)))",
+        "import multiprocessing as mp\ndef hi(q):\n    q.put(__name__)\nif __name__ == '__main__':\n    ctx = mp.get_context('spawn')\n    q = ctx.Queue()\n    p = ctx.Process(target=hi, args=(q,))\n    p.start()\n    print(q.get())\n    p.join()\n    print(p.exitcode)",
+        "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'import sys; print(sys.argv)'], capture_output=True, text=True).stdout)",
+        "import warnings\nwarnings.warn('careful')\nimport collections\nprint(type(collections).__name__)\nwarnings.warn('deprecated', DeprecationWarning)",
+        "import inspect\ndef g():\n    return len(inspect.stack())\nprint(g() - len(inspect.stack()))",
+        "print(open('data.txt').read())\nwith open('out.txt', 'w') as f:\n    f.write('written')\nimport os\nprint(sorted(os.listdir('.')), open('out.txt').read())",
+    ];
+    for code in cases {
+        let r = same(&exe, code, "", &[], &[("data.txt", "given")]).await;
+        assert!(matches!(r.verdict, 1 | 3), "{code}: {}", describe(&r));
+    }
+}
+
+/// The recursion limit reads the same and bounds the script's own frames;
+/// how deep a script gets may differ by one frame (docs/warm-starts.md).
+#[tokio::test]
+async fn the_recursion_limit_holds_within_a_frame() {
+    let exe = executor().await;
+    let code = "import sys\ndef f(n):\n    try:\n        return f(n + 1)\n    except RecursionError:\n        return n\nprint(sys.getrecursionlimit(), f(0))\nsys.setrecursionlimit(60)\nprint(sys.getrecursionlimit(), f(0))";
+    let warm = exe.run(req(code, "", &[], &[], false)).await;
+    let cold = exe.run(req(code, "", &[], &[], true)).await;
+    assert!(run(&warm).warm && !run(&cold).warm);
+    let nums = |r: &pb::ExecuteResponse| -> Vec<i64> {
+        stdout(r).split_whitespace().map(|w| w.parse().expect("a number")).collect()
+    };
+    let (w, c) = (nums(&warm), nums(&cold));
+    assert_eq!((w[0], w[2]), (1000, 60), "{}", describe(&warm));
+    assert_eq!((c[0], c[2]), (1000, 60), "{}", describe(&cold));
+    for i in [1, 3] {
+        assert!((w[i] - c[i]).abs() <= 1, "depth warm {} cold {}", w[i], c[i]);
+    }
+}
+
+#[tokio::test]
+async fn a_module_in_the_work_dir_shadows_a_preloaded_one_as_it_would_cold() {
+    let exe = executor().await;
+    let files = [("random.py", "X = 'mine'\n"), ("numpy/__init__.py", "Y = 'my numpy'\n")];
+    let r = same(&exe, "import random, numpy\nprint(random.X, numpy.Y)", "", &[], &files).await;
+    assert_eq!(stdout(&r), "mine my numpy\n", "{}", describe(&r));
+}
+
+#[tokio::test]
+async fn nothing_of_one_warm_run_is_visible_to_the_next() {
+    // One slot's zygote serves both runs: everything the first changes must be gone.
+    let exe1 = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        extra_args: vec!["--warm-starts".into(), "true".into()],
+        ..Default::default()
+    })
+    .await;
+    let first = r#"
+import json, os, sys, numpy, random, collections
+json.leak = 'secret-1'
+collections.Counter.leak = 'secret-2'
+sys.modules['leaky'] = json
+os.environ['LEAK'] = 'secret-3'
+sys.path.append('/leak')
+open('/tmp/leak', 'w').write('secret-4')
+open('/work/leak', 'w').write('secret-5')
+open('/dev/shm/leak', 'w').write('secret-6')
+fd = os.open('/work/leak', os.O_RDONLY)
+os.dup2(fd, 100)
+import threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+print(random.random(), numpy.random.rand())
+"#;
+    let second = r#"
+import json, os, sys, numpy, random, collections
+print(hasattr(json, 'leak'), hasattr(collections.Counter, 'leak'), 'leaky' in sys.modules)
+print(os.environ.get('LEAK'), '/leak' in sys.path)
+print([os.path.exists(p) for p in ('/tmp/leak', '/work/leak', '/dev/shm/leak')])
+print(sorted(os.listdir('/proc/self/fd')), threading_count())
+print(random.random(), numpy.random.rand())
+"#
+    .replace("threading_count()", "__import__('threading').active_count()");
+    let a = exe1.run(req(first, "", &[], &[], false)).await;
+    let b = exe1.run(req(&second, "", &[], &[], false)).await;
+    assert!(run(&a).warm && run(&b).warm, "{} / {}", describe(&a), describe(&b));
+    let out = stdout(&b);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "False False False",
+            "None False",
+            "[False, False, False]",
+            "['0', '1', '2', '3'] 1"
+        ],
+        "{}",
+        describe(&b)
+    );
+    // Random state is the run's own, not the zygote's.
+    assert_ne!(stdout(&a).trim(), lines[4], "random numbers repeated across warm runs");
+}
