@@ -276,6 +276,27 @@ pub fn verdict(v: i32) -> &'static str {
     pb::Verdict::try_from(v).map(|v| v.as_str_name()).unwrap_or("?")
 }
 
+/// Whether executors started by the tests run Python warm: the executor's
+/// default (on) unless `SANDPOOL_WARM_STARTS` (inherited by the executors
+/// the harness starts) turns warm starts off. scripts/test.sh runs the
+/// isolation and limits suites both ways.
+pub fn warm_starts() -> bool {
+    !matches!(
+        std::env::var("SANDPOOL_WARM_STARTS").as_deref().map(str::to_ascii_lowercase).as_deref(),
+        Ok("false" | "0" | "off" | "no")
+    )
+}
+
+/// Asserts a Python response that ran its program started as the variant
+/// under test says ([`warm_starts`]); a sandbox failure has no start to check.
+pub fn assert_start_variant(r: &pb::ExecuteResponse) {
+    if let Some(p) = &r.run
+        && r.verdict != pb::Verdict::SandboxError as i32
+    {
+        assert_eq!(p.warm, warm_starts(), "warm start expected: {}; {}", warm_starts(), describe(r));
+    }
+}
+
 /// Stdout of the run phase, lossily decoded.
 pub fn stdout(r: &pb::ExecuteResponse) -> String {
     r.run

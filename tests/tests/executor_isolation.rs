@@ -16,7 +16,9 @@ async fn executor() -> Executor {
 }
 
 async fn py(exe: &Executor, code: &str) -> pb::ExecuteResponse {
-    exe.run(request("python", code, "")).await
+    let r = exe.run(request("python", code, "")).await;
+    sandpool_tests::assert_start_variant(&r);
+    r
 }
 
 #[tokio::test]

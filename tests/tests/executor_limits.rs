@@ -25,6 +25,7 @@ fn with_limits(mut r: pb::ExecuteRequest, l: pb::Limits) -> pb::ExecuteRequest {
 async fn next_run_works(exe: &Executor) {
     let r = exe.run(request("python", "print('still here')", "")).await;
     assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
+    sandpool_tests::assert_start_variant(&r);
     assert_eq!(stdout(&r), "still here\n");
 }
 
