@@ -246,10 +246,15 @@ impl LanguageTable {
                     ));
                 }
                 let module = |m: &String| {
-                    !m.is_empty() && m.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+                    !m.is_empty()
+                        && m.split('.')
+                            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
                 };
                 if lang.warm.as_ref().is_some_and(|w| !w.preload.iter().all(module)) {
-                    return Err(TableError::Invalid(name, "warm.preload must name modules (a.b_c)".into()));
+                    return Err(TableError::Invalid(
+                        name,
+                        "warm.preload must name modules (a.b_c)".into(),
+                    ));
                 }
                 lang.name = name.clone();
                 if lang.warm_interpreter().is_none() {
@@ -386,10 +391,15 @@ mod tests {
         let py = t.get("python").unwrap();
         let warm = py.warm.as_ref().expect("python has warm starts");
         assert!(warm.preload.iter().any(|m| m == "numpy"));
-        assert_eq!(py.warm_interpreter(), Some(&["python3".to_owned(), "-B".to_owned()][..]));
+        assert_eq!(
+            py.warm_interpreter(),
+            Some(&["python3".to_owned(), "-B".to_owned()][..])
+        );
         assert!(t.get("c").unwrap().warm_interpreter().is_none());
         let entry = |run: &str, extra: &str| {
-            LanguageTable::parse(&format!("[x]\nsource='m.py'\nrun={run}\nversion=['a']\n{extra}warm={{preload=['os']}}\n"))
+            LanguageTable::parse(&format!(
+                "[x]\nsource='m.py'\nrun={run}\nversion=['a']\n{extra}warm={{preload=['os']}}\n"
+            ))
         };
         assert!(entry("['py','m.py']", "").is_ok());
         assert!(entry("['m.py']", "").is_err(), "no interpreter");
@@ -397,7 +407,8 @@ mod tests {
         assert!(entry("['py','-c','1']", "").is_err(), "no source file");
         assert!(entry("['py','m.py']", "compile=['cc']\n").is_err(), "compiled");
         assert!(
-            LanguageTable::parse("[x]\nsource='m.py'\nrun=['py','m.py']\nversion=['a']\nwarm={preload=['os; rm']}\n").is_err()
+            LanguageTable::parse("[x]\nsource='m.py'\nrun=['py','m.py']\nversion=['a']\nwarm={preload=['os; rm']}\n")
+                .is_err()
         );
     }
 

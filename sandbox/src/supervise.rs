@@ -350,9 +350,13 @@ async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>
 /// One run, start to end: [`setup`], [`spawn`], [`watch`], [`collect`].
 /// Warm runs (see [`warm`]) differ only between spawn and watch.
 pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
-    let warm_cfg = warm::wanted(&ctx, spec);
-    if let Some(cfg) = &warm_cfg {
-        warm::ensure_zygote(&ctx, cfg).await?;
+    let mut warm_cfg = warm::wanted(&ctx, spec);
+    if let Some(cfg) = &warm_cfg
+        && let Err(e) = warm::ensure_zygote(&ctx, cfg).await
+    {
+        // A zygote that cannot start costs the run its warm start, not the run.
+        tracing::warn!(error = %e, "no zygote; this run starts cold");
+        warm_cfg = None;
     }
     let mut prepared = match setup(&ctx, spec)? {
         Ok(p) => p,

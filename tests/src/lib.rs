@@ -282,7 +282,10 @@ pub fn verdict(v: i32) -> &'static str {
 /// isolation and limits suites both ways.
 pub fn warm_starts() -> bool {
     !matches!(
-        std::env::var("SANDPOOL_WARM_STARTS").as_deref().map(str::to_ascii_lowercase).as_deref(),
+        std::env::var("SANDPOOL_WARM_STARTS")
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
         Ok("false" | "0" | "off" | "no")
     )
 }
@@ -293,7 +296,13 @@ pub fn assert_start_variant(r: &pb::ExecuteResponse) {
     if let Some(p) = &r.run
         && r.verdict != pb::Verdict::SandboxError as i32
     {
-        assert_eq!(p.warm, warm_starts(), "warm start expected: {}; {}", warm_starts(), describe(r));
+        assert_eq!(
+            p.warm,
+            warm_starts(),
+            "warm start expected: {}; {}",
+            warm_starts(),
+            describe(r)
+        );
     }
 }
 

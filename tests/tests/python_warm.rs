@@ -84,8 +84,14 @@ print(socket.gethostname())
 "#;
     let r = same(&exe, code, "", &["a", "b c"], &[("data.txt", "x")]).await;
     let out = stdout(&r);
-    assert!(out.starts_with("['main.py', 'a', 'b c'] __main__ /work/main.py /work /work\n"), "{out}");
-    assert!(out.contains("['python3', '-B', 'main.py', 'a', 'b c'] /usr/bin/python3 1 0\n"), "{out}");
+    assert!(
+        out.starts_with("['main.py', 'a', 'b c'] __main__ /work/main.py /work /work\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("['python3', '-B', 'main.py', 'a', 'b c'] /usr/bin/python3 1 0\n"),
+        "{out}"
+    );
     assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
 }
 
@@ -106,8 +112,16 @@ sys.stdout.write("no newline, flushed at exit")
 sys.stderr.write("err line\nerr tail")
 "#;
     let r = same(&exe, code, "ada\nline two\n", &[], &[]).await;
-    assert!(stdout(&r).contains("hello ada héllo ✓\n'line two\\n'\nno newline, flushed at exit"), "{}", stdout(&r));
-    assert!(stdout(&r).starts_with("False True False\nutf-8 utf-8 strict backslashreplace strict\n"), "{}", stdout(&r));
+    assert!(
+        stdout(&r).contains("hello ada héllo ✓\n'line two\\n'\nno newline, flushed at exit"),
+        "{}",
+        stdout(&r)
+    );
+    assert!(
+        stdout(&r).starts_with("False True False\nutf-8 utf-8 strict backslashreplace strict\n"),
+        "{}",
+        stdout(&r)
+    );
 }
 
 #[tokio::test]
@@ -122,15 +136,28 @@ async fn exit_codes_tracebacks_and_signals_match() {
         ("raise SystemExit(True)", 1, 0),
         ("def f():\n    raise ValueError('x')\nprint('before')\nf()", 1, 0),
         ("import os\nprint('lost in the buffer')\nos._exit(7)", 7, 0),
-        ("import os, signal\nprint('unflushed')\nos.kill(os.getpid(), signal.SIGTERM)", 0, libc_sigterm()),
+        (
+            "import os, signal\nprint('unflushed')\nos.kill(os.getpid(), signal.SIGTERM)",
+            0,
+            libc_sigterm(),
+        ),
         ("raise KeyboardInterrupt", 0, 2),
         ("x = (", 1, 0),
         ("import sys\nsys.stdout.close()\nprint('after close')", 1, 0),
-        ("class E(Exception):\n    pass\ntry:\n    1/0\nexcept ZeroDivisionError as e:\n    raise E('chained') from e", 1, 0),
+        (
+            "class E(Exception):\n    pass\ntry:\n    1/0\nexcept ZeroDivisionError as e:\n    raise E('chained') from e",
+            1,
+            0,
+        ),
     ];
     for (code, exit, signal) in cases {
         let r = same(&exe, code, "", &[], &[]).await;
-        assert_eq!((run(&r).exit_code, run(&r).signal), (*exit, *signal), "{code}: {}", describe(&r));
+        assert_eq!(
+            (run(&r).exit_code, run(&r).signal),
+            (*exit, *signal),
+            "{code}: {}",
+            describe(&r)
+        );
     }
     let r = same(&exe, "def f():\n    raise ValueError('x')\nf()", "", &[], &[]).await;
     assert_eq!(
@@ -175,7 +202,10 @@ async fn the_recursion_limit_holds_within_a_frame() {
     let cold = exe.run(req(code, "", &[], &[], true)).await;
     assert!(run(&warm).warm && !run(&cold).warm);
     let nums = |r: &pb::ExecuteResponse| -> Vec<i64> {
-        stdout(r).split_whitespace().map(|w| w.parse().expect("a number")).collect()
+        stdout(r)
+            .split_whitespace()
+            .map(|w| w.parse().expect("a number"))
+            .collect()
     };
     let (w, c) = (nums(&warm), nums(&cold));
     assert_eq!((w[0], w[2]), (1000, 60), "{}", describe(&warm));

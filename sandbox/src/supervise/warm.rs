@@ -50,6 +50,9 @@ pub(super) fn wanted(ctx: &Context<'_>, spec: &RunSpec) -> Option<Arc<ZygoteConf
 /// before the run's clock starts: importing the preloads takes a while).
 pub(super) async fn ensure_zygote(ctx: &Context<'_>, cfg: &Arc<ZygoteConfig>) -> Result<(), SandboxError> {
     let Some(slot) = &ctx.warm else { return Ok(()) };
+    if slot.zygotes.ready(slot.index, cfg) {
+        return Ok(());
+    }
     let (zygotes, index, cfg, ns) = (slot.zygotes.clone(), slot.index, cfg.clone(), ctx.mnt_ns.clone());
     tokio::task::spawn_blocking(move || zygotes.ensure(index, &cfg, &ns))
         .await
@@ -59,7 +62,11 @@ pub(super) async fn ensure_zygote(ctx: &Context<'_>, cfg: &Arc<ZygoteConfig>) ->
 
 /// Gives the init its control channel and keeps copies of the program's
 /// streams; the init then holds no stream of the program's itself.
-pub(super) fn prepare(cfg: Arc<ZygoteConfig>, plan: &mut ChildPlan, stdio: [&OwnedFd; 3]) -> Result<Prep, SandboxError> {
+pub(super) fn prepare(
+    cfg: Arc<ZygoteConfig>,
+    plan: &mut ChildPlan,
+    stdio: [&OwnedFd; 3],
+) -> Result<Prep, SandboxError> {
     let (init_end, ctl) = std::os::unix::net::UnixStream::pair().map_err(os("socketpair"))?;
     let (init_end, ctl) = (OwnedFd::from(init_end), OwnedFd::from(ctl));
     let copy = |fd: &OwnedFd| fd.try_clone().map_err(os("duplicating a stream"));
@@ -112,7 +119,9 @@ pub(super) async fn start(
             Some(c) => c.procs_files()?,
             None => vec![],
         };
-        let sock = slot.zygotes.with(slot.index, &p.cfg, |z| z.fork(r.kid.handle.0.as_fd()))?;
+        let sock = slot
+            .zygotes
+            .with(slot.index, &p.cfg, |z| z.fork(r.kid.handle.0.as_fd()))?;
         let req = RunRequest {
             argv: &spec.argv,
             env: &spec.env,
@@ -127,7 +136,12 @@ pub(super) async fn start(
         };
         let msg = req.encode();
         let fds: Vec<i32> = req.stdio.iter().chain(&req.procs).copied().collect();
-        // Blocking writes (a request's args may pass the socket's buffer) off the runtime.
+        // What fits the socket's buffer at once is sent here; larger runs (a
+        // MiB of args) block until the child reads them: off the runtime.
+        if msg.len() <= 32 * 1024 {
+            zygote::send_run(&sock, &msg, &fds)?;
+            return Ok(sock);
+        }
         tokio::task::spawn_blocking(move || {
             let r = zygote::send_run(&sock, &msg, &fds);
             drop((procs, p.stdio));
@@ -184,7 +198,10 @@ impl Warm {
         if let Some(f) = self.outcome.as_mut()
             && tokio::time::timeout(Duration::from_secs(2), f).await.is_err()
         {
-            tracing::warn!(slot = self.slot, "the zygote did not report its child's end; replacing it");
+            tracing::warn!(
+                slot = self.slot,
+                "the zygote did not report its child's end; replacing it"
+            );
             self.zygotes.discard(self.slot);
         }
         self.outcome = None;

@@ -194,7 +194,17 @@ impl Zygote {
                 check(libc::chdir(c"/".as_ptr()))?;
                 check(libc::dup2(sock, 3))?;
                 check(libc::dup2(pid_ns, 4))?;
-                check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0))
+                // A session of its own, as each run has: with autogroup
+                // scheduling, forking runs then does not compete for the
+                // executor's share of a busy machine.
+                check(libc::setsid())?;
+                check(libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ))
             });
         }
         let child = cmd.spawn().map_err(start_err)?;
@@ -220,8 +230,15 @@ impl Zygote {
             if let Some(mut e) = z.child.stderr.take() {
                 let _ = e.read_to_string(&mut err);
             }
-            let why = if ready { err } else { format!("no answer within {READY_TIMEOUT:?}") };
-            return Err(ZygoteError::NotReady(cfg.name.clone(), why.trim().chars().take(2000).collect()));
+            let why = if ready {
+                err
+            } else {
+                format!("no answer within {READY_TIMEOUT:?}")
+            };
+            return Err(ZygoteError::NotReady(
+                cfg.name.clone(),
+                why.trim().chars().take(2000).collect(),
+            ));
         };
         z.failed = failed.lines().map(str::to_owned).collect();
         // Nothing more is read from it; the zygote's own errors go nowhere
@@ -317,7 +334,6 @@ impl RunRequest<'_> {
         u32_(&mut b, self.procs.len());
         b
     }
-
 }
 
 /// Sends an encoded run ([`RunRequest::encode`]) and its descriptors (stdio,
@@ -375,6 +391,14 @@ impl Zygotes {
         Zygotes {
             slots: (0..slots).map(|_| std::sync::Mutex::new(None)).collect(),
         }
+    }
+
+    /// True when slot `slot` has a live zygote for `cfg` (never blocks for long).
+    pub fn ready(&self, slot: usize, cfg: &Arc<ZygoteConfig>) -> bool {
+        self.slots
+            .get(slot)
+            .and_then(|c| c.try_lock().ok())
+            .is_some_and(|mut z| z.as_mut().is_some_and(|z| z.config() == cfg && z.alive()))
     }
 
     /// Starts slot `slot`'s zygote for `cfg` (blocking) if there is none, it

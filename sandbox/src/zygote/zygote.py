@@ -51,7 +51,6 @@ def _zygote():
             importlib.import_module(name)
         except BaseException as e:  # a preload that fails is reported, never fatal
             failed.append("%s: %s" % (name, type(e).__name__))
-    del name
     # Imported now so that the per-run path imports nothing.
     import io
     import signal
@@ -230,10 +229,11 @@ def _run(argv, env, prefix, io):
     sys.argv = argv[prefix:]
     sys.orig_argv = list(argv)
     sys.path[0] = os.path.dirname(path)
-    sys.path_importer_cache.clear()
-    import importlib
-
-    importlib.invalidate_caches()
+    # The zygote's finder for its own first entry ('') must not serve the
+    # script's directory; every other entry's cached finder stays valid (the
+    # same read-only directories), which keeps the script's imports fast.
+    for entry in ("", sys.path[0]):
+        sys.path_importer_cache.pop(entry, None)
     _unshadow(sys.path[0])
 
     # Fresh standard streams on the run's descriptors, configured as the
