@@ -277,3 +277,75 @@ print(random.random(), numpy.random.rand())
     // Random state is the run's own, not the zygote's.
     assert_ne!(stdout(&a).trim(), lines[4], "random numbers repeated across warm runs");
 }
+
+/// The executor's children whose command line names the zygote.
+fn zygotes(exe: &Executor) -> Vec<i32> {
+    let mut found = vec![];
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(exe.pid()) && String::from_utf8_lossy(&cmd).contains("Sandpool's Python zygote") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_dead_zygote_is_replaced_and_capabilities_say_who_starts_warm() {
+    let exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        extra_args: vec!["--warm-starts".into(), "true".into()],
+        ..Default::default()
+    })
+    .await;
+    let caps = exe
+        .client()
+        .get_capabilities(pb::GetCapabilitiesRequest {})
+        .await
+        .expect("capabilities")
+        .into_inner();
+    let py = caps.languages.iter().find(|l| l.name == "python").expect("python");
+    assert!(py.warm_start, "{py:?}");
+    assert!(py.preloaded.iter().any(|m| m == "numpy"), "{py:?}");
+    let first = exe.run(req("print('one')", "", &[], &[], false)).await;
+    assert!(run(&first).warm, "{}", describe(&first));
+    let before = zygotes(&exe);
+    assert_eq!(before.len(), 1, "one slot, one zygote: {before:?}");
+    assert!(sandpool_tests::signal(before[0] as u32, 9), "killing the zygote");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let second = exe.run(req("print('two')", "", &[], &[], false)).await;
+    assert_eq!(stdout(&second), "two\n", "{}", describe(&second));
+    assert!(run(&second).warm, "{}", describe(&second));
+    let after = zygotes(&exe);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(after, before, "the dead zygote was not replaced");
+}
+
+#[tokio::test]
+async fn warm_starts_can_be_turned_off_for_the_executor() {
+    let exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        extra_args: vec!["--warm-starts".into(), "false".into()],
+        ..Default::default()
+    })
+    .await;
+    let r = exe.run(req("print('cold')", "", &[], &[], false)).await;
+    assert_eq!(stdout(&r), "cold\n", "{}", describe(&r));
+    assert!(!run(&r).warm, "{}", describe(&r));
+    let caps = exe
+        .client()
+        .get_capabilities(pb::GetCapabilitiesRequest {})
+        .await
+        .expect("capabilities")
+        .into_inner();
+    assert!(caps.languages.iter().all(|l| !l.warm_start && l.preloaded.is_empty()));
+    assert!(zygotes(&exe).is_empty());
+}

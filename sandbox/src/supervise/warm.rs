@@ -29,10 +29,13 @@ pub(super) struct Prep {
     stdio: [OwnedFd; 3],
 }
 
+/// The zygote's report of its child's end.
+type Outcome = std::pin::Pin<Box<dyn std::future::Future<Output = Result<i32, ZygoteError>> + Send>>;
+
 /// A warm run in progress.
 pub(super) struct Warm {
     ctl: tokio::net::UnixStream,
-    outcome: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<i32, ZygoteError>> + Send>>>,
+    outcome: Option<Outcome>,
     /// Why the zygote could not run the program, if it could not.
     pub error: Option<ZygoteError>,
     zygotes: Arc<Zygotes>,

@@ -217,8 +217,8 @@ impl Zygote {
         };
         let ready = wait_readable(z.ctl.as_fd(), READY_TIMEOUT).map_err(start_err)?;
         let mut buf = vec![0u8; 64 * 1024];
-        // SAFETY: recv into our buffer.
         let n = if ready {
+            // SAFETY: recv into our buffer, of its length.
             unsafe { libc::recv(z.ctl.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) }
         } else {
             -1
