@@ -134,6 +134,8 @@ pub(crate) struct ChildPlan {
     /// Warm runs: the init's end of its channel to the supervisor; the init
     /// starts no program (a zygote forks it, see `zygote`). -1: a cold run.
     pub warm_ctl_fd: i32,
+    /// Warm runs: where the init says it is ready (read by the zygote's child).
+    pub warm_ready_fd: i32,
 }
 
 // SAFETY: the raw pointers point into the CStrings owned by the same plan.
@@ -338,7 +340,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         step!(rep, Stage::EnterNetNs, loopback_up());
     }
     if plan.warm_ctl_fd >= 0 {
-        crate::zygote::init::serve(rep, plan.warm_ctl_fd, &plan.run_mount_points);
+        crate::zygote::init::serve(rep, plan.warm_ctl_fd, plan.warm_ready_fd, &plan.run_mount_points);
     }
 
     // SAFETY: the program child runs on its own stack; CLONE_VFORK suspends us

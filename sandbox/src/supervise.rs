@@ -198,6 +198,7 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildP
         _envp: envp,
         prog_stack: Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?,
         warm_ctl_fd: -1,
+        warm_ready_fd: -1,
     })
 }
 
@@ -381,6 +382,9 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     }
     let mut outcome = collect(running, killed_by, spec, ctx.cgroup).await?;
     if let Some(w) = warm {
+        if w.init_not_ready() {
+            return Ok(outcome);
+        }
         if let Some(e) = w.error {
             return Err(SandboxError::Other(e.to_string()));
         }

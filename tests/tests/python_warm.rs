@@ -282,7 +282,9 @@ print(random.random(), numpy.random.rand())
 fn zygotes(exe: &Executor) -> Vec<i32> {
     let mut found = vec![];
     for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let ppid = stat
             .rsplit_once(") ")

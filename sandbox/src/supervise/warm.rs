@@ -11,7 +11,7 @@ use crate::zygote::{self, RunRequest, ZygoteConfig, ZygoteError, Zygotes};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// What a warm run needs from the slot.
 pub(crate) struct Slot<'a> {
@@ -27,6 +27,8 @@ pub(super) struct Prep {
     ctl: OwnedFd,
     /// Our copies of the program's stdin, stdout and stderr, for the zygote's child.
     stdio: [OwnedFd; 3],
+    /// The init's readiness: it writes, the zygote's child reads.
+    ready: (OwnedFd, OwnedFd),
 }
 
 /// The zygote's report of its child's end.
@@ -76,19 +78,24 @@ pub(super) fn prepare(
     let stdio = [copy(stdio[0])?, copy(stdio[1])?, copy(stdio[2])?];
     let streams = [plan.stdin_fd, plan.stdout_fd, plan.stderr_fd];
     plan.keep_fds.retain(|fd| !streams.contains(fd));
+    let ready = crate::pipe().map_err(os("pipe2"))?;
     plan.keep_fds.push(init_end.as_raw_fd());
+    plan.keep_fds.push(ready.1.as_raw_fd());
     plan.keep_fds.sort_unstable();
     plan.warm_ctl_fd = init_end.as_raw_fd();
+    plan.warm_ready_fd = ready.1.as_raw_fd();
     Ok(Prep {
         cfg,
         init_end,
         ctl,
         stdio,
+        ready,
     })
 }
 
-/// Once the init is ready, has the zygote fork the program into its
-/// namespaces. None: the init ended before it was ready (its report says why).
+/// Has the zygote fork the program into the init's namespaces at once: the
+/// fork overlaps the init's set-up, and the child waits for the init to be
+/// ready before it enters the run's mount namespace. None: no channel to the init.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn start(
     p: Prep,
@@ -100,16 +107,14 @@ pub(super) async fn start(
     spec: &RunSpec,
     rlimits: Vec<(u32, libc::rlimit64)>,
 ) -> Option<Warm> {
-    drop(p.init_end);
+    // The init holds its own copies now: an init that dies closes both.
+    drop((p.init_end, p.ready.1));
+    let ready_r = p.ready.0;
     let ctl = std::os::unix::net::UnixStream::from(p.ctl);
-    let mut ctl = ctl
+    let ctl = ctl
         .set_nonblocking(true)
         .and_then(|_| tokio::net::UnixStream::from_std(ctl))
         .ok()?;
-    let mut ready = [0u8; 1];
-    if !matches!(ctl.read(&mut ready).await, Ok(1)) {
-        return None;
-    }
     let mut warm = Warm {
         ctl,
         outcome: None,
@@ -134,7 +139,12 @@ pub(super) async fn start(
             gid: uid,
             rlimits: &rlimits,
             seccomp,
-            stdio: [p.stdio[0].as_raw_fd(), p.stdio[1].as_raw_fd(), p.stdio[2].as_raw_fd()],
+            stdio: [
+                p.stdio[0].as_raw_fd(),
+                p.stdio[1].as_raw_fd(),
+                p.stdio[2].as_raw_fd(),
+                ready_r.as_raw_fd(),
+            ],
             procs: procs.iter().map(|f| f.as_raw_fd()).collect(),
         };
         let msg = req.encode();
@@ -147,7 +157,7 @@ pub(super) async fn start(
         }
         tokio::task::spawn_blocking(move || {
             let r = zygote::send_run(&sock, &msg, &fds);
-            drop((procs, p.stdio));
+            drop((procs, p.stdio, ready_r));
             r.map(|_| sock)
         })
         .await
@@ -163,6 +173,12 @@ pub(super) async fn start(
 }
 
 impl Warm {
+    /// True when the run failed because its init never got ready (the init's
+    /// own report then says why, as for a cold run).
+    pub fn init_not_ready(&self) -> bool {
+        matches!(self.error, Some(ZygoteError::InitNotReady))
+    }
+
     /// Resolves when the zygote reports the program's end (never, once it has).
     pub async fn ended(&mut self) -> Result<i32, ZygoteError> {
         match self.outcome.as_mut() {

@@ -5,12 +5,15 @@ use crate::child::report;
 use crate::sys;
 use std::ffi::CString;
 
-/// After the init's set-up: says so on `ctl_fd`, then reaps whatever the run
+/// After the init's set-up: says so on `ready_fd` (to the zygote's child,
+/// which waits for it before it enters the run's mount namespace, while the
+/// supervisor has had it forked already), then reaps whatever the run
 /// orphans until the supervisor sends the program's wait status (which goes
 /// on the report pipe as a cold run's would) or closes `ctl_fd`; then
 /// detaches the run's mounts and exits, which kills what is left of the run.
-pub(crate) fn serve(report_fd: i32, ctl_fd: i32, mount_points: &[CString]) -> ! {
-    let _ = sys::write(ctl_fd, b"R");
+pub(crate) fn serve(report_fd: i32, ctl_fd: i32, ready_fd: i32, mount_points: &[CString]) -> ! {
+    let _ = sys::write(ready_fd, b"R");
+    let _ = sys::close(ready_fd);
     let mut status = 0;
     loop {
         // Orphans re-parented to us (double forks, daemons) are reaped as

@@ -63,6 +63,8 @@ pub enum ZygoteError {
     Fork(String),
     #[error("the zygote ended during the run")]
     Gone,
+    #[error("the run's init ended before it was ready")]
+    InitNotReady,
 }
 
 /// A started zygote.
@@ -289,7 +291,8 @@ pub(crate) struct RunRequest<'a> {
     pub gid: u32,
     pub rlimits: &'a [(u32, libc::rlimit64)],
     pub seccomp: &'a [Vec<libc::sock_filter>],
-    pub stdio: [RawFd; 3],
+    /// stdin, stdout, stderr, and the init's readiness pipe.
+    pub stdio: [RawFd; 4],
     /// The slot cgroup's `cgroup.procs`, one per hierarchy.
     pub procs: Vec<RawFd>,
 }
@@ -375,6 +378,7 @@ pub(crate) async fn outcome(sock: OwnedFd) -> Result<i32, ZygoteError> {
     s.read_to_end(&mut buf).await?;
     match buf.split_first() {
         Some((b'S', rest)) if rest.len() == 4 => Ok(i32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]])),
+        Some((b'N', _)) => Err(ZygoteError::InitNotReady),
         Some((b'E', rest)) => Err(ZygoteError::Fork(String::from_utf8_lossy(rest).into_owned())),
         _ => Err(ZygoteError::Gone),
     }

@@ -105,6 +105,8 @@ def _zygote():
             except BaseException as e:
                 # A sandbox error, not the program's: said on the run's socket.
                 try:
+                    if isinstance(e, _InitNotReady):
+                        os.write(run_fd, b"N")
                     os.write(run_fd, ("Esetting up the run: %r" % (e,)).encode())
                 finally:
                     os._exit(126)
@@ -126,6 +128,10 @@ def _zygote():
         except OSError:
             pass
         os.close(run_fd)
+
+
+class _InitNotReady(Exception):
+    pass
 
 
 def _recv_exact(sock, n, fds, socket, struct):
@@ -176,12 +182,17 @@ def _child(run_fd, pidfd, libc, setns, ctypes, signal, socket, struct):
     rlimits = [(u32(), u64(), u64()) for _ in range(u32())]
     filters = [blob() for _ in range(u32())]
     n_procs = u32()
-    if len(fds) != 3 + n_procs:
-        raise RuntimeError("expected %d descriptors, got %d" % (3 + n_procs, len(fds)))
+    if len(fds) != 4 + n_procs:
+        raise RuntimeError("expected %d descriptors, got %d" % (4 + n_procs, len(fds)))
+    # The init mounts the run's /work, /tmp, /dev/shm and /proc meanwhile.
+    ready = os.read(fds[3], 1)
+    os.close(fds[3])
+    if not ready:
+        raise _InitNotReady()
 
     # Into the slot's cgroup first (its memory, pids and CPU accounting), then
     # the run's namespaces: pid already (the zygote forked us into it).
-    for fd in fds[3:]:
+    for fd in fds[4:]:
         os.write(fd, b"0")
         os.close(fd)
     setns(pidfd, _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWNS | _CLONE_NEWCGROUP)
