@@ -239,13 +239,17 @@ def _run(argv, env, prefix, io):
         os.environb[k] = v
     sys.argv = argv[prefix:]
     sys.orig_argv = list(argv)
-    sys.path[0] = os.path.dirname(path)
-    # The zygote's finder for its own first entry ('') must not serve the
-    # script's directory; every other entry's cached finder stays valid (the
-    # same read-only directories), which keeps the script's imports fast.
-    for entry in ("", sys.path[0]):
+    script_dir = os.path.dirname(path)
+    # `-c` put '' first where a script's directory goes (not with -I or -P,
+    # which leave both out).
+    if sys.path and sys.path[0] == "":
+        sys.path[0] = script_dir
+        _unshadow(script_dir)
+    # The zygote's finder for '' must not serve the script's directory; every
+    # other entry's cached finder stays valid (the same read-only
+    # directories), which keeps the script's imports fast.
+    for entry in ("", script_dir):
         sys.path_importer_cache.pop(entry, None)
-    _unshadow(sys.path[0])
 
     # Fresh standard streams on the run's descriptors, configured as the
     # interpreter's start-up configured the zygote's (same flags, same env).
