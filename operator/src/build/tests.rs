@@ -384,7 +384,8 @@ fn every_restricted_pool_passes_each_restricted_pod_security_check() {
 fn the_pod_security_checker_catches_each_loosening() {
     let good =
         to_json(&deployment(&resolved(json!({"isolation": {"mode": "restricted"}}))))["spec"]["template"].clone();
-    let loosen: [(&str, fn(&mut Value)); 12] = [
+    type Loosen = fn(&mut Value);
+    let loosen: [(&str, Loosen); 12] = [
         ("hostNetwork", |t| t["spec"]["hostNetwork"] = json!(true)),
         ("hostPath", |t| {
             t["spec"]["volumes"][0] = json!({"name": "work", "hostPath": {"path": "/"}})
