@@ -644,3 +644,70 @@ async fn drain_ends_sessions_and_refuses_new_ones() {
         "session processes outlived the executor"
     );
 }
+
+/// The isolation suite's cross-run checks, between sessions alive at once: what one
+/// session holds open (files, sockets, SysV memory) the other cannot see or reach,
+/// and a later session in the same slot finds nothing of either.
+#[tokio::test]
+async fn concurrent_sessions_cannot_see_each_other() {
+    let ex = executor(2, &["--max-sessions", "2"]).await;
+    let mut c = ex.client();
+    let a = create(&mut c, "python", None).await;
+    let b = create(&mut c, "python", None).await;
+    let plant = r#"
+import socket, ctypes
+open("/work/secret-a", "w").write("A-SECRET")
+open("/tmp/secret-a", "w").write("A-SECRET")
+open("/dev/shm/secret-a", "w").write("A-SECRET")
+u = socket.socket(socket.AF_UNIX); u.bind("\0sandpool-session-a"); u.listen(1)
+t = socket.socket(); t.bind(("127.0.0.1", 45690)); t.listen(1)
+ctypes.CDLL(None).shmget(0x5a5b, 4096, 0o1666) >= 0
+"#;
+    let r = run(&mut c, code(&a.session_id, plant)).await;
+    assert_eq!(r.display, "True", "{r:?}");
+    let probe = r#"
+import os, socket, ctypes
+found = []
+for d in ["/work", "/tmp", "/dev/shm"]:
+    found += [d + "/" + f for f in os.listdir(d) if "secret" in f]
+try:
+    s = socket.socket(socket.AF_UNIX); s.connect("\0sandpool-session-a"); found.append("abstract socket")
+except OSError: pass
+try:
+    socket.create_connection(("127.0.0.1", 45690), timeout=1); found.append("tcp listener")
+except OSError: pass
+if ctypes.CDLL(None).shmget(0x5a5b, 0, 0) >= 0: found.append("sysv shm")
+found
+"#;
+    let r = run(&mut c, code(&b.session_id, probe)).await;
+    assert_eq!(r.display, "[]", "{r:?}");
+    // A still holds all of it: the probe ran while A's sockets were open.
+    let r = run(&mut c, code(&a.session_id, "u.fileno() > 0 and t.fileno() > 0")).await;
+    assert_eq!(r.display, "True", "{r:?}");
+    // A session id is no way into another session's files either.
+    let got = c
+        .get_session_files(pb::GetSessionFilesRequest {
+            session_id: b.session_id.clone(),
+            paths: vec!["secret-a".into()],
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert!(got.files.is_empty(), "{got:?}");
+
+    for id in [&a.session_id, &b.session_id] {
+        c.close_session(pb::CloseSessionRequest { session_id: id.clone() })
+            .await
+            .expect("close");
+    }
+    let later = create(&mut c, "python", None).await;
+    let r = run(
+        &mut c,
+        code(
+            &later.session_id,
+            "import os\n(sorted(os.listdir('/work')), sorted(os.listdir('/tmp')), sorted(os.listdir('/dev/shm')))",
+        ),
+    )
+    .await;
+    assert_eq!(r.display, "(['.sandpool'], ['.sandpool'], [])", "{r:?}");
+}
