@@ -146,6 +146,25 @@ async fn python_state_persists_across_calls_and_not_across_sessions() {
     assert_eq!(verdict(&r), pb::Verdict::RuntimeError);
     assert!(err(&r).contains("SyntaxError"), "{}", err(&r));
     assert!(r.calls_left > 0 && r.calls_left < limits.max_calls);
+    // A huge value displays cut, with a note; odd characters come back as valid text.
+    let r = run(&mut c, code(&s.session_id, "'a' * 1_000_000")).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    assert!(
+        r.display.len() < 300_000 && r.display.starts_with("'aaa"),
+        "{}",
+        r.display.len()
+    );
+    assert!(r.message.contains("cut"), "{}", r.message);
+    let r = run(
+        &mut c,
+        code(
+            &s.session_id,
+            "class W:\n    def __repr__(self): return 'x\\udc80y\\u00e9'\nW()",
+        ),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    assert_eq!(r.display, "x\\udc80y\u{e9}");
 
     // Files come back, and go in.
     let got = c
@@ -514,6 +533,7 @@ async fn sessions_are_capped_and_leave_slots_for_stateless_work() {
         .expect_err("over --max-sessions");
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert!(e.message().contains("--max-sessions"), "{}", e.message());
+    assert_eq!(ex.metric("sandpool_sessions"), 1.0);
     // Stateless work still runs.
     let r = ex
         .run(pb::ExecuteRequest {
@@ -528,6 +548,7 @@ async fn sessions_are_capped_and_leave_slots_for_stateless_work() {
     })
     .await
     .expect("close");
+    assert_eq!(ex.metric("sandpool_sessions"), 0.0);
     create(&mut c, "bash", None).await;
 }
 
