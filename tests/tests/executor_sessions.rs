@@ -220,6 +220,20 @@ async fn python_state_persists_across_calls_and_not_across_sessions() {
     let pids: Vec<&str> = r.display.trim_matches(['[', ']']).split(", ").collect();
     assert!(pids.len() <= 3, "a session sees only its own processes: {}", r.display);
 
+    // Per-call CPU in a Python session: RLIMIT_CPU ends the interpreter, the next call gets a fresh one.
+    let mut req = code(&s.session_id, "while True: pass");
+    req.limits = Some(pb::Limits {
+        cpu_time_ms: 1000,
+        wall_time_ms: 20_000,
+        ..Default::default()
+    });
+    let t = Instant::now();
+    let r = run(&mut c, req).await;
+    assert_eq!(verdict(&r), pb::Verdict::TimeLimitExceeded, "{r:?}");
+    assert!(r.state_reset, "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert_eq!(run(&mut c, code(&s.session_id, "'x' in globals()")).await.display, "False");
+
     for id in [&s.session_id, &other.session_id] {
         c.close_session(pb::CloseSessionRequest { session_id: id.clone() })
             .await
