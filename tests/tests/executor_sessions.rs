@@ -232,7 +232,10 @@ async fn python_state_persists_across_calls_and_not_across_sessions() {
     assert_eq!(verdict(&r), pb::Verdict::TimeLimitExceeded, "{r:?}");
     assert!(r.state_reset, "{r:?}");
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
-    assert_eq!(run(&mut c, code(&s.session_id, "'x' in globals()")).await.display, "False");
+    assert_eq!(
+        run(&mut c, code(&s.session_id, "'x' in globals()")).await.display,
+        "False"
+    );
 
     for id in [&s.session_id, &other.session_id] {
         c.close_session(pb::CloseSessionRequest { session_id: id.clone() })
@@ -418,7 +421,15 @@ async fn limits_per_call_and_per_session_are_enforced() {
     )
     .await;
     let id = &s.session_id;
-    assert!(run(&mut c, code(id, "keep = 'still here'")).await.verdict == pb::Verdict::Ok as i32);
+    let r = run(
+        &mut c,
+        code(
+            id,
+            "keep = 'still here'\nimport subprocess\nchild = subprocess.Popen(['sleep', '300'])",
+        ),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
     // Per-call wall time: the interpreter is killed and restarted; files stay.
     let mut req = code(
         id,
@@ -434,6 +445,12 @@ async fn limits_per_call_and_per_session_are_enforced() {
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(r.state_reset);
     assert!(r.message.contains("restart"), "{}", r.message);
+    // The killed interpreter took its processes along; the next one starts with the next call.
+    assert_eq!(
+        slot_procs(&ex, 2),
+        Vec::<i32>::new(),
+        "processes left after a call's timeout"
+    );
     // Memory: the session's total, at any moment.
     let r = run(&mut c, code(id, "import os\nb = bytearray(400 << 20)\nlen(b)")).await;
     assert!(
