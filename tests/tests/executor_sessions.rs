@@ -501,6 +501,34 @@ async fn limits_per_call_and_per_session_are_enforced() {
     .await;
     assert_eq!(verdict(&r), pb::Verdict::RuntimeError, "{r:?}");
     assert!(err(&r).contains("No space left"), "{}", err(&r));
+    // A full /work still takes the call that frees it (the executor keeps a reserve back).
+    let r = run(&mut c, command(&b.session_id, "rm /work/big && echo freed")).await;
+    assert_eq!(out(&r), "freed\n", "{r:?}");
+    c.close_session(pb::CloseSessionRequest {
+        session_id: s.session_id.clone(),
+    })
+    .await
+    .expect("close");
+    let p = create(&mut c, "python", None).await;
+    let r = run(
+        &mut c,
+        code(&p.session_id, "open('/work/big', 'wb').write(b'x' * (32 << 20))"),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::RuntimeError, "{r:?}");
+    assert!(r.message.contains("full"), "{r:?}");
+    assert!(!r.state_reset, "{r:?}");
+    let r = run(
+        &mut c,
+        code(&p.session_id, "import os; os.remove('/work/big'); 'freed'"),
+    )
+    .await;
+    assert_eq!(r.display, "'freed'", "{r:?}");
+    let r = run(&mut c, code(&p.session_id, "1/0")).await;
+    assert!(
+        err(&r).contains("ZeroDivisionError"),
+        "output is back once there is room: {r:?}"
+    );
 
     // Requests above the ceilings name their field.
     let e = c
