@@ -575,6 +575,42 @@ async fn limits_per_call_and_per_session_are_enforced() {
         .await
         .expect_err("no input");
     assert_eq!(e.code(), Code::InvalidArgument);
+    let e = c
+        .get_session_files(pb::GetSessionFilesRequest {
+            session_id: b.session_id.clone(),
+            paths: vec!["ok.txt".into(), "../../etc/passwd".into()],
+        })
+        .await
+        .expect_err("a path out of /work");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("paths[1]"), "{}", e.message());
+    let e = c
+        .put_session_files(pb::PutSessionFilesRequest {
+            session_id: b.session_id.clone(),
+            files: vec![pb::File {
+                path: "/etc/x".into(),
+                content: vec![],
+                executable: false,
+            }],
+        })
+        .await
+        .expect_err("an absolute path");
+    assert!(e.message().starts_with("files[0].path"), "{}", e.message());
+    // A program's directory in the way of a file names the file.
+    run(&mut c, command(&b.session_id, "mkdir -p /work/taken")).await;
+    let e = c
+        .put_session_files(pb::PutSessionFilesRequest {
+            session_id: b.session_id.clone(),
+            files: vec![pb::File {
+                path: "taken".into(),
+                content: b"x".to_vec(),
+                executable: false,
+            }],
+        })
+        .await
+        .expect_err("a directory in the way");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("files[0].path"), "{}", e.message());
 }
 
 #[tokio::test]

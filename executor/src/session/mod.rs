@@ -227,10 +227,19 @@ fn check_files(files: &[pb::File], field: &str, budget: u64) -> Result<(), ExecE
     validate::files(files, field, ".sandpool/-", 0, budget)
 }
 
-fn write_files(work: &WorkDir, files: &[pb::File]) -> Result<(), String> {
-    for f in files {
-        work.write_file(&f.path, &f.content, f.executable)
-            .map_err(|e| scrub_host_paths(&e.to_string()))?;
+/// Writes a request's files into `work`. A file the session's own programs are in the way of
+/// (a directory of that name, a link in its path) names its field; a full /work is RESOURCE_EXHAUSTED.
+fn write_files(work: &WorkDir, files: &[pb::File]) -> Result<(), SessionError> {
+    for (i, f) in files.iter().enumerate() {
+        if let Err(e) = work.write_file(&f.path, &f.content, f.executable) {
+            if is_full(&e) {
+                return Err(SessionError::Exhausted(format!(
+                    "files[{i}]: the session's /work is full ({} bytes written so far are kept)",
+                    files[..i].iter().map(|f| f.content.len()).sum::<usize>()
+                )));
+            }
+            return Err(ExecError::invalid(format!("files[{i}].path"), scrub_host_paths(&e.to_string())).into());
+        }
     }
     Ok(())
 }
@@ -406,13 +415,11 @@ impl SessionManager {
         let w = work.clone();
         let reserve_ok = blocking(move || {
             write_files(&w, &files)?;
-            w.write_file(".sandpool/cwd", b"/work\n", false)
-                .map_err(|e| scrub_host_paths(&e.to_string()))?;
-            // Files that leave no room for it are the request's business: the reserve is best effort.
-            Ok::<_, String>(refill_reserve(&w))
+            // Files that leave no room for these are the request's business: best effort.
+            let _ = w.write_file(".sandpool/cwd", b"/work\n", false);
+            Ok::<_, SessionError>(refill_reserve(&w))
         })
-        .await?
-        .map_err(ExecError::Internal)?;
+        .await??;
         let (closed, _) = tokio::sync::watch::channel(false);
         let s = Arc::new(Session {
             id: new_id()?,
@@ -722,8 +729,8 @@ impl SessionManager {
         let (files, budget, work) = (req.files, s.totals.disk, s.work.clone());
         let used = blocking(move || {
             check_files(&files, "files", budget)?;
-            write_files(&work, &files).map_err(|e| ExecError::invalid("files", e))?;
-            Ok::<_, ExecError>(disk_used(&work))
+            write_files(&work, &files)?;
+            Ok::<_, SessionError>(disk_used(&work))
         })
         .await??;
         Ok(pb::PutSessionFilesResponse { disk_used_bytes: used })
