@@ -269,6 +269,14 @@ async fn bash_sessions_keep_cwd_files_and_exports_but_not_processes() {
     let r = run(&mut c, code(id, "exit 3")).await;
     assert_eq!(verdict(&r), pb::Verdict::RuntimeError);
     assert_eq!(r.result.as_ref().map(|p| p.exit_code), Some(3));
+    // Calls of one session run one at a time, in the order they arrive.
+    let (mut c1, mut c2) = (ex.client(), ex.client());
+    let (a, b) = tokio::join!(c1.run_in_session(code(id, "sleep 0.5; echo a >> order")), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c2.run_in_session(code(id, "echo b >> order; cat order")).await
+    });
+    assert_eq!(verdict(&a.expect("a").into_inner()), pb::Verdict::Ok);
+    assert_eq!(out(&b.expect("b").into_inner()), "a\nb\n");
     // A background process does not outlive its call.
     let r = run(&mut c, code(id, "(sleep 300 &) ; echo started")).await;
     assert_eq!(out(&r), "started\n");
@@ -282,7 +290,7 @@ async fn bash_sessions_keep_cwd_files_and_exports_but_not_processes() {
         .await
         .expect("close")
         .into_inner();
-    assert_eq!(closed.calls, 4);
+    assert_eq!(closed.calls, 6);
 }
 
 #[tokio::test]
