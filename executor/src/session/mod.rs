@@ -175,19 +175,7 @@ pub struct SessionManager {
 /// 128 bits from the kernel's CSPRNG, hex.
 fn new_id() -> Result<String, ExecError> {
     let mut b = [0u8; 16];
-    let mut got = 0;
-    while got < b.len() {
-        // SAFETY: getrandom into the unfilled rest of our buffer.
-        let r = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(ExecError::Internal(format!("getrandom: {e}")));
-            }
-            continue;
-        }
-        got += r as usize;
-    }
+    getrandom::fill(&mut b).map_err(|e| ExecError::Internal(format!("getrandom: {e}")))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
@@ -285,15 +273,9 @@ fn read_files(work: &WorkDir, paths: Vec<String>, file_cap: u64, total_cap: u64)
     resp
 }
 
-/// Bytes in use on the tmpfs behind `work`.
+/// Bytes in use in `work`.
 fn disk_used(work: &WorkDir) -> u64 {
-    let Ok(fd) = work.attachable() else { return 0 };
-    // SAFETY: fstatfs on a descriptor we own into a zeroed struct.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut st) } != 0 {
-        return 0;
-    }
-    (st.f_blocks.saturating_sub(st.f_bfree)).saturating_mul(st.f_bsize as u64)
+    work.bytes_used()
 }
 
 /// The check a session's later calls pass: same `authorization` as its creator's.
@@ -398,7 +380,7 @@ impl SessionManager {
             executor_address: self.advertise.clone(),
             language: s.language.clone(),
             session_limits: Some(s.totals.to_proto()),
-            call_limits: Some(s.call_limits.to_proto()),
+            call_limits: Some(crate::limits::to_proto(s.call_limits)),
             executor: Some(engine.info(&version)),
         })
     }
