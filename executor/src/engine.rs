@@ -70,6 +70,8 @@ pub struct EngineConfig {
     pub identity: Identity,
     /// Where requests with chosen verdicts are recorded (off unless configured).
     pub capture: Option<crate::capture::Capture>,
+    /// Whether assert tests get the language's prelude when a request does not say.
+    pub assert_prelude: bool,
 }
 
 /// Executes requests.
@@ -88,6 +90,8 @@ pub struct Engine {
     fetch_total_bytes: u64,
     work_dir_bytes: u64,
     pub capture: Option<crate::capture::Capture>,
+    /// Whether assert tests get the language's prelude when a request does not say.
+    pub assert_prelude: bool,
 }
 
 /// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
@@ -184,6 +188,7 @@ impl Engine {
             fetch_total_bytes: cfg.fetch_total_bytes,
             work_dir_bytes: cfg.work_dir_bytes,
             capture: cfg.capture,
+            assert_prelude: cfg.assert_prelude,
         };
         engine.availability = engine.probe_languages().await;
         engine.packages = crate::packages::probe(&engine).await;
@@ -369,7 +374,10 @@ impl Engine {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<pb::ExecuteResponse, ExecError> {
         let _in_progress = self.admission.request();
-        let (lang, version) = self.language(&req.language, "language")?;
+        let (table_lang, version) = self.language(&req.language, "language")?;
+        // Java: named after the code's public class.
+        let lang_for_code = table_lang.for_code(&req.code);
+        let lang: &Language = &lang_for_code;
         let run_limits = self
             .policy
             .resolve(req.limits.as_ref(), &self.policy.run_defaults, "limits")?;
