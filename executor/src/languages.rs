@@ -64,7 +64,12 @@ pub struct JudgeData {
     /// Markdown fence tags that mean this language, besides its name and aliases.
     #[serde(default)]
     pub fences: Vec<String>,
-    /// Code put before the completion in assert tests (default imports/includes).
+    /// Code put first in assert tests whatever the prelude setting: what the judge's integrity
+    /// needs (JavaScript: a `console.assert` that throws).
+    #[serde(default)]
+    pub assert_setup: String,
+    /// Code put before the completion in assert tests (default imports/includes); requests
+    /// may go without it (`options.prelude`).
     #[serde(default)]
     pub assert_prelude: String,
     /// Keep a prelude line `import X` / `import X as Y` only when the program names `Y` (start-up cost).
@@ -510,7 +515,7 @@ mod tests {
         assert!(py.assert_call.as_deref().unwrap().contains("{entry_point}"));
         assert!(py.assert_epilogue.as_deref().unwrap().contains("{nonce}"));
         assert!(py.function_call_harness.as_deref().unwrap().contains("{fn_name}"));
-        assert!(t.get("js").unwrap().judge.assert_prelude.contains("console"));
+        assert!(t.get("js").unwrap().judge.assert_setup.contains("console"));
         assert!(t.get("bash").unwrap().judge.assert_epilogue.is_none());
         assert!(LanguageTable::parse("[x]\nsource='a'\nrun=['a']\nversion=['a']\n[x.judge]\nbogus=1\n").is_err());
     }

@@ -264,7 +264,7 @@ pub fn build(req: &pb::EvaluateRequest, lang: &Language, prelude_default: bool) 
             } else {
                 j.assert_prelude.trim_start().to_owned()
             };
-            let mut full = format!("{prelude}{program}\n{}", t.test_code);
+            let mut full = format!("{}{prelude}{program}\n{}", j.assert_setup.trim_start(), t.test_code);
             if !full.ends_with('\n') {
                 full.push('\n');
             }
@@ -535,6 +535,26 @@ mod tests {
             false,
         )
         .unwrap();
+    }
+
+    #[test]
+    fn javascript_asserts_throw_even_without_the_prelude() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let mut r = assert_req(
+            "javascript",
+            "const f = () => 1;",
+            pb::AssertTests {
+                test_code: "console.assert(f() === 2);\n".into(),
+                ..Default::default()
+            },
+        );
+        r.options.as_mut().unwrap().prelude = pb::evaluate_options::Prelude::Off as i32;
+        let p = build(&r, t.get("javascript").unwrap(), false).unwrap();
+        assert!(
+            p.full.starts_with("Object.defineProperty(console, \"assert\""),
+            "{}",
+            p.full
+        );
     }
 
     #[test]
