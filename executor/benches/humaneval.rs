@@ -26,6 +26,7 @@ fn request(p: &Problem) -> pb::EvaluateRequest {
             test_code: p.test.clone(),
             entry_point: p.entry.clone(),
             stop_tokens: vec![],
+            ..Default::default()
         })),
         options: Some(pb::EvaluateOptions {
             raw_code: true,

@@ -98,6 +98,10 @@ pub struct ExecutorArgs {
     pub default_file_size_bytes: u64,
     #[arg(long, env = "SANDPOOL_MAX_FILE_SIZE_BYTES", default_value_t = 256 * MIB)]
     pub max_file_size_bytes: u64,
+    /// Whether assert tests get the language's prelude (default imports, docs/judging.md) when a
+    /// request leaves `options.prelude` unspecified; `off` matches reference harnesses.
+    #[arg(long, env = "SANDPOOL_ASSERT_PRELUDE", value_enum, default_value = "on")]
+    pub assert_prelude: OnOff,
     /// Compile-phase defaults for wall and CPU time, ms.
     #[arg(long, env = "SANDPOOL_COMPILE_TIME_MS", default_value_t = 30_000)]
     pub compile_time_ms: u64,
@@ -133,6 +137,13 @@ pub struct ExecutorArgs {
     /// The most CPU time a session may ask for, ms.
     #[arg(long, env = "SANDPOOL_MAX_SESSION_CPU_TIME_MS", default_value_t = 3600 * 1000)]
     pub max_session_cpu_time_ms: u64,
+}
+
+/// A switch given as `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 /// Flags of the gRPC server binary.
@@ -372,6 +383,7 @@ impl ExecutorArgs {
             },
             capture: None,
             sessions: self.session_policy(),
+            assert_prelude: self.assert_prelude == OnOff::On,
         }
     }
 
@@ -382,6 +394,9 @@ impl ExecutorArgs {
             table.retain(&self.enable_languages);
         }
         let mut sandbox_config = self.sandbox_config();
+        for (lang, dir) in table.expose_own_import_dirs(&mut sandbox_config.ro_paths) {
+            tracing::info!(language = %lang, dir = %dir.display(), "import_dirs entry not found; skipped");
+        }
         let python_path = crate::languages::expose_import_dirs(&self.python_path, &mut sandbox_config.ro_paths)?;
         table.add_import_dirs("PYTHONPATH", &python_path);
         let mut cfg = self.engine_config();

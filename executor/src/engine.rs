@@ -72,6 +72,8 @@ pub struct EngineConfig {
     pub capture: Option<crate::capture::Capture>,
     /// Stateful sessions' cap, defaults and ceilings.
     pub sessions: crate::session::SessionPolicy,
+    /// Whether assert tests get the language's prelude when a request does not say.
+    pub assert_prelude: bool,
 }
 
 /// Executes requests.
@@ -91,6 +93,8 @@ pub struct Engine {
     work_dir_bytes: u64,
     pub capture: Option<crate::capture::Capture>,
     pub sessions: crate::session::SessionPolicy,
+    /// Whether assert tests get the language's prelude when a request does not say.
+    pub assert_prelude: bool,
 }
 
 /// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
@@ -188,6 +192,7 @@ impl Engine {
             work_dir_bytes: cfg.work_dir_bytes,
             capture: cfg.capture,
             sessions: cfg.sessions,
+            assert_prelude: cfg.assert_prelude,
         };
         engine.availability = engine.probe_languages().await;
         engine.packages = crate::packages::probe(&engine).await;
@@ -383,7 +388,10 @@ impl Engine {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<pb::ExecuteResponse, ExecError> {
         let _in_progress = self.admission.request();
-        let (lang, version) = self.language(&req.language, "language")?;
+        let (table_lang, version) = self.language(&req.language, "language")?;
+        // Java: named after the code's public class.
+        let lang_for_code = table_lang.for_code(&req.code);
+        let lang: &Language = &lang_for_code;
         let run_limits = self
             .policy
             .resolve(req.limits.as_ref(), &self.policy.run_defaults, "limits")?;

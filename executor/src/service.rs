@@ -141,7 +141,9 @@ impl pb::executor_server::Executor for ExecutorService {
             futures::future::ready(match item {
                 Ok(r) => Some(r),
                 Err(e) => {
-                    tracing::warn!(error = %e, "EvaluateStream input failed");
+                    // The client's side of the stream broke (it went away without ending it):
+                    // its business, not the executor's, so not a warning.
+                    tracing::debug!(error = %e, "EvaluateStream input ended by an error");
                     None
                 }
             })

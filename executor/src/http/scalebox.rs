@@ -158,6 +158,7 @@ pub fn to_request(engine: &Engine, body: &EvaluateBody) -> Result<pb::EvaluateRe
             test_code: tc.tests.clone().or_else(|| tc.test.clone()).unwrap_or_default(),
             entry_point: tc.entry_point.clone().unwrap_or_default(),
             stop_tokens: tc.stop_tokens.clone(),
+            ..Default::default()
         }),
         other => {
             return Err(ExecError::invalid(

@@ -135,9 +135,8 @@ impl Judge {
     ) -> Result<pb::EvaluateResponse, ExecError> {
         let engine = &*self.engine;
         let _in_progress = engine.admission.request();
-        let (lang, version) = engine.language(&req.language, "language")?;
+        let (table_lang, version) = engine.language(&req.language, "language")?;
         let opts = req.options.clone().unwrap_or_default();
-        engine.validate_files(&opts.files, "options.files", lang, req.completion.len())?;
         let admitted = AtomicBool::new(false);
         let run_limits = engine.policy.resolve(
             opts.run_limits.as_ref(),
@@ -158,10 +157,19 @@ impl Judge {
                 if sj.code.trim().is_empty() {
                     return Err(ExecError::invalid("special_judge.code", "must not be empty"));
                 }
-                Some(engine.language(&sj.language, "special_judge.language")?.0)
+                Some(
+                    engine
+                        .language(&sj.language, "special_judge.language")?
+                        .0
+                        .for_code(&sj.code),
+                )
             }
         };
-        let program = program::build(&req, lang)?;
+        let program = program::build(&req, table_lang, engine.assert_prelude)?;
+        // Java: named after the program's public class.
+        let lang_for_code = table_lang.for_code(&program.full);
+        let lang: &Language = &lang_for_code;
+        engine.validate_files(&opts.files, "options.files", lang, req.completion.len())?;
 
         let mut resp = pb::EvaluateResponse {
             id: req.id.clone(),
@@ -202,7 +210,7 @@ impl Judge {
                 return Ok(self.finish(lang, resp));
             }
         };
-        let checker = match (checker_lang, &req.special_judge) {
+        let checker = match (checker_lang.as_deref(), &req.special_judge) {
             (Some(cl), Some(sj)) => {
                 let files = vec![(cl.source.clone(), sj.code.clone().into_bytes(), false)];
                 match self

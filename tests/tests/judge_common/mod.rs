@@ -259,6 +259,7 @@ pub fn assert_request(id: &str, language: &str, code: &str, test: &str, entry_po
             test_code: test.into(),
             entry_point: entry_point.into(),
             stop_tokens: vec![],
+            ..Default::default()
         })),
         options: Some(pb::EvaluateOptions {
             raw_code: true,

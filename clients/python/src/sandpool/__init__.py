@@ -2,7 +2,15 @@
 
 from .aio import AsyncClient
 from .client import Client
-from .datasets import humaneval_path, humaneval_request, read_jsonl, read_problems, record_request
+from .datasets import (
+    detect_format,
+    humaneval_path,
+    humaneval_request,
+    read_jsonl,
+    read_problems,
+    record_request,
+    record_requests,
+)
 from .metrics import mean_pass_at_k, pass_at_k
 from .retry import RetryPolicy
 from .session import AsyncSession, Session, SessionLimits, SessionLost, SessionResult
@@ -54,6 +62,7 @@ __all__ = [
     "TestResult",
     "Verdict",
     "default_target",
+    "detect_format",
     "humaneval_path",
     "humaneval_request",
     "mean_pass_at_k",
@@ -62,4 +71,5 @@ __all__ = [
     "read_jsonl",
     "read_problems",
     "record_request",
+    "record_requests",
 ]
