@@ -6,7 +6,7 @@ use crate::admission::{Admission, AdmissionError, Admit, SlotGuard};
 use crate::languages::{Availability, Language, LanguageTable, version_line};
 use crate::limits::{LimitError, LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
-use crate::{validate, verdict};
+use crate::{result_cache, validate, verdict};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::workdir::FetchError;
@@ -70,6 +70,8 @@ pub struct EngineConfig {
     pub identity: Identity,
     /// Where requests with chosen verdicts are recorded (off unless configured).
     pub capture: Option<crate::capture::Capture>,
+    /// The result cache's bounds (off when None or zero).
+    pub result_cache: Option<crate::result_cache::CacheConfig>,
 }
 
 /// Executes requests.
@@ -88,6 +90,8 @@ pub struct Engine {
     fetch_total_bytes: u64,
     work_dir_bytes: u64,
     pub capture: Option<crate::capture::Capture>,
+    /// Identical requests answered without running (off unless configured).
+    pub cache: Option<crate::result_cache::ResultCache>,
 }
 
 /// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
@@ -171,6 +175,9 @@ impl Engine {
         let metrics = Metrics::new();
         metrics.slots.set(sandbox.slots() as i64);
         let admission = Admission::new(sandbox.slots(), cfg.queue_capacity);
+        let cache = cfg
+            .result_cache
+            .and_then(|c| crate::result_cache::ResultCache::new(c, metrics.clone()));
         let mut engine = Engine {
             sandbox,
             languages,
@@ -184,6 +191,7 @@ impl Engine {
             fetch_total_bytes: cfg.fetch_total_bytes,
             work_dir_bytes: cfg.work_dir_bytes,
             capture: cfg.capture,
+            cache,
         };
         engine.availability = engine.probe_languages().await;
         engine.packages = crate::packages::probe(&engine).await;
@@ -378,10 +386,30 @@ impl Engine {
             &self.policy.compile_defaults,
             "compile_limits",
         )?;
-        // Linear and capped, but a request may still hold thousands of paths: not on the runtime.
+        let usage = match &self.cache {
+            Some(c) => c.usage(result_cache::policy(req.cache, "cache")?),
+            None => None,
+        };
+        // Linear and capped, but a request may still hold thousands of paths (and keying
+        // hashes up to the whole request): not on the runtime.
         let (source, budget) = (lang.source.clone(), self.work_dir_bytes);
-        let (mut req, fetch) = blocking(move || validate::execute(&req, &source, budget).map(|f| (req, f))).await??;
-        req.fetch_files = fetch;
+        let (name, toolchain) = (lang.name.clone(), version.to_owned());
+        let (req, key) = blocking(move || {
+            let mut req = req;
+            req.fetch_files = validate::execute(&req, &source, budget)?;
+            let key = usage.map(|_| result_cache::execute_key(&mut req, &name, &toolchain, run_limits, compile_limits));
+            Ok::<_, ExecError>((req, key))
+        })
+        .await??;
+        let cached = match (&self.cache, usage, &key) {
+            (Some(c), Some(u), Some(k)) => Some((c, u, *k)),
+            _ => None,
+        };
+        if let Some((c, u, k)) = cached
+            && let Some(hit) = c.get_execute(&k, u)
+        {
+            return Ok(hit);
+        }
         let captured = self.capture.as_ref().map(|_| req.clone());
 
         let slot = self.acquire(deadline).await?;
@@ -393,6 +421,9 @@ impl Engine {
             None => fut.await,
         };
         drop(slot);
+        if let Some((c, u, k)) = cached {
+            c.put_execute(k, u, &res);
+        }
         let verdict = pb::Verdict::try_from(res.verdict).unwrap_or_default();
         self.metrics.run_finished(&lang.name, verdict.as_str_name());
         if let (Some(c), Some(req)) = (&self.capture, captured) {

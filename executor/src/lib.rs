@@ -13,6 +13,7 @@
 //! - [`http`]: the SandboxFusion/ScaleBox-compatible HTTP API.
 //! - [`service`] and [`server`]: the thin gRPC layer, health, reflection, draining.
 //! - [`auth`]: the optional bearer token callers present.
+//! - [`result_cache`]: opt-in answers to identical requests without running them.
 //! - [`capture`]: opt-in on-disk record of requests with chosen verdicts.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`config`]: flags and environment.
@@ -28,6 +29,7 @@ pub mod languages;
 pub mod limits;
 pub mod metrics;
 pub mod packages;
+pub mod result_cache;
 pub use sandpool_sandbox as sandbox;
 pub mod server;
 pub mod service;
