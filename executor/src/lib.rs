@@ -23,6 +23,8 @@ pub mod auth;
 pub mod capture;
 pub mod config;
 pub mod engine;
+#[cfg(test)]
+pub(crate) mod fake_runner;
 pub mod http;
 pub mod judge;
 pub mod languages;
