@@ -85,6 +85,13 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
     if pool.auth.is_some() {
         args.push(format!("--auth-token-file={AUTH_DIR}/{AUTH_TOKEN_KEY}"));
     }
+    if let Some(cache) = &pool.result_cache {
+        args.push(format!("--result-cache-entries={}", cache.entries));
+        args.push(format!("--result-cache-bytes={}", cache.bytes));
+        if cache.limit_verdicts {
+            args.push("--result-cache-limit-verdicts".to_owned());
+        }
+    }
     args.push(format!("--drain-timeout-ms={}", pool.drain_timeout_ms()));
     args.push(format!("--work-root={WORK_ROOT}"));
     args
