@@ -78,7 +78,7 @@ pub struct ExecutorArgs {
     #[arg(long, env = "SANDPOOL_RESULT_CACHE_ENTRIES", default_value_t = 0)]
     pub result_cache_entries: usize,
     /// Bytes the result cache may hold (responses' encoded sizes plus overhead).
-    #[arg(long, env = "SANDPOOL_RESULT_CACHE_BYTES", default_value_t = 256 * MIB)]
+    #[arg(long, env = "SANDPOOL_RESULT_CACHE_BYTES", default_value_t = 64 * MIB)]
     pub result_cache_bytes: u64,
     /// Also cache TIME_LIMIT_EXCEEDED, WALL_TIME_LIMIT_EXCEEDED and MEMORY_LIMIT_EXCEEDED
     /// for every request (otherwise only for requests with CACHE_POLICY_INCLUDE_LIMITS).

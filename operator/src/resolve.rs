@@ -43,8 +43,7 @@ pub const GPU_MEMORY_REQUEST_PER_SLOT_GI: u32 = 2;
 pub const AUTH_TOKEN_KEY: &str = "token";
 /// Extra time the executor's drain gets beyond the longest run (process teardown, reply).
 pub const DRAIN_MARGIN_MS: u64 = 5_000;
-/// The result cache's size when a pool enables it without `maxBytes` (the executor's
-/// own default is larger; a pool's memory limit is usually sized more tightly).
+/// The result cache's size when a pool enables it without `maxBytes` (the executor's default).
 pub const DEFAULT_RESULT_CACHE_BYTES: u64 = 64 << 20;
 /// Memory the executor keeps for itself inside the container: a run may use at most the
 /// container's memory limit minus this.
