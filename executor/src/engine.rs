@@ -386,10 +386,8 @@ impl Engine {
             &self.policy.compile_defaults,
             "compile_limits",
         )?;
-        let usage = match &self.cache {
-            Some(c) => c.usage(result_cache::policy(req.cache, "cache")?),
-            None => None,
-        };
+        let policy = result_cache::policy(req.cache, "cache")?;
+        let usage = self.cache.as_ref().and_then(|c| c.usage(policy));
         // Linear and capped, but a request may still hold thousands of paths (and keying
         // hashes up to the whole request): not on the runtime.
         let (source, budget) = (lang.source.clone(), self.work_dir_bytes);

@@ -218,6 +218,24 @@ async fn off_by_default() {
     let b = exe.run(request("python", RANDOM, "a")).await;
     assert!(!b.cached);
     assert_ne!(stdout(&a), stdout(&b));
+    // The policy is checked with the cache off too.
+    let mut bad = request("python", RANDOM, "a");
+    bad.cache = 77;
+    let err = exe
+        .client()
+        .execute(bad)
+        .await
+        .expect_err("unknown cache policy accepted");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let mut bad = evaluate_request("x");
+    bad.cache = -1;
+    let err = exe
+        .client()
+        .evaluate(bad)
+        .await
+        .expect_err("unknown cache policy accepted");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("cache"), "{}", err.message());
 }
 
 fn evaluate_request(id: &str) -> pb::EvaluateRequest {

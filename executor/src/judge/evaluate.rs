@@ -148,10 +148,9 @@ impl Judge {
         req: pb::EvaluateRequest,
     ) -> Result<(pb::EvaluateRequest, Option<CacheUse<'_>>), ExecError> {
         let engine = &*self.engine;
-        let Some(cache) = &engine.cache else {
-            return Ok((req, None));
-        };
-        let Some(usage) = cache.usage(result_cache::policy(req.cache, "cache")?) else {
+        // Checked even with the cache off: an unknown policy is a mistake either way.
+        let policy = result_cache::policy(req.cache, "cache")?;
+        let Some((cache, usage)) = engine.cache.as_ref().and_then(|c| Some((c, c.usage(policy)?))) else {
             return Ok((req, None));
         };
         let resolved = || -> Result<_, ExecError> {
