@@ -326,3 +326,40 @@ async fn evaluate_and_stream_items_are_answered_from_the_cache() {
     assert_eq!(seen, ["s1", "s2"]);
     assert_eq!(exe.runs_total(), runs + 2.0, "only the two missing requests ran");
 }
+
+/// POSTs `body` to the executor's HTTP API; the reply's JSON.
+fn post(exe: &Executor, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let addr = exe.http_addr.as_deref().expect("http");
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+    let payload = body.to_string();
+    write!(
+        conn,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    )
+    .expect("write");
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).expect("read");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    serde_json::from_str(body).expect("JSON reply")
+}
+
+#[tokio::test]
+async fn the_http_api_goes_through_the_cache_and_says_so() {
+    let exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        extra_args: vec!["--result-cache-entries".into(), "8".into()],
+        http: true,
+        ..Default::default()
+    })
+    .await;
+    let body = serde_json::json!({"language": "python", "code": RANDOM, "stdin": "h"});
+    let first = post(&exe, "/run_code", &body);
+    assert_eq!(first["executor_cached"], false, "{first}");
+    let second = post(&exe, "/run_code", &body);
+    assert_eq!(second["executor_cached"], true, "{second}");
+    assert_eq!(second["run_result"]["stdout"], first["run_result"]["stdout"]);
+}
