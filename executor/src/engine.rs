@@ -102,6 +102,16 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static)
         .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
 }
 
+/// Awaits `fut`, or DEADLINE_EXCEEDED at `deadline`.
+pub async fn until<T>(deadline: Option<tokio::time::Instant>, fut: impl Future<Output = T>) -> Result<T, ExecError> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut)
+            .await
+            .map_err(|_| ExecError::DeadlineExceeded),
+        None => Ok(fut.await),
+    }
+}
+
 /// Reads `paths` (already deduplicated) from `work`: each at most `file_cap` bytes, all
 /// together at most `total_cap`; what is not returned gets one message each.
 fn fetch_files(work: &WorkDir, paths: &[String], file_cap: u64, total_cap: u64) -> (Vec<pb::File>, Vec<String>) {
@@ -403,11 +413,14 @@ impl Engine {
             (Some(c), Some(u), Some(k)) => Some((c, u, *k)),
             _ => None,
         };
-        if let Some((c, u, k)) = cached
-            && let Some(hit) = c.get_execute(&k, u)
-        {
-            return Ok(hit);
-        }
+        // While an identical request runs, this one waits for its answer (up to its deadline).
+        let leader = match cached {
+            Some((c, u, k)) => match until(deadline, c.begin_execute(k, u)).await? {
+                result_cache::Begin::Hit(hit) => return Ok(hit),
+                result_cache::Begin::Run(leader) => leader,
+            },
+            None => None,
+        };
         let captured = self.capture.as_ref().map(|_| req.clone());
 
         let slot = self.acquire(deadline).await?;
@@ -422,6 +435,8 @@ impl Engine {
         if let Some((c, u, k)) = cached {
             c.put_execute(k, u, &res);
         }
+        // Stored first: the requests waiting for this run find it.
+        drop(leader);
         let verdict = pb::Verdict::try_from(res.verdict).unwrap_or_default();
         self.metrics.run_finished(&lang.name, verdict.as_str_name());
         if let (Some(c), Some(req)) = (&self.capture, captured) {

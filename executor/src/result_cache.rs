@@ -16,6 +16,8 @@
 //!   `CACHE_POLICY_INCLUDE_LIMITS`, or for all with `--result-cache-limit-verdicts`.
 //! - **Bounds**: at most `entries` responses and `bytes` bytes (their encoded
 //!   size plus a fixed overhead); the least recently used go first.
+//! - **In flight**: a request identical to one running now waits for that run
+//!   ([`Begin`], [`Leader`]) and is answered from what it stored.
 //!
 //! The cache assumes programs are deterministic given their inputs: a program that
 //! reads the clock or a random source gets the first run's answer; such callers
@@ -29,7 +31,9 @@ use lru::LruCache;
 use prost::Message;
 use sandpool_proto::v1 as pb;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 
 /// What each stored entry costs beyond its response's encoded size (key, list links, Arc).
 const ENTRY_OVERHEAD: u64 = 160;
@@ -93,7 +97,43 @@ struct Inner {
 pub struct ResultCache {
     cfg: CacheConfig,
     inner: Mutex<Inner>,
+    /// Keys being run now, each with a receiver that closes when its run ends: an
+    /// identical request arriving meanwhile waits for it rather than running too.
+    inflight: Mutex<HashMap<Key, watch::Receiver<()>>>,
     metrics: Arc<Metrics>,
+}
+
+/// What a request does after looking in the cache.
+#[derive(Debug)]
+pub enum Begin<'a, T> {
+    /// Answered from the cache.
+    Hit(T),
+    /// Run it; while the [`Leader`] (if any) lives, identical requests wait for this run.
+    /// Store the response before dropping it.
+    Run(Option<Leader<'a>>),
+}
+
+/// The one run of a key that identical requests wait for; dropping it (after storing the
+/// response, or when the run failed or was cancelled) lets them go on.
+#[derive(Debug)]
+pub struct Leader<'a> {
+    cache: &'a ResultCache,
+    key: Key,
+    _done: watch::Sender<()>,
+}
+
+impl Drop for Leader<'_> {
+    fn drop(&mut self) {
+        // Removed before the sender closes: a waiter woken by the close that finds nothing
+        // stored runs by itself rather than queueing behind another leader.
+        lock(&self.cache.inflight).remove(&self.key);
+    }
+}
+
+/// Locks `m`; a panic while holding one of these locks leaves consistent state (no
+/// operation here panics half-way): keep serving rather than poisoning every later request.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Which request kind an entry or a metric is for.
@@ -130,6 +170,7 @@ impl ResultCache {
                 lru: LruCache::new(cap),
                 bytes: 0,
             }),
+            inflight: Mutex::new(HashMap::new()),
             metrics,
         })
     }
@@ -146,21 +187,50 @@ impl ResultCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves a consistent LRU (no operation here panics
-        // half-way); keep serving rather than poisoning every later request.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 
-    fn get(&self, kind: Kind, key: &Key, usage: Use) -> Option<Stored> {
-        let hit = {
-            let mut inner = self.lock();
-            match inner.lru.get(key) {
-                Some(e) if usage.limits || !e.limit_dependent => Some(e.value.clone()),
-                _ => None,
+    /// The stored response for `key`, if `usage` may have it.
+    fn peek(&self, key: &Key, usage: Use) -> Option<Stored> {
+        match self.lock().lru.get(key) {
+            Some(e) if usage.limits || !e.limit_dependent => Some(e.value.clone()),
+            _ => None,
+        }
+    }
+
+    /// Looks `key` up: the stored response, or the go-ahead to run. While an identical
+    /// request runs, this waits for it and then looks again; if that run stored nothing this
+    /// request may have, it runs too (without making others wait for it).
+    async fn begin(&self, kind: Kind, key: Key, usage: Use) -> Begin<'_, Stored> {
+        let waiting = {
+            if let Some(v) = self.peek(&key, usage) {
+                self.metrics.cache_lookup(kind.as_str(), true);
+                return Begin::Hit(v);
+            }
+            let mut inflight = lock(&self.inflight);
+            match inflight.get(&key) {
+                Some(rx) => rx.clone(),
+                None => {
+                    let (tx, rx) = watch::channel(());
+                    inflight.insert(key, rx);
+                    self.metrics.cache_lookup(kind.as_str(), false);
+                    return Begin::Run(Some(Leader {
+                        cache: self,
+                        key,
+                        _done: tx,
+                    }));
+                }
             }
         };
+        let mut waiting = waiting;
+        // Nothing is ever sent: this returns when the leader's sender closes.
+        let _ = waiting.changed().await;
+        let hit = self.peek(&key, usage);
         self.metrics.cache_lookup(kind.as_str(), hit.is_some());
-        hit
+        match hit {
+            Some(v) => Begin::Hit(v),
+            None => Begin::Run(None),
+        }
     }
 
     fn put(&self, key: Key, usage: Use, class: Class, value: Stored, encoded: usize) {
@@ -202,15 +272,17 @@ impl ResultCache {
         self.metrics.cache_stored(evicted, entries, total);
     }
 
-    /// The stored response for an Execute request, marked cached.
-    pub fn get_execute(&self, key: &Key, usage: Use) -> Option<pb::ExecuteResponse> {
-        match self.get(Kind::Execute, key, usage)? {
-            Stored::Execute(r) => {
+    /// An Execute request's stored response (marked cached), or the go-ahead to run it.
+    pub async fn begin_execute(&self, key: Key, usage: Use) -> Begin<'_, pb::ExecuteResponse> {
+        match self.begin(Kind::Execute, key, usage).await {
+            Begin::Hit(Stored::Execute(r)) => {
                 let mut r = (*r).clone();
                 r.cached = true;
-                Some(r)
+                Begin::Hit(r)
             }
-            Stored::Evaluate(_) => None,
+            // Keys of the two kinds hash different domains; never expected.
+            Begin::Hit(Stored::Evaluate(_)) => Begin::Run(None),
+            Begin::Run(l) => Begin::Run(l),
         }
     }
 
@@ -224,16 +296,17 @@ impl ResultCache {
         self.put(key, usage, class, Stored::Execute(Arc::new(resp.clone())), encoded);
     }
 
-    /// The stored response for an Evaluate request, marked cached and carrying `id`.
-    pub fn get_evaluate(&self, key: &Key, usage: Use, id: &str) -> Option<pb::EvaluateResponse> {
-        match self.get(Kind::Evaluate, key, usage)? {
-            Stored::Evaluate(r) => {
+    /// An Evaluate request's stored response (marked cached, carrying `id`), or the go-ahead to run it.
+    pub async fn begin_evaluate(&self, key: Key, usage: Use, id: &str) -> Begin<'_, pb::EvaluateResponse> {
+        match self.begin(Kind::Evaluate, key, usage).await {
+            Begin::Hit(Stored::Evaluate(r)) => {
                 let mut r = (*r).clone();
                 r.cached = true;
                 r.id = id.to_owned();
-                Some(r)
+                Begin::Hit(r)
             }
-            Stored::Execute(_) => None,
+            Begin::Hit(Stored::Execute(_)) => Begin::Run(None),
+            Begin::Run(l) => Begin::Run(l),
         }
     }
 
@@ -396,6 +469,53 @@ mod tests {
             Metrics::new(),
         )
         .expect("cache on")
+    }
+
+    impl ResultCache {
+        /// The stored response without waiting or counting.
+        fn get_execute(&self, key: &Key, usage: Use) -> Option<pb::ExecuteResponse> {
+            match self.peek(key, usage)? {
+                Stored::Execute(r) => Some(pb::ExecuteResponse {
+                    cached: true,
+                    ..(*r).clone()
+                }),
+                Stored::Evaluate(_) => None,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn identical_requests_wait_for_the_one_running() {
+        let c = cache(8, 1 << 20, false);
+        let u = c.usage(pb::CachePolicy::Default).expect("on");
+        let Begin::Run(Some(leader)) = c.begin_execute([1; 32], u).await else {
+            panic!("the first request must lead");
+        };
+        let waiter = c.begin_execute([1; 32], u);
+        tokio::pin!(waiter);
+        assert!(
+            futures::poll!(&mut waiter).is_pending(),
+            "an identical request did not wait"
+        );
+        c.put_execute([1; 32], u, &ok_response("x"));
+        drop(leader);
+        match waiter.await {
+            Begin::Hit(r) => assert_eq!(r.run.map(|p| p.stdout), Some(b"x".to_vec())),
+            Begin::Run(_) => panic!("the waiter ran although the leader stored its response"),
+        }
+
+        // A leader that stores nothing (a SANDBOX_ERROR, a cancelled run) lets its waiters run
+        // at once, none of them leading.
+        let Begin::Run(Some(leader)) = c.begin_execute([2; 32], u).await else {
+            panic!("the first request must lead");
+        };
+        let waiter = c.begin_execute([2; 32], u);
+        tokio::pin!(waiter);
+        assert!(futures::poll!(&mut waiter).is_pending());
+        drop(leader);
+        assert!(matches!(waiter.await, Begin::Run(None)));
+        // ... and the next request leads again.
+        assert!(matches!(c.begin_execute([2; 32], u).await, Begin::Run(Some(_))));
     }
 
     fn ok_response(stdout: &str) -> pb::ExecuteResponse {

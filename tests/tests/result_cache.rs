@@ -363,3 +363,26 @@ async fn the_http_api_goes_through_the_cache_and_says_so() {
     assert_eq!(second["executor_cached"], true, "{second}");
     assert_eq!(second["run_result"]["stdout"], first["run_result"]["stdout"]);
 }
+
+#[tokio::test]
+async fn identical_requests_in_flight_together_run_once() {
+    let exe = start(64, &[]).await;
+    exe.run(request("python", "print(1)", "")).await;
+    let runs = exe.runs_total();
+    let slow = "import os, time\ntime.sleep(0.5)\nprint(os.urandom(16).hex())";
+    let calls = (0..4).map(|_| {
+        let mut c = exe.client();
+        async move { c.execute(request("python", slow, "")).await }
+    });
+    let rs: Vec<pb::ExecuteResponse> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.expect("execute").into_inner())
+        .collect();
+    assert_eq!(rs.iter().filter(|r| !r.cached).count(), 1, "more than one ran");
+    assert!(
+        rs.iter().all(|r| stdout(r) == stdout(&rs[0])),
+        "different outputs: they ran apart"
+    );
+    assert_eq!(exe.runs_total(), runs + 1.0);
+}

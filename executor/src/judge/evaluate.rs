@@ -119,11 +119,14 @@ impl Judge {
         deadline: Option<Instant>,
     ) -> Result<pb::EvaluateResponse, ExecError> {
         let (req, cached) = self.cache_key(req).await?;
-        if let Some((c, u, k)) = &cached
-            && let Some(hit) = c.get_evaluate(k, *u, &req.id)
-        {
-            return Ok(hit);
-        }
+        // While an identical request runs, this one waits for its answer (up to its deadline).
+        let leader = match &cached {
+            Some((c, u, k)) => match crate::engine::until(deadline, c.begin_evaluate(*k, *u, &req.id)).await? {
+                result_cache::Begin::Hit(hit) => return Ok(hit),
+                result_cache::Begin::Run(leader) => leader,
+            },
+            None => None,
+        };
         let captured = self.engine.capture.as_ref().map(|_| req.clone());
         let fut = self.evaluate_inner(req, deadline);
         let res = match deadline {
@@ -135,6 +138,8 @@ impl Judge {
         if let (Some((c, u, k)), Ok(resp)) = (&cached, &res) {
             c.put_evaluate(*k, *u, resp);
         }
+        // Stored first: the requests waiting for this run find it.
+        drop(leader);
         if let (Some(c), Some(req), Ok(resp)) = (&self.engine.capture, captured, &res) {
             c.evaluate(&req, resp);
         }

@@ -459,3 +459,29 @@ async fn the_result_cache_answers_a_repeated_evaluate_without_running() {
     }
     assert_eq!(calls.of("fake-run").len(), 4);
 }
+
+#[tokio::test(start_paused = true)]
+async fn identical_evaluates_in_flight_together_run_once() {
+    let (runner, calls) = FakeRunner::new(2, |c| Reply::ok(c.stdin.clone()).after(Duration::from_millis(100)));
+    let cfg = crate::result_cache::CacheConfig {
+        entries: 8,
+        bytes: 1 << 20,
+        limit_verdicts: false,
+    };
+    let j = Judge::new(engine_with(runner, Some(cfg)).await);
+    let req = |id: usize| pb::EvaluateRequest {
+        id: id.to_string(),
+        ..stdio("fake", "p", &[("a", "a"), ("b", "b")])
+    };
+    let rs = futures::future::join_all((0..5).map(|i| j.evaluate(req(i), None))).await;
+    let rs: Vec<pb::EvaluateResponse> = rs.into_iter().map(|r| r.expect("judged")).collect();
+    assert_eq!(
+        calls.of("fake-run").len(),
+        2,
+        "identical requests in flight together each ran"
+    );
+    assert_eq!(rs.iter().filter(|r| !r.cached).count(), 1);
+    assert!(rs.iter().all(|r| r.accepted));
+    let ids: Vec<&str> = rs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["0", "1", "2", "3", "4"]);
+}
