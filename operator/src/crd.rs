@@ -184,8 +184,8 @@ pub enum IsolationMode {
     /// Per-run Linux namespaces, cgroups and an unprivileged uid; needs a few capabilities.
     #[default]
     Namespaces,
-    /// Fits the Pod Security Standard "restricted"; relies on the pod boundary
-    /// (pair it with a sandboxing RuntimeClass such as gVisor).
+    /// Fits the Pod Security Standard "restricted": no capabilities, non-root; runs are
+    /// confined by Landlock, seccomp and rlimits and share one uid; no GPU.
     Restricted,
 }
 

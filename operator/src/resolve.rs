@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
-use crate::crd::{IsolationMode, RunLimits, SandboxPool};
+use crate::crd::{IsolationMode, RunLimits, SandboxPool, SandboxPoolSpec};
 use crate::defaults::PoolDefaults;
 use crate::labels;
 use crate::units;
@@ -292,6 +292,10 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
 
     let isolation_spec = spec.isolation.clone().unwrap_or_default();
     let isolation = isolation_spec.mode.unwrap_or(defaults.isolation);
+    if isolation == IsolationMode::Restricted {
+        let from_default = isolation_spec.mode.is_none();
+        check_restricted(spec, from_default)?;
+    }
     let runtime_class_name = isolation_spec
         .runtime_class_name
         .or_else(|| defaults.runtime_class_name.clone());
@@ -450,6 +454,47 @@ fn check_name(name: &str) -> Result<(), InvalidSpec> {
             "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, at most 63 characters) because the pool's Service takes its name",
         ))
     }
+}
+
+/// Pod annotations that set a container's AppArmor or seccomp profile (the pre-field
+/// spellings, which the kubelet and Pod Security admission still read for AppArmor).
+pub const SECURITY_ANNOTATION_PREFIXES: [&str; 3] = [
+    "container.apparmor.security.beta.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/pod",
+];
+
+/// What `restricted` mode cannot honour. Its pod must stay inside Pod Security "restricted"
+/// and keep the confinement the executor adds, so nothing in the spec may loosen either.
+/// The CRD offers no volumes, host options or identities, so these are the only ways in.
+fn check_restricted(spec: &SandboxPoolSpec, from_default: bool) -> Result<(), InvalidSpec> {
+    let mode = if from_default {
+        "isolation mode restricted (the operator's --default-isolation)"
+    } else {
+        "isolation mode restricted"
+    };
+    if spec.gpu.is_some() {
+        return Err(InvalidSpec::new(
+            "spec.gpu",
+            format!(
+                "GPU pools need isolation mode namespaces: {mode} gives runs no GPU devices; set spec.isolation.mode: namespaces"
+            ),
+        ));
+    }
+    let annotations = spec.pod_template.as_ref().and_then(|t| t.annotations.as_ref());
+    if let Some(key) = annotations
+        .into_iter()
+        .flat_map(BTreeMap::keys)
+        .find(|k| SECURITY_ANNOTATION_PREFIXES.iter().any(|p| k.starts_with(p)))
+    {
+        return Err(InvalidSpec::new(
+            format!("spec.podTemplate.annotations[{key:?}]"),
+            format!(
+                "sets a seccomp or AppArmor profile, which {mode} fixes (RuntimeDefault seccomp; Pod Security \"restricted\" refuses an unconfined one)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn check_languages(list: &[String]) -> Result<Vec<String>, InvalidSpec> {

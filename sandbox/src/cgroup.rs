@@ -6,8 +6,10 @@
 //! unified hierarchy are supported.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 const ROOT: &str = "/sys/fs/cgroup";
 
@@ -139,15 +141,15 @@ impl Hierarchy {
         }
         let procs = dirs
             .iter()
-            .map(|d| {
-                let p = d.join("cgroup.procs");
-                OpenOptions::new().write(true).open(&p).map_err(io(&p))
-            })
+            .map(|d| open_rw(&d.join("cgroup.procs"), false))
             .collect::<Result<Vec<_>, _>>()?;
+        let knobs = Knobs::open(self.version, &dirs)?;
         Ok(SlotCgroup {
             version: self.version,
             dirs,
             procs,
+            knobs,
+            written: Mutex::new(None),
         })
     }
 
@@ -233,6 +235,92 @@ pub struct SlotCgroup {
     version: Version,
     dirs: Vec<PathBuf>,
     procs: Vec<File>,
+    knobs: Knobs,
+    /// The memory and process limits last written: a run with the same ones
+    /// (the common case) writes nothing.
+    written: Mutex<Option<(u64, u32)>>,
+}
+
+/// The slot's control and counter files, opened once: every run sets limits
+/// and reads counters, and every CPU poll reads one, so paths are not
+/// resolved and files not reopened per run or per poll. Reads and writes go
+/// at offset 0 (cgroup files regenerate their content on each read from 0).
+#[derive(Debug)]
+struct Knobs {
+    /// v1 memory.limit_in_bytes, v2 memory.max.
+    memory_limit: File,
+    pids_max: File,
+    /// v1 cpuacct.usage, v2 cpu.stat.
+    cpu: File,
+    /// v1 memory.usage_in_bytes, v2 memory.current.
+    memory_current: File,
+    /// v1 memory.oom_control, v2 memory.events.
+    oom: File,
+    /// v1 memory.max_usage_in_bytes (written 0 to reset, read for the peak).
+    max_usage: Option<File>,
+}
+
+fn open_rw(path: &Path, read: bool) -> Result<File, CgroupError> {
+    OpenOptions::new().read(read).write(!read).open(path).map_err(io(path))
+}
+
+fn open_ro(path: &Path) -> Result<File, CgroupError> {
+    File::open(path).map_err(io(path))
+}
+
+impl Knobs {
+    fn open(version: Version, dirs: &[PathBuf]) -> Result<Self, CgroupError> {
+        Ok(match version {
+            Version::V1 => {
+                let (m, p, c) = (&dirs[0], &dirs[1], &dirs[2]);
+                Knobs {
+                    memory_limit: open_rw(&m.join("memory.limit_in_bytes"), false)?,
+                    pids_max: open_rw(&p.join("pids.max"), false)?,
+                    cpu: open_ro(&c.join("cpuacct.usage"))?,
+                    memory_current: open_ro(&m.join("memory.usage_in_bytes"))?,
+                    oom: open_ro(&m.join("memory.oom_control"))?,
+                    max_usage: Some(
+                        OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .open(m.join("memory.max_usage_in_bytes"))
+                            .map_err(io(&m.join("memory.max_usage_in_bytes")))?,
+                    ),
+                }
+            }
+            Version::V2 => {
+                let d = &dirs[0];
+                // No swap for runs: set once, it never changes.
+                let _ = fs::write(d.join("memory.swap.max"), "0");
+                Knobs {
+                    memory_limit: open_rw(&d.join("memory.max"), false)?,
+                    pids_max: open_rw(&d.join("pids.max"), false)?,
+                    cpu: open_ro(&d.join("cpu.stat"))?,
+                    memory_current: open_ro(&d.join("memory.current"))?,
+                    oom: open_ro(&d.join("memory.events"))?,
+                    max_usage: None,
+                }
+            }
+        })
+    }
+}
+
+/// Writes `value` to an open cgroup file.
+fn put(f: &File, value: &str) -> std::io::Result<()> {
+    f.write_at(value.as_bytes(), 0).map(|_| ())
+}
+
+/// Reads a small cgroup file from its start into a stack buffer.
+fn get(f: &File) -> Option<String> {
+    let mut buf = [0u8; 1024];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n]).ok().map(str::to_owned)
+}
+
+fn get_u64(f: &File) -> Option<u64> {
+    let mut buf = [0u8; 32];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
 }
 
 /// Counters read before a run, to report the run's own usage.
@@ -267,13 +355,6 @@ impl SlotCgroup {
             &self.dirs[0]
         }
     }
-    fn cpu(&self) -> &Path {
-        if self.version == Version::V1 {
-            &self.dirs[2]
-        } else {
-            &self.dirs[0]
-        }
-    }
 
     /// Moves process `pid` (a slot's spawner) into this cgroup.
     pub fn adopt(&self, pid: i32) -> Result<(), CgroupError> {
@@ -285,24 +366,33 @@ impl SlotCgroup {
 
     /// Sets the run's limits and records the counters to subtract afterwards.
     pub fn prepare(&self, memory: u64, processes: u32) -> Result<Baseline, CgroupError> {
-        match self.version {
-            Version::V1 => {
-                let m = self.memory();
-                self.set_limit_v1(memory)?;
-                // Resets the high-water mark to the current usage.
-                write_file(&m.join("memory.max_usage_in_bytes"), "0")?;
-                // The slot's spawner and the run's init are ours, not the program's.
-                write_file(&self.pids().join("pids.max"), &(processes + 2).to_string())?;
-            }
-            Version::V2 => {
-                let d = self.memory();
-                write_file(&d.join("memory.max"), &memory.to_string())?;
-                let _ = write_file(&d.join("memory.swap.max"), "0");
-                write_file(&d.join("pids.max"), &(processes + 2).to_string())?;
+        let k = &self.knobs;
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let (last_memory, last_processes) = written.map_or((None, None), |(m, p)| (Some(m), Some(p)));
+        if last_memory != Some(memory) {
+            // Forgotten until it succeeds: a failed write leaves the old limit in doubt.
+            *written = None;
+            match self.version {
+                Version::V1 => self.set_limit_v1(memory)?,
+                Version::V2 => {
+                    put(&k.memory_limit, &memory.to_string()).map_err(io(&self.memory().join("memory.max")))?
+                }
             }
         }
+        if last_processes != Some(processes) {
+            *written = None;
+            // The slot's spawner and the run's init are ours, not the program's.
+            put(&k.pids_max, &(processes + 2).to_string()).map_err(io(&self.pids().join("pids.max")))?;
+        }
+        *written = Some((memory, processes));
+        drop(written);
+        if let Some(f) = &k.max_usage {
+            // Resets the v1 high-water mark to the current usage.
+            put(f, "0").map_err(io(&self.memory().join("memory.max_usage_in_bytes")))?;
+        }
         let peak = match self.version {
-            // Writing to memory.peak resets it for reads through this descriptor.
+            // Writing to memory.peak resets it for reads through this descriptor
+            // (Linux 6.12): a descriptor of its own per run.
             Version::V2 => {
                 let p = self.memory().join("memory.peak");
                 OpenOptions::new()
@@ -341,13 +431,13 @@ impl SlotCgroup {
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(true),
             Err(e) => Err(io(&limit)(e)),
         };
-        if !busy(fs::write(&limit, memory.to_string()))? {
+        if !busy(put(&self.knobs.memory_limit, &memory.to_string()))? {
             return Ok(());
         }
         if let Err(e) = fs::write(m.join("memory.force_empty"), "0") {
             tracing::debug!(error = %e, "memory.force_empty");
         }
-        if busy(fs::write(&limit, memory.to_string()))? {
+        if busy(put(&self.knobs.memory_limit, &memory.to_string()))? {
             return Err(CgroupError::LimitBelowUsage {
                 limit: memory,
                 usage: self.memory_current(),
@@ -358,14 +448,7 @@ impl SlotCgroup {
 
     /// Memory charged to the slot now, in bytes.
     fn memory_current(&self) -> u64 {
-        let file = match self.version {
-            Version::V1 => "memory.usage_in_bytes",
-            Version::V2 => "memory.current",
-        };
-        read_file(&self.memory().join(file))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0)
+        get_u64(&self.knobs.memory_current).unwrap_or(0)
     }
 
     /// The slot's all-time memory peak (v2, Linux 5.19 and later).
@@ -376,11 +459,8 @@ impl SlotCgroup {
     /// CPU time used by everything in the slot so far, in nanoseconds.
     pub fn cpu_ns(&self) -> u64 {
         match self.version {
-            Version::V1 => read_file(&self.cpu().join("cpuacct.usage"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok()),
-            Version::V2 => read_file(&self.cpu().join("cpu.stat"))
-                .ok()
+            Version::V1 => get_u64(&self.knobs.cpu),
+            Version::V2 => get(&self.knobs.cpu)
                 .and_then(|s| keyed(&s, "usage_usec"))
                 .map(|u| u * 1000),
         }
@@ -388,14 +468,7 @@ impl SlotCgroup {
     }
 
     fn oom_kills(&self) -> u64 {
-        let (file, key) = match self.version {
-            Version::V1 => ("memory.oom_control", "oom_kill"),
-            Version::V2 => ("memory.events", "oom_kill"),
-        };
-        read_file(&self.memory().join(file))
-            .ok()
-            .and_then(|s| keyed(&s, key))
-            .unwrap_or(0)
+        get(&self.knobs.oom).and_then(|s| keyed(&s, "oom_kill")).unwrap_or(0)
     }
 
     /// What the run used since `prepare`.
@@ -404,16 +477,9 @@ impl SlotCgroup {
     /// 6.12, memory.peak cannot be reset and is the slot's all-time peak, so it
     /// is this run's only when the run raised it.
     pub fn usage(&self, base: &mut Baseline) -> Usage {
-        let peak_memory: Option<u64> = match (&mut base.peak, self.version) {
-            (Some(f), _) => {
-                let mut s = String::new();
-                let _ = f.seek(SeekFrom::Start(0)).and_then(|_| f.read_to_string(&mut s));
-                s.trim().parse().ok()
-            }
-            (None, Version::V1) => read_file(&self.memory().join("memory.max_usage_in_bytes"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok()),
-            (None, Version::V2) => self
+        let peak_memory: Option<u64> = match (&base.peak, &self.knobs.max_usage) {
+            (Some(f), _) | (None, Some(f)) => get_u64(f),
+            (None, None) => self
                 .memory_peak()
                 .filter(|&now| base.peak_before.is_some_and(|b| now > b)),
         };

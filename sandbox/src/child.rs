@@ -29,8 +29,14 @@ impl Stack {
     /// an init or a spawner touching a fresh page inside a slot's cgroup that
     /// is out of memory would fault forever, as the OOM killer never picks
     /// them (they are in vfork, see the spawner).
+    ///
+    /// Stacks of ended runs are kept (up to [`SPARE_STACKS`]) and handed out
+    /// again: mapping and populating one costs every run otherwise.
     pub fn new(len: usize) -> std::io::Result<Self> {
         let page = 4096;
+        if let Some(spare) = take_spare(len + page) {
+            return Ok(spare);
+        }
         // SAFETY: anonymous private mapping; checked for failure below.
         let base = unsafe {
             libc::mmap(
@@ -61,10 +67,34 @@ unsafe impl Send for Stack {}
 // SAFETY: shared references only read the base address and length.
 unsafe impl Sync for Stack {}
 
+/// Most stacks kept for reuse (each is populated memory of the executor's).
+pub(crate) const SPARE_STACKS: usize = 64;
+
+/// Stacks whose child is gone (reaped, or exec'd into memory of its own).
+static SPARES: std::sync::Mutex<Vec<Stack>> = std::sync::Mutex::new(Vec::new());
+
+fn take_spare(len: usize) -> Option<Stack> {
+    let mut spares = SPARES.lock().unwrap_or_else(|p| p.into_inner());
+    let i = spares.iter().position(|s| s.len == len)?;
+    Some(spares.swap_remove(i))
+}
+
 impl Drop for Stack {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping created in `new`.
-        unsafe { libc::munmap(self.base, self.len) };
+        // Dropped only once no child can run on it: back to the spares.
+        let mut spares = SPARES.lock().unwrap_or_else(|p| p.into_inner());
+        if spares.len() < SPARE_STACKS && self.len != 0 {
+            spares.push(Stack {
+                base: std::mem::replace(&mut self.base, std::ptr::null_mut()),
+                len: std::mem::take(&mut self.len),
+            });
+            return;
+        }
+        drop(spares);
+        if self.len != 0 {
+            // SAFETY: unmaps exactly the mapping created in `new`.
+            unsafe { libc::munmap(self.base, self.len) };
+        }
     }
 }
 

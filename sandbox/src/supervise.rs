@@ -1,6 +1,6 @@
 //! The supervisor side of a run: clone the init, feed it, watch it, reap it.
 
-use super::cgroup::SlotCgroup;
+use super::cgroup::{Baseline, SlotCgroup};
 use super::child::{self, ChildPlan, MountStep, Stack, cstr};
 use super::{PATH, RunSpec, SandboxError, WORK_DIR, WorkDir};
 use std::ffi::{CStr, CString};
@@ -37,7 +37,9 @@ pub struct RunOutcome {
     pub wall: Duration,
     pub cpu: Duration,
     pub peak_memory: u64,
-    /// True when CPU time reached the limit (from the cgroup or SIGXCPU).
+    /// True when CPU time reached the limit (the cgroup's count, the kill at
+    /// the CPU limit, or SIGXCPU). Whether a wall-time kill counts as a time
+    /// limit too is the verdict's rule, not the sandbox's.
     pub cpu_exceeded: bool,
 }
 
@@ -337,7 +339,38 @@ async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>
     }
 }
 
+/// One run, start to end: [`setup`], [`spawn`], [`watch`], [`collect`].
 pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
+    let prepared = match setup(&ctx, spec)? {
+        Ok(p) => p,
+        Err(no_room) => return Ok(no_room),
+    };
+    let running = match spawn(ctx.mnt_ns.clone(), ctx.slot_guard, ctx.spawner, prepared, spec)? {
+        Ok(r) => r,
+        Err(no_room) => return Ok(no_room),
+    };
+    let killed_by = watch(&running, spec, ctx.cgroup).await?;
+    collect(running, killed_by, spec, ctx.cgroup).await
+}
+
+/// Everything a run needs before its init is cloned.
+struct Prepared {
+    /// The slot's counters before the run (with cgroups).
+    baseline: Option<Baseline>,
+    out_r: OwnedFd,
+    err_r: OwnedFd,
+    rep_r: OwnedFd,
+    /// Our copies of what the init inherits, closed once it is running.
+    child_ends: [Option<OwnedFd>; 6],
+    plan: Box<ChildPlan>,
+    stack: Stack,
+    /// With a memory cgroup, running out of memory while starting is the run's limit at work.
+    enomem_is_mle: bool,
+}
+
+/// Sets the slot's limits and builds the init's plan. `Err(outcome)`: the
+/// run cannot start within its memory limit, which is its own verdict.
+fn setup(ctx: &Context<'_>, spec: &RunSpec) -> Result<Result<Prepared, RunOutcome>, SandboxError> {
     use super::cgroup::CgroupError::LimitBelowUsage;
     let prepare = || ctx.cgroup.map(|c| c.prepare(spec.limits.memory, spec.limits.processes));
     let mut prepared = prepare();
@@ -350,16 +383,14 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         super::slotns::clear(ctx.mnt_ns).map_err(os("clearing the slot's mounts"))?;
         prepared = prepare();
     }
-    let mut baseline = match prepared {
+    let baseline = match prepared {
         None => None,
         Some(Ok(b)) => Some(b),
         Some(Err(e @ LimitBelowUsage { usage, .. })) if usage <= SLOT_FLOOR_BYTES => {
-            return Ok(no_room_to_start(&e));
+            return Ok(Err(no_room_to_start(&e)));
         }
         Some(Err(e)) => return Err(e.into()),
     };
-    // With a memory cgroup, running out of memory while starting is the run's limit at work.
-    let enomem_is_mle = ctx.cgroup.is_some();
     let (out_r, out_w) = super::pipe().map_err(os("pipe2"))?;
     let (err_r, err_w) = super::pipe().map_err(os("pipe2"))?;
     let (rep_r, rep_w) = super::pipe().map_err(os("pipe2"))?;
@@ -374,10 +405,47 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         work.as_raw_fd(),
         net_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
     ];
-    let plan = Box::new(build_plan(&ctx, spec, fds)?);
+    let plan = Box::new(build_plan(ctx, spec, fds)?);
     let stack = Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?;
+    Ok(Ok(Prepared {
+        baseline,
+        out_r,
+        err_r,
+        rep_r,
+        child_ends: [Some(stdin), Some(out_w), Some(err_w), Some(rep_w), Some(work), net_ns],
+        plan,
+        stack,
+        enomem_is_mle: ctx.cgroup.is_some(),
+    }))
+}
 
-    let new_net = if net_ns.is_some() { 0 } else { libc::CLONE_NEWNET };
+/// A run whose init is alive, with its output being read.
+struct Running {
+    kid: Child,
+    started: Instant,
+    baseline: Option<Baseline>,
+    stdout_task: tokio::task::JoinHandle<(Vec<u8>, bool)>,
+    stderr_task: tokio::task::JoinHandle<(Vec<u8>, bool)>,
+    /// Set when an output reader killed the run for going past its cap.
+    overflowed: Arc<AtomicBool>,
+    rep_r: OwnedFd,
+    enomem_is_mle: bool,
+}
+
+/// Clones the init (through the slot's spawner when there is one) and starts
+/// reading its output. `Err(outcome)`: no memory left in the slot to start it.
+fn spawn(
+    mnt_ns: Arc<OwnedFd>,
+    slot_guard: tokio::sync::OwnedMutexGuard<()>,
+    spawner: Option<&super::spawner::Spawner>,
+    p: Prepared,
+    spec: &RunSpec,
+) -> Result<Result<Running, RunOutcome>, SandboxError> {
+    let new_net = if p.child_ends[5].is_some() {
+        0
+    } else {
+        libc::CLONE_NEWNET
+    };
     // A cgroup namespace rooted at the slot keeps the host's cgroup paths out of /proc/self/cgroup.
     let flags = libc::CLONE_VM
         | libc::CLONE_NEWPID
@@ -387,8 +455,8 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         | libc::CLONE_NEWUTS
         | libc::SIGCHLD;
     let started = Instant::now();
-    let spawned = match ctx.spawner {
-        Some(sp) => sp.spawn(&plan, &stack, flags),
+    let spawned = match spawner {
+        Some(sp) => sp.spawn(&p.plan, &p.stack, flags),
         None => {
             let mut pidfd: libc::c_int = -1;
             // SAFETY: the init runs on its own stack and reads the plan, both kept
@@ -396,9 +464,9 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
             let pid = unsafe {
                 libc::clone(
                     child::init_main,
-                    stack.top(),
+                    p.stack.top(),
                     flags | libc::CLONE_PIDFD,
-                    &*plan as *const ChildPlan as *mut libc::c_void,
+                    &*p.plan as *const ChildPlan as *mut libc::c_void,
                     &mut pidfd as *mut libc::c_int,
                 )
             };
@@ -413,7 +481,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     let (pid, pidfd) = match spawned {
         Ok(p) => p,
         // The init's kernel stack and tables are charged to the slot's cgroup.
-        Err(e) if enomem_is_mle && e.raw_os_error() == Some(libc::ENOMEM) => return Ok(no_room_to_start(&e)),
+        Err(e) if p.enomem_is_mle && e.raw_os_error() == Some(libc::ENOMEM) => return Ok(Err(no_room_to_start(&e))),
         Err(e) => return Err(SandboxError::Os("spawning the init", e)),
     };
     let handle = KillHandle::new(pidfd);
@@ -421,17 +489,17 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         pid,
         handle: handle.clone(),
         pidfd: None,
-        keep: Some((plan, stack)),
+        keep: Some((p.plan, p.stack)),
         slot: Some(SlotHold {
-            mnt_ns: ctx.mnt_ns.clone(),
-            _guard: ctx.slot_guard,
+            mnt_ns,
+            _guard: slot_guard,
         }),
     };
     // SAFETY: the handle keeps returning the same open descriptor while registered.
     let registered = unsafe { AsyncFd::register_with_interest(handle.clone(), tokio::io::Interest::READABLE) };
     kid.pidfd = Some(registered.map_err(|e| SandboxError::Os("watching the pidfd", e.into()))?);
     // The init holds its own copies now (and the namespace, once it entered it).
-    drop((out_w, err_w, rep_w, stdin, work, net_ns));
+    drop(p.child_ends);
 
     let overflowed = Arc::new(AtomicBool::new(false));
     let on_overflow: Arc<dyn Fn() + Send + Sync> = {
@@ -445,57 +513,76 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     };
     drop(handle);
     let cap = spec.limits.output;
-    let stdout_task = tokio::spawn(capture(out_r, cap, on_overflow.clone()));
-    let stderr_task = tokio::spawn(capture(err_r, cap, on_overflow));
+    Ok(Ok(Running {
+        kid,
+        started,
+        baseline: p.baseline,
+        stdout_task: tokio::spawn(capture(p.out_r, cap, on_overflow.clone())),
+        stderr_task: tokio::spawn(capture(p.err_r, cap, on_overflow)),
+        overflowed,
+        rep_r: p.rep_r,
+        enomem_is_mle: p.enomem_is_mle,
+    }))
+}
 
-    let deadline = tokio::time::Instant::from_std(started + spec.limits.wall);
+/// Waits for the init to exit, killing it at the wall-time limit or when the
+/// slot's CPU counter passes the CPU limit; says which limit ended it, if any.
+async fn watch(r: &Running, spec: &RunSpec, cgroup: Option<&SlotCgroup>) -> Result<Option<Termination>, SandboxError> {
+    let deadline = tokio::time::Instant::from_std(r.started + spec.limits.wall);
     let cpu_limit_ns = spec.limits.cpu.as_nanos() as u64;
-    let cpu_at_start = baseline.as_ref().map_or(0, |b| b.cpu_ns());
+    let cpu_at_start = r.baseline.as_ref().map_or(0, |b| b.cpu_ns());
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     let mut killed_by = None;
-    {
-        let exited = kid.pidfd.as_ref().map(|f| f.readable());
-        let Some(exited) = exited else {
-            return Err(SandboxError::Other("no pidfd".into()));
-        };
-        tokio::pin!(exited);
-        loop {
-            tokio::select! {
-                _ = &mut exited => break,
-                _ = tokio::time::sleep_until(deadline), if killed_by.is_none() => {
-                    kid.kill();
-                    killed_by = Some(Termination::WallTime);
-                }
-                _ = tick.tick(), if killed_by.is_none() && ctx.cgroup.is_some() => {
-                    if ctx.cgroup.is_some_and(|c| c.cpu_ns() >= cpu_at_start + cpu_limit_ns) {
-                        kid.kill();
-                        killed_by = Some(Termination::CpuTime);
-                    }
+    let Some(exited) = r.kid.pidfd.as_ref().map(|f| f.readable()) else {
+        return Err(SandboxError::Other("no pidfd".into()));
+    };
+    tokio::pin!(exited);
+    loop {
+        tokio::select! {
+            _ = &mut exited => return Ok(killed_by),
+            _ = tokio::time::sleep_until(deadline), if killed_by.is_none() => {
+                r.kid.kill();
+                killed_by = Some(Termination::WallTime);
+            }
+            _ = tick.tick(), if killed_by.is_none() && cgroup.is_some() => {
+                if cgroup.is_some_and(|c| c.cpu_ns() >= cpu_at_start + cpu_limit_ns) {
+                    r.kid.kill();
+                    killed_by = Some(Termination::CpuTime);
                 }
             }
         }
     }
-    let wall = started.elapsed();
-    let ru = kid.reap();
+}
+
+/// Reaps the init, gathers output, reports and usage, clears the slot when
+/// the init could not, and says what the run did.
+async fn collect(
+    mut r: Running,
+    mut killed_by: Option<Termination>,
+    spec: &RunSpec,
+    cgroup: Option<&SlotCgroup>,
+) -> Result<RunOutcome, SandboxError> {
+    let wall = r.started.elapsed();
+    let ru = r.kid.reap();
 
     // All writers are dead; the readers reach EOF promptly.
     let grace = Duration::from_secs(2);
-    let (stdout, stdout_truncated) = tokio::time::timeout(grace, stdout_task)
+    let (stdout, stdout_truncated) = tokio::time::timeout(grace, r.stdout_task)
         .await
         .ok()
         .and_then(|r| r.ok())
         .unwrap_or_default();
-    let (stderr, stderr_truncated) = tokio::time::timeout(grace, stderr_task)
+    let (stderr, stderr_truncated) = tokio::time::timeout(grace, r.stderr_task)
         .await
         .ok()
         .and_then(|r| r.ok())
         .unwrap_or_default();
-    if overflowed.load(Ordering::SeqCst) && killed_by.is_none() {
+    if r.overflowed.load(Ordering::SeqCst) && killed_by.is_none() {
         killed_by = Some(Termination::Output);
     }
 
     let mut reports = Vec::new();
-    let _ = std::fs::File::from(rep_r).read_to_end(&mut reports);
+    let _ = std::fs::File::from(r.rep_r).read_to_end(&mut reports);
     let reports = child::parse_reports(&reports);
     let status = reports
         .iter()
@@ -504,17 +591,17 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
     // An init that reported the program's status and was not killed detached
     // the run's mounts itself; otherwise they are cleared from outside, before
     // the slot is handed on and before this run's response exists.
-    let slot = kid.slot.take();
+    let slot = r.kid.slot.take();
     if (status.is_none() || killed_by.is_some())
         && let Some(slot) = &slot
     {
         slot.clear()?;
     }
-    drop((kid, slot));
+    drop((r.kid, slot));
     for (tag, stage, value) in reports {
         let errno = std::io::Error::from_raw_os_error(value);
         match tag {
-            child::report::SETUP_FAILED | child::report::EXEC_FAILED if enomem_is_mle && value == libc::ENOMEM => {
+            child::report::SETUP_FAILED | child::report::EXEC_FAILED if r.enomem_is_mle && value == libc::ENOMEM => {
                 return Ok(no_room_to_start(&errno));
             }
             child::report::SETUP_FAILED => {
@@ -532,7 +619,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
             _ => {}
         }
     }
-    let usage = match (ctx.cgroup, baseline.as_mut()) {
+    let usage = match (cgroup, r.baseline.as_mut()) {
         (Some(c), Some(b)) => Some(c.usage(b)),
         _ => None,
     };
@@ -544,12 +631,6 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         // The init died before reporting: killed by us (limits) or by the OOM killer.
         _ => (0, libc::SIGKILL),
     };
-    // A program killed at the wall limit that was busy on the CPU the whole
-    // time (a loop, not a sleep) exceeded its time, not just its wall time.
-    // Half the wall time allows for CPU contention on a busy node.
-    let cpu_bound = killed_by == Some(Termination::WallTime) && cpu.as_secs_f64() >= 0.5 * wall.as_secs_f64();
-    let cpu_exceeded =
-        cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime) || cpu_bound;
     Ok(RunOutcome {
         exit_code,
         signal,
@@ -563,7 +644,8 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         cpu,
         // The largest process's resident set where the cgroup cannot tell.
         peak_memory: usage.and_then(|u| u.peak_memory).unwrap_or(ru.ru_maxrss as u64 * 1024),
-        cpu_exceeded,
+        // Measured facts only; what they mean for the verdict is the caller's rule.
+        cpu_exceeded: cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime),
     })
 }
 

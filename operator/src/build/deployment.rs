@@ -31,8 +31,21 @@ const STARTUP_BASE_S: u32 = 60;
 const STARTUP_PER_LANGUAGE_S: u32 = 10;
 /// Startup probe period, seconds.
 const STARTUP_PERIOD_S: i32 = 2;
-/// Where a pool's auth Secret is mounted.
+/// Where a pool's auth Secret is mounted in `namespaces` mode, whose runs see a root
+/// filesystem of their own without it.
 pub const AUTH_DIR: &str = "/etc/sandpool/auth";
+/// Where it is mounted in `restricted` mode, whose runs see the pod's own filesystem
+/// through Landlock rules that admit system directories such as `/etc`: a top-level
+/// directory that no such rule names, because runs share the executor's uid and gid.
+pub const RESTRICTED_AUTH_DIR: &str = "/sandpool-auth";
+
+/// Where the auth Secret is mounted for `mode`.
+pub fn auth_dir(mode: IsolationMode) -> &'static str {
+    match mode {
+        IsolationMode::Namespaces => AUTH_DIR,
+        IsolationMode::Restricted => RESTRICTED_AUTH_DIR,
+    }
+}
 
 /// Capabilities `namespaces` mode needs, each for one documented reason (docs/operator.md).
 pub const NAMESPACES_CAPABILITIES: [&str; 9] = [
@@ -83,7 +96,10 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
         args.push("--gpu".to_owned());
     }
     if pool.auth.is_some() {
-        args.push(format!("--auth-token-file={AUTH_DIR}/{AUTH_TOKEN_KEY}"));
+        args.push(format!(
+            "--auth-token-file={}/{AUTH_TOKEN_KEY}",
+            auth_dir(pool.isolation)
+        ));
     }
     if let Some(cache) = &pool.result_cache {
         args.push(format!("--result-cache-entries={}", cache.entries));
@@ -219,7 +235,9 @@ fn volumes(pool: &ResolvedPool) -> Vec<Volume> {
             name: "auth".to_owned(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(auth.secret_name.clone()),
-                // Owner-only: the runs' uids must not read the token.
+                // Owner-only: the runs' uids must not read the token. In `restricted` mode
+                // the kubelet adds group read for fsGroup, the executor's own gid, which the
+                // runs share: there the mount path keeps it from them (RESTRICTED_AUTH_DIR).
                 default_mode: Some(0o400),
                 items: Some(vec![KeyToPath {
                     key: AUTH_TOKEN_KEY.to_owned(),
@@ -250,7 +268,7 @@ fn volume_mounts(pool: &ResolvedPool) -> Vec<VolumeMount> {
     if pool.auth.is_some() {
         mounts.push(VolumeMount {
             name: "auth".to_owned(),
-            mount_path: AUTH_DIR.to_owned(),
+            mount_path: auth_dir(pool.isolation).to_owned(),
             read_only: Some(true),
             ..Default::default()
         });
