@@ -73,6 +73,17 @@ pub struct ExecutorArgs {
     /// Capture files kept (the current one and the rotated ones).
     #[arg(long, env = "SANDPOOL_CAPTURE_FILES", default_value_t = 4)]
     pub capture_files: usize,
+    /// Responses the result cache keeps: identical requests are answered from it without
+    /// running. 0 (the default) turns the cache off.
+    #[arg(long, env = "SANDPOOL_RESULT_CACHE_ENTRIES", default_value_t = 0)]
+    pub result_cache_entries: usize,
+    /// Bytes the result cache may hold (responses' encoded sizes plus overhead).
+    #[arg(long, env = "SANDPOOL_RESULT_CACHE_BYTES", default_value_t = 64 * MIB)]
+    pub result_cache_bytes: u64,
+    /// Also cache TIME_LIMIT_EXCEEDED, WALL_TIME_LIMIT_EXCEEDED and MEMORY_LIMIT_EXCEEDED
+    /// for every request (otherwise only for requests with CACHE_POLICY_INCLUDE_LIMITS).
+    #[arg(long, env = "SANDPOOL_RESULT_CACHE_LIMIT_VERDICTS")]
+    pub result_cache_limit_verdicts: bool,
 
     #[arg(long, env = "SANDPOOL_DEFAULT_WALL_TIME_MS", default_value_t = 10_000)]
     pub default_wall_time_ms: u64,
@@ -384,6 +395,11 @@ impl ExecutorArgs {
             capture: None,
             sessions: self.session_policy(),
             assert_prelude: self.assert_prelude == OnOff::On,
+            result_cache: (self.result_cache_entries > 0).then_some(crate::result_cache::CacheConfig {
+                entries: self.result_cache_entries,
+                bytes: self.result_cache_bytes,
+                limit_verdicts: self.result_cache_limit_verdicts,
+            }),
         }
     }
 

@@ -6,7 +6,7 @@ use crate::admission::{Admission, AdmissionError, Admit, SlotGuard};
 use crate::languages::{Availability, Language, LanguageTable, version_line};
 use crate::limits::{LimitError, LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
-use crate::{validate, verdict};
+use crate::{result_cache, validate, verdict};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::workdir::FetchError;
@@ -74,6 +74,8 @@ pub struct EngineConfig {
     pub sessions: crate::session::SessionPolicy,
     /// Whether assert tests get the language's prelude when a request does not say.
     pub assert_prelude: bool,
+    /// The result cache's bounds (off when None or zero).
+    pub result_cache: Option<crate::result_cache::CacheConfig>,
 }
 
 /// Executes requests.
@@ -95,6 +97,8 @@ pub struct Engine {
     pub sessions: crate::session::SessionPolicy,
     /// Whether assert tests get the language's prelude when a request does not say.
     pub assert_prelude: bool,
+    /// Identical requests answered without running (off unless configured).
+    pub cache: Option<crate::result_cache::ResultCache>,
 }
 
 /// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
@@ -103,6 +107,16 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static)
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
+}
+
+/// Awaits `fut`, or DEADLINE_EXCEEDED at `deadline`.
+pub async fn until<T>(deadline: Option<tokio::time::Instant>, fut: impl Future<Output = T>) -> Result<T, ExecError> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut)
+            .await
+            .map_err(|_| ExecError::DeadlineExceeded),
+        None => Ok(fut.await),
+    }
 }
 
 /// Reads `paths` (already deduplicated) from `work`: each at most `file_cap` bytes, all
@@ -178,6 +192,9 @@ impl Engine {
         let metrics = Metrics::new();
         metrics.slots.set(sandbox.slots() as i64);
         let admission = Admission::new(sandbox.slots(), cfg.queue_capacity);
+        let cache = cfg
+            .result_cache
+            .and_then(|c| crate::result_cache::ResultCache::new(c, metrics.clone()));
         let mut engine = Engine {
             sandbox,
             languages,
@@ -193,6 +210,7 @@ impl Engine {
             capture: cfg.capture,
             sessions: cfg.sessions,
             assert_prelude: cfg.assert_prelude,
+            cache,
         };
         engine.availability = engine.probe_languages().await;
         engine.packages = crate::packages::probe(&engine).await;
@@ -400,10 +418,31 @@ impl Engine {
             &self.policy.compile_defaults,
             "compile_limits",
         )?;
-        // Linear and capped, but a request may still hold thousands of paths: not on the runtime.
+        let policy = result_cache::policy(req.cache, "cache")?;
+        let usage = self.cache.as_ref().and_then(|c| c.usage(policy));
+        // Linear and capped, but a request may still hold thousands of paths (and keying
+        // hashes up to the whole request): not on the runtime.
         let (source, budget) = (lang.source.clone(), self.work_dir_bytes);
-        let (mut req, fetch) = blocking(move || validate::execute(&req, &source, budget).map(|f| (req, f))).await??;
-        req.fetch_files = fetch;
+        let (name, toolchain) = (lang.name.clone(), version.to_owned());
+        let (req, key) = blocking(move || {
+            let mut req = req;
+            req.fetch_files = validate::execute(&req, &source, budget)?;
+            let key = usage.map(|_| result_cache::execute_key(&mut req, &name, &toolchain, run_limits, compile_limits));
+            Ok::<_, ExecError>((req, key))
+        })
+        .await??;
+        let cached = match (&self.cache, usage, &key) {
+            (Some(c), Some(u), Some(k)) => Some((c, u, *k)),
+            _ => None,
+        };
+        // While an identical request runs, this one waits for its answer (up to its deadline).
+        let leader = match cached {
+            Some((c, u, k)) => match until(deadline, c.begin_execute(k, u)).await? {
+                result_cache::Begin::Hit(hit) => return Ok(hit),
+                result_cache::Begin::Run(leader) => leader,
+            },
+            None => None,
+        };
         let captured = self.capture.as_ref().map(|_| req.clone());
 
         let slot = self.acquire(deadline).await?;
@@ -415,6 +454,11 @@ impl Engine {
             None => fut.await,
         };
         drop(slot);
+        if let Some((c, u, k)) = cached {
+            c.put_execute(k, u, &res);
+        }
+        // Stored first: the requests waiting for this run find it.
+        drop(leader);
         let verdict = pb::Verdict::try_from(res.verdict).unwrap_or_default();
         self.metrics.run_finished(&lang.name, verdict.as_str_name());
         if let (Some(c), Some(req)) = (&self.capture, captured) {

@@ -43,6 +43,8 @@ pub const GPU_MEMORY_REQUEST_PER_SLOT_GI: u32 = 2;
 pub const AUTH_TOKEN_KEY: &str = "token";
 /// Extra time the executor's drain gets beyond the longest run (process teardown, reply).
 pub const DRAIN_MARGIN_MS: u64 = 5_000;
+/// The result cache's size when a pool enables it without `maxBytes` (the executor's default).
+pub const DEFAULT_RESULT_CACHE_BYTES: u64 = 64 << 20;
 /// Memory the executor keeps for itself inside the container: a run may use at most the
 /// container's memory limit minus this.
 pub const EXECUTOR_MEMORY_HEADROOM: u64 = 256 << 20;
@@ -153,6 +155,19 @@ pub struct ResolvedPool {
     pub max_unavailable: Option<IntOrString>,
     /// Caller authentication, when enabled.
     pub auth: Option<ResolvedAuth>,
+    /// The result cache, when enabled.
+    pub result_cache: Option<ResolvedResultCache>,
+}
+
+/// The executor's result cache, when enabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedResultCache {
+    /// `--result-cache-entries`.
+    pub entries: u64,
+    /// `--result-cache-bytes`.
+    pub bytes: u64,
+    /// `--result-cache-limit-verdicts`.
+    pub limit_verdicts: bool,
 }
 
 /// Where a pool's bearer token lives.
@@ -229,6 +244,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
 
     let container_memory = container_memory_limit(spec.resources.as_ref())?;
     let limits = resolve_limits(spec.limits.as_ref().unwrap_or(&RunLimits::default()), container_memory)?;
+    let result_cache = resolve_result_cache(spec.result_cache.as_ref(), container_memory)?;
 
     let gpu = match &spec.gpu {
         None => None,
@@ -372,7 +388,53 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         pod_annotations: template.annotations.unwrap_or_default(),
         max_unavailable,
         auth,
+        result_cache,
     })
+}
+
+/// The cache's settings; it lives in the executor's own memory, so a container memory
+/// limit must hold it and the executor's headroom.
+fn resolve_result_cache(
+    spec: Option<&crate::crd::ResultCache>,
+    container_memory: Option<u64>,
+) -> Result<Option<ResolvedResultCache>, InvalidSpec> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let entries = match spec.entries {
+        None | Some(0) => return Ok(None),
+        Some(n) => {
+            u64::try_from(n).map_err(|_| InvalidSpec::new("spec.resultCache.entries", "must not be negative"))?
+        }
+    };
+    let bytes = match &spec.max_bytes {
+        Some(text) => units::bytes(text).map_err(|e| InvalidSpec::new("spec.resultCache.maxBytes", e))?,
+        None => DEFAULT_RESULT_CACHE_BYTES,
+    };
+    if bytes == 0 {
+        return Err(InvalidSpec::new(
+            "spec.resultCache.maxBytes",
+            "must be positive (set entries to 0 to turn the cache off)",
+        ));
+    }
+    if let Some(container) = container_memory
+        && bytes.saturating_add(EXECUTOR_MEMORY_HEADROOM) >= container
+    {
+        return Err(InvalidSpec::new(
+            "spec.resultCache.maxBytes",
+            format!(
+                "{} and the executor's own headroom of {} do not fit spec.resources.limits[\"memory\"] ({})",
+                show_bytes(bytes),
+                show_bytes(EXECUTOR_MEMORY_HEADROOM),
+                show_bytes(container)
+            ),
+        ));
+    }
+    Ok(Some(ResolvedResultCache {
+        entries,
+        bytes,
+        limit_verdicts: spec.limit_verdicts.unwrap_or(false),
+    }))
 }
 
 /// Child objects are named after the pool, and a Service name must be a DNS-1035 label.

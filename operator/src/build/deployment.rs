@@ -101,6 +101,13 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
             auth_dir(pool.isolation)
         ));
     }
+    if let Some(cache) = &pool.result_cache {
+        args.push(format!("--result-cache-entries={}", cache.entries));
+        args.push(format!("--result-cache-bytes={}", cache.bytes));
+        if cache.limit_verdicts {
+            args.push("--result-cache-limit-verdicts".to_owned());
+        }
+    }
     args.push(format!("--drain-timeout-ms={}", pool.drain_timeout_ms()));
     args.push(format!("--work-root={WORK_ROOT}"));
     args

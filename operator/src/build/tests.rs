@@ -614,3 +614,29 @@ fn auth_mounts_the_token_read_only_and_passes_the_file() {
     // Off by default.
     assert!(!executor_args(&resolved(json!({}))).iter().any(|a| a.contains("auth")));
 }
+
+#[test]
+fn a_result_cache_sets_the_executor_flags() {
+    let cache_args = |spec: Value| -> Vec<String> {
+        executor_args(&resolved(spec))
+            .into_iter()
+            .filter(|a| a.starts_with("--result-cache"))
+            .collect()
+    };
+    assert_eq!(
+        cache_args(json!({"resultCache": {"entries": 10000, "maxBytes": "128Mi", "limitVerdicts": true}})),
+        [
+            "--result-cache-entries=10000",
+            "--result-cache-bytes=134217728",
+            "--result-cache-limit-verdicts",
+        ]
+    );
+    // The operator's default size, not the executor's.
+    assert_eq!(
+        cache_args(json!({"resultCache": {"entries": 5}})),
+        ["--result-cache-entries=5", "--result-cache-bytes=67108864"]
+    );
+    // Off by default, and with zero entries.
+    assert!(cache_args(json!({})).is_empty());
+    assert!(cache_args(json!({"resultCache": {"entries": 0, "maxBytes": "1Gi"}})).is_empty());
+}

@@ -437,3 +437,21 @@ fn a_restricted_default_names_itself_when_it_refuses() {
     )
     .expect("a pool may choose namespaces mode over the default");
 }
+
+#[test]
+fn the_result_cache_must_fit_beside_the_executors_headroom() {
+    let spec = |bytes: &str| json!({"resources": {"limits": {"memory": "1Gi"}}, "resultCache": {"entries": 10, "maxBytes": bytes}});
+    let err = resolve_spec(spec("800Mi")).expect_err("cache and headroom exceed the container");
+    assert_eq!(err.field, "spec.resultCache.maxBytes");
+    assert!(err.message.contains("headroom"), "{}", err.message);
+    let p = resolve_spec(spec("64Mi")).expect("fits");
+    assert_eq!(p.result_cache.map(|c| c.bytes), Some(64 << 20));
+    assert_eq!(
+        invalid_field(json!({"resultCache": {"entries": 1, "maxBytes": "0"}})),
+        "spec.resultCache.maxBytes"
+    );
+    assert_eq!(
+        invalid_field(json!({"resultCache": {"entries": -1}})),
+        "spec.resultCache.entries"
+    );
+}
