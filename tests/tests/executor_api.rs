@@ -422,11 +422,17 @@ fn refuses_to_start_when_the_isolation_mode_cannot_be_had() {
     // Namespaces mode in an unprivileged pod.
     let err = refused_start("namespaces", &[], true);
     assert!(err.contains("namespaces") && err.contains("not available"), "{err}");
-    assert!(err.contains("pid_namespace"), "{err}");
+    assert!(
+        err.contains("pid_namespace") && err.contains("--isolation restricted"),
+        "{err}"
+    );
     // Restricted mode where the runtime's profile predates Landlock.
     let err = refused_start("restricted", &[("SANDPOOL_POD_SECCOMP_NO_LANDLOCK", "1")], true);
     assert!(err.contains("restricted") && err.contains("not available"), "{err}");
-    assert!(err.contains("Landlock is not available"), "{err}");
+    assert!(
+        err.contains("Landlock is not available") && err.contains("seccomp profile"),
+        "{err}"
+    );
     // Restricted mode with a work root its uid cannot write.
     let err = refused_start("restricted", &[], false);
     assert!(err.contains("must be a directory uid 65534 can write"), "{err}");

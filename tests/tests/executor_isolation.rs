@@ -476,6 +476,42 @@ async fn nothing_is_left_behind_after_the_response(mode: Isolation) {
     assert_eq!(stdout(&r).trim(), "['main.py'] []", "{}", describe(&r));
 }
 
+/// Restricted mode started as root: runs do not share the executor's uid but
+/// get their slot's (`uid_base + slot`), under the same confinement.
+#[tokio::test]
+async fn restricted_mode_under_root_runs_each_slot_as_its_own_uid() {
+    let exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        extra_args: vec!["--isolation".into(), "restricted".into()],
+        ..Default::default()
+    })
+    .await;
+    let code = "import os\nbad = []\nfor p in ['/etc/evil', '/tmp/evil', os.path.dirname(os.getcwd()) + '/w99']:\n    try: open(p, 'w'); bad.append(p)\n    except OSError: pass\nopen('ok', 'w').write('x')\nprint(os.getuid(), os.geteuid(), bad)\n";
+    let r = py(&exe, code).await;
+    let out = stdout(&r);
+    let uid: u32 = out
+        .split_whitespace()
+        .next()
+        .and_then(|u| u.parse().ok())
+        .unwrap_or_else(|| panic!("{}", describe(&r)));
+    assert!(uid >= 63000, "runs as uid {uid}: {}", describe(&r));
+    assert!(out.trim().ends_with(&format!("{uid} []")), "{}", describe(&r));
+    let caps = exe
+        .client()
+        .get_capabilities(pb::GetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let iso = caps.isolation.unwrap();
+    assert_eq!(iso.mode, "restricted");
+    assert!(
+        iso.features.iter().any(|f| f.name == "per_slot_uid" && f.in_use),
+        "{:?}",
+        iso.features
+    );
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = vec![];
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {

@@ -18,11 +18,22 @@ const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random",
 /// need ptrace access, which Landlock denies outside the run's own domain.
 const READ_ONLY: &[&str] = &["/proc", "/sys/devices/system/cpu", "/sys/fs/cgroup"];
 
-/// The kernel's Landlock ABI version, 0 when Landlock is unavailable.
-pub fn abi_version() -> i32 {
+/// The kernel's Landlock ABI version, or why there is none.
+pub fn abi_version() -> Result<i32, String> {
     // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only queries the ABI.
     let v = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32) };
-    v.max(0) as i32
+    if v > 0 {
+        return Ok(v as i32);
+    }
+    let e = std::io::Error::last_os_error();
+    Err(match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => "Landlock is built in but disabled: add landlock to the kernel's lsm= boot parameter".into(),
+        Some(libc::ENOSYS) => "Landlock is not available: the kernel lacks it (Linux 5.13+ with CONFIG_SECURITY_LANDLOCK) \
+                               or the container runtime's seccomp profile refuses the landlock_* calls (Docker before 23, \
+                               old containerd profiles)"
+            .into(),
+        _ => format!("Landlock is not available: {e}"),
+    })
 }
 
 /// The crate's ABI for a version number (newer kernels: the newest the crate knows).

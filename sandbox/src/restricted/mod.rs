@@ -74,14 +74,11 @@ impl Restricted {
             )));
         }
         let mut features = crate::probe::probe();
-        let abi = landlock::abi_version();
-        if abi < 1 {
-            return Err(unavailable(
-                "Landlock is not available (it needs Linux 5.13+ with landlock in the kernel's lsm= list): \
-                 runs could read and write everything the executor's uid can"
-                    .into(),
-            ));
-        }
+        let abi = landlock::abi_version().map_err(|why| {
+            unavailable(format!(
+                "{why}; without it runs could read and write all the executor's uid can"
+            ))
+        })?;
         if !crate::seccomp::available() {
             return Err(unavailable("the kernel has no seccomp filters".into()));
         }
