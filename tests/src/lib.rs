@@ -69,10 +69,12 @@ pub struct Options {
 }
 
 /// How a test's executor isolates runs, and what privileges it starts with.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+///
+/// The default is `namespaces`, or `restricted` when `SANDPOOL_TEST_ISOLATION=restricted`:
+/// any suite that does not choose a mode itself can be run in restricted mode that way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isolation {
     /// `--isolation namespaces`, started as root (as a privileged pod).
-    #[default]
     Namespaces,
     /// `--isolation restricted`, started as a Pod Security `restricted` pod
     /// would be: a non-root uid of its own, no capabilities (none inheritable,
@@ -80,6 +82,15 @@ pub enum Isolation {
     /// for the runtime's default that refuses namespaces and mounts
     /// (`sandpool-pod-seccomp`).
     Restricted,
+}
+
+impl Default for Isolation {
+    fn default() -> Self {
+        match std::env::var("SANDPOOL_TEST_ISOLATION").as_deref() {
+            Ok("restricted") => Isolation::Restricted,
+            _ => Isolation::Namespaces,
+        }
+    }
 }
 
 impl Isolation {

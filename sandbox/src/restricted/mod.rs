@@ -390,6 +390,9 @@ impl Drop for Tree {
     }
 }
 
+/// Stack of the main thread, and default stack of every other thread.
+const STACK_BYTES: u64 = 8 << 20;
+
 /// Whether a failed run ran out of memory: with an rlimit instead of a
 /// cgroup nobody says so, so a run that failed near its limit counts.
 fn near_memory_limit(peak: u64, limit: u64) -> bool {
@@ -419,9 +422,13 @@ impl Restricted {
             (libc::RLIMIT_NPROC, rlimit(nproc, nproc)),
             (libc::RLIMIT_CORE, rlimit(0, 0)),
             (libc::RLIMIT_NOFILE, rlimit(4096, 4096)),
+            // glibc gives every new thread a stack of the soft limit, and
+            // RLIMIT_DATA counts thread stacks whole: namespaces mode's 256 MiB
+            // would let a runtime start one thread. 8 MiB, the usual Linux
+            // default, bounds the main thread's recursion too (weaker than namespaces).
             (
                 libc::RLIMIT_STACK,
-                rlimit(l.memory.min(256 << 20), l.memory.min(256 << 20)),
+                rlimit(STACK_BYTES.min(l.memory), STACK_BYTES.min(l.memory)),
             ),
             (libc::RLIMIT_MEMLOCK, rlimit(0, 0)),
             (libc::RLIMIT_MSGQUEUE, rlimit(0, 0)),
@@ -593,8 +600,8 @@ impl Restricted {
         };
         let peak_memory = (ru.ru_maxrss as u64 * 1024).max(peak.rss);
         let failed = exit_code != 0 || signal != 0;
-        let oom_killed =
-            failed && killed_by.is_none() && near_memory_limit(peak_memory.max(peak.data), spec.limits.memory);
+        // Resident memory, not the data size: runtimes reserve far more than they touch.
+        let oom_killed = failed && killed_by.is_none() && near_memory_limit(peak_memory, spec.limits.memory);
         // As in namespaces mode: killed at the wall limit while busy on the CPU is a time limit.
         let cpu_bound = killed_by == Some(Termination::WallTime) && cpu.as_secs_f64() >= 0.5 * wall.as_secs_f64();
         let cpu_exceeded =
