@@ -23,6 +23,7 @@ in_each_mode!(
     runs_are_unprivileged_and_dangerous_syscalls_are_denied,
     symlink_planted_under_a_fetch_files_name_does_not_leak,
     nothing_is_left_behind_after_the_response,
+    a_cancelled_run_leaves_no_process_behind,
 );
 
 async fn executor(isolation: Isolation) -> Executor {
@@ -474,6 +475,60 @@ async fn nothing_is_left_behind_after_the_response(mode: Isolation) {
     // The next run in the same slot starts clean.
     let r = py(&exe, &format!("{DIRS}print(os.listdir(W), os.listdir(T))\n")).await;
     assert_eq!(stdout(&r).trim(), "['main.py'] []", "{}", describe(&r));
+}
+
+/// Processes whose command line is exactly `argv` (NUL-separated in /proc).
+fn processes_running(argv: &[&str]) -> Vec<u32> {
+    let want = argv.join("\0") + "\0";
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            (cmdline == want.as_bytes()).then_some(pid)
+        })
+        .collect()
+}
+
+/// A request dropped mid-run (the client went away) kills the whole tree,
+/// an orphaned grandchild included, in both modes.
+async fn a_cancelled_run_leaves_no_process_behind(mode: Isolation) {
+    let exe = executor(mode).await;
+    // A distinct sleep per mode: the two tests may run side by side.
+    let secs = if mode == Isolation::Restricted {
+        "987.654"
+    } else {
+        "987.655"
+    };
+    let code = format!(
+        "import os, subprocess, time\nif os.fork() == 0:\n    subprocess.Popen(['sleep', '{secs}'])\n    os._exit(0)\ntime.sleep(60)\n"
+    );
+    let mut req = request("python", &code, "");
+    req.limits = Some(pb::Limits {
+        wall_time_ms: 60_000,
+        ..Default::default()
+    });
+    let mut client = exe.client();
+    let call = tokio::spawn(async move { client.execute(req).await });
+    let t = Instant::now();
+    while processes_running(&["sleep", secs]).is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the run never started its sleep");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Dropping the call resets the stream: the server drops the run.
+    call.abort();
+    let t = Instant::now();
+    while !processes_running(&["sleep", secs]).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the orphaned sleep outlived its cancelled run"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The slot is usable again.
+    let r = py(&exe, "print('next')").await;
+    assert_eq!(stdout(&r).trim(), "next", "{}", describe(&r));
 }
 
 /// Restricted mode started as root: runs do not share the executor's uid but
