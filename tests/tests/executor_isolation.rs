@@ -382,6 +382,7 @@ for name, nr in nrs.items():
 ctypes.set_errno(0)
 errnos["tiocsti"] = (libc.ioctl(0, 0x5412, ctypes.c_char_p(b"x")), ctypes.get_errno())
 print("uid", os.getuid(), "euid", os.geteuid(), caps, res, "errnos", errnos)
+print("oom_score_adj", open("/proc/self/oom_score_adj").read().strip())
 "#;
     let r = py(&exe, code).await;
     let out = stdout(&r);
@@ -389,6 +390,8 @@ print("uid", os.getuid(), "euid", os.geteuid(), caps, res, "errnos", errnos)
     assert!(out.contains("'CapEff:\\t0000000000000000'"), "{}", describe(&r));
     assert!(out.contains("'NoNewPrivs:\\t1'"), "{}", describe(&r));
     assert!(out.contains("'Seccomp:\\t2'"), "{}", describe(&r));
+    // Within the pod or node, the run is the OOM killer's first choice, never the executor.
+    assert!(out.contains("oom_score_adj 1000"), "{}", describe(&r));
     for k in ["unshare", "mount", "ptrace", "setuid0"] {
         assert!(out.contains(&format!("'{k}': -1")), "{k}: {}", describe(&r));
     }

@@ -2,7 +2,8 @@
 //! child between fork and exec, exec.
 //!
 //! Everything the child does after fork is a plain system call on data
-//! prepared before the fork (async-signal-safe): rlimits, the death signal,
+//! prepared before the fork (async-signal-safe): the death signal, rlimits,
+//! `oom_score_adj` 1000,
 //! close-on-exec for stray descriptors, `no_new_privs`, the Landlock domain,
 //! the seccomp filters, in that order (the filters last, so they never
 //! stand in the way of the steps before them).
@@ -40,6 +41,12 @@ impl Confinement {
             }
             for (resource, limit) in &self.rlimits {
                 check(libc::setrlimit64(*resource, limit) as _)?;
+            }
+            // Within the pod the run, not the executor, is the OOM killer's choice.
+            let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::write(fd, b"1000".as_ptr().cast(), 4);
+                libc::close(fd);
             }
             // Descriptors without close-on-exec (a library's) must not reach the program.
             libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
