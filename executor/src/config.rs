@@ -12,7 +12,9 @@ const MIB: u64 = 1 << 20;
 /// Settings of the engine and sandbox, shared by the server and the embedded CLI.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExecutorArgs {
-    /// Isolation mode; the executor refuses to start if the kernel or its privileges cannot provide it.
+    /// Isolation mode: `namespaces` (root or CAP_SYS_ADMIN) or `restricted` (any non-root uid, no
+    /// capabilities; Landlock and seccomp). The executor refuses to start if the kernel or its
+    /// privileges cannot provide it, saying why.
     #[arg(long, env = "SANDPOOL_ISOLATION", value_enum, default_value = "namespaces")]
     pub isolation: IsolationMode,
     /// Concurrent run slots (default: the CPUs this process may use).
@@ -27,7 +29,8 @@ pub struct ExecutorArgs {
     /// Offer only these languages (comma-separated).
     #[arg(long, env = "SANDPOOL_ENABLE_LANGUAGES", value_delimiter = ',')]
     pub enable_languages: Vec<String>,
-    /// Directory for work dirs and the sandbox root (root-owned).
+    /// Directory for work dirs and the sandbox root (namespaces: root-owned; restricted: writable
+    /// by the executor's uid, e.g. an emptyDir).
     #[arg(long, env = "SANDPOOL_WORK_ROOT", default_value = "/var/lib/sandpool")]
     pub work_root: PathBuf,
     /// Host paths visible read-only inside the sandbox (comma-separated).
@@ -37,7 +40,8 @@ pub struct ExecutorArgs {
     /// read-only and import first: added to PYTHONPATH of the table's Python entries (comma-separated).
     #[arg(long, env = "SANDPOOL_PYTHON_PATH", value_delimiter = ',')]
     pub python_path: Vec<PathBuf>,
-    /// uid/gid of slot 0; slot i runs as uid_base + i.
+    /// uid/gid of slot 0; slot i runs as uid_base + i (restricted mode: only when the executor is
+    /// root; otherwise runs keep the executor's uid).
     #[arg(long, env = "SANDPOOL_UID_BASE", default_value_t = 60000)]
     pub uid_base: u32,
     /// Give cuda and python_gpu runs the NVIDIA devices (default: on when /dev/nvidia* exists).
