@@ -45,6 +45,11 @@ RUN apt-get update \
         sqlite3 \
     && rm -rf /var/lib/apt/lists/*
 
+# npm packages benchmark test harnesses require (the javascript and typescript entries'
+# import_dirs in executor/languages.toml; docs/benchmarks.md): MBXP's lodash, HumanEval-X's js-md5.
+RUN npm install --prefix /opt/sandpool/node --no-audit --no-fund --omit=dev lodash@4 js-md5@0.8 \
+    && rm -rf /root/.npm
+
 # The default identity is unprivileged. Pools in "namespaces" mode run the container as
 # uid 0 with a handful of capabilities (set by the operator) so the executor can give
 # each run its own namespaces and uid; "restricted" pools run as this user.

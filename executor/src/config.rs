@@ -12,7 +12,9 @@ const MIB: u64 = 1 << 20;
 /// Settings of the engine and sandbox, shared by the server and the embedded CLI.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExecutorArgs {
-    /// Isolation mode; the executor refuses to start if the kernel or its privileges cannot provide it.
+    /// Isolation mode: `namespaces` (root or CAP_SYS_ADMIN) or `restricted` (any non-root uid, no
+    /// capabilities; Landlock and seccomp). The executor refuses to start if the kernel or its
+    /// privileges cannot provide it, saying why.
     #[arg(long, env = "SANDPOOL_ISOLATION", value_enum, default_value = "namespaces")]
     pub isolation: IsolationMode,
     /// Warm starts: runs of languages whose table entry has `warm` fork from a
@@ -31,7 +33,8 @@ pub struct ExecutorArgs {
     /// Offer only these languages (comma-separated).
     #[arg(long, env = "SANDPOOL_ENABLE_LANGUAGES", value_delimiter = ',')]
     pub enable_languages: Vec<String>,
-    /// Directory for work dirs and the sandbox root (root-owned).
+    /// Directory for work dirs and the sandbox root (namespaces: root-owned; restricted: writable
+    /// by the executor's uid, e.g. an emptyDir).
     #[arg(long, env = "SANDPOOL_WORK_ROOT", default_value = "/var/lib/sandpool")]
     pub work_root: PathBuf,
     /// Host paths visible read-only inside the sandbox (comma-separated).
@@ -41,7 +44,8 @@ pub struct ExecutorArgs {
     /// read-only and import first: added to PYTHONPATH of the table's Python entries (comma-separated).
     #[arg(long, env = "SANDPOOL_PYTHON_PATH", value_delimiter = ',')]
     pub python_path: Vec<PathBuf>,
-    /// uid/gid of slot 0; slot i runs as uid_base + i.
+    /// uid/gid of slot 0; slot i runs as uid_base + i (restricted mode: only when the executor is
+    /// root; otherwise runs keep the executor's uid).
     #[arg(long, env = "SANDPOOL_UID_BASE", default_value_t = 60000)]
     pub uid_base: u32,
     /// Give cuda and python_gpu runs the NVIDIA devices (default: on when /dev/nvidia* exists).
@@ -77,6 +81,17 @@ pub struct ExecutorArgs {
     /// Capture files kept (the current one and the rotated ones).
     #[arg(long, env = "SANDPOOL_CAPTURE_FILES", default_value_t = 4)]
     pub capture_files: usize,
+    /// Responses the result cache keeps: identical requests are answered from it without
+    /// running. 0 (the default) turns the cache off.
+    #[arg(long, env = "SANDPOOL_RESULT_CACHE_ENTRIES", default_value_t = 0)]
+    pub result_cache_entries: usize,
+    /// Bytes the result cache may hold (responses' encoded sizes plus overhead).
+    #[arg(long, env = "SANDPOOL_RESULT_CACHE_BYTES", default_value_t = 64 * MIB)]
+    pub result_cache_bytes: u64,
+    /// Also cache TIME_LIMIT_EXCEEDED, WALL_TIME_LIMIT_EXCEEDED and MEMORY_LIMIT_EXCEEDED
+    /// for every request (otherwise only for requests with CACHE_POLICY_INCLUDE_LIMITS).
+    #[arg(long, env = "SANDPOOL_RESULT_CACHE_LIMIT_VERDICTS")]
+    pub result_cache_limit_verdicts: bool,
 
     #[arg(long, env = "SANDPOOL_DEFAULT_WALL_TIME_MS", default_value_t = 10_000)]
     pub default_wall_time_ms: u64,
@@ -102,12 +117,52 @@ pub struct ExecutorArgs {
     pub default_file_size_bytes: u64,
     #[arg(long, env = "SANDPOOL_MAX_FILE_SIZE_BYTES", default_value_t = 256 * MIB)]
     pub max_file_size_bytes: u64,
+    /// Whether assert tests get the language's prelude (default imports, docs/judging.md) when a
+    /// request leaves `options.prelude` unspecified; `off` matches reference harnesses.
+    #[arg(long, env = "SANDPOOL_ASSERT_PRELUDE", value_enum, default_value = "on")]
+    pub assert_prelude: OnOff,
     /// Compile-phase defaults for wall and CPU time, ms.
     #[arg(long, env = "SANDPOOL_COMPILE_TIME_MS", default_value_t = 30_000)]
     pub compile_time_ms: u64,
     /// Compile-phase default memory, bytes.
     #[arg(long, env = "SANDPOOL_COMPILE_MEMORY_BYTES", default_value_t = 2048 * MIB)]
     pub compile_memory_bytes: u64,
+
+    /// Stateful sessions alive at once; each holds a run slot while it lives
+    /// (default: half the slots, at least 1). 0 turns sessions off.
+    #[arg(long, env = "SANDPOOL_MAX_SESSIONS")]
+    pub max_sessions: Option<usize>,
+    /// A session's default absolute lifetime, ms.
+    #[arg(long, env = "SANDPOOL_SESSION_LIFETIME_MS", default_value_t = 30 * 60 * 1000)]
+    pub session_lifetime_ms: u64,
+    /// The longest lifetime a session may ask for, ms.
+    #[arg(long, env = "SANDPOOL_MAX_SESSION_LIFETIME_MS", default_value_t = 4 * 3600 * 1000)]
+    pub max_session_lifetime_ms: u64,
+    /// A session's default idle timeout (no call for this long ends it), ms.
+    #[arg(long, env = "SANDPOOL_SESSION_IDLE_TIMEOUT_MS", default_value_t = 5 * 60 * 1000)]
+    pub session_idle_timeout_ms: u64,
+    /// The longest idle timeout a session may ask for, ms.
+    #[arg(long, env = "SANDPOOL_MAX_SESSION_IDLE_TIMEOUT_MS", default_value_t = 3600 * 1000)]
+    pub max_session_idle_timeout_ms: u64,
+    /// A session's default number of calls.
+    #[arg(long, env = "SANDPOOL_SESSION_CALLS", default_value_t = 1000)]
+    pub session_calls: u32,
+    /// The most calls a session may ask for.
+    #[arg(long, env = "SANDPOOL_MAX_SESSION_CALLS", default_value_t = 100_000)]
+    pub max_session_calls: u32,
+    /// A session's default CPU time, all calls together, ms.
+    #[arg(long, env = "SANDPOOL_SESSION_CPU_TIME_MS", default_value_t = 10 * 60 * 1000)]
+    pub session_cpu_time_ms: u64,
+    /// The most CPU time a session may ask for, ms.
+    #[arg(long, env = "SANDPOOL_MAX_SESSION_CPU_TIME_MS", default_value_t = 3600 * 1000)]
+    pub max_session_cpu_time_ms: u64,
+}
+
+/// A switch given as `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 /// Flags of the gRPC server binary.
@@ -155,6 +210,11 @@ pub struct ServerArgs {
     /// gRPC: a connection whose client sends nothing (not even the HTTP/2 preface) within this is closed, ms.
     #[arg(long, env = "SANDPOOL_GRPC_SILENT_TIMEOUT_MS", default_value_t = 10_000)]
     pub grpc_silent_timeout_ms: u64,
+    /// "host:port" a session's create response names as its executor, for clients to
+    /// send the session's later calls to (default: $POD_IP with the --listen port, else
+    /// the --listen address; an unspecified listen IP becomes the host name).
+    #[arg(long, env = "SANDPOOL_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<String>,
     /// Log as JSON lines.
     #[arg(long, env = "SANDPOOL_LOG_JSON")]
     pub log_json: bool,
@@ -178,6 +238,15 @@ impl ServerArgs {
         )
     }
 
+    /// The address sessions advertise (see `--advertise-address`).
+    pub fn advertise(&self) -> String {
+        advertise_address(
+            self.advertise_address.as_deref(),
+            std::env::var("POD_IP").ok().as_deref(),
+            self.listen,
+        )
+    }
+
     /// The HTTP server's settings.
     pub fn http_options(&self, token: Option<crate::auth::Token>) -> crate::http::HttpOptions {
         crate::http::HttpOptions {
@@ -187,6 +256,28 @@ impl ServerArgs {
             max_connections: self.http_max_connections.max(1),
             token,
         }
+    }
+}
+
+/// The address clients reach this executor at: `flag` if set, else `pod_ip` with the
+/// listen port, else the listen address (an unspecified IP replaced by the host name).
+pub fn advertise_address(flag: Option<&str>, pod_ip: Option<&str>, listen: SocketAddr) -> String {
+    if let Some(a) = flag.filter(|a| !a.is_empty()) {
+        return a.to_owned();
+    }
+    let host = match pod_ip.filter(|p| !p.is_empty()) {
+        Some(ip) => ip.to_owned(),
+        None if listen.ip().is_unspecified() => nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "localhost".into()),
+        None => return listen.to_string(),
+    };
+    // An IPv6 literal needs brackets before the port.
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{}", listen.port())
+    } else {
+        format!("{host}:{}", listen.port())
     }
 }
 
@@ -259,6 +350,24 @@ impl ExecutorArgs {
         }
     }
 
+    /// Session cap, defaults and ceilings.
+    pub fn session_policy(&self) -> crate::session::SessionPolicy {
+        let slots = self.slots.unwrap_or_else(cpus).max(1);
+        let ms = Duration::from_millis;
+        crate::session::SessionPolicy {
+            max_sessions: self.max_sessions.unwrap_or((slots / 2).max(1)),
+            lifetime: ms(self.session_lifetime_ms),
+            max_lifetime: ms(self.max_session_lifetime_ms),
+            idle: ms(self.session_idle_timeout_ms),
+            max_idle: ms(self.max_session_idle_timeout_ms),
+            calls: self.session_calls,
+            max_calls: self.max_session_calls,
+            cpu: ms(self.session_cpu_time_ms),
+            max_cpu: ms(self.max_session_cpu_time_ms),
+            uid_base: self.uid_base,
+        }
+    }
+
     /// Bad-case capture, when --capture-dir is set.
     pub fn capture(&self) -> Result<Option<crate::capture::Capture>, crate::capture::CaptureError> {
         let Some(dir) = &self.capture_dir else {
@@ -293,6 +402,13 @@ impl ExecutorArgs {
             },
             capture: None,
             warm_starts: self.warm_starts,
+            sessions: self.session_policy(),
+            assert_prelude: self.assert_prelude == OnOff::On,
+            result_cache: (self.result_cache_entries > 0).then_some(crate::result_cache::CacheConfig {
+                entries: self.result_cache_entries,
+                bytes: self.result_cache_bytes,
+                limit_verdicts: self.result_cache_limit_verdicts,
+            }),
         }
     }
 
@@ -303,6 +419,9 @@ impl ExecutorArgs {
             table.retain(&self.enable_languages);
         }
         let mut sandbox_config = self.sandbox_config();
+        for (lang, dir) in table.expose_own_import_dirs(&mut sandbox_config.ro_paths) {
+            tracing::info!(language = %lang, dir = %dir.display(), "import_dirs entry not found; skipped");
+        }
         let python_path = crate::languages::expose_import_dirs(&self.python_path, &mut sandbox_config.ro_paths)?;
         table.add_import_dirs("PYTHONPATH", &python_path);
         let mut cfg = self.engine_config();
@@ -321,4 +440,23 @@ pub enum StartError {
     Sandbox(#[from] sandpool_sandbox::SandboxError),
     #[error(transparent)]
     Capture(#[from] crate::capture::CaptureError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertise_address;
+
+    #[test]
+    fn advertised_address_prefers_the_flag_then_the_pod_ip() {
+        let l = "0.0.0.0:50051".parse().unwrap();
+        assert_eq!(
+            advertise_address(Some("exec-0.pool:7000"), Some("10.0.0.5"), l),
+            "exec-0.pool:7000"
+        );
+        assert_eq!(advertise_address(None, Some("10.0.0.5"), l), "10.0.0.5:50051");
+        assert_eq!(advertise_address(Some(""), Some("fd00::5"), l), "[fd00::5]:50051");
+        let lo = "127.0.0.1:4000".parse().unwrap();
+        assert_eq!(advertise_address(None, None, lo), "127.0.0.1:4000");
+        assert!(advertise_address(None, None, l).ends_with(":50051"));
+    }
 }

@@ -6,7 +6,7 @@ use crate::admission::{Admission, AdmissionError, Admit, SlotGuard};
 use crate::languages::{Availability, Language, LanguageTable, version_line};
 use crate::limits::{LimitError, LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
-use crate::{validate, verdict};
+use crate::{result_cache, validate, verdict};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::workdir::FetchError;
@@ -72,6 +72,12 @@ pub struct EngineConfig {
     pub capture: Option<crate::capture::Capture>,
     /// Warm starts for languages whose entry has `warm` (see docs/warm-starts.md).
     pub warm_starts: bool,
+    /// Stateful sessions' cap, defaults and ceilings.
+    pub sessions: crate::session::SessionPolicy,
+    /// Whether assert tests get the language's prelude when a request does not say.
+    pub assert_prelude: bool,
+    /// The result cache's bounds (off when None or zero).
+    pub result_cache: Option<crate::result_cache::CacheConfig>,
 }
 
 /// Executes requests.
@@ -92,6 +98,11 @@ pub struct Engine {
     pub capture: Option<crate::capture::Capture>,
     /// Per language with warm starts on: its zygote's configuration.
     warm: BTreeMap<String, Arc<sandpool_sandbox::ZygoteConfig>>,
+    pub sessions: crate::session::SessionPolicy,
+    /// Whether assert tests get the language's prelude when a request does not say.
+    pub assert_prelude: bool,
+    /// Identical requests answered without running (off unless configured).
+    pub cache: Option<crate::result_cache::ResultCache>,
 }
 
 /// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
@@ -100,6 +111,16 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static)
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
+}
+
+/// Awaits `fut`, or DEADLINE_EXCEEDED at `deadline`.
+pub async fn until<T>(deadline: Option<tokio::time::Instant>, fut: impl Future<Output = T>) -> Result<T, ExecError> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut)
+            .await
+            .map_err(|_| ExecError::DeadlineExceeded),
+        None => Ok(fut.await),
+    }
 }
 
 /// Reads `paths` (already deduplicated) from `work`: each at most `file_cap` bytes, all
@@ -175,6 +196,9 @@ impl Engine {
         let metrics = Metrics::new();
         metrics.slots.set(sandbox.slots() as i64);
         let admission = Admission::new(sandbox.slots(), cfg.queue_capacity);
+        let cache = cfg
+            .result_cache
+            .and_then(|c| crate::result_cache::ResultCache::new(c, metrics.clone()));
         let mut engine = Engine {
             sandbox,
             languages,
@@ -189,6 +213,9 @@ impl Engine {
             work_dir_bytes: cfg.work_dir_bytes,
             capture: cfg.capture,
             warm: BTreeMap::new(),
+            sessions: cfg.sessions,
+            assert_prelude: cfg.assert_prelude,
+            cache,
         };
         if cfg.warm_starts {
             engine.warm = engine
@@ -283,6 +310,16 @@ impl Engine {
     /// The zygote a run of `lang` forks from, unless the request asked for a cold start.
     pub fn warm_for(&self, lang: &Language, cold_start: bool) -> Option<Arc<sandpool_sandbox::ZygoteConfig>> {
         (!cold_start).then(|| self.warm.get(&lang.name).cloned()).flatten()
+    }
+
+    /// Size of a run's work dir (a session's disk).
+    pub fn work_dir_bytes(&self) -> u64 {
+        self.work_dir_bytes
+    }
+
+    /// The largest file, and the most bytes in all, one response returns from a work dir.
+    pub fn fetch_caps(&self) -> (u64, u64) {
+        (self.fetch_file_bytes, self.fetch_total_bytes)
     }
 
     /// Availability of every language.
@@ -395,7 +432,10 @@ impl Engine {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<pb::ExecuteResponse, ExecError> {
         let _in_progress = self.admission.request();
-        let (lang, version) = self.language(&req.language, "language")?;
+        let (table_lang, version) = self.language(&req.language, "language")?;
+        // Java: named after the code's public class.
+        let lang_for_code = table_lang.for_code(&req.code);
+        let lang: &Language = &lang_for_code;
         let run_limits = self
             .policy
             .resolve(req.limits.as_ref(), &self.policy.run_defaults, "limits")?;
@@ -404,10 +444,31 @@ impl Engine {
             &self.policy.compile_defaults,
             "compile_limits",
         )?;
-        // Linear and capped, but a request may still hold thousands of paths: not on the runtime.
+        let policy = result_cache::policy(req.cache, "cache")?;
+        let usage = self.cache.as_ref().and_then(|c| c.usage(policy));
+        // Linear and capped, but a request may still hold thousands of paths (and keying
+        // hashes up to the whole request): not on the runtime.
         let (source, budget) = (lang.source.clone(), self.work_dir_bytes);
-        let (mut req, fetch) = blocking(move || validate::execute(&req, &source, budget).map(|f| (req, f))).await??;
-        req.fetch_files = fetch;
+        let (name, toolchain) = (lang.name.clone(), version.to_owned());
+        let (req, key) = blocking(move || {
+            let mut req = req;
+            req.fetch_files = validate::execute(&req, &source, budget)?;
+            let key = usage.map(|_| result_cache::execute_key(&mut req, &name, &toolchain, run_limits, compile_limits));
+            Ok::<_, ExecError>((req, key))
+        })
+        .await??;
+        let cached = match (&self.cache, usage, &key) {
+            (Some(c), Some(u), Some(k)) => Some((c, u, *k)),
+            _ => None,
+        };
+        // While an identical request runs, this one waits for its answer (up to its deadline).
+        let leader = match cached {
+            Some((c, u, k)) => match until(deadline, c.begin_execute(k, u)).await? {
+                result_cache::Begin::Hit(hit) => return Ok(hit),
+                result_cache::Begin::Run(leader) => leader,
+            },
+            None => None,
+        };
         let captured = self.capture.as_ref().map(|_| req.clone());
 
         let slot = self.acquire(deadline).await?;
@@ -419,6 +480,11 @@ impl Engine {
             None => fut.await,
         };
         drop(slot);
+        if let Some((c, u, k)) = cached {
+            c.put_execute(k, u, &res);
+        }
+        // Stored first: the requests waiting for this run find it.
+        drop(leader);
         let verdict = pb::Verdict::try_from(res.verdict).unwrap_or_default();
         self.metrics.run_finished(&lang.name, verdict.as_str_name());
         if let (Some(c), Some(req)) = (&self.capture, captured) {

@@ -4,6 +4,7 @@
 //! the executor knows about a particular language beyond this table.
 
 use serde::Deserialize;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -50,6 +51,14 @@ pub struct Language {
     /// started and imported `preload` (see docs/warm-starts.md).
     #[serde(default)]
     pub warm: Option<WarmData>,
+    /// Directories of packages programs may import (e.g. test harnesses' npm packages), put in
+    /// `import_path_env` and shown to runs read-only; those that do not exist are skipped.
+    #[serde(default)]
+    pub import_dirs: Vec<PathBuf>,
+    /// Java: the class named in `source`, `compile` and `run` (`Main`); a program whose public
+    /// top-level class has another name is written to, compiled and run as that class.
+    #[serde(default)]
+    pub public_class: Option<String>,
 }
 
 /// A language's warm-start entry: `warm = { preload = ["numpy", ...] }`.
@@ -78,7 +87,12 @@ pub struct JudgeData {
     /// Markdown fence tags that mean this language, besides its name and aliases.
     #[serde(default)]
     pub fences: Vec<String>,
-    /// Code put before the completion in assert tests (default imports/includes).
+    /// Code put first in assert tests whatever the prelude setting: what the judge's integrity
+    /// needs (JavaScript: a `console.assert` that throws).
+    #[serde(default)]
+    pub assert_setup: String,
+    /// Code put before the completion in assert tests (default imports/includes); requests
+    /// may go without it (`options.prelude`).
     #[serde(default)]
     pub assert_prelude: String,
     /// Keep a prelude line `import X` / `import X as Y` only when the program names `Y` (start-up cost).
@@ -100,6 +114,121 @@ pub struct JudgeData {
     /// function_call harness appended to the code; `{fn_name}` and `{json_input}` are replaced.
     #[serde(default)]
     pub function_call_harness: Option<String>,
+    /// The check function assert tests may define: without an entry_point, a test_code that
+    /// defines it but never calls it is refused (it would pass any code).
+    #[serde(default)]
+    pub check_function: Option<CheckFunction>,
+}
+
+/// How test code defines and calls its check function (Python: `def check(` / `check(`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckFunction {
+    /// A test_code line starting with this (after indentation) defines it.
+    pub define: String,
+    /// This, not preceded by a name character or `.`, calls it.
+    pub call: String,
+    /// Starts a line comment (calls after it do not count).
+    #[serde(default)]
+    pub comment: String,
+}
+
+impl Language {
+    /// This language as it runs `code`: with `public_class`, a public top-level class of another
+    /// name renames the source file and the class compiled and run (javac wants `X.java` for
+    /// `public class X`); else as it is.
+    pub fn for_code(&self, code: &str) -> Cow<'_, Language> {
+        let Some(default) = self.public_class.as_deref() else {
+            return Cow::Borrowed(self);
+        };
+        let Some(class) = public_top_level_class(code).filter(|c| c != default) else {
+            return Cow::Borrowed(self);
+        };
+        let Some(ext) = self.source.strip_prefix(default) else {
+            return Cow::Borrowed(self);
+        };
+        let mut lang = self.clone();
+        let source = format!("{class}{ext}");
+        let rename = |argv: &mut Vec<String>| {
+            for a in argv.iter_mut() {
+                if *a == self.source {
+                    a.clone_from(&source);
+                } else if a == default {
+                    a.clone_from(&class);
+                }
+            }
+        };
+        if let Some(c) = lang.compile.as_mut() {
+            rename(c);
+        }
+        rename(&mut lang.run);
+        lang.source = source;
+        Cow::Owned(lang)
+    }
+}
+
+/// The first public top-level class (or interface, enum, record) of Java `code`, when its name
+/// is a plain identifier: comments, strings and nested braces are skipped.
+pub fn public_top_level_class(code: &str) -> Option<String> {
+    let b = code.as_bytes();
+    let (mut i, mut depth, mut words): (usize, usize, Vec<&str>) = (0, 0, Vec::new());
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$';
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                i = code[i..].find('\n').map_or(b.len(), |n| i + n);
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i = code[i + 2..].find("*/").map_or(b.len(), |n| i + n + 4);
+            }
+            q @ (b'"' | b'\'') => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                words.clear();
+            }
+            b'{' => {
+                depth += 1;
+                i += 1;
+                words.clear();
+            }
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+                words.clear();
+            }
+            b';' => {
+                i += 1;
+                words.clear();
+            }
+            c if word(c) => {
+                let start = i;
+                while i < b.len() && word(b[i]) {
+                    i += 1;
+                }
+                if depth > 0 {
+                    continue;
+                }
+                let w = &code[start..i];
+                let after_public = words.iter().rposition(|w| *w == "public").map(|p| &words[p + 1..]);
+                if let Some([mods @ .., kind]) = after_public
+                    && ["class", "interface", "enum", "record"].contains(kind)
+                    && mods
+                        .iter()
+                        .all(|m| ["final", "abstract", "static", "strictfp", "sealed"].contains(m))
+                    && w.len() <= 200
+                    && w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                {
+                    return Some(w.to_owned());
+                }
+                words.push(w);
+            }
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 /// Whether a language can be used on this executor.
@@ -266,6 +395,23 @@ impl LanguageTable {
             }
             sandpool_sandbox::workdir::validate_rel_path(&lang.source)
                 .map_err(|e| TableError::Invalid(name.clone(), e.to_string()))?;
+            if !lang.import_dirs.is_empty() && lang.import_path_env.is_none() {
+                return Err(TableError::Invalid(name, "import_dirs needs import_path_env".into()));
+            }
+            if let Some(d) = lang.import_dirs.iter().find(|d| !d.is_absolute()) {
+                return Err(TableError::Invalid(
+                    name,
+                    format!("import_dirs: {} is not an absolute path", d.display()),
+                ));
+            }
+            if let Some(c) = &lang.public_class
+                && !lang.source.starts_with(c.as_str())
+            {
+                return Err(TableError::Invalid(
+                    name,
+                    format!("public_class {c:?}: source must start with it"),
+                ));
+            }
             lang.name = name.clone();
             for a in &lang.aliases {
                 aliases.insert(a.to_lowercase(), name.clone());
@@ -320,6 +466,43 @@ impl LanguageTable {
         }
     }
 
+    /// Puts each language's existing `import_dirs` in its `import_path_env` (before what its
+    /// `env` sets) and adds them to `ro_paths` unless a listed path covers them; the directories
+    /// skipped because they do not exist, as `(language, dir)`.
+    pub fn expose_own_import_dirs(&mut self, ro_paths: &mut Vec<PathBuf>) -> Vec<(String, PathBuf)> {
+        let mut skipped = Vec::new();
+        for lang in self.langs.values_mut() {
+            let Some(var) = lang.import_path_env.clone() else {
+                continue;
+            };
+            let mut parts = Vec::new();
+            for d in &lang.import_dirs {
+                let Ok(real) = d.canonicalize().and_then(|r| {
+                    if r.is_dir() {
+                        Ok(r)
+                    } else {
+                        Err(std::io::ErrorKind::NotADirectory.into())
+                    }
+                }) else {
+                    skipped.push((lang.name.clone(), d.clone()));
+                    continue;
+                };
+                if !ro_paths.iter().any(|p| real.starts_with(p)) {
+                    ro_paths.push(real.clone());
+                }
+                parts.push(real.display().to_string());
+            }
+            if parts.is_empty() {
+                continue;
+            }
+            if let Some(own) = lang.env.get(&var).filter(|v| !v.is_empty()) {
+                parts.push(own.clone());
+            }
+            lang.env.insert(var, parts.join(":"));
+        }
+        skipped
+    }
+
     /// Every language, by name.
     pub fn iter(&self) -> impl Iterator<Item = &Language> {
         self.langs.values()
@@ -331,7 +514,8 @@ impl LanguageTable {
     }
 }
 
-/// First non-empty line of a version command's output.
+/// First non-empty line of a version command's output that is not a JVM warning, without an
+/// `info: ` prefix (kotlinc prints `info: kotlinc-jvm ...`).
 pub fn version_line(stdout: &[u8], stderr: &[u8]) -> Option<String> {
     [stdout, stderr]
         .iter()
@@ -339,10 +523,10 @@ pub fn version_line(stdout: &[u8], stderr: &[u8]) -> Option<String> {
             String::from_utf8_lossy(b)
                 .lines()
                 .map(str::trim)
-                .map(str::to_owned)
+                .map(|l| l.strip_prefix("info: ").unwrap_or(l).to_owned())
                 .collect::<Vec<_>>()
         })
-        .find(|l| !l.is_empty())
+        .find(|l| !l.is_empty() && !l.contains("VM warning:") && !l.starts_with("Picked up JAVA_"))
 }
 
 #[cfg(test)]
@@ -380,7 +564,7 @@ mod tests {
         assert!(py.assert_call.as_deref().unwrap().contains("{entry_point}"));
         assert!(py.assert_epilogue.as_deref().unwrap().contains("{nonce}"));
         assert!(py.function_call_harness.as_deref().unwrap().contains("{fn_name}"));
-        assert!(t.get("js").unwrap().judge.assert_prelude.contains("console"));
+        assert!(t.get("js").unwrap().judge.assert_setup.contains("console"));
         assert!(t.get("bash").unwrap().judge.assert_epilogue.is_none());
         assert!(LanguageTable::parse("[x]\nsource='a'\nrun=['a']\nversion=['a']\n[x.judge]\nbogus=1\n").is_err());
     }
@@ -501,6 +685,77 @@ mod tests {
         let mut ro = vec![PathBuf::from("/")];
         expose_import_dirs(&[d], &mut ro).unwrap();
         assert_eq!(ro, vec![PathBuf::from("/")], "already visible: not bound again");
+    }
+
+    #[test]
+    fn java_is_named_after_its_public_class() {
+        let code = r#"
+            import java.util.*; // public class Commented {
+            /* public class Blocked { */
+            class Helper { public class Inner {} String s = "public class Quoted {"; char c = '{'; }
+            @SuppressWarnings("x")
+            public final class Solution<T> { public static void main(String[] a) {} }
+            public class Later {}
+        "#;
+        assert_eq!(public_top_level_class(code).as_deref(), Some("Solution"));
+        assert_eq!(public_top_level_class("class Main {}\nclass Solution {}"), None);
+        assert_eq!(
+            public_top_level_class("public interface Shape {}").as_deref(),
+            Some("Shape")
+        );
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let java = t.get("java").unwrap();
+        let l = java.for_code("public class Solution { public static void main(String[] a) {} }");
+        assert_eq!(l.source, "Solution.java");
+        assert_eq!(
+            l.compile.as_ref().unwrap().last().map(String::as_str),
+            Some("Solution.java")
+        );
+        assert_eq!(l.run.last().map(String::as_str), Some("Solution"));
+        assert!(l.run.iter().all(|a| a != "Main"), "{:?}", l.run);
+        assert!(matches!(java.for_code("public class Main {}"), Cow::Borrowed(_)));
+        assert!(matches!(java.for_code("class Solution {}"), Cow::Borrowed(_)));
+        let py = t.get("python").unwrap();
+        assert!(matches!(py.for_code("public class X {}"), Cow::Borrowed(_)));
+        assert!(LanguageTable::parse("[x]\nsource='a.java'\nrun=['a']\nversion=['a']\npublic_class='Main'\n").is_err());
+    }
+
+    #[test]
+    fn version_lines_skip_jvm_warnings() {
+        let err = b"OpenJDK 64-Bit Server VM warning: Options -Xverify:none and -noverify were deprecated\ninfo: kotlinc-jvm 1.3-SNAPSHOT (JRE 17)\n";
+        assert_eq!(
+            version_line(b"", err).as_deref(),
+            Some("kotlinc-jvm 1.3-SNAPSHOT (JRE 17)")
+        );
+        assert_eq!(version_line(b"Python 3.11.2\n", b"").as_deref(), Some("Python 3.11.2"));
+    }
+
+    #[test]
+    fn own_import_dirs_go_in_the_import_path_and_are_shown() {
+        let dir = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
+        let d = dir.path().canonicalize().unwrap();
+        let table = format!(
+            "[x]\nsource='a'\nrun=['a']\nversion=['a']\nimport_path_env='NODE_PATH'\nenv={{NODE_PATH='/own'}}\nimport_dirs=['{}', '/nonexistent-sandpool-dir']\n",
+            d.display()
+        );
+        let mut t = LanguageTable::parse(&table).unwrap();
+        let mut ro = vec![PathBuf::from("/usr")];
+        let skipped = t.expose_own_import_dirs(&mut ro);
+        assert_eq!(
+            skipped,
+            vec![("x".to_string(), PathBuf::from("/nonexistent-sandpool-dir"))]
+        );
+        assert_eq!(t.get("x").unwrap().env["NODE_PATH"], format!("{}:/own", d.display()));
+        assert_eq!(ro, vec![PathBuf::from("/usr"), d]);
+        assert!(LanguageTable::parse("[x]\nsource='a'\nrun=['a']\nversion=['a']\nimport_dirs=['/opt']\n").is_err());
+        assert!(
+            LanguageTable::parse(
+                "[x]\nsource='a'\nrun=['a']\nversion=['a']\nimport_path_env='P'\nimport_dirs=['rel']\n"
+            )
+            .is_err()
+        );
+        let js = LanguageTable::parse(BUILTIN).unwrap();
+        assert_eq!(js.get("js").unwrap().import_path_env.as_deref(), Some("NODE_PATH"));
     }
 
     #[test]

@@ -11,8 +11,10 @@
 //! - [`engine`]: the above put together to execute requests.
 //! - [`judge`]: verdicts for completions against tests (Evaluate).
 //! - [`http`]: the SandboxFusion/ScaleBox-compatible HTTP API.
+//! - [`session`]: stateful sessions, a sandbox whose /work lives across calls.
 //! - [`service`] and [`server`]: the thin gRPC layer, health, reflection, draining.
 //! - [`auth`]: the optional bearer token callers present.
+//! - [`result_cache`]: opt-in answers to identical requests without running them.
 //! - [`capture`]: opt-in on-disk record of requests with chosen verdicts.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`config`]: flags and environment.
@@ -22,15 +24,19 @@ pub mod auth;
 pub mod capture;
 pub mod config;
 pub mod engine;
+#[cfg(test)]
+pub(crate) mod fake_runner;
 pub mod http;
 pub mod judge;
 pub mod languages;
 pub mod limits;
 pub mod metrics;
 pub mod packages;
+pub mod result_cache;
 pub use sandpool_sandbox as sandbox;
 pub mod server;
 pub mod service;
+pub mod session;
 pub mod validate;
 pub mod verdict;
 

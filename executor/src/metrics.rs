@@ -15,6 +15,11 @@ struct RunLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabels {
     phase: String,
 }
@@ -28,6 +33,13 @@ pub struct Metrics {
     pub busy_slots: Gauge,
     pub queue_length: Gauge,
     pub slots: Gauge,
+    /// Stateful sessions alive (each holds a slot).
+    pub sessions: Gauge,
+    cache_hits: Family<CacheLabels, Counter>,
+    cache_misses: Family<CacheLabels, Counter>,
+    cache_evictions: Counter,
+    cache_entries: Gauge,
+    cache_bytes: Gauge,
 }
 
 /// A pipeline phase whose latency is recorded.
@@ -56,6 +68,39 @@ impl Metrics {
         registry.register("busy_slots", "Run slots in use", busy_slots.clone());
         registry.register("queue_length", "Requests waiting for a run slot", queue_length.clone());
         registry.register("slots", "Run slots in total", slots.clone());
+        let sessions = Gauge::default();
+        registry.register(
+            "sessions",
+            "Stateful sessions alive, each holding a run slot",
+            sessions.clone(),
+        );
+        let (cache_hits, cache_misses) = (Family::default(), Family::default());
+        let (cache_evictions, cache_entries, cache_bytes) = (Counter::default(), Gauge::default(), Gauge::default());
+        registry.register(
+            "result_cache_hits",
+            "Requests answered from the result cache, by kind (execute, evaluate)",
+            cache_hits.clone(),
+        );
+        registry.register(
+            "result_cache_misses",
+            "Requests the result cache could not answer, by kind",
+            cache_misses.clone(),
+        );
+        registry.register(
+            "result_cache_evictions",
+            "Responses dropped from the result cache to stay within its bounds",
+            cache_evictions.clone(),
+        );
+        registry.register(
+            "result_cache_entries",
+            "Responses in the result cache",
+            cache_entries.clone(),
+        );
+        registry.register(
+            "result_cache_bytes",
+            "Bytes the result cache holds (encoded responses and overhead)",
+            cache_bytes.clone(),
+        );
         Arc::new(Metrics {
             registry,
             runs,
@@ -63,6 +108,12 @@ impl Metrics {
             busy_slots,
             queue_length,
             slots,
+            sessions,
+            cache_hits,
+            cache_misses,
+            cache_evictions,
+            cache_entries,
+            cache_bytes,
         })
     }
 
@@ -74,6 +125,19 @@ impl Metrics {
                 verdict: verdict.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts one result-cache lookup of a `kind` request.
+    pub fn cache_lookup(&self, kind: &str, hit: bool) {
+        let family = if hit { &self.cache_hits } else { &self.cache_misses };
+        family.get_or_create(&CacheLabels { kind: kind.to_owned() }).inc();
+    }
+
+    /// Records a store into the result cache: entries evicted by it, and the cache's size after.
+    pub fn cache_stored(&self, evicted: u64, entries: usize, bytes: u64) {
+        self.cache_evictions.inc_by(evicted);
+        self.cache_entries.set(entries as i64);
+        self.cache_bytes.set(bytes as i64);
     }
 
     /// Records a phase's duration.

@@ -35,6 +35,9 @@ fuzz_target!(|data: &[u8]| {
                 run_result: r.run.as_ref().map(command_result),
                 executor_pod_name: None,
                 files: Default::default(),
+                executor_isolation: None,
+                executor_toolchain: None,
+                executor_cached: r.cached,
             };
             let json = serde_json::to_string(&resp).expect("serializes");
             serde_json::from_str::<serde_json::Value>(&json).expect("valid JSON");

@@ -67,7 +67,8 @@ fuzz_target!(|data: &[u8]| {
                 .collect(),
         };
         for lang in langs {
-            let _ = program::build(&req, lang);
+            let _ = program::build(&req, lang, true);
+            let _ = lang.for_code(&req.completion);
         }
     }
 });

@@ -101,6 +101,9 @@ pub struct SandboxPoolSpec {
     /// Caller authentication with a shared bearer token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Auth>,
+    /// Each executor's result cache: identical requests answered without running (off unless set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_cache: Option<ResultCache>,
 }
 
 fn default_replicas() -> i32 {
@@ -181,8 +184,8 @@ pub enum IsolationMode {
     /// Per-run Linux namespaces, cgroups and an unprivileged uid; needs a few capabilities.
     #[default]
     Namespaces,
-    /// Fits the Pod Security Standard "restricted"; relies on the pod boundary
-    /// (pair it with a sandboxing RuntimeClass such as gVisor).
+    /// Fits the Pod Security Standard "restricted": no capabilities, non-root; runs are
+    /// confined by Landlock, seccomp and rlimits and share one uid; no GPU.
     Restricted,
 }
 
@@ -231,6 +234,25 @@ pub struct Auth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,
+}
+
+/// The executor's result cache (`--result-cache-*`). Per pod: pods do not share it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultCache {
+    /// Responses each pod keeps; unset or 0 turns the cache off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub entries: Option<i64>,
+    /// Memory the cache may hold per pod (default 64Mi); it lives in the executor's own
+    /// memory, beside the runs', so a memory limit must leave room for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
+    pub max_bytes: Option<String>,
+    /// Also cache TIME_LIMIT_EXCEEDED, WALL_TIME_LIMIT_EXCEEDED and MEMORY_LIMIT_EXCEEDED for
+    /// every request, not only for requests that ask (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_verdicts: Option<bool>,
 }
 
 /// GPU settings of a GPU pool.

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
-use crate::crd::{IsolationMode, RunLimits, SandboxPool};
+use crate::crd::{IsolationMode, RunLimits, SandboxPool, SandboxPoolSpec};
 use crate::defaults::PoolDefaults;
 use crate::labels;
 use crate::units;
@@ -43,6 +43,8 @@ pub const GPU_MEMORY_REQUEST_PER_SLOT_GI: u32 = 2;
 pub const AUTH_TOKEN_KEY: &str = "token";
 /// Extra time the executor's drain gets beyond the longest run (process teardown, reply).
 pub const DRAIN_MARGIN_MS: u64 = 5_000;
+/// The result cache's size when a pool enables it without `maxBytes` (the executor's default).
+pub const DEFAULT_RESULT_CACHE_BYTES: u64 = 64 << 20;
 /// Memory the executor keeps for itself inside the container: a run may use at most the
 /// container's memory limit minus this.
 pub const EXECUTOR_MEMORY_HEADROOM: u64 = 256 << 20;
@@ -153,6 +155,19 @@ pub struct ResolvedPool {
     pub max_unavailable: Option<IntOrString>,
     /// Caller authentication, when enabled.
     pub auth: Option<ResolvedAuth>,
+    /// The result cache, when enabled.
+    pub result_cache: Option<ResolvedResultCache>,
+}
+
+/// The executor's result cache, when enabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedResultCache {
+    /// `--result-cache-entries`.
+    pub entries: u64,
+    /// `--result-cache-bytes`.
+    pub bytes: u64,
+    /// `--result-cache-limit-verdicts`.
+    pub limit_verdicts: bool,
 }
 
 /// Where a pool's bearer token lives.
@@ -229,6 +244,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
 
     let container_memory = container_memory_limit(spec.resources.as_ref())?;
     let limits = resolve_limits(spec.limits.as_ref().unwrap_or(&RunLimits::default()), container_memory)?;
+    let result_cache = resolve_result_cache(spec.result_cache.as_ref(), container_memory)?;
 
     let gpu = match &spec.gpu {
         None => None,
@@ -276,6 +292,10 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
 
     let isolation_spec = spec.isolation.clone().unwrap_or_default();
     let isolation = isolation_spec.mode.unwrap_or(defaults.isolation);
+    if isolation == IsolationMode::Restricted {
+        let from_default = isolation_spec.mode.is_none();
+        check_restricted(spec, from_default)?;
+    }
     let runtime_class_name = isolation_spec
         .runtime_class_name
         .or_else(|| defaults.runtime_class_name.clone());
@@ -368,7 +388,53 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         pod_annotations: template.annotations.unwrap_or_default(),
         max_unavailable,
         auth,
+        result_cache,
     })
+}
+
+/// The cache's settings; it lives in the executor's own memory, so a container memory
+/// limit must hold it and the executor's headroom.
+fn resolve_result_cache(
+    spec: Option<&crate::crd::ResultCache>,
+    container_memory: Option<u64>,
+) -> Result<Option<ResolvedResultCache>, InvalidSpec> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let entries = match spec.entries {
+        None | Some(0) => return Ok(None),
+        Some(n) => {
+            u64::try_from(n).map_err(|_| InvalidSpec::new("spec.resultCache.entries", "must not be negative"))?
+        }
+    };
+    let bytes = match &spec.max_bytes {
+        Some(text) => units::bytes(text).map_err(|e| InvalidSpec::new("spec.resultCache.maxBytes", e))?,
+        None => DEFAULT_RESULT_CACHE_BYTES,
+    };
+    if bytes == 0 {
+        return Err(InvalidSpec::new(
+            "spec.resultCache.maxBytes",
+            "must be positive (set entries to 0 to turn the cache off)",
+        ));
+    }
+    if let Some(container) = container_memory
+        && bytes.saturating_add(EXECUTOR_MEMORY_HEADROOM) >= container
+    {
+        return Err(InvalidSpec::new(
+            "spec.resultCache.maxBytes",
+            format!(
+                "{} and the executor's own headroom of {} do not fit spec.resources.limits[\"memory\"] ({})",
+                show_bytes(bytes),
+                show_bytes(EXECUTOR_MEMORY_HEADROOM),
+                show_bytes(container)
+            ),
+        ));
+    }
+    Ok(Some(ResolvedResultCache {
+        entries,
+        bytes,
+        limit_verdicts: spec.limit_verdicts.unwrap_or(false),
+    }))
 }
 
 /// Child objects are named after the pool, and a Service name must be a DNS-1035 label.
@@ -388,6 +454,47 @@ fn check_name(name: &str) -> Result<(), InvalidSpec> {
             "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, at most 63 characters) because the pool's Service takes its name",
         ))
     }
+}
+
+/// Pod annotations that set a container's AppArmor or seccomp profile (the pre-field
+/// spellings, which the kubelet and Pod Security admission still read for AppArmor).
+pub const SECURITY_ANNOTATION_PREFIXES: [&str; 3] = [
+    "container.apparmor.security.beta.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/pod",
+];
+
+/// What `restricted` mode cannot honour. Its pod must stay inside Pod Security "restricted"
+/// and keep the confinement the executor adds, so nothing in the spec may loosen either.
+/// The CRD offers no volumes, host options or identities, so these are the only ways in.
+fn check_restricted(spec: &SandboxPoolSpec, from_default: bool) -> Result<(), InvalidSpec> {
+    let mode = if from_default {
+        "isolation mode restricted (the operator's --default-isolation)"
+    } else {
+        "isolation mode restricted"
+    };
+    if spec.gpu.is_some() {
+        return Err(InvalidSpec::new(
+            "spec.gpu",
+            format!(
+                "GPU pools need isolation mode namespaces: {mode} gives runs no GPU devices; set spec.isolation.mode: namespaces"
+            ),
+        ));
+    }
+    let annotations = spec.pod_template.as_ref().and_then(|t| t.annotations.as_ref());
+    if let Some(key) = annotations
+        .into_iter()
+        .flat_map(BTreeMap::keys)
+        .find(|k| SECURITY_ANNOTATION_PREFIXES.iter().any(|p| k.starts_with(p)))
+    {
+        return Err(InvalidSpec::new(
+            format!("spec.podTemplate.annotations[{key:?}]"),
+            format!(
+                "sets a seccomp or AppArmor profile, which {mode} fixes (RuntimeDefault seccomp; Pod Security \"restricted\" refuses an unconfined one)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn check_languages(list: &[String]) -> Result<Vec<String>, InvalidSpec> {

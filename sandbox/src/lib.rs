@@ -6,6 +6,7 @@
 //!
 //! - [`runner`]: the [`Runner`] trait the executor's engine and judge use.
 //! - [`namespaces`]: mode `namespaces`, fresh namespaces per run (needs root or `CAP_SYS_ADMIN`).
+//! - [`restricted`]: mode `restricted`, for unprivileged pods (Landlock, seccomp, rlimits).
 //! - [`probe`]: what the kernel allows, reported to clients as features.
 //! - [`rootfs`]: the read-only root template; [`workdir`]: each run's `/work`.
 //! - [`cgroup`]: slot cgroups; [`seccomp`]: the filter; [`limits`]: what a run is held to.
@@ -23,6 +24,7 @@ mod mounts;
 pub mod namespaces;
 mod netns;
 pub mod probe;
+pub mod restricted;
 pub mod rootfs;
 pub mod runner;
 pub mod seccomp;
@@ -36,6 +38,7 @@ pub mod zygote;
 pub use limits::Limits;
 pub use namespaces::Namespaces;
 pub use probe::{Feature, Features};
+pub use restricted::Restricted;
 pub use runner::{BoxFuture, Runner};
 pub use supervise::{RunOutcome, Termination};
 pub use workdir::{FetchError, WorkDir, WorkDirError};
@@ -49,7 +52,7 @@ use std::path::{Path, PathBuf};
 pub enum IsolationMode {
     /// Fresh namespaces, cgroups, seccomp and an unprivileged uid per run (needs root or CAP_SYS_ADMIN).
     Namespaces,
-    /// For pods without extra privileges (rlimits, seccomp, landlock); not available yet.
+    /// For pods without extra privileges (Landlock, seccomp, rlimits, a process group per run).
     Restricted,
 }
 
@@ -122,10 +125,7 @@ impl SandboxError {
 pub fn open(cfg: SandboxConfig) -> Result<Box<dyn Runner>, SandboxError> {
     match cfg.mode {
         IsolationMode::Namespaces => Ok(Box::new(Namespaces::new(cfg)?)),
-        IsolationMode::Restricted => Err(SandboxError::ModeUnavailable(
-            "restricted",
-            "not implemented in this version; use namespaces".into(),
-        )),
+        IsolationMode::Restricted => Ok(Box::new(Restricted::new(cfg)?)),
     }
 }
 

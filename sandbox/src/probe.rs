@@ -47,7 +47,7 @@ impl Features {
             None
         } else {
             Some(format!(
-                "missing {}; run as root or with CAP_SYS_ADMIN and an unconfined seccomp profile",
+                "missing {}; run as root or with CAP_SYS_ADMIN and an unconfined seccomp profile, or use --isolation restricted",
                 missing.join(", ")
             ))
         }

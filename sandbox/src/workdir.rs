@@ -252,6 +252,17 @@ impl WorkDir {
         })
     }
 
+    /// Bytes in use: the tmpfs's used blocks, or for a directory work dir the
+    /// sizes of its regular files (nested at most [`COPY_MAX_DEPTH`] deep).
+    pub fn bytes_used(&self) -> u64 {
+        match &self.dir {
+            None => nix::sys::statfs::fstatfs(&self.mount)
+                .map(|st| (st.blocks().saturating_sub(st.blocks_free())).saturating_mul(st.block_size() as u64))
+                .unwrap_or(0),
+            Some(dir) => dir_bytes(dir, 0),
+        }
+    }
+
     /// The host path of a directory work dir (None for a detached tmpfs).
     pub fn host_path(&self) -> Option<&std::path::Path> {
         self.dir.as_deref()
@@ -361,6 +372,22 @@ impl WorkDir {
         }
         Ok(buf)
     }
+}
+
+/// Sizes of the regular files under `dir`, not following symlinks.
+fn dir_bytes(dir: &std::path::Path, depth: usize) -> u64 {
+    if depth > COPY_MAX_DEPTH {
+        return 0;
+    }
+    let Ok(entries) = fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path(), depth + 1),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// Deepest directory nesting [`WorkDir::copy_from`] follows.

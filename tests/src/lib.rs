@@ -51,6 +51,8 @@ pub struct Executor {
     pub channel: Channel,
     /// The HTTP API's address, when [`Options::http`] asked for it.
     pub http_addr: Option<String>,
+    /// uid of slot 0 (slot i runs as `uid_base + i`).
+    pub uid_base: u32,
 }
 
 /// Options for [`Executor::start`].
@@ -64,6 +66,46 @@ pub struct Options {
     pub env: Vec<(String, String)>,
     /// Also serve the SandboxFusion-compatible HTTP API (address in [`Executor::http_addr`]).
     pub http: bool,
+    /// The isolation mode, and with it how the executor is started.
+    pub isolation: Isolation,
+}
+
+/// How a test's executor isolates runs, and what privileges it starts with.
+///
+/// The default is `namespaces`, or `restricted` when `SANDPOOL_TEST_ISOLATION=restricted`:
+/// any suite that does not choose a mode itself can be run in restricted mode that way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// `--isolation namespaces`, started as root (as a privileged pod).
+    Namespaces,
+    /// `--isolation restricted`, started as a Pod Security `restricted` pod
+    /// would be: a non-root uid of its own, no capabilities (none inheritable,
+    /// an empty bounding set), `no_new_privs`, and a seccomp filter standing in
+    /// for the runtime's default that refuses namespaces and mounts
+    /// (`sandpool-pod-seccomp`).
+    Restricted,
+}
+
+impl Default for Isolation {
+    fn default() -> Self {
+        match std::env::var("SANDPOOL_TEST_ISOLATION").as_deref() {
+            Ok("restricted") => Isolation::Restricted,
+            _ => Isolation::Namespaces,
+        }
+    }
+}
+
+impl Isolation {
+    /// Both modes, for tests that run in each.
+    pub const ALL: [Isolation; 2] = [Isolation::Namespaces, Isolation::Restricted];
+
+    /// The mode's name on the executor's command line and in GetCapabilities.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::Namespaces => "namespaces",
+            Isolation::Restricted => "restricted",
+        }
+    }
 }
 
 impl Executor {
@@ -78,7 +120,28 @@ impl Executor {
             .prefix("sandpool-test-")
             .tempdir()
             .expect("tempdir");
-        let mut cmd = Command::new(binary("sandpool-executor"));
+        let mut cmd = match opts.isolation {
+            Isolation::Namespaces => Command::new(binary("sandpool-executor")),
+            Isolation::Restricted => {
+                // A uid of its own: RLIMIT_NPROC counts per uid, and tests run executors side by side.
+                let uid = uid_base.to_string();
+                std::os::unix::fs::chown(work_root.path(), Some(uid_base), Some(uid_base)).expect("chown work root");
+                let mut c = Command::new(binary("sandpool-pod-seccomp"));
+                c.arg("setpriv")
+                    .arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={uid}"))
+                    .args([
+                        "--clear-groups",
+                        "--inh-caps=-all",
+                        "--bounding-set=-all",
+                        "--no-new-privs",
+                        "--",
+                    ])
+                    .arg(binary("sandpool-executor"))
+                    .args(["--isolation", "restricted"]);
+                c
+            }
+        };
         cmd.arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--metrics-listen")
@@ -122,6 +185,7 @@ impl Executor {
             client,
             channel,
             http_addr,
+            uid_base,
         }
     }
 
@@ -258,6 +322,50 @@ async fn wait_ready(addr: &str, child: &mut Child) -> Channel {
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Defines, for each listed `async fn name(mode: Isolation)`, a module `name`
+/// with one test per mode: `name::namespaces` and `name::restricted`.
+#[macro_export]
+macro_rules! in_each_mode {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test]
+                async fn namespaces() {
+                    super::$name($crate::Isolation::Namespaces).await
+                }
+                #[tokio::test]
+                async fn restricted() {
+                    super::$name($crate::Isolation::Restricted).await
+                }
+            }
+        )*
+    };
+}
+
+impl Executor {
+    /// For a cell the README marks as not promised in this executor's mode:
+    /// asserts that the executor itself reports `feature` as not in force
+    /// (so the skip cannot hide a regression in a mode that promises it),
+    /// and says why the cell is skipped.
+    pub async fn not_promised(&self, feature: &str, why: &str) {
+        let caps = self
+            .client()
+            .get_capabilities(pb::GetCapabilitiesRequest {})
+            .await
+            .expect("GetCapabilities")
+            .into_inner();
+        let iso = caps.isolation.expect("isolation");
+        let f = iso.features.iter().find(|f| f.name == feature);
+        assert!(
+            f.is_some_and(|f| !f.in_use),
+            "mode {} claims {feature}, yet the test treats it as not promised: {:?}",
+            iso.mode,
+            iso.features
+        );
+        println!("not promised in {} mode ({feature}): {why}", iso.mode);
     }
 }
 

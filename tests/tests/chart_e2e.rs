@@ -234,6 +234,94 @@ async fn cluster_wide_install_reconciles_pools_in_other_namespaces() {
     .await;
 }
 
+/// The `SANDPOOL_*` settings the chart gave its operator Deployment (literal values only).
+fn chart_operator_env(cluster: &Cluster, namespace: &str, deployment: &str) -> Vec<(String, String)> {
+    let out = cluster.kubectl(&[
+        "get",
+        &format!("deployment/{deployment}"),
+        "-n",
+        namespace,
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].env}",
+    ]);
+    let env: Vec<Value> = serde_json::from_str(&out).expect("env is JSON");
+    env.iter()
+        .filter_map(|e| Some((e["name"].as_str()?.to_owned(), e["value"].as_str()?.to_owned())))
+        .filter(|(name, _)| name.starts_with("SANDPOOL_"))
+        .collect()
+}
+
+/// `executor.isolation=restricted` makes restricted the operator's default, so a whole
+/// install (operator and pools) runs in one namespace that enforces Pod Security
+/// "restricted", and a pool that asks for namespaces mode there is refused by admission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_default_install_fits_restricted_pod_security() {
+    let Some(cluster) = e2e_cluster::cluster() else {
+        return;
+    };
+    let _serial = OPERATOR_TESTS.lock().await;
+    cluster.ensure_crd().await;
+    let ns = cluster
+        .namespace(
+            "e2e-chart-restricted",
+            json!({"pod-security.kubernetes.io/enforce": "restricted"}),
+        )
+        .await;
+    let pools = json!([
+        {"name": "python", "spec": {"replicas": 1, "languages": ["python"], "auth": {"enabled": true}}},
+        {"name": "privileged", "spec": {"replicas": 1, "isolation": {"mode": "namespaces"}}},
+    ])
+    .to_string();
+    cluster.helm(&[
+        "install",
+        "rs",
+        &chart(),
+        "-n",
+        &ns.name,
+        "--set",
+        "executor.isolation=restricted",
+        "--set-json",
+        &format!("pools={pools}"),
+        "--wait",
+        "--timeout=2m",
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("operator.kubeconfig");
+    cluster.service_account_kubeconfig(&ns.name, "rs-operator", &kubeconfig);
+    // The operator runs out of cluster, configured as the chart configured its Deployment.
+    let operator = Operator::start_with_env(
+        &kubeconfig,
+        Some(&ns.name),
+        &ns.name,
+        "op",
+        dir.path(),
+        &chart_operator_env(&cluster, &ns.name, "rs-operator"),
+    );
+    wait_pool_ready(&cluster, &ns.name, "python", 1, &operator).await;
+    let args = cluster.kubectl(&[
+        "get",
+        "deployment/python",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].args}",
+    ]);
+    assert!(args.contains("--isolation=restricted"), "{args}");
+    let pools_api: Api<SandboxPool> = Api::namespaced(cluster.admin().await, &ns.name);
+    wait_for("the namespaces-mode pool to report refused pods", TIMEOUT, || async {
+        pools_api.get("privileged").await.is_ok_and(|p| {
+            p.status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Degraded" && c.status == "True" && c.message.contains("violates PodSecurity"))
+            })
+        })
+    })
+    .await;
+    drop(operator);
+    cluster.helm(&["uninstall", "rs", "-n", &ns.name, "--wait", "--timeout=2m"]);
+}
+
 /// `kubectl apply` of every committed manifest: the CRD, the rendered install (its
 /// documented command) and every example, with strict field validation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -280,3 +280,196 @@ async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
     );
     drop(a);
 }
+
+/// One row per shape and language, canonical then stub: (row, stub completion).
+fn benchmark_rows() -> Vec<(Value, &'static str)> {
+    let lcb_private = "eJxrYJlqywABPZbR1UqZeQWlJUpWCkqmMXlKOgpK+aUlUAFDA4hISWpxSUllQSpIrLgkJTNPqTZ2ih4ApoQUew==";
+    vec![
+        // HumanEval: the harness adds check(entry_point).
+        (
+            json!({"task_id": "HumanEval/0", "prompt": "def add(a, b):\n", "canonical_solution": "    return a + b\n", "test": ADD_TEST, "entry_point": "add"}),
+            "    return 0\n",
+        ),
+        // MBXP (mxeval): Python needs check(entry_point); Java and JavaScript tests are programs.
+        (
+            json!({"task_id": "MBPP/1", "language": "python", "prompt": "def add(a, b):\n", "canonical_solution": "    return a + b\n",
+                "test": "\n\ndef check(candidate):\n    assert candidate(1, 2) == 3\n", "entry_point": "add"}),
+            "    return 0\n",
+        ),
+        (
+            json!({"task_id": "MBJP/1", "language": "java", "entry_point": "add",
+                "prompt": "import java.util.*;\n\nclass Add {\n    public static int add(int a, int b) {\n",
+                "canonical_solution": "        return a + b;\n    }\n}\n",
+                "test": "\nclass Main {\n    public static void main(String[] args) throws Exception {\n        int x = Add.add(1, 2);\n        if (x != 3) {\n            throw new java.lang.Exception(\"test case 0 did not pass, x = \" + x);\n        }\n    }\n}\n"}),
+            "        return 0;\n    }\n}\n",
+        ),
+        (
+            json!({"task_id": "MBJSP/1", "language": "javascript", "entry_point": "add", "prompt": "function add(a, b) {\n",
+                "canonical_solution": "  return a + b;\n}\n", "test": "\nvar x = add(1, 2);\nif (x !== 3) { throw 'Error at test 1: ' + x; }\n"}),
+            "  return 0;\n}\n",
+        ),
+        // HumanEval-X: tests call check or own main; Rust programs are assembled (Go too, but its
+        // cold `go test` build is too slow for this test: see the unit tests of eval::records).
+        (
+            json!({"task_id": "Python/0", "prompt": "def add(a, b):\n", "declaration": "def add(a, b):\n", "canonical_solution": "    return a + b\n",
+                "test": "\n\ndef check(add):\n    assert add(1, 2) == 3\n\ncheck(add)\n"}),
+            "    return 0\n",
+        ),
+        (
+            json!({"task_id": "CPP/0", "prompt": "#include<stdio.h>\nint add(int a, int b){\n", "declaration": "int add(int a, int b){\n",
+                "canonical_solution": "    return a + b;\n}\n", "test": "#undef NDEBUG\n#include<assert.h>\nint main(){\n    assert (add(1, 2) == 3);\n}\n"}),
+            "    return 0;\n}\n",
+        ),
+        (
+            json!({"task_id": "Rust/0", "prompt": "\n/* add */\n", "declaration": "\nuse std::cmp::max;\nuse rand::Rng;\nfn add(a: i32, b: i32) -> i32 {\n",
+                "canonical_solution": "    max(a + b, a + b)\n}\n",
+                "test": "\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn test_add() {\n        assert_eq!(add(1, 2), 3);\n    }\n}\n"}),
+            "    0\n}\n",
+        ),
+        // MultiPL-E: the prompt holds a stop token ("\ndef"), which must not cut it; the completion is cut.
+        (
+            json!({"name": "HumanEval_0_add", "language": "py", "prompt": "from typing import List\n\ndef add(a: int, b: int) -> int:\n",
+                "tests": "def check(candidate):\n    assert candidate(1, 2) == 3\n\ndef test_check():\n    check(add)\n\ntest_check()\n",
+                "stop_tokens": ["\ndef", "\n#", "\nif", "\nclass"], "completion": "    return a + b\n\ndef add(a, b):\n    return 0\n"}),
+            "    return 0\n",
+        ),
+        (
+            json!({"name": "HumanEval_0_add", "language": "js", "prompt": "function add(a, b){\n",
+                "tests": "const assert = require('node:assert');\n\n\nfunction test() {\n  let candidate = add;\n  assert.deepEqual(candidate(1, 2),3);\n}\n\ntest();",
+                "stop_tokens": ["\nfunction ", "\n/*", "\n//", "\nconsole.log"], "completion": "  return a + b;\n}\n\nfunction add(a, b) { return 0; }\n"}),
+            "  return 0;\n}\n",
+        ),
+        // LiveCodeBench: stdin (public and compressed private cases) and functional.
+        (
+            json!({"question_id": "abc001_a", "platform": "atcoder", "public_test_cases": "[{\"input\": \"2\\n\", \"output\": \"4\\n\", \"testtype\": \"stdin\"}]",
+                "private_test_cases": lcb_private, "metadata": "{}", "completion": "print(int(input()) * 2)"}),
+            "print(4)",
+        ),
+        (
+            json!({"question_id": "2000", "platform": "leetcode", "starter_code": "class Solution:\n    def addTwo(self, a: int, b: int) -> int:\n        ",
+                "public_test_cases": "[{\"input\": \"1\\n2\", \"output\": \"3\", \"testtype\": \"functional\"}]", "private_test_cases": "[]",
+                "metadata": "{\"func_name\": \"addTwo\"}", "completion": "```python\nclass Solution:\n    def addTwo(self, a, b):\n        return a + b\n```"}),
+            "class Solution:\n    def addTwo(self, a, b):\n        return 0\n",
+        ),
+        // MBPP and stdio.
+        (
+            json!({"task_id": 11, "code": "def sq(x):\n    return x * x\n", "test_list": ["assert sq(3) == 9"]}),
+            "def sq(x):\n    return 0\n",
+        ),
+        (
+            json!({"task_id": "S", "code": "print(int(input()) * 2)", "inputs": ["2\n"], "outputs": ["4\n"]}),
+            "print(0)",
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn eval_runs_every_benchmark_shape_in_several_languages() {
+    let ex = Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "java", "javascript", "cpp", "rust_test"],
+        ..Default::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("benchmarks.jsonl");
+    let rows = benchmark_rows();
+    let records: Vec<Value> = rows
+        .iter()
+        .flat_map(|(row, stub)| {
+            let mut s = row.clone();
+            s["completion"] = json!(stub);
+            [row.clone(), s]
+        })
+        .collect();
+    write_jsonl(&data, &records);
+    let out = dir.path().join("out.jsonl");
+    let o = sandpool(vec![
+        "eval".into(),
+        data.display().to_string(),
+        "--endpoint".into(),
+        ex.addr.clone(),
+        "--quiet".into(),
+        "--wall-time-ms".into(),
+        "30000".into(),
+        "--output".into(),
+        out.display().to_string(),
+    ])
+    .await;
+    assert!(o.status.success(), "{}", show(&o));
+    let r = results(&out);
+    assert_eq!(r.len(), records.len(), "{}", show(&o));
+    let mut wrong = vec![];
+    for (n, res) in r.iter().enumerate() {
+        let canonical = n % 2 == 0;
+        let what = format!(
+            "{} {} {}",
+            res["task_id"],
+            res["language"],
+            if canonical { "canonical" } else { "stub" }
+        );
+        if canonical && res["verdict"] != "OK" {
+            wrong.push(format!("{what}: {res}"));
+        }
+        if !canonical && (res["accepted"] == true || res["verdict"] == "ERROR") {
+            wrong.push(format!("{what}: {res}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let langs: std::collections::BTreeSet<&str> = r.iter().filter_map(|r| r["language"].as_str()).collect();
+    assert_eq!(
+        langs.into_iter().collect::<Vec<_>>(),
+        ["cpp", "java", "javascript", "js", "py", "python", "rust_test"]
+    );
+}
+
+#[tokio::test]
+async fn eval_ends_its_streams_so_the_executor_sees_no_broken_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("executor.log");
+    let work_root = tempfile::Builder::new()
+        .prefix("sandpool-test-")
+        .tempdir()
+        .expect("tempdir");
+    let port = sandpool_tests::free_port();
+    let mut child = Command::new(binary("sandpool-executor"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--metrics-listen",
+            &format!("127.0.0.1:{}", sandpool_tests::free_port()),
+        ])
+        .arg("--work-root")
+        .arg(work_root.path())
+        .args(["--uid-base", &(67000 + (std::process::id() % 50) * 20).to_string()])
+        .args(["--slots", "1", "--enable-languages", "python"])
+        .env("RUST_LOG", "info,sandpool_executor::service=debug")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("spawning sandpool-executor");
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(started.elapsed().as_secs() < 60, "executor never listened");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let data = dir.path().join("one.jsonl");
+    write_jsonl(&data, &[he("A", "    return a + b\n")]);
+    // Four streams for one record: three never carry a request, and all must end cleanly.
+    let o = sandpool(vec![
+        "eval".into(),
+        data.display().to_string(),
+        "--endpoint".into(),
+        format!("127.0.0.1:{port}"),
+        "--streams".into(),
+        "4".into(),
+        "--quiet".into(),
+    ])
+    .await;
+    assert!(o.status.success(), "{}", show(&o));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("serving gRPC"), "{text}");
+    assert!(!text.contains("EvaluateStream input ended by an error"), "{text}");
+}

@@ -396,17 +396,46 @@ async fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
-#[test]
-fn refuses_to_start_when_the_isolation_mode_cannot_be_had() {
+/// Starts the executor as a Pod Security `restricted` pod would be started
+/// (non-root uid, no capabilities, the runtime-default stand-in filter) and
+/// returns its stderr, expecting it to refuse to start.
+fn refused_start(mode: &str, env: &[(&str, &str)], writable_work_root: bool) -> String {
     let work_root = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(sandpool_tests::binary("sandpool-executor"))
-        .args(["--isolation", "restricted", "--listen", "127.0.0.1:0", "--work-root"])
-        .arg(work_root.path())
+    if writable_work_root {
+        std::os::unix::fs::chown(work_root.path(), Some(65534), Some(65534)).unwrap();
+    }
+    let out = std::process::Command::new(sandpool_tests::binary("sandpool-pod-seccomp"))
+        .args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"])
+        .arg(sandpool_tests::binary("sandpool-executor"))
+        .args(["--isolation", mode, "--listen", "127.0.0.1:0", "--work-root"])
+        .arg(work_root.path().join("w"))
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn refuses_to_start_when_the_isolation_mode_cannot_be_had() {
+    // Namespaces mode in an unprivileged pod.
+    let err = refused_start("namespaces", &[], true);
+    assert!(err.contains("namespaces") && err.contains("not available"), "{err}");
+    assert!(
+        err.contains("pid_namespace") && err.contains("--isolation restricted"),
+        "{err}"
+    );
+    // Restricted mode where the runtime's profile predates Landlock.
+    let err = refused_start("restricted", &[("SANDPOOL_POD_SECCOMP_NO_LANDLOCK", "1")], true);
     assert!(err.contains("restricted") && err.contains("not available"), "{err}");
+    assert!(
+        err.contains("Landlock is not available") && err.contains("seccomp profile"),
+        "{err}"
+    );
+    // Restricted mode with a work root its uid cannot write.
+    let err = refused_start("restricted", &[], false);
+    assert!(err.contains("must be a directory uid 65534 can write"), "{err}");
 }
 
 #[tokio::test]

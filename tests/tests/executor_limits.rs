@@ -1,17 +1,34 @@
 //! Every limit, pushed past: CPU, wall time, memory, output, processes, file
 //! size and work-dir size; the executor survives and the next run works.
+//!
+//! Each test runs in both isolation modes (`name::namespaces`, `name::restricted`).
 
 use sandpool_proto::v1 as pb;
-use sandpool_tests::{Executor, Options, describe, request, stdout};
+use sandpool_tests::{Executor, Isolation, Options, describe, in_each_mode, request, stdout};
 use std::time::{Duration, Instant};
+
+in_each_mode!(
+    busy_loop_gets_time_limit_exceeded_within_a_second_of_the_limit,
+    busy_loop_at_default_limits_is_a_time_limit_not_a_wall_limit,
+    sleeping_program_gets_wall_time_limit_exceeded,
+    memory_hog_gets_memory_limit_exceeded_and_executor_lives,
+    output_flood_is_cut_with_its_first_bytes_intact,
+    stderr_flood_is_cut_too,
+    fork_bomb_is_contained_and_the_next_run_works,
+    process_limit_caps_forks,
+    process_limit_caps_threads_too,
+    file_size_limit_stops_big_writes,
+    work_dir_tmp_and_shm_are_size_capped,
+);
 
 /// Serialises the CPU-hungry tests so that they measure limits, not contention.
 static CPU_HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn python_executor() -> Executor {
+async fn python_executor(isolation: Isolation) -> Executor {
     Executor::start(Options {
         slots: 2,
         languages: vec!["python", "c"],
+        isolation,
         ..Default::default()
     })
     .await
@@ -33,10 +50,9 @@ fn run(r: &pb::ExecuteResponse) -> &pb::PhaseResult {
     r.run.as_ref().expect("run phase")
 }
 
-#[tokio::test]
-async fn busy_loop_gets_time_limit_exceeded_within_a_second_of_the_limit() {
+async fn busy_loop_gets_time_limit_exceeded_within_a_second_of_the_limit(mode: Isolation) {
     let _cpu = CPU_HEAVY.lock().await;
-    let exe = python_executor().await;
+    let exe = python_executor(mode).await;
     let req = with_limits(
         request("python", "while True:\n    pass\n", ""),
         pb::Limits {
@@ -56,10 +72,9 @@ async fn busy_loop_gets_time_limit_exceeded_within_a_second_of_the_limit() {
     );
 }
 
-#[tokio::test]
-async fn busy_loop_at_default_limits_is_a_time_limit_not_a_wall_limit() {
+async fn busy_loop_at_default_limits_is_a_time_limit_not_a_wall_limit(mode: Isolation) {
     let _cpu = CPU_HEAVY.lock().await;
-    let exe = python_executor().await;
+    let exe = python_executor(mode).await;
     let req = with_limits(
         request("python", "while True:\n    pass\n", ""),
         pb::Limits {
@@ -72,9 +87,8 @@ async fn busy_loop_at_default_limits_is_a_time_limit_not_a_wall_limit() {
     assert_eq!(r.verdict, pb::Verdict::TimeLimitExceeded as i32, "{}", describe(&r));
 }
 
-#[tokio::test]
-async fn sleeping_program_gets_wall_time_limit_exceeded() {
-    let exe = python_executor().await;
+async fn sleeping_program_gets_wall_time_limit_exceeded(mode: Isolation) {
+    let exe = python_executor(mode).await;
     let req = with_limits(
         request("python", "import time\ntime.sleep(30)\n", ""),
         pb::Limits {
@@ -89,9 +103,8 @@ async fn sleeping_program_gets_wall_time_limit_exceeded() {
     assert!(run(&r).cpu_time_us < 500_000);
 }
 
-#[tokio::test]
-async fn memory_hog_gets_memory_limit_exceeded_and_executor_lives() {
-    let exe = python_executor().await;
+async fn memory_hog_gets_memory_limit_exceeded_and_executor_lives(mode: Isolation) {
+    let exe = python_executor(mode).await;
     let hog = "x = []\nwhile True:\n    x.append(bytearray(16 * 1024 * 1024))\n";
     let req = with_limits(
         request("python", hog, ""),
@@ -115,9 +128,8 @@ async fn memory_hog_gets_memory_limit_exceeded_and_executor_lives() {
     next_run_works(&exe).await;
 }
 
-#[tokio::test]
-async fn output_flood_is_cut_with_its_first_bytes_intact() {
-    let exe = python_executor().await;
+async fn output_flood_is_cut_with_its_first_bytes_intact(mode: Isolation) {
+    let exe = python_executor(mode).await;
     let code = "import sys\nsys.stdout.write('BEGIN-')\nwhile True:\n    sys.stdout.write('x' * 65536)\n";
     let req = with_limits(
         request("python", code, ""),
@@ -141,9 +153,8 @@ async fn output_flood_is_cut_with_its_first_bytes_intact() {
     next_run_works(&exe).await;
 }
 
-#[tokio::test]
-async fn stderr_flood_is_cut_too() {
-    let exe = python_executor().await;
+async fn stderr_flood_is_cut_too(mode: Isolation) {
+    let exe = python_executor(mode).await;
     let code = "import sys\nwhile True:\n    sys.stderr.write('e' * 65536)\n";
     let req = with_limits(
         request("python", code, ""),
@@ -158,10 +169,9 @@ async fn stderr_flood_is_cut_too() {
     assert_eq!(run(&r).stderr.len(), 50_000);
 }
 
-#[tokio::test]
-async fn fork_bomb_is_contained_and_the_next_run_works() {
+async fn fork_bomb_is_contained_and_the_next_run_works(mode: Isolation) {
     let _cpu = CPU_HEAVY.lock().await;
-    let exe = python_executor().await;
+    let exe = python_executor(mode).await;
     let bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n";
     let req = with_limits(
         request("python", bomb, ""),
@@ -179,9 +189,8 @@ async fn fork_bomb_is_contained_and_the_next_run_works() {
     next_run_works(&exe).await;
 }
 
-#[tokio::test]
-async fn process_limit_caps_forks() {
-    let exe = python_executor().await;
+async fn process_limit_caps_forks(mode: Isolation) {
+    let exe = python_executor(mode).await;
     let code = "import os, time\nn = 0\ntry:\n    for _ in range(200):\n        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n";
     let req = with_limits(
         request("python", code, ""),
@@ -195,9 +204,8 @@ async fn process_limit_caps_forks() {
     assert!(n < 20, "{n} children with a limit of 20 processes");
 }
 
-#[tokio::test]
-async fn process_limit_caps_threads_too() {
-    let exe = python_executor().await;
+async fn process_limit_caps_threads_too(mode: Isolation) {
+    let exe = python_executor(mode).await;
     let code = "import threading, time\nn = 0\ntry:\n    for _ in range(200):\n        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n        n += 1\nexcept RuntimeError:\n    pass\nprint(n)\n";
     let req = with_limits(
         request("python", code, ""),
@@ -211,9 +219,8 @@ async fn process_limit_caps_threads_too() {
     assert!(n < 20, "{n} threads with a limit of 20 processes and threads");
 }
 
-#[tokio::test]
-async fn file_size_limit_stops_big_writes() {
-    let exe = python_executor().await;
+async fn file_size_limit_stops_big_writes(mode: Isolation) {
+    let exe = python_executor(mode).await;
     let code = "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\ntry:\n    open('big', 'wb').write(b'x' * (4 << 20))\n    print('wrote')\nexcept OSError as e:\n    print('refused', e.errno)\n";
     let req = with_limits(
         request("python", code, ""),
@@ -226,8 +233,7 @@ async fn file_size_limit_stops_big_writes() {
     assert!(stdout(&r).starts_with("refused"), "{}", describe(&r));
 }
 
-#[tokio::test]
-async fn work_dir_tmp_and_shm_are_size_capped() {
+async fn work_dir_tmp_and_shm_are_size_capped(mode: Isolation) {
     let exe = Executor::start(Options {
         languages: vec!["python"],
         extra_args: vec![
@@ -236,9 +242,18 @@ async fn work_dir_tmp_and_shm_are_size_capped() {
             "--tmp-bytes".into(),
             (8u64 << 20).to_string(),
         ],
+        isolation: mode,
         ..Default::default()
     })
     .await;
+    if mode == Isolation::Restricted {
+        exe.not_promised(
+            "work_dir_size_cap",
+            "work and temporary dirs are directories on the work root's volume; only RLIMIT_FSIZE caps one file",
+        )
+        .await;
+        return;
+    }
     let code = "for d in ['/work', '/tmp', '/dev/shm']:\n    try:\n        with open(d + '/fill', 'wb') as f:\n            for _ in range(64):\n                f.write(b'x' * (1 << 20))\n        print(d, 'filled')\n    except OSError as e:\n        print(d, 'full', e.errno)\n";
     let r = exe.run(request("python", code, "")).await;
     assert_eq!(

@@ -15,7 +15,7 @@ const LANGS: &[&str] = &["python", "cpp", "java", "javascript", "go_test", "rust
 const EXCEPTIONS: &[(&str, &str)] = &[
     (
         "JavaScript/162",
-        "needs the npm package js-md5, not installed in the sandbox",
+        "needs the npm package js-md5 (passes where scripts/install-deps.sh put it in /opt/sandpool/node)",
     ),
     ("JavaScript/112", "wrong reference solution in the dataset"),
     ("JavaScript/155", "wrong reference solution in the dataset"),

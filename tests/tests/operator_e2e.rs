@@ -538,6 +538,116 @@ async fn a_namespace_whose_pod_security_level_refuses_the_pods_degrades_the_pool
     drop(operator);
 }
 
+/// Server-side dry run of creating a Pod from `deployment`'s template: admission runs in
+/// full (Pod Security included) and nothing is stored. The API server's refusal, if any.
+async fn dry_run_pod_from(setup: &Setup, deployment: &str) -> Result<(), String> {
+    let template = setup
+        .api::<Deployment>()
+        .get(deployment)
+        .await
+        .expect("Deployment reads")
+        .spec
+        .expect("spec")
+        .template;
+    let mut pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": format!("{deployment}-dry-run")}})).expect("pod");
+    pod.metadata.labels = template.metadata.and_then(|m| m.labels);
+    pod.spec = template.spec;
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    match setup.api::<Pod>().create(&params, &pod).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err(status.message),
+        Err(other) => panic!("dry-run create of a Pod from {deployment}: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restricted_pools_run_where_pod_security_enforces_restricted() {
+    // The chart's operator and a restricted pool's executors fit "restricted"; namespaces
+    // mode's do not (docs/operator.md), and a GPU does not fit restricted mode at all.
+    let Some(setup) = Setup::new(
+        "e2e-restricted",
+        json!({"pod-security.kubernetes.io/enforce": "restricted"}),
+    )
+    .await
+    else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    let mut restricted = pool_spec(1);
+    restricted["isolation"] = json!({"mode": "restricted"});
+    // The auth Secret adds a secret volume, which "restricted" must admit too.
+    restricted["auth"] = json!({"enabled": true});
+    setup.create_pool("locked", restricted.clone()).await;
+    setup.create_pool("open", pool_spec(1)).await;
+    let mut gpu = restricted;
+    gpu["gpu"] = json!({"count": 1});
+    setup.create_pool("gpu", gpu).await;
+
+    setup.wait_ready("locked", 1, &operator).await;
+    let pools = setup.api::<SandboxPool>();
+    wait_for(
+        "the namespaces-mode pool to report its refused pods",
+        TIMEOUT,
+        || async {
+            pools.get("open").await.is_ok_and(|p| {
+                condition(&p, "Degraded").is_some_and(|c| {
+                    c.status == "True"
+                        && c.reason == "ReplicaFailure"
+                        && c.message.contains("violates PodSecurity \"restricted:latest\"")
+                })
+            })
+        },
+    )
+    .await;
+    wait_for("the restricted GPU pool to be refused", TIMEOUT, || async {
+        pools.get("gpu").await.is_ok_and(|p| {
+            condition(&p, "Ready").is_some_and(|c| {
+                c.status == "False" && c.reason == "InvalidSpec" && c.message.starts_with("spec.gpu: ")
+            })
+        })
+    })
+    .await;
+    assert!(
+        setup.api::<Deployment>().get_opt("gpu").await.expect("reads").is_none(),
+        "a refused pool gets no children"
+    );
+
+    // Admission of each template on its own, with the API server's words.
+    dry_run_pod_from(&setup, "locked")
+        .await
+        .expect("Pod Security \"restricted\" admits a restricted pool's pod");
+    let refusal = dry_run_pod_from(&setup, "open")
+        .await
+        .expect_err("Pod Security \"restricted\" refuses a namespaces-mode pod");
+    for violation in [
+        "violates PodSecurity \"restricted:latest\"",
+        "capabilities",
+        "seccompProfile",
+        "runAsNonRoot",
+    ] {
+        assert!(refusal.contains(violation), "{violation:?} not in {refusal}");
+    }
+
+    // The running executor pod is the restricted one: non-root, nothing added.
+    let pods: Api<Pod> = setup.api();
+    let listed = pods
+        .list(&ListParams::default().labels("sandpool.dev/pool=locked"))
+        .await
+        .expect("pods list");
+    assert_eq!(listed.items.len(), 1, "one executor pod");
+    let spec = serde_json::to_value(listed.items[0].spec.clone().expect("pod spec")).expect("json");
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        spec["containers"][0]["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"]})
+    );
+    drop(operator);
+}
+
 /// A pool that loses a pod after its rollout finished is Degraded (ReplicasUnavailable), not
 /// rolling out again: the real Deployment controller reports such a loss with available ==
 /// ready < desired, which the old condition logic could never turn into Degraded.

@@ -176,3 +176,25 @@ def test_stopping_early_ends_the_streams(executor: Executor) -> None:
         # A slot is free again at once: the abandoned streams were cancelled (killing their runs), not drained.
         assert c.execute("python", "print(1)", timeout=10).verdict is Verdict.OK
     assert time.monotonic() - t < 4
+
+
+def test_benchmark_rows_judged_as_their_harnesses_mean(executor: Executor) -> None:
+    """MultiPL-E's prompt is not cut by its stop tokens; an uncalled check and prelude-less imports fail loudly."""
+    row = {
+        "name": "HumanEval_0_root",
+        "language": "py",
+        "prompt": "from typing import List\n\ndef root(x: float) -> float:\n",
+        "tests": "def check(candidate):\n    assert candidate(4.0) == 2.0\n\ndef test_check():\n    check(root)\n\ntest_check()\n",
+        "stop_tokens": ["\ndef", "\n#", "\nif", "\nclass"],
+        "completions": ["    return math.sqrt(x)\n\ndef root(x):\n    return 0\n", "    return 0.0\n"],
+    }
+    with Client(executor.address) as c:
+        got = {r.id: r for r in c.evaluate_many(sandpool.record_requests(row))}
+        assert got["HumanEval_0_root.0"].accepted and not got["HumanEval_0_root.1"].accepted
+        # Without the prelude, the forgotten `import math` fails as in MultiPL-E's own harness.
+        bare = c.evaluate(sandpool.record_requests(row, prelude=False)[0])
+        assert bare.verdict is Verdict.RUNTIME_ERROR and b"NameError" in bare.tests[0].run.stderr
+        he = {"task_id": "T", "prompt": "def sq(x):\n", "test": "def check(candidate):\n    assert candidate(2) == 4\n"}
+        with pytest.raises(grpc.RpcError) as e:
+            c.evaluate(sandpool.record_request({**he, "completion": "    return None\n"}))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "entry_point" in e.value.details()

@@ -6,7 +6,8 @@ import math
 import grpc
 import pytest
 import sandpool
-from sandpool import AssertTests, StdioTests, Verdict, pass_at_k
+from sandpool import AssertTests, FunctionCallTests, StdioTests, Verdict, pass_at_k
+from sandpool.convert import evaluate_request as evaluate_request_pb
 from sandpool.v1 import executor_pb2 as pb
 
 
@@ -79,3 +80,60 @@ def test_record_shapes() -> None:
     assert isinstance(stdio.tests, StdioTests) and stdio.tests.cases[0].expected_stdout == "1"
     with pytest.raises(ValueError, match="tests"):
         sandpool.record_request({"task_id": "x", "code": "print(1)"})
+
+
+def test_benchmark_shapes_become_the_right_request_per_language() -> None:
+    check = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
+    rows = {
+        "humaneval": {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n", "test": check, "entry_point": "add"},
+        "mbxp-java": {"task_id": "MBJP/1", "language": "java", "prompt": "class A {\n", "test": "class Main {}", "entry_point": "add"},
+        "mbxp-go": {"task_id": "MBGP/1", "language": "go", "prompt": "package main\n", "test": "func TestA(t *testing.T) {}", "entry_point": "Add"},
+        "humaneval-x": {"task_id": "Rust/0", "prompt": "/* add */", "declaration": "use rand::Rng;\nfn add() -> i32 {\n", "test": "#[test] fn t() {}"},
+        "multipl-e": {"name": "HumanEval_0_add", "language": "js", "prompt": "function add(a, b){\n", "tests": "test();", "stop_tokens": ["\nfunction "]},
+        "lcb": {"question_id": "q", "public_test_cases": '[{"input": "1\\n2", "output": "3", "testtype": "functional"}]', "metadata": '{"func_name": "addTwo"}'},
+    }
+    formats = {k: sandpool.detect_format(r) for k, r in rows.items()}
+    assert formats == {
+        "humaneval": "humaneval",
+        "mbxp-java": "humaneval",
+        "mbxp-go": "humaneval",
+        "humaneval-x": "humaneval-x",
+        "multipl-e": "multipl-e",
+        "lcb": "livecodebench",
+    }
+    he = sandpool.record_request({**rows["humaneval"], "completion": "    return a + b\n"})
+    assert he.tests.entry_point == "add" and he.language == "python"
+    # The test calls check itself: no second call.
+    called = sandpool.record_request({**rows["humaneval"], "test": check + "check(add)\n", "completion": "x"})
+    assert called.tests.entry_point == ""
+    java = sandpool.record_request({**rows["mbxp-java"], "completion": "}"})
+    assert (java.language, java.tests.entry_point, java.completion) == ("java", "", "class A {\n}")
+    assert sandpool.record_request({**rows["mbxp-go"], "completion": "}"}).language == "go_test"
+    rust = sandpool.record_request({**rows["humaneval-x"], "completion": "    1\n}\n"})
+    assert (rust.language, rust.completion) == ("rust_test", "fn add() -> i32 {\n\n    1\n}\n")
+    mpe = sandpool.record_requests({**rows["multipl-e"], "completions": ["  return a + b;\n}\n", "  return 0;\n}\n"]})
+    assert [r.id for r in mpe] == ["HumanEval_0_add.0", "HumanEval_0_add.1"]
+    assert mpe[0].language == "js" and mpe[0].tests.prompt == "function add(a, b){\n"
+    assert mpe[0].tests.stop_tokens == ["\nfunction "] and mpe[0].completion == "  return a + b;\n}\n"
+    lcb = sandpool.record_request({**rows["lcb"], "completion": "class Solution: ..."}, prelude=False)
+    assert isinstance(lcb.tests, FunctionCallTests) and lcb.tests.fn_name == "addTwo" and lcb.tests.json_input
+    # The typed fields reach the protobuf (whose oneof member `assert` is a Python keyword).
+    m = evaluate_request_pb(mpe[0])
+    assert getattr(m, "assert").prompt == "function add(a, b){\n"
+    assert evaluate_request_pb(lcb).options.prelude == 2
+    assert sandpool.record_request({**rows["humaneval"], "completion": "x"}, prelude=True).options.prelude is True
+    with pytest.raises(ValueError, match="use record_requests"):
+        sandpool.record_request({**rows["multipl-e"], "completions": ["a", "b"]})
+
+
+def test_livecodebench_private_cases_are_decoded() -> None:
+    import base64
+    import json
+    import pickle
+    import zlib
+
+    private = base64.b64encode(zlib.compress(pickle.dumps(json.dumps([{"input": "5\n", "output": "10\n", "testtype": "stdin"}])))).decode()
+    r = sandpool.record_request(
+        {"question_id": "q", "public_test_cases": '[{"input": "2\\n", "output": "4\\n", "testtype": "stdin"}]', "private_test_cases": private, "completion": "x"}
+    )
+    assert isinstance(r.tests, StdioTests) and [c.stdin for c in r.tests.cases] == ["2\n", "5\n"]

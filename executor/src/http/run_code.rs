@@ -87,6 +87,7 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest) -> Result<RunRespons
         fetch_files: req.fetch_files,
         request_id: String::new(),
         cold_start: false,
+        cache: pb::CachePolicy::Default as i32,
     };
     let resp = engine.execute(exec, None).await.map_err(http_field)?;
     let status = run_status(resp.compile.as_ref(), resp.run.as_ref());
@@ -98,6 +99,7 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest) -> Result<RunRespons
         executor_pod_name: resp.executor.as_ref().map(|e| e.name.clone()),
         executor_isolation: resp.executor.as_ref().map(|e| e.isolation.clone()),
         executor_toolchain: resp.executor.as_ref().map(|e| e.toolchain.clone()),
+        executor_cached: resp.cached,
         files: resp
             .files
             .iter()

@@ -158,6 +158,7 @@ pub fn to_request(engine: &Engine, body: &EvaluateBody) -> Result<pb::EvaluateRe
             test_code: tc.tests.clone().or_else(|| tc.test.clone()).unwrap_or_default(),
             entry_point: tc.entry_point.clone().unwrap_or_default(),
             stop_tokens: tc.stop_tokens.clone(),
+            ..Default::default()
         }),
         other => {
             return Err(ExecError::invalid(
@@ -185,6 +186,7 @@ pub fn to_request(engine: &Engine, body: &EvaluateBody) -> Result<pb::EvaluateRe
             run_all_cases: extra.run_all_cases.unwrap_or(false),
             ..Default::default()
         }),
+        cache: pb::CachePolicy::Default as i32,
     })
 }
 
@@ -235,6 +237,7 @@ pub async fn evaluate(judge: &Judge, body: EvaluateBody) -> Result<EvaluateReply
                 files: Default::default(),
                 executor_isolation: resp.executor.as_ref().map(|e| e.isolation.clone()),
                 executor_toolchain: resp.executor.as_ref().map(|e| e.toolchain.clone()),
+                executor_cached: resp.cached,
             }
         } else {
             let status = match v {
@@ -254,6 +257,7 @@ pub async fn evaluate(judge: &Judge, body: EvaluateBody) -> Result<EvaluateReply
                 files: Default::default(),
                 executor_isolation: resp.executor.as_ref().map(|e| e.isolation.clone()),
                 executor_toolchain: resp.executor.as_ref().map(|e| e.toolchain.clone()),
+                executor_cached: resp.cached,
             }
         };
         let test_info = if total_timeout {

@@ -31,6 +31,8 @@ pub struct RunResponse {
     /// and the toolchain that ran the code, as in the gRPC `ExecutorInfo`.
     pub executor_isolation: Option<String>,
     pub executor_toolchain: Option<String>,
+    /// True when the answer came from the executor's result cache (nothing ran).
+    pub executor_cached: bool,
 }
 
 /// The `CommandResult` of a phase.

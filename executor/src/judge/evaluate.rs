@@ -8,6 +8,7 @@ use crate::engine::{Engine, ExecError};
 use crate::languages::Language;
 use crate::limits::Limits;
 use crate::metrics::Phase;
+use crate::result_cache::{self, ResultCache};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::{RunSpec, WorkDir};
@@ -31,6 +32,9 @@ pub struct Judge {
     /// QUEUE_FULL (a woken waiter still counts as queued until it runs).
     gate: Arc<Semaphore>,
 }
+
+/// The cache a request uses, how, and its key.
+type CacheUse<'a> = (&'a ResultCache, result_cache::Use, result_cache::Key);
 
 /// A run slot held by the judge.
 struct Held {
@@ -116,6 +120,15 @@ impl Judge {
         req: pb::EvaluateRequest,
         deadline: Option<Instant>,
     ) -> Result<pb::EvaluateResponse, ExecError> {
+        let (req, cached) = self.cache_key(req).await?;
+        // While an identical request runs, this one waits for its answer (up to its deadline).
+        let leader = match &cached {
+            Some((c, u, k)) => match crate::engine::until(deadline, c.begin_evaluate(*k, *u, &req.id)).await? {
+                result_cache::Begin::Hit(hit) => return Ok(hit),
+                result_cache::Begin::Run(leader) => leader,
+            },
+            None => None,
+        };
         let captured = self.engine.capture.as_ref().map(|_| req.clone());
         let fut = self.evaluate_inner(req, deadline);
         let res = match deadline {
@@ -124,10 +137,60 @@ impl Judge {
                 .map_err(|_| ExecError::DeadlineExceeded)?,
             None => fut.await,
         };
+        if let (Some((c, u, k)), Ok(resp)) = (&cached, &res) {
+            c.put_evaluate(*k, *u, resp);
+        }
+        // Stored first: the requests waiting for this run find it.
+        drop(leader);
         if let (Some(c), Some(req), Ok(resp)) = (&self.engine.capture, captured, &res) {
             c.evaluate(&req, resp);
         }
         res
+    }
+
+    /// `req`'s result-cache key when the cache is on and the request uses it. A request
+    /// the judge will reject gets no key (its error comes from judging it).
+    async fn cache_key(
+        &self,
+        req: pb::EvaluateRequest,
+    ) -> Result<(pb::EvaluateRequest, Option<CacheUse<'_>>), ExecError> {
+        let engine = &*self.engine;
+        // Checked even with the cache off: an unknown policy is a mistake either way.
+        let policy = result_cache::policy(req.cache, "cache")?;
+        let Some((cache, usage)) = engine.cache.as_ref().and_then(|c| Some((c, c.usage(policy)?))) else {
+            return Ok((req, None));
+        };
+        let resolved = || -> Result<_, ExecError> {
+            let (lang, version) = engine.language(&req.language, "language")?;
+            let opts = req.options.as_ref();
+            let run = engine.policy.resolve(
+                opts.and_then(|o| o.run_limits.as_ref()),
+                &engine.policy.run_defaults,
+                "options.run_limits",
+            )?;
+            let compile = engine.policy.resolve(
+                opts.and_then(|o| o.compile_limits.as_ref()),
+                &engine.policy.compile_defaults,
+                "options.compile_limits",
+            )?;
+            // The special judge's toolchain decides verdicts too.
+            let checker = match &req.special_judge {
+                Some(sj) => engine.language(&sj.language, "special_judge.language")?.1,
+                None => "",
+            };
+            Ok((lang.name.clone(), format!("{version}\n{checker}"), run, compile))
+        };
+        let Ok((name, toolchain, run, compile)) = resolved() else {
+            return Ok((req, None));
+        };
+        // Hashes up to the whole request: off the runtime.
+        let (req, key) = crate::engine::blocking(move || {
+            let mut req = req;
+            let key = result_cache::evaluate_key(&mut req, &name, &toolchain, run, compile);
+            (req, key)
+        })
+        .await?;
+        Ok((req, Some((cache, usage, key))))
     }
 
     async fn evaluate_inner(
@@ -137,9 +200,8 @@ impl Judge {
     ) -> Result<pb::EvaluateResponse, ExecError> {
         let engine = &*self.engine;
         let _in_progress = engine.admission.request();
-        let (lang, version) = engine.language(&req.language, "language")?;
+        let (table_lang, version) = engine.language(&req.language, "language")?;
         let opts = req.options.clone().unwrap_or_default();
-        engine.validate_files(&opts.files, "options.files", lang, req.completion.len())?;
         let admitted = AtomicBool::new(false);
         let run_limits = engine.policy.resolve(
             opts.run_limits.as_ref(),
@@ -160,10 +222,19 @@ impl Judge {
                 if sj.code.trim().is_empty() {
                     return Err(ExecError::invalid("special_judge.code", "must not be empty"));
                 }
-                Some(engine.language(&sj.language, "special_judge.language")?.0)
+                Some(
+                    engine
+                        .language(&sj.language, "special_judge.language")?
+                        .0
+                        .for_code(&sj.code),
+                )
             }
         };
-        let program = program::build(&req, lang)?;
+        let program = program::build(&req, table_lang, engine.assert_prelude)?;
+        // Java: named after the program's public class.
+        let lang_for_code = table_lang.for_code(&program.full);
+        let lang: &Language = &lang_for_code;
+        engine.validate_files(&opts.files, "options.files", lang, req.completion.len())?;
 
         let mut resp = pb::EvaluateResponse {
             id: req.id.clone(),
@@ -204,7 +275,7 @@ impl Judge {
                 return Ok(self.finish(lang, resp));
             }
         };
-        let checker = match (checker_lang, &req.special_judge) {
+        let checker = match (checker_lang.as_deref(), &req.special_judge) {
             (Some(cl), Some(sj)) => {
                 let files = vec![(cl.source.clone(), sj.code.clone().into_bytes(), false)];
                 match self

@@ -13,5 +13,7 @@ pub mod evaluate;
 pub mod extract;
 pub mod program;
 pub mod stream;
+#[cfg(test)]
+mod tests;
 
 pub use evaluate::Judge;

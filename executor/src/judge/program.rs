@@ -4,7 +4,7 @@
 use super::compare::Comparison;
 use super::extract;
 use crate::engine::ExecError;
-use crate::languages::Language;
+use crate::languages::{CheckFunction, Language};
 use sandpool_proto::v1 as pb;
 
 /// How one test's run is judged once it ended with exit 0.
@@ -73,8 +73,56 @@ fn is_identifier(s: &str) -> bool {
     c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_') && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
 }
 
-/// Builds the program for `req` in `lang`.
-pub fn build(req: &pb::EvaluateRequest, lang: &Language) -> Result<Program, ExecError> {
+/// Whether `req`'s assert tests get the prelude: its `options.prelude`, else `default`.
+fn wants_prelude(req: &pb::EvaluateRequest, default: bool) -> Result<bool, ExecError> {
+    use pb::evaluate_options::Prelude;
+    let v = req.options.as_ref().map_or(0, |o| o.prelude);
+    match Prelude::try_from(v) {
+        Ok(Prelude::Unspecified) => Ok(default),
+        Ok(Prelude::On) => Ok(true),
+        Ok(Prelude::Off) => Ok(false),
+        Err(_) => Err(ExecError::invalid("options.prelude", format!("unknown value {v}"))),
+    }
+}
+
+/// True when some line of `test_code` defines the check function (starts with `check.define`)
+/// and no part of it calls it (`check.call` not preceded by a name character or `.`, outside
+/// the name in the definitions themselves).
+fn defines_but_never_calls(test_code: &str, check: &CheckFunction) -> bool {
+    let (define, call) = (check.define.as_str(), check.call.as_str());
+    if define.is_empty() || call.is_empty() {
+        return false;
+    }
+    let mut defined = false;
+    let calls = |text: &str| {
+        text.match_indices(call).any(|(i, _)| {
+            !text[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == '$')
+        })
+    };
+    for line in test_code.lines() {
+        let t = line.trim_start();
+        let t = match check.comment.as_str() {
+            "" => t,
+            c => t.split(c).next().unwrap_or(""),
+        };
+        if let Some(rest) = t.strip_prefix(define) {
+            defined = true;
+            if calls(rest) {
+                return false;
+            }
+        } else if calls(t) {
+            return false;
+        }
+    }
+    defined
+}
+
+/// Builds the program for `req` in `lang`; `prelude_default`: whether assert tests get the
+/// language's prelude when the request does not say.
+pub fn build(req: &pb::EvaluateRequest, lang: &Language, prelude_default: bool) -> Result<Program, ExecError> {
     let raw = req.options.as_ref().is_some_and(|o| o.raw_code);
     let mut code = if raw {
         req.completion.clone()
@@ -172,22 +220,49 @@ pub fn build(req: &pb::EvaluateRequest, lang: &Language) -> Result<Program, Exec
             if t.test_code.trim().is_empty() {
                 return Err(ExecError::invalid("tests.assert.test_code", "must not be empty"));
             }
-            if let Some(cut) = t
+            if let Some((cut, token)) = t
                 .stop_tokens
                 .iter()
                 .filter(|s| !s.is_empty())
-                .filter_map(|s| code.find(s.as_str()))
+                .filter_map(|s| code.find(s.as_str()).map(|i| (i, s)))
                 .min()
             {
+                // Without a prompt the completion is the whole program: cutting it to nothing
+                // would leave the tests alone, which is never what a benchmark meant.
+                if t.prompt.is_empty() && code[..cut].trim().is_empty() && !code.trim().is_empty() {
+                    return Err(ExecError::invalid(
+                        "tests.assert.stop_tokens",
+                        format!(
+                            "{token:?} cuts the whole completion away (at offset {cut}); put the prompt in \
+                             tests.assert.prompt, which stop tokens do not cut"
+                        ),
+                    ));
+                }
                 code.truncate(cut);
             }
             let j = &lang.judge;
-            let prelude = if j.prelude_imports_on_use {
-                prelude_on_use(&j.assert_prelude, &j.prelude_triggers, &[&code, &t.test_code])
+            if t.entry_point.is_empty()
+                && let Some(check) = &j.check_function
+                && defines_but_never_calls(&t.test_code, check)
+            {
+                return Err(ExecError::invalid(
+                    "tests.assert.entry_point",
+                    format!(
+                        "test_code defines the check function ({:?}...) but never calls it, so any code \
+                         would pass: give entry_point (HumanEval) or call it in test_code",
+                        check.define
+                    ),
+                ));
+            }
+            let program = format!("{}{code}", t.prompt);
+            let prelude = if !wants_prelude(req, prelude_default)? {
+                String::new()
+            } else if j.prelude_imports_on_use {
+                prelude_on_use(&j.assert_prelude, &j.prelude_triggers, &[&program, &t.test_code])
             } else {
                 j.assert_prelude.trim_start().to_owned()
             };
-            let mut full = format!("{prelude}{code}\n{}", t.test_code);
+            let mut full = format!("{}{prelude}{program}\n{}", j.assert_setup.trim_start(), t.test_code);
             if !full.ends_with('\n') {
                 full.push('\n');
             }
@@ -326,10 +401,11 @@ mod tests {
                 test_code: "def check(candidate):\n    assert candidate(1) == 2\n".into(),
                 entry_point: "f".into(),
                 stop_tokens: vec![],
+                ..Default::default()
             }),
             "```python\ndef f(x):\n    return x + 1\n```",
         );
-        let p = build(&r, py).unwrap();
+        let p = build(&r, py, true).unwrap();
         assert_eq!(p.extracted, "def f(x):\n    return x + 1");
         assert!(p.full.starts_with("def f(x):"), "{}", p.full);
         assert!(p.full.contains("def f(x):\n    return x + 1\ndef check(candidate)"));
@@ -362,12 +438,146 @@ mod tests {
                 test_code: "}\nint main() { return f() - 1; }\n".into(),
                 entry_point: String::new(),
                 stop_tokens: vec!["\nint main".into(), "\n}".into()],
+                ..Default::default()
             })),
             ..Default::default()
         };
-        let p = build(&r, t.get("cpp").unwrap()).unwrap();
+        let p = build(&r, t.get("cpp").unwrap(), true).unwrap();
         assert_eq!(p.extracted, "int f() {\n    return 1;");
         assert!(p.full.ends_with("return 1;\n}\nint main() { return f() - 1; }\n"));
+    }
+
+    fn assert_req(lang: &str, code: &str, t: pb::AssertTests) -> pb::EvaluateRequest {
+        pb::EvaluateRequest {
+            language: lang.into(),
+            completion: code.into(),
+            tests: Some(pb::evaluate_request::Tests::Assert(t)),
+            options: Some(pb::EvaluateOptions {
+                raw_code: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_check_defined_but_never_called_is_refused() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let py = t.get("python").unwrap();
+        let check = "def check(candidate):\n    assert candidate(1) == 2\n";
+        let tests = |test_code: &str, entry_point: &str| pb::AssertTests {
+            test_code: test_code.into(),
+            entry_point: entry_point.into(),
+            ..Default::default()
+        };
+        let e = build(&assert_req("python", "def f(x): pass", tests(check, "")), py, true).unwrap_err();
+        assert!(e.to_string().starts_with("tests.assert.entry_point:"), "{e}");
+        assert!(e.to_string().contains("never calls it"), "{e}");
+        // A comment or a method of the same name is no call.
+        let commented = format!("{check}# check(f)\nself.check(f)\n");
+        assert!(build(&assert_req("python", "x", tests(&commented, "")), py, true).is_err());
+        for ok in [
+            tests(check, "f"),
+            tests(&format!("{check}\ncheck(f)\n"), ""),
+            tests("assert f(1) == 2", ""),
+        ] {
+            build(&assert_req("python", "def f(x): return x + 1", ok.clone()), py, true)
+                .unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        }
+        let js = t.get("javascript").unwrap();
+        let mpe = "function test() {\n  assert.deepEqual(f(1), 2);\n}\n";
+        assert!(build(&assert_req("javascript", "x", tests(mpe, "")), js, true).is_err());
+        build(
+            &assert_req("javascript", "x", tests(&format!("{mpe}\ntest();\n"), "")),
+            js,
+            true,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn stop_tokens_never_cut_the_prompt_and_never_everything() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let py = t.get("python").unwrap();
+        let tests = |prompt: &str| pb::AssertTests {
+            test_code: "assert f() == 1\n".into(),
+            stop_tokens: vec!["\ndef".into(), "\nprint".into()],
+            prompt: prompt.into(),
+            ..Default::default()
+        };
+        let prompt = "import os\n\ndef f():\n";
+        let p = build(
+            &assert_req("python", "    return 1\nprint(2)\n", tests(prompt)),
+            py,
+            false,
+        )
+        .unwrap();
+        assert_eq!(p.extracted, "    return 1");
+        assert!(
+            p.full
+                .starts_with("import os\n\ndef f():\n    return 1\nassert f() == 1\n"),
+            "{}",
+            p.full
+        );
+        let e = build(
+            &assert_req("python", "\ndef f():\n    return 1\n", tests("")),
+            py,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.to_string().starts_with("tests.assert.stop_tokens:"), "{e}");
+        // An empty completion under a prompt is the model's (failing) answer, not a bad request.
+        build(
+            &assert_req("python", "\ndef g(): pass", tests("def f():\n    return 1\n")),
+            py,
+            false,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn javascript_asserts_throw_even_without_the_prelude() {
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let mut r = assert_req(
+            "javascript",
+            "const f = () => 1;",
+            pb::AssertTests {
+                test_code: "console.assert(f() === 2);\n".into(),
+                ..Default::default()
+            },
+        );
+        r.options.as_mut().unwrap().prelude = pb::evaluate_options::Prelude::Off as i32;
+        let p = build(&r, t.get("javascript").unwrap(), false).unwrap();
+        assert!(
+            p.full.starts_with("Object.defineProperty(console, \"assert\""),
+            "{}",
+            p.full
+        );
+    }
+
+    #[test]
+    fn the_prelude_follows_the_request_then_the_default() {
+        use pb::evaluate_options::Prelude;
+        let t = LanguageTable::parse(BUILTIN).unwrap();
+        let py = t.get("python").unwrap();
+        let mut r = assert_req(
+            "python",
+            "def f(): return math.pi",
+            pb::AssertTests {
+                test_code: "assert f() > 3\n".into(),
+                ..Default::default()
+            },
+        );
+        let with = |r: &mut pb::EvaluateRequest, p: Prelude| r.options.as_mut().unwrap().prelude = p as i32;
+        assert!(build(&r, py, true).unwrap().full.starts_with("import math\n"));
+        assert!(build(&r, py, false).unwrap().full.starts_with("def f()"));
+        with(&mut r, Prelude::Off);
+        assert!(build(&r, py, true).unwrap().full.starts_with("def f()"));
+        with(&mut r, Prelude::On);
+        assert!(build(&r, py, false).unwrap().full.starts_with("import math\n"));
+        r.options.as_mut().unwrap().prelude = 7;
+        let e = build(&r, py, true).unwrap_err();
+        assert!(e.to_string().starts_with("options.prelude:"), "{e}");
     }
 
     #[test]
@@ -387,16 +597,16 @@ mod tests {
                 "def add(a, b): return a + b",
             )
         };
-        let e = build(&fc("add; import os", "[1, 2]"), py).unwrap_err();
+        let e = build(&fc("add; import os", "[1, 2]"), py, true).unwrap_err();
         assert!(e.to_string().contains("fn_name"), "{e}");
-        let e = build(&fc("add", "[1, "), py).unwrap_err();
+        let e = build(&fc("add", "[1, "), py, true).unwrap_err();
         assert!(e.to_string().contains("cases[0].arguments_json"), "{e}");
-        let e = build(&fc("add", "1"), py).unwrap_err();
+        let e = build(&fc("add", "1"), py, true).unwrap_err();
         assert!(e.to_string().contains("JSON array"), "{e}");
-        let p = build(&fc("add", "[1, 2]"), py).unwrap();
+        let p = build(&fc("add", "[1, 2]"), py, true).unwrap();
         assert!(p.cases[0].stdin.starts_with(p.nonce.as_bytes()));
         assert!(p.full.contains("\"add\""));
-        let e = build(&pb::EvaluateRequest::default(), py).unwrap_err();
+        let e = build(&pb::EvaluateRequest::default(), py, true).unwrap_err();
         assert!(e.to_string().starts_with("tests:"), "{e}");
     }
 

@@ -31,8 +31,21 @@ const STARTUP_BASE_S: u32 = 60;
 const STARTUP_PER_LANGUAGE_S: u32 = 10;
 /// Startup probe period, seconds.
 const STARTUP_PERIOD_S: i32 = 2;
-/// Where a pool's auth Secret is mounted.
+/// Where a pool's auth Secret is mounted in `namespaces` mode, whose runs see a root
+/// filesystem of their own without it.
 pub const AUTH_DIR: &str = "/etc/sandpool/auth";
+/// Where it is mounted in `restricted` mode, whose runs see the pod's own filesystem
+/// through Landlock rules that admit system directories such as `/etc`: a top-level
+/// directory that no such rule names, because runs share the executor's uid and gid.
+pub const RESTRICTED_AUTH_DIR: &str = "/sandpool-auth";
+
+/// Where the auth Secret is mounted for `mode`.
+pub fn auth_dir(mode: IsolationMode) -> &'static str {
+    match mode {
+        IsolationMode::Namespaces => AUTH_DIR,
+        IsolationMode::Restricted => RESTRICTED_AUTH_DIR,
+    }
+}
 
 /// Capabilities `namespaces` mode needs, each for one documented reason (docs/operator.md).
 pub const NAMESPACES_CAPABILITIES: [&str; 9] = [
@@ -83,7 +96,17 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
         args.push("--gpu".to_owned());
     }
     if pool.auth.is_some() {
-        args.push(format!("--auth-token-file={AUTH_DIR}/{AUTH_TOKEN_KEY}"));
+        args.push(format!(
+            "--auth-token-file={}/{AUTH_TOKEN_KEY}",
+            auth_dir(pool.isolation)
+        ));
+    }
+    if let Some(cache) = &pool.result_cache {
+        args.push(format!("--result-cache-entries={}", cache.entries));
+        args.push(format!("--result-cache-bytes={}", cache.bytes));
+        if cache.limit_verdicts {
+            args.push("--result-cache-limit-verdicts".to_owned());
+        }
     }
     args.push(format!("--drain-timeout-ms={}", pool.drain_timeout_ms()));
     args.push(format!("--work-root={WORK_ROOT}"));
@@ -171,17 +194,24 @@ fn container(pool: &ResolvedPool) -> Container {
         image: Some(pool.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         args: Some(executor_args(pool)),
-        env: Some(vec![EnvVar {
-            name: "SANDPOOL_NAME".to_owned(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.name".to_owned(),
+        // SANDPOOL_NAME names the pod in responses; POD_IP is the address a session's create
+        // response advertises, so clients send the session's later calls to this pod.
+        env: Some(
+            [("SANDPOOL_NAME", "metadata.name"), ("POD_IP", "status.podIP")]
+                .into_iter()
+                .map(|(name, field)| EnvVar {
+                    name: name.to_owned(),
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: field.to_owned(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }]),
+                })
+                .collect(),
+        ),
         ports: Some(ports),
         resources: pool.resources.clone(),
         // Readiness uses the overall health service (""), which goes NOT_SERVING while
@@ -212,7 +242,9 @@ fn volumes(pool: &ResolvedPool) -> Vec<Volume> {
             name: "auth".to_owned(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(auth.secret_name.clone()),
-                // Owner-only: the runs' uids must not read the token.
+                // Owner-only: the runs' uids must not read the token. In `restricted` mode
+                // the kubelet adds group read for fsGroup, the executor's own gid, which the
+                // runs share: there the mount path keeps it from them (RESTRICTED_AUTH_DIR).
                 default_mode: Some(0o400),
                 items: Some(vec![KeyToPath {
                     key: AUTH_TOKEN_KEY.to_owned(),
@@ -243,7 +275,7 @@ fn volume_mounts(pool: &ResolvedPool) -> Vec<VolumeMount> {
     if pool.auth.is_some() {
         mounts.push(VolumeMount {
             name: "auth".to_owned(),
-            mount_path: AUTH_DIR.to_owned(),
+            mount_path: auth_dir(pool.isolation).to_owned(),
             read_only: Some(true),
             ..Default::default()
         });

@@ -2,6 +2,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::crd::SandboxPool;
+
+mod pod_security;
 use crate::defaults::PoolDefaults;
 use crate::resolve::resolve;
 
@@ -199,10 +201,8 @@ fn executor_args_follow_the_spec() {
         ]
     );
     assert_eq!(
-        executor_args(&resolved(
-            json!({"isolation": {"mode": "restricted"}, "gpu": {"count": 1},
-            "limits": {"cpuTime": "5s", "maxCpuTime": "30s", "maxOutput": "1Mi", "maxProcesses": 32}})
-        )),
+        executor_args(&resolved(json!({"isolation": {"mode": "restricted"},
+            "limits": {"cpuTime": "5s", "maxCpuTime": "30s", "maxOutput": "1Mi", "maxProcesses": 32}}))),
         [
             "--listen=0.0.0.0:50051",
             "--metrics-listen=0.0.0.0:9090",
@@ -216,7 +216,6 @@ fn executor_args_follow_the_spec() {
             "--max-output-bytes=1048576",
             "--default-processes=32",
             "--max-processes=32",
-            "--gpu",
             "--drain-timeout-ms=125000",
             "--work-root=/var/lib/sandpool",
         ]
@@ -241,7 +240,10 @@ fn deployment_for_the_issue_example_is_exact() {
                 "image": "example.org/sandpool/executor:0.1.0",
                 "imagePullPolicy": "IfNotPresent",
                 "args": executor_args(&pool),
-                "env": [{"name": "SANDPOOL_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "env": [
+                    {"name": "SANDPOOL_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                ],
                 "ports": [
                     {"name": "grpc", "containerPort": 50051, "protocol": "TCP"},
                     {"name": "http", "containerPort": 8080, "protocol": "TCP"},
@@ -313,16 +315,141 @@ fn restricted_mode_fits_the_restricted_pod_security_standard() {
         json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
                "seccompProfile": {"type": "RuntimeDefault"}})
     );
+    let c = &pod["containers"][0];
     assert_eq!(
-        pod["containers"][0]["securityContext"],
+        c["securityContext"],
         json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "privileged": false,
                "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
                "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
     );
+    // A read-only root leaves the executor two writable places: its work root and /tmp.
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "work", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}])
+    );
+    assert_eq!(
+        c["volumeMounts"],
+        json!([{"name": "work", "mountPath": "/var/lib/sandpool"}, {"name": "tmp", "mountPath": "/tmp"}])
+    );
+    assert!(c["args"].as_array().is_some_and(
+        |a| a.contains(&json!("--isolation=restricted")) && a.contains(&json!("--work-root=/var/lib/sandpool"))
+    ));
     assert!(pod.get("runtimeClassName").is_none());
     for host in ["hostNetwork", "hostPID", "hostIPC"] {
         assert_eq!(pod[host], false, "{host}");
     }
+}
+
+/// Every option a restricted pool may set still yields a pod that Pod Security "restricted"
+/// admits, field by field as admission checks it; namespaces mode yields one it refuses.
+#[test]
+fn every_restricted_pool_passes_each_restricted_pod_security_check() {
+    let specs = [
+        json!({"isolation": {"mode": "restricted"}}),
+        json!({"isolation": {"mode": "restricted", "runtimeClassName": "kata"},
+               "auth": {"enabled": true}, "access": {"http": true, "metricsClients": [
+                   {"namespaceSelector": {"matchLabels": {"team": "obs"}}}]},
+               "languages": ["python"], "concurrency": 4, "replicas": 3,
+               "resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
+               "limits": {"wallTime": "5s", "maxWallTime": "20s", "memory": "1Gi", "processes": 64},
+               "nodeSelector": {"pool": "sandbox"},
+               "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "evals", "effect": "NoSchedule"}],
+               "imagePullSecrets": [{"name": "regcred"}],
+               "podTemplate": {"labels": {"team": "ml"}, "annotations": {"cost-center": "42"}},
+               "disruptionBudget": {"maxUnavailable": "50%"}}),
+    ];
+    for spec in specs {
+        let template = to_json(&deployment(&resolved(spec.clone())))["spec"]["template"].clone();
+        assert_eq!(
+            pod_security::restricted_violations(&template),
+            Vec::<String>::new(),
+            "{spec}"
+        );
+    }
+    let namespaces = to_json(&deployment(&resolved(example())))["spec"]["template"].clone();
+    let violations = pod_security::restricted_violations(&namespaces);
+    for expected in [
+        "container executor: runAsUser 0",
+        "container executor: runAsNonRoot false",
+        "container executor: seccompProfile Unconfined",
+        "container executor: appArmorProfile Unconfined",
+        "container executor: capabilities.add \"SYS_ADMIN\"",
+    ] {
+        assert!(
+            violations.iter().any(|v| v == expected),
+            "{expected} not in {violations:?}"
+        );
+    }
+}
+
+/// The checker itself must bite on each rule a builder could break.
+#[test]
+fn the_pod_security_checker_catches_each_loosening() {
+    let good =
+        to_json(&deployment(&resolved(json!({"isolation": {"mode": "restricted"}}))))["spec"]["template"].clone();
+    type Loosen = fn(&mut Value);
+    let loosen: [(&str, Loosen); 12] = [
+        ("hostNetwork", |t| t["spec"]["hostNetwork"] = json!(true)),
+        ("hostPath", |t| {
+            t["spec"]["volumes"][0] = json!({"name": "work", "hostPath": {"path": "/"}})
+        }),
+        ("privileged", |t| {
+            t["spec"]["containers"][0]["securityContext"]["privileged"] = json!(true)
+        }),
+        ("escalation", |t| {
+            t["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = json!(true)
+        }),
+        ("escalation unset", |t| {
+            t["spec"]["containers"][0]["securityContext"]
+                .as_object_mut()
+                .map(|o| o.remove("allowPrivilegeEscalation"));
+        }),
+        ("root", |t| t["spec"]["securityContext"]["runAsUser"] = json!(0)),
+        ("non-root unset", |t| {
+            t["spec"]["securityContext"]
+                .as_object_mut()
+                .map(|o| o.remove("runAsNonRoot"));
+            t["spec"]["containers"][0]["securityContext"]
+                .as_object_mut()
+                .map(|o| o.remove("runAsNonRoot"));
+        }),
+        ("seccomp", |t| {
+            t["spec"]["containers"][0]["securityContext"]["seccompProfile"]["type"] = json!("Unconfined")
+        }),
+        ("capability", |t| {
+            t["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = json!(["SYS_PTRACE"])
+        }),
+        ("no drop", |t| {
+            t["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"] = json!([])
+        }),
+        ("hostPort", |t| {
+            t["spec"]["containers"][0]["ports"][0]["hostPort"] = json!(50051)
+        }),
+        ("apparmor annotation", |t| {
+            t["metadata"]["annotations"]["container.apparmor.security.beta.kubernetes.io/executor"] =
+                json!("unconfined")
+        }),
+    ];
+    for (what, change) in loosen {
+        let mut t = good.clone();
+        change(&mut t);
+        assert!(!pod_security::restricted_violations(&t).is_empty(), "{what} not caught");
+    }
+}
+
+#[test]
+fn restricted_mode_mounts_the_token_where_runs_cannot_read_it() {
+    let pool = resolved(json!({"isolation": {"mode": "restricted"}, "auth": {"enabled": true}}));
+    assert!(
+        executor_args(&pool).contains(&"--auth-token-file=/sandpool-auth/token".to_owned()),
+        "{:?}",
+        executor_args(&pool)
+    );
+    let d = to_json(&deployment(&pool));
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][2],
+        json!({"name": "auth", "mountPath": "/sandpool-auth", "readOnly": true})
+    );
 }
 
 #[test]
@@ -486,4 +613,30 @@ fn auth_mounts_the_token_read_only_and_passes_the_file() {
     );
     // Off by default.
     assert!(!executor_args(&resolved(json!({}))).iter().any(|a| a.contains("auth")));
+}
+
+#[test]
+fn a_result_cache_sets_the_executor_flags() {
+    let cache_args = |spec: Value| -> Vec<String> {
+        executor_args(&resolved(spec))
+            .into_iter()
+            .filter(|a| a.starts_with("--result-cache"))
+            .collect()
+    };
+    assert_eq!(
+        cache_args(json!({"resultCache": {"entries": 10000, "maxBytes": "128Mi", "limitVerdicts": true}})),
+        [
+            "--result-cache-entries=10000",
+            "--result-cache-bytes=134217728",
+            "--result-cache-limit-verdicts",
+        ]
+    );
+    // The operator's default size, not the executor's.
+    assert_eq!(
+        cache_args(json!({"resultCache": {"entries": 5}})),
+        ["--result-cache-entries=5", "--result-cache-bytes=67108864"]
+    );
+    // Off by default, and with zero entries.
+    assert!(cache_args(json!({})).is_empty());
+    assert!(cache_args(json!({"resultCache": {"entries": 0, "maxBytes": "1Gi"}})).is_empty());
 }

@@ -792,6 +792,37 @@ async fn an_invalid_spec_is_a_warning_event() {
 }
 
 #[tokio::test]
+async fn a_restricted_pool_asking_for_what_restricted_cannot_give_is_refused_with_the_field() {
+    let cases = [
+        (json!({"gpu": {"count": 1}}), "spec.gpu: "),
+        (
+            json!({"podTemplate": {"annotations": {"container.apparmor.security.beta.kubernetes.io/executor": "unconfined"}}}),
+            "spec.podTemplate.annotations[\"container.apparmor.security.beta.kubernetes.io/executor\"]: ",
+        ),
+    ];
+    for (extra, field) in cases {
+        let mut spec = spec();
+        spec["isolation"] = json!({"mode": "restricted"});
+        for (k, v) in extra.as_object().expect("object") {
+            spec[k] = v.clone();
+        }
+        let (result, seen, events, _ctx) =
+            run_with_events(pool(spec, 2), vec![apply(STATUS)], PoolDefaults::default()).await;
+        assert_eq!(result.expect("not retried"), Action::await_change());
+        assert_eq!(seen.len(), 1, "no child may be touched: {seen:?}");
+        let status = &seen[0].body["status"];
+        for type_ in ["Ready", "Degraded"] {
+            let (_, reason, message) = condition(status, type_);
+            assert_eq!(reason, "InvalidSpec", "{type_}");
+            assert!(message.starts_with(field), "{type_}: {message}");
+        }
+        let (type_, reason, note) = event_summary(&events).pop().expect("one event");
+        assert_eq!((type_.as_str(), reason.as_str()), ("Warning", "InvalidSpec"));
+        assert!(note.starts_with(field), "{note}");
+    }
+}
+
+#[tokio::test]
 async fn a_pool_the_policy_refuses_gets_nothing_but_a_condition_and_an_event() {
     let mut spec = spec();
     spec["image"] = json!("docker.io/attacker/root-shell:latest");

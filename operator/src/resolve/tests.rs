@@ -395,3 +395,63 @@ fn gpu_pools_are_not_best_effort() {
     assert_eq!(requests["cpu"].0, "4");
     assert!(requests.contains_key("memory"));
 }
+
+#[test]
+fn restricted_mode_refuses_what_would_loosen_its_pod() {
+    let refused = |spec| resolve_spec(spec).expect_err("must be refused");
+    let gpu = refused(json!({"isolation": {"mode": "restricted"}, "gpu": {"count": 1}}));
+    assert_eq!(gpu.field, "spec.gpu");
+    assert!(gpu.message.contains("namespaces"), "{gpu}");
+    for key in [
+        "container.apparmor.security.beta.kubernetes.io/executor",
+        "container.seccomp.security.alpha.kubernetes.io/executor",
+        "seccomp.security.alpha.kubernetes.io/pod",
+    ] {
+        let e = refused(json!({"isolation": {"mode": "restricted"},
+                               "podTemplate": {"annotations": {"team": "ml", key: "unconfined"}}}));
+        assert_eq!(e.field, format!("spec.podTemplate.annotations[{key:?}]"));
+    }
+    // Other annotations, and every option the CRD offers besides these, are fine.
+    resolve_spec(json!({"isolation": {"mode": "restricted", "runtimeClassName": "kata"},
+                        "podTemplate": {"annotations": {"team": "ml"}}, "auth": {"enabled": true}}))
+    .expect("valid");
+    // namespaces mode keeps what it always accepted.
+    resolve_spec(json!({"gpu": {"count": 1},
+                        "podTemplate": {"annotations": {"container.apparmor.security.beta.kubernetes.io/executor": "unconfined"}}}))
+    .expect("valid");
+}
+
+#[test]
+fn a_restricted_default_names_itself_when_it_refuses() {
+    let defaults = PoolDefaults {
+        isolation: IsolationMode::Restricted,
+        ..PoolDefaults::default()
+    };
+    let e = resolve(&pool(json!({"gpu": {"count": 1}})), &defaults, "default").expect_err("refused");
+    assert_eq!(e.field, "spec.gpu");
+    assert!(e.message.contains("--default-isolation"), "{e}");
+    resolve(
+        &pool(json!({"gpu": {"count": 1}, "isolation": {"mode": "namespaces"}})),
+        &defaults,
+        "default",
+    )
+    .expect("a pool may choose namespaces mode over the default");
+}
+
+#[test]
+fn the_result_cache_must_fit_beside_the_executors_headroom() {
+    let spec = |bytes: &str| json!({"resources": {"limits": {"memory": "1Gi"}}, "resultCache": {"entries": 10, "maxBytes": bytes}});
+    let err = resolve_spec(spec("800Mi")).expect_err("cache and headroom exceed the container");
+    assert_eq!(err.field, "spec.resultCache.maxBytes");
+    assert!(err.message.contains("headroom"), "{}", err.message);
+    let p = resolve_spec(spec("64Mi")).expect("fits");
+    assert_eq!(p.result_cache.map(|c| c.bytes), Some(64 << 20));
+    assert_eq!(
+        invalid_field(json!({"resultCache": {"entries": 1, "maxBytes": "0"}})),
+        "spec.resultCache.maxBytes"
+    );
+    assert_eq!(
+        invalid_field(json!({"resultCache": {"entries": -1}})),
+        "spec.resultCache.entries"
+    );
+}

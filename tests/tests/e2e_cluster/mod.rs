@@ -281,11 +281,25 @@ impl Operator {
         identity: &str,
         logs: &Path,
     ) -> Self {
+        Self::start_with_env(kubeconfig, namespace, lease_namespace, identity, logs, &[])
+    }
+
+    /// [`Operator::start`] with extra environment, e.g. the chart's settings for its
+    /// Deployment (`SANDPOOL_DEFAULT_ISOLATION`, ...); the arguments above still win.
+    pub fn start_with_env(
+        kubeconfig: &Path,
+        namespace: Option<&str>,
+        lease_namespace: &str,
+        identity: &str,
+        logs: &Path,
+        env: &[(String, String)],
+    ) -> Self {
         let metrics_port = sandpool_tests::free_port();
         let log = logs.join(format!("operator-{identity}.log"));
         let log_file = std::fs::File::create(&log).expect("log file");
         let child = Command::new(sandpool_tests::binary("sandpool-operator"))
             .arg("run")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args(["--namespace", namespace.unwrap_or("")])
             .args(["--lease-namespace", lease_namespace, "--identity", identity])
             .args(["--http-listen", &format!("127.0.0.1:{metrics_port}")])

@@ -76,7 +76,14 @@ pub fn server_with(languages: &[&str], extra_args: &[String]) -> Server {
                 "20000".into(),
             ]
             .into_iter()
-            .chain(extra_args.iter().cloned()),
+            .chain(extra_args.iter().cloned())
+            // The judge suites in restricted mode (as root here: each slot runs as its own uid).
+            .chain(
+                (std::env::var("SANDPOOL_TEST_ISOLATION").as_deref() == Ok("restricted"))
+                    .then(|| ["--isolation".to_string(), "restricted".to_string()])
+                    .into_iter()
+                    .flatten(),
+            ),
         );
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -259,6 +266,7 @@ pub fn assert_request(id: &str, language: &str, code: &str, test: &str, entry_po
             test_code: test.into(),
             entry_point: entry_point.into(),
             stop_tokens: vec![],
+            ..Default::default()
         })),
         options: Some(pb::EvaluateOptions {
             raw_code: true,

@@ -2,9 +2,18 @@
 
 from .aio import AsyncClient
 from .client import Client
-from .datasets import humaneval_path, humaneval_request, read_jsonl, read_problems, record_request
+from .datasets import (
+    detect_format,
+    humaneval_path,
+    humaneval_request,
+    read_jsonl,
+    read_problems,
+    record_request,
+    record_requests,
+)
 from .metrics import mean_pass_at_k, pass_at_k
 from .retry import RetryPolicy
+from .session import AsyncSession, Session, SessionLimits, SessionLost, SessionResult
 from .target import default_target, pool_target
 from .types import (
     AssertTests,
@@ -29,6 +38,7 @@ from .types import (
 __all__ = [
     "AssertTests",
     "AsyncClient",
+    "AsyncSession",
     "Client",
     "ComparisonMode",
     "EvaluateOptions",
@@ -43,11 +53,16 @@ __all__ = [
     "PhaseResult",
     "RequestError",
     "RetryPolicy",
+    "Session",
+    "SessionLimits",
+    "SessionLost",
+    "SessionResult",
     "StdioCase",
     "StdioTests",
     "TestResult",
     "Verdict",
     "default_target",
+    "detect_format",
     "humaneval_path",
     "humaneval_request",
     "mean_pass_at_k",
@@ -56,4 +71,5 @@ __all__ = [
     "read_jsonl",
     "read_problems",
     "record_request",
+    "record_requests",
 ]

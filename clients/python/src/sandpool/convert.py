@@ -97,7 +97,9 @@ def evaluate_request(r: EvaluateRequest, id: Optional[str] = None) -> pb.Evaluat
         )
     elif isinstance(t, AssertTests):
         getattr(m, "assert").CopyFrom(
-            pb.AssertTests(test_code=t.test_code, entry_point=t.entry_point, stop_tokens=t.stop_tokens)
+            pb.AssertTests(
+                test_code=t.test_code, entry_point=t.entry_point, stop_tokens=t.stop_tokens, prompt=t.prompt
+            )
         )
     else:
         raise TypeError(f"tests: expected StdioTests, FunctionCallTests or AssertTests, got {type(t).__name__}")
@@ -115,6 +117,7 @@ def evaluate_request(r: EvaluateRequest, id: Optional[str] = None) -> pb.Evaluat
                 omit_test_io=o.omit_test_io,
                 raw_code=o.raw_code,
                 files=[file_pb(f) for f in o.files],
+                prelude={None: 0, True: 1, False: 2}[o.prelude],
             )
         )
     return m

@@ -140,6 +140,8 @@ class AssertTests:
     test_code: str
     entry_point: str = ""
     stop_tokens: list[str] = field(default_factory=list)
+    # Put before the completion and never cut by stop_tokens (MultiPL-E's prompt).
+    prompt: str = ""
 
 
 Tests = Union[StdioTests, FunctionCallTests, AssertTests]
@@ -157,6 +159,9 @@ class EvaluateOptions:
     omit_test_io: bool = False
     raw_code: bool = False
     files: list[File] = field(default_factory=list)
+    # The language prelude for assert tests: None = the executor's default (--assert-prelude),
+    # False = none (reference-harness parity), True = always.
+    prelude: Optional[bool] = None
 
 
 @dataclass

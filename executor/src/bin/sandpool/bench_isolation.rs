@@ -38,7 +38,7 @@ const TRIVIAL_C: &str = "int main(void) { return 0; }\n";
 /// Extra languages for the bench: the exact bare commands, inside the sandbox.
 const BENCH_LANGUAGES: &str = r#"
 [bench_c]
-source = "trivial"
+source = "unused"
 run = ["./trivial"]
 version = ["true"]
 

@@ -2,11 +2,14 @@
 //! `EvaluateStream`s (see [`crate::streams`]), with a progress bar, a summary by verdict and language,
 //! pass@k, and one JSON line of results per record.
 
+mod records;
+
 use crate::streams::{Spread, evaluate_all};
 use crate::target::verdict_name;
 use anyhow::{Context, anyhow, bail};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
-use sandpool_executor::config::ExecutorArgs;
+pub use records::Format;
+use sandpool_executor::config::{ExecutorArgs, OnOff};
 use sandpool_executor::proto as pb;
 use sandpool_executor::server::Loopback;
 use serde_json::{Value, json};
@@ -19,8 +22,18 @@ use tonic::transport::Channel;
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
-    /// JSONL (or .jsonl.gz) of HumanEval-, MBPP- or stdio-style records.
+    /// JSONL (or .jsonl.gz) of HumanEval, HumanEval-X, MBPP, MBXP, MultiPL-E, LiveCodeBench or
+    /// stdio records (docs/benchmarks.md).
     dataset: PathBuf,
+    /// The records' shape; `auto` recognises each record's by its fields.
+    #[arg(long, value_enum, default_value = "auto")]
+    format: Format,
+    /// The language prelude for assert tests (default: the executor's); `off` for reference-harness parity.
+    #[arg(long, value_enum)]
+    prelude: Option<sandpool_executor::config::OnOff>,
+    /// Judge only the first N records.
+    #[arg(long)]
+    limit: Option<usize>,
     /// Problems (HumanEval-style) for a samples file of `task_id` + `completion` records.
     #[arg(long)]
     problems: Option<PathBuf>,
@@ -92,6 +105,8 @@ pub async fn connect(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Res
 #[derive(Debug)]
 pub struct Item {
     pub task_id: String,
+    /// The dataset line it came from.
+    pub line: usize,
     pub request: pb::EvaluateRequest,
 }
 
@@ -114,116 +129,77 @@ pub fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Value>> {
     Ok(out)
 }
 
-fn text<'a>(r: &'a Value, key: &str) -> Option<&'a str> {
-    r.get(key).and_then(Value::as_str)
-}
-
 fn task_id(r: &Value) -> String {
-    match r.get("task_id") {
+    match r
+        .get("task_id")
+        .or_else(|| r.get("question_id"))
+        .or_else(|| r.get("name"))
+    {
         Some(Value::String(s)) => s.clone(),
         Some(v @ Value::Number(_)) => v.to_string(),
         _ => String::new(),
     }
 }
 
-/// Strings of a JSON array field; errors name the field.
-fn strings(r: &Value, key: &str, at: &str) -> anyhow::Result<Vec<String>> {
-    let Some(v) = r.get(key) else { return Ok(vec![]) };
-    let arr = v.as_array().ok_or_else(|| anyhow!("{at}: {key}: not an array"))?;
-    arr.iter()
-        .enumerate()
-        .map(|(i, s)| {
-            s.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| anyhow!("{at}: {key}[{i}]: not a string"))
-        })
-        .collect()
+/// How records become requests.
+#[derive(Debug, Clone)]
+pub struct Recipe {
+    pub format: Format,
+    /// Language of records without a `language` field.
+    pub language: String,
+    /// `options.prelude` of every request (unspecified: the executor's default).
+    pub prelude: pb::evaluate_options::Prelude,
 }
 
-/// Turns one record into a request (same rules as the Python client's `record_request`):
-/// HumanEval (`prompt`, `test`, `entry_point`, here or in `problems`; `completion`, else
-/// `canonical_solution`), MBPP (`test_list`), stdio (`inputs`/`outputs` or `tests[{input, output}]`).
-pub fn item(record: &Value, line: usize, problems: &HashMap<String, Value>, language: &str) -> anyhow::Result<Item> {
+/// Turns record `line` into one request per completion (same rules as the Python client's
+/// `record_requests`): the record joined with its problem from `problems` (the record's fields
+/// win), in `recipe.format` or the shape its fields show (see [`records::detect`]).
+pub fn items_of(
+    record: &Value,
+    line: usize,
+    problems: &HashMap<String, Value>,
+    recipe: &Recipe,
+) -> anyhow::Result<Vec<Item>> {
     let task = task_id(record);
     let at = format!("record {line} ({task})");
-    let language = text(record, "language").unwrap_or(language).to_owned();
-    let mut req = pb::EvaluateRequest {
-        id: line.to_string(),
-        language,
-        ..Default::default()
+    let joined;
+    let r = match (problems.get(&task), record.as_object()) {
+        (Some(Value::Object(p)), Some(rec)) => {
+            let mut p = p.clone();
+            p.extend(rec.iter().map(|(k, v)| (k.clone(), v.clone())));
+            joined = Value::Object(p);
+            &joined
+        }
+        _ => record,
     };
-    let problem = if record.get("entry_point").is_some() && record.get("test").is_some() {
-        Some(record)
-    } else {
-        problems.get(&task)
+    let format = match recipe.format {
+        Format::Auto => records::detect(r).ok_or_else(|| {
+            anyhow!("{at}: tests: shape not recognised (prompt/test, declaration, tests/stop_tokens, public_test_cases, test_list, inputs/outputs or tests); see --format")
+        })?,
+        f => f,
     };
-    if let Some(p) = problem {
-        let completion = text(record, "completion")
-            .or_else(|| text(record, "canonical_solution"))
-            .ok_or_else(|| anyhow!("{at}: completion: missing (nor canonical_solution)"))?;
-        let field = |k: &str| text(p, k).ok_or_else(|| anyhow!("{at}: {k}: missing or not a string"));
-        // HumanEval completions continue the prompt and are not Markdown: run them as they are.
-        req.completion = format!("{}{completion}", field("prompt")?);
-        req.tests = Some(pb::evaluate_request::Tests::Assert(pb::AssertTests {
-            test_code: field("test")?.to_owned(),
-            entry_point: field("entry_point")?.to_owned(),
-            stop_tokens: vec![],
-        }));
-        req.options = Some(pb::EvaluateOptions {
-            raw_code: true,
-            ..Default::default()
-        });
-        return Ok(Item {
-            task_id: task,
-            request: req,
-        });
-    }
-    req.completion = text(record, "completion")
-        .or_else(|| text(record, "code"))
-        .ok_or_else(|| anyhow!("{at}: completion: missing (nor code)"))?
-        .to_owned();
-    if record.get("test_list").is_some() {
-        let mut lines = strings(record, "test_imports", &at)?;
-        lines.extend(text(record, "test_setup_code").map(str::to_owned));
-        lines.extend(strings(record, "test_list", &at)?);
-        req.tests = Some(pb::evaluate_request::Tests::Assert(pb::AssertTests {
-            test_code: lines.join("\n"),
-            ..Default::default()
-        }));
-    } else {
-        let pairs: Vec<(String, String)> = if record.get("inputs").is_some() {
-            let (i, o) = (strings(record, "inputs", &at)?, strings(record, "outputs", &at)?);
-            if i.len() != o.len() {
-                bail!("{at}: outputs: {} outputs for {} inputs", o.len(), i.len());
+    let completions = records::completions(r, &at)?;
+    let several = completions.len() > 1;
+    completions
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let mut request = records::request(r, format, c, &recipe.language, &at)?;
+            request.id = if several {
+                format!("{line}.{k}")
+            } else {
+                line.to_string()
+            };
+            if recipe.prelude != pb::evaluate_options::Prelude::Unspecified {
+                request.options.get_or_insert_with(Default::default).prelude = recipe.prelude as i32;
             }
-            i.into_iter().zip(o).collect()
-        } else if let Some(tests) = record.get("tests").and_then(Value::as_array) {
-            tests
-                .iter()
-                .enumerate()
-                .map(|(n, t)| match (text(t, "input"), text(t, "output")) {
-                    (Some(i), Some(o)) => Ok((i.to_owned(), o.to_owned())),
-                    _ => Err(anyhow!("{at}: tests[{n}]: needs string input and output")),
-                })
-                .collect::<anyhow::Result<_>>()?
-        } else {
-            bail!("{at}: tests: none found (prompt/test/entry_point, test_list, inputs/outputs or tests)");
-        };
-        req.tests = Some(pb::evaluate_request::Tests::Stdio(pb::StdioTests {
-            cases: pairs
-                .into_iter()
-                .map(|(i, o)| pb::StdioCase {
-                    stdin: i.into_bytes(),
-                    expected_stdout: o.into_bytes(),
-                })
-                .collect(),
-            comparison: None,
-        }));
-    }
-    Ok(Item {
-        task_id: task,
-        request: req,
-    })
+            Ok(Item {
+                task_id: task.clone(),
+                line,
+                request,
+            })
+        })
+        .collect()
 }
 
 /// pass@k, the unbiased estimator: 1 - C(n-c, k) / C(n, k).
@@ -254,7 +230,8 @@ fn result_json(item: &Item, r: &pb::EvaluateResponse) -> Value {
     let exec = r.executor.clone().unwrap_or_default();
     json!({
         "task_id": item.task_id,
-        "line": item.request.id.parse::<usize>().unwrap_or(0),
+        "line": item.line,
+        "id": item.request.id,
         "language": item.request.language,
         "accepted": r.accepted,
         "verdict": if r.error.is_some() { "ERROR" } else { verdict_name(r.verdict) },
@@ -361,11 +338,22 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
         Some(p) => read_jsonl(p)?.into_iter().map(|r| (task_id(&r), r)).collect(),
         None => HashMap::new(),
     };
-    let items: Vec<Item> = read_jsonl(&a.dataset)?
+    let recipe = Recipe {
+        format: a.format,
+        language: a.language.clone(),
+        prelude: match a.prelude {
+            None => pb::evaluate_options::Prelude::Unspecified,
+            Some(OnOff::On) => pb::evaluate_options::Prelude::On,
+            Some(OnOff::Off) => pb::evaluate_options::Prelude::Off,
+        },
+    };
+    let mut items: Vec<Item> = Vec::new();
+    for (n, r) in read_jsonl(&a.dataset)?
         .iter()
         .enumerate()
-        .map(|(n, r)| {
-            let mut it = item(r, n + 1, &problems, &a.language)?;
+        .take(a.limit.unwrap_or(usize::MAX))
+    {
+        for mut it in items_of(r, n + 1, &problems, &recipe)? {
             if a.wall_time_ms > 0 {
                 let o = it.request.options.get_or_insert_with(Default::default);
                 o.run_limits = Some(pb::Limits {
@@ -373,9 +361,9 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
                     ..Default::default()
                 });
             }
-            Ok(it)
-        })
-        .collect::<anyhow::Result<_>>()?;
+            items.push(it);
+        }
+    }
     if items.is_empty() {
         bail!("{}: no records", a.dataset.display());
     }
@@ -445,20 +433,44 @@ mod tests {
     #[test]
     fn records_of_each_shape_become_requests() {
         let none = HashMap::new();
+        let recipe = Recipe {
+            format: Format::Auto,
+            language: "python".into(),
+            prelude: pb::evaluate_options::Prelude::Off,
+        };
+        let one = |r: &Value, line: usize| items_of(r, line, &none, &recipe).map(|mut v| v.remove(0));
         let he = serde_json::json!({"task_id": "T", "prompt": "def f():\n", "canonical_solution": "  return 1\n",
             "test": "def check(c): pass", "entry_point": "f"});
-        let r = item(&he, 3, &none, "python").expect("humaneval").request;
+        let r = one(&he, 3).expect("humaneval").request;
         assert_eq!((r.id.as_str(), r.completion.as_str()), ("3", "def f():\n  return 1\n"));
-        assert!(r.options.expect("options").raw_code);
+        let o = r.options.expect("options");
+        assert!(o.raw_code);
+        assert_eq!(o.prelude, pb::evaluate_options::Prelude::Off as i32);
         let stdio = serde_json::json!({"code": "x", "language": "cpp", "inputs": ["1"], "outputs": ["2", "3"]});
-        let e = item(&stdio, 1, &none, "python").expect_err("mismatched outputs");
+        let e = one(&stdio, 1).expect_err("mismatched outputs");
         assert!(e.to_string().contains("outputs: 2 outputs for 1 inputs"), "{e}");
         let mbpp = serde_json::json!({"task_id": 4, "code": "x = 1", "test_list": ["assert x == 1"], "test_setup_code": "import os"});
-        let r = item(&mbpp, 1, &none, "python").expect("mbpp");
+        let r = one(&mbpp, 1).expect("mbpp");
         assert_eq!(r.task_id, "4");
         match r.request.tests {
             Some(pb::evaluate_request::Tests::Assert(t)) => assert_eq!(t.test_code, "import os\nassert x == 1"),
             t => panic!("expected assert tests, got {t:?}"),
         }
+        // Several samples in one record: one request each, ids line.k.
+        let samples = serde_json::json!({"task_id": "S", "completions": ["a", "b"], "inputs": ["1"], "outputs": ["1"]});
+        let ids: Vec<String> = items_of(&samples, 7, &none, &recipe)
+            .expect("samples")
+            .into_iter()
+            .map(|i| i.request.id)
+            .collect();
+        assert_eq!(ids, ["7.0", "7.1"]);
+        // A samples file joined to its problems: the sample's completion wins over the canonical one.
+        let problems: HashMap<String, Value> = [("T".to_string(), he.clone())].into();
+        let sample = serde_json::json!({"task_id": "T", "completion": "  return 2\n"});
+        let r = items_of(&sample, 1, &problems, &recipe)
+            .expect("joined")
+            .remove(0)
+            .request;
+        assert_eq!(r.completion, "def f():\n  return 2\n");
     }
 }

@@ -102,6 +102,24 @@ fn pause(attempt: u32) -> Duration {
     Duration::from_millis(200 << attempt.min(4))
 }
 
+/// Ends every open stream's requests and waits (briefly) until the executor has ended its side:
+/// a process that exits with streams half-open resets them, which the executor sees as a
+/// broken stream.
+async fn close(streams: &mut [Stream], events: &mut mpsc::UnboundedReceiver<Event>) {
+    let mut open: HashSet<usize> = (0..streams.len()).filter(|&k| streams[k].tx.is_some()).collect();
+    streams.iter_mut().for_each(|s| s.tx = None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while !open.is_empty() {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Some(Event::Closed(k, _))) => {
+                open.remove(&k);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
 /// Requests that never got an answer, because every stream gave up.
 #[derive(Debug)]
 pub struct Unanswered {
@@ -229,6 +247,7 @@ pub async fn evaluate_all(
             }
         }
     }
+    close(&mut streams, &mut events).await;
     let count = requests.len() - done;
     Ok((count > 0).then(|| Unanswered {
         count,

@@ -1,0 +1,660 @@
+//! Mode `restricted`: for pods that run as a non-root uid with every
+//! capability dropped, `allowPrivilegeEscalation: false` and the runtime's
+//! default seccomp profile (Pod Security `restricted`). No namespaces, mounts
+//! or cgroups: each run gets a private directory under the work root (its
+//! work dir) and a private temporary directory, and is confined with what an
+//! unprivileged process may still do:
+//!
+//! - Landlock: system directories read-only, its own directories read-write,
+//!   nothing else; TCP bind/connect denied (ABI 4+); signals and abstract unix
+//!   sockets scoped to the run (ABI 6+) ([`landlock`]);
+//! - a seccomp filter of our own on top of the runtime's: the namespaces
+//!   mode's, plus unix sockets only and no leaving the process group ([`seccomp`]);
+//! - rlimits (CPU, data, processes, file size, open files, stack, core);
+//! - a process group per run and the executor as child subreaper, so the whole
+//!   tree is found and killed at the end ([`accounting`]);
+//! - CPU time and memory read from `/proc` (and `wait4`), since cgroups are
+//!   not writable.
+//!
+//! Programs see their work dir's real path (there is no `/work`): commands and
+//! environment naming `/work` or `/tmp` are rewritten to the run's directories.
+
+mod accounting;
+mod landlock;
+mod seccomp;
+mod spawn;
+
+use crate::probe::Feature;
+use crate::runner::{BoxFuture, Runner};
+use crate::supervise::KillHandle;
+use crate::{Features, IsolationMode, PATH, RunOutcome, RunSpec, SandboxConfig, SandboxError, Termination, WorkDir};
+use std::io::{Seek, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+use tokio::io::unix::AsyncFd;
+
+/// The restricted runner: what start-up prepared, shared by all runs.
+#[derive(Debug)]
+pub struct Restricted {
+    cfg: SandboxConfig,
+    features: Features,
+    landlock_abi: i32,
+    filters: Arc<Vec<Vec<libc::sock_filter>>>,
+    /// `<work root>/runs`: every run's directories, nothing else.
+    runs_dir: PathBuf,
+    next: AtomicU64,
+    /// The executor is root: each slot's runs get their own uid (`uid_base + slot`).
+    slot_uids: bool,
+    /// The executor's uid (the runs' when `slot_uids` is false).
+    uid: u32,
+    spawner: spawn::Spawner,
+}
+
+fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
+    move |e| SandboxError::Os(what, e)
+}
+
+fn unavailable(why: String) -> SandboxError {
+    SandboxError::ModeUnavailable("restricted", why)
+}
+
+impl Restricted {
+    /// Probes the kernel and refuses to start when a protection the mode
+    /// depends on is missing (Landlock, seccomp, `no_new_privs`, a writable
+    /// work root, the subreaper), saying which and why.
+    pub fn new(cfg: SandboxConfig) -> Result<Self, SandboxError> {
+        if cfg.mode != IsolationMode::Restricted {
+            return Err(SandboxError::Other(format!(
+                "the restricted runner cannot run mode {}",
+                cfg.mode.name()
+            )));
+        }
+        let mut features = crate::probe::probe();
+        let abi = landlock::abi_version().map_err(|why| {
+            unavailable(format!(
+                "{why}; without it runs could read and write all the executor's uid can"
+            ))
+        })?;
+        if !crate::seccomp::available() {
+            return Err(unavailable("the kernel has no seccomp filters".into()));
+        }
+        // SAFETY: geteuid/getpid have no memory effects.
+        let (euid, pid) = unsafe { (libc::geteuid(), libc::getpid()) };
+        let slot_uids = euid == 0;
+        let runs_dir = cfg.work_root.join("runs");
+        prepare_runs_dir(&runs_dir, slot_uids).map_err(|e| {
+            unavailable(format!(
+                "the work root {} must be a directory uid {euid} can write (in a pod: an emptyDir): {e}",
+                cfg.work_root.display()
+            ))
+        })?;
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } < 0 {
+            return Err(unavailable(format!(
+                "cannot become child subreaper: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let filters = seccomp::build_filters(pid, abi >= 6).map_err(|e| SandboxError::Other(e.to_string()))?;
+        let filters = Arc::new(filters);
+        // Confine a throwaway thread exactly as a run is, and check the result:
+        // a runtime profile that blocks landlock or seccomp shows up here.
+        let probe_dir = runs_dir.join("probe");
+        let _ = std::fs::remove_dir_all(&probe_dir);
+        std::fs::create_dir(&probe_dir).map_err(os("creating the probe directory"))?;
+        let paths = landlock::Paths {
+            read_exec: cfg.ro_paths.clone(),
+            read_write: vec![probe_dir.clone()],
+        };
+        let rules = landlock::ruleset(abi, &paths).map_err(|e| unavailable(e.to_string()))?;
+        let probe = spawn::Confinement {
+            rlimits: vec![],
+            landlock: rules,
+            filters: filters.clone(),
+            parent: pid,
+        };
+        let outside = cfg.work_root.clone();
+        let tested = std::thread::scope(|s| s.spawn(|| spawn::self_test(&probe, &outside)).join());
+        let _ = std::fs::remove_dir_all(&probe_dir);
+        match tested {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => return Err(unavailable(format!("a protection is not in force: {why}"))),
+            Err(_) => return Err(unavailable("the confinement self-test panicked".into())),
+        }
+        let spawner = spawn::Spawner::start().map_err(os("starting the spawner thread"))?;
+
+        for f in ["seccomp", "no_new_privs"] {
+            features.set_in_use(f, true);
+        }
+        features.0.retain(|f| f.name != "landlock");
+        let feat = |name, available: bool, in_use: bool, detail: String| Feature {
+            name,
+            available,
+            in_use: in_use && available,
+            detail,
+        };
+        features.0.extend([
+            feat("landlock", true, true, format!("ABI {abi}: filesystem")),
+            feat(
+                "landlock_net",
+                abi >= 4,
+                true,
+                if abi >= 4 {
+                    "TCP bind and connect denied".into()
+                } else {
+                    format!("needs ABI 4, kernel has {abi} (seccomp still refuses IP sockets)")
+                },
+            ),
+            feat(
+                "landlock_scope",
+                abi >= 6,
+                true,
+                if abi >= 6 {
+                    "signals and abstract unix sockets scoped to the run".into()
+                } else {
+                    format!("needs ABI 6, kernel has {abi} (seccomp refuses signals to the executor and to groups)")
+                },
+            ),
+            feat(
+                "rlimits",
+                true,
+                true,
+                "cpu, data, nproc, fsize, nofile, stack, core".into(),
+            ),
+            feat(
+                "child_subreaper",
+                true,
+                true,
+                "orphans of a run are reaped and killed".into(),
+            ),
+            feat(
+                "per_slot_uid",
+                slot_uids,
+                true,
+                if slot_uids {
+                    format!("slot i runs as uid {} + i", cfg.uid_base)
+                } else {
+                    format!("every run shares the executor's uid {euid}")
+                },
+            ),
+            feat(
+                "work_dir_size_cap",
+                false,
+                false,
+                "a directory on the work root's volume: only the volume's size caps it".into(),
+            ),
+            feat(
+                "private_network",
+                false,
+                false,
+                "no network namespace: unix sockets only (seccomp), TCP also denied by Landlock where it can".into(),
+            ),
+        ]);
+        let r = Restricted {
+            cfg,
+            features,
+            landlock_abi: abi,
+            filters,
+            runs_dir,
+            next: AtomicU64::new(0),
+            slot_uids,
+            uid: euid,
+            spawner,
+        };
+        tracing::info!(mode = "restricted", features = %r.features, "sandbox ready");
+        Ok(r)
+    }
+
+    fn run_uid(&self, slot: usize) -> u32 {
+        if self.slot_uids {
+            self.cfg.uid_base + slot as u32
+        } else {
+            self.uid
+        }
+    }
+
+    fn fresh_path(&self, prefix: &str) -> PathBuf {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.runs_dir.join(format!("{prefix}{n}"))
+    }
+}
+
+/// Makes `<work root>/runs`, clearing what a crashed executor left there.
+fn prepare_runs_dir(dir: &Path, slot_uids: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(root) = dir.parent() {
+        std::fs::create_dir_all(root)?;
+    }
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::create_dir(dir)?;
+    // Slot uids must get through to their own (0700) directories, and no further.
+    let mode = if slot_uids { 0o711 } else { 0o700 };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    if slot_uids && let Some(root) = dir.parent() {
+        let m = std::fs::metadata(root)?.permissions().mode();
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(m | 0o111))?;
+    }
+    Ok(())
+}
+
+impl Runner for Restricted {
+    fn mode(&self) -> IsolationMode {
+        IsolationMode::Restricted
+    }
+
+    fn features(&self) -> &Features {
+        &self.features
+    }
+
+    fn slots(&self) -> usize {
+        self.cfg.slots
+    }
+
+    /// GPU runs are not offered in restricted mode.
+    fn has_gpu(&self) -> bool {
+        false
+    }
+
+    fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
+        let uid = self.run_uid(slot);
+        Ok(WorkDir::directory(self.fresh_path("w"), uid, uid)?)
+    }
+
+    fn run<'a>(
+        &'a self,
+        slot: usize,
+        work: &'a WorkDir,
+        spec: &'a RunSpec,
+    ) -> BoxFuture<'a, Result<RunOutcome, SandboxError>> {
+        Box::pin(self.run_restricted(slot, work, spec))
+    }
+}
+
+/// A run's private temporary directory (`TMPDIR`, `HOME`), removed on drop.
+struct TmpDir(PathBuf);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::warn!(dir = %self.0.display(), error = %e, "could not remove a run's tmp dir");
+        }
+    }
+}
+
+/// Rewrites `/work` and `/tmp` where they stand as whole path components at
+/// the start of a word (`/tmp`, `HOME=/tmp`, `a:/work/x`, `"/work"`), to the
+/// run's directories: in this mode the program sees their real paths.
+pub(crate) fn rewrite_paths(s: &str, work: &str, tmp: &str) -> String {
+    const BEFORE: &[u8] = b":=\"' ,";
+    const AFTER: &[u8] = b"/:\"' ,";
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        let starts_word = i == 0 || BEFORE.contains(&b[i - 1]);
+        let hit = [("/work", work), ("/tmp", tmp)].into_iter().find(|(from, _)| {
+            b[i..].starts_with(from.as_bytes()) && b.get(i + from.len()).is_none_or(|c| AFTER.contains(c))
+        });
+        match hit {
+            Some((from, to)) if starts_word => {
+                out.push_str(to);
+                i += from.len();
+            }
+            _ => {
+                let ch = s[i..].chars().next().unwrap_or_default();
+                out.push(ch);
+                i += ch.len_utf8().max(1);
+            }
+        }
+    }
+    out
+}
+
+fn resolve_exe(name: &str) -> String {
+    if name.contains('/') {
+        return name.to_owned();
+    }
+    PATH.split(':')
+        .map(|dir| format!("{dir}/{name}"))
+        .find(|p| Path::new(p).is_file())
+        .unwrap_or_else(|| name.to_owned())
+}
+
+fn stdin_memfd(data: &[u8]) -> Result<OwnedFd, SandboxError> {
+    // SAFETY: memfd_create with a static name.
+    let fd = unsafe { libc::memfd_create(c"stdin".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(SandboxError::Os("memfd_create", std::io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh descriptor we own.
+    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.write_all(data).map_err(os("writing stdin"))?;
+    f.rewind().map_err(os("rewinding stdin"))?;
+    Ok(f.into())
+}
+
+fn rlimit(cur: u64, max: u64) -> libc::rlimit64 {
+    libc::rlimit64 {
+        rlim_cur: cur,
+        rlim_max: max,
+    }
+}
+
+/// Reads a stream up to `cap` bytes; past it, flags truncation and kills the run's leader.
+async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>) -> (Vec<u8>, bool) {
+    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        return (Vec::new(), false);
+    };
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match rx.read(&mut buf).await {
+            Ok(0) | Err(_) => return (out, false),
+            Ok(n) => {
+                let room = (cap as usize).saturating_sub(out.len());
+                out.extend_from_slice(&buf[..n.min(room)]);
+                if n > room {
+                    on_overflow();
+                    return (out, true);
+                }
+            }
+        }
+    }
+}
+
+/// A started run: killed, swept and reaped even if the run future is dropped.
+struct Tree {
+    leader: i32,
+    done: bool,
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let leader = self.leader;
+        // The leader is unreaped: the group's number is still the run's.
+        accounting::kill_group(leader);
+        std::thread::spawn(move || {
+            accounting::sweep(leader, leader);
+            accounting::reap(leader);
+        });
+    }
+}
+
+/// Stack of the main thread, and default stack of every other thread.
+const STACK_BYTES: u64 = 8 << 20;
+
+/// Whether a failed run ran out of memory: with an rlimit instead of a
+/// cgroup nobody says so, so a run that failed near its limit counts.
+fn near_memory_limit(peak: u64, limit: u64) -> bool {
+    peak >= limit / 4 * 3
+}
+
+impl Restricted {
+    fn rlimits(&self, spec: &RunSpec, uid: u32) -> Vec<(libc::__rlimit_resource_t, libc::rlimit64)> {
+        let l = &spec.limits;
+        let cpu_s = l.cpu.as_secs() + u64::from(l.cpu.subsec_nanos() > 0);
+        // RLIMIT_NPROC counts every task of the uid. With a uid per slot that
+        // is the run's own; with the executor's uid shared, a run may add its
+        // limit to what the uid has now (the executor's threads, other runs).
+        let nproc = l.processes as u64
+            + if self.slot_uids {
+                0
+            } else {
+                accounting::tasks_of_uid(uid)
+            };
+        vec![
+            // Per process; the /proc poll enforces the limit for the tree.
+            (libc::RLIMIT_CPU, rlimit(cpu_s + 1, cpu_s + 2)),
+            // Private writable memory: unlike RLIMIT_AS it leaves the address
+            // space runtimes reserve (V8, the JVM, Go) alone.
+            (libc::RLIMIT_DATA, rlimit(l.memory, l.memory)),
+            (libc::RLIMIT_FSIZE, rlimit(l.file_size, l.file_size)),
+            (libc::RLIMIT_NPROC, rlimit(nproc, nproc)),
+            (libc::RLIMIT_CORE, rlimit(0, 0)),
+            (libc::RLIMIT_NOFILE, rlimit(4096, 4096)),
+            // glibc gives every new thread a stack of the soft limit, and
+            // RLIMIT_DATA counts thread stacks whole: namespaces mode's 256 MiB
+            // would let a runtime start one thread. 8 MiB, the usual Linux
+            // default, bounds the main thread's recursion too (weaker than namespaces).
+            (
+                libc::RLIMIT_STACK,
+                rlimit(STACK_BYTES.min(l.memory), STACK_BYTES.min(l.memory)),
+            ),
+            (libc::RLIMIT_MEMLOCK, rlimit(0, 0)),
+            (libc::RLIMIT_MSGQUEUE, rlimit(0, 0)),
+        ]
+    }
+
+    async fn run_restricted(&self, slot: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
+        let uid = self.run_uid(slot);
+        let work_path = work
+            .host_path()
+            .ok_or_else(|| SandboxError::Other("restricted runs need a directory work dir".into()))?
+            .to_owned();
+        let tmp = TmpDir(self.fresh_path("t"));
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&tmp.0)
+                .map_err(os("creating the run's tmp dir"))?;
+            std::os::unix::fs::chown(&tmp.0, Some(uid), Some(uid)).map_err(os("handing the tmp dir to the run"))?;
+        }
+        let (w, t) = (work_path.to_string_lossy(), tmp.0.to_string_lossy());
+        let argv0 = spec
+            .argv
+            .first()
+            .ok_or_else(|| SandboxError::Other("empty command".into()))?;
+        let exe = resolve_exe(&rewrite_paths(argv0, &w, &t));
+        let rules = landlock::ruleset(
+            self.landlock_abi,
+            &landlock::Paths {
+                read_exec: self.cfg.ro_paths.clone(),
+                read_write: vec![work_path.clone(), tmp.0.clone()],
+            },
+        )
+        .map_err(|e| SandboxError::Other(e.to_string()))?;
+        let confinement = spawn::Confinement {
+            rlimits: self.rlimits(spec, uid),
+            landlock: rules,
+            filters: self.filters.clone(),
+            parent: std::process::id() as i32,
+        };
+        let (out_r, out_w) = crate::pipe().map_err(os("pipe2"))?;
+        let (err_r, err_w) = crate::pipe().map_err(os("pipe2"))?;
+        let stdin = stdin_memfd(&spec.stdin)?;
+
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg0(rewrite_paths(argv0, &w, &t))
+            .args(spec.argv.iter().skip(1).map(|a| rewrite_paths(a, &w, &t)))
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, rewrite_paths(v, &w, &t))))
+            .current_dir(&work_path)
+            .stdin(std::process::Stdio::from(stdin))
+            .stdout(std::process::Stdio::from(out_w))
+            .stderr(std::process::Stdio::from(err_w))
+            .process_group(0);
+        if self.slot_uids {
+            cmd.uid(uid).gid(uid);
+        }
+        confinement.attach(&mut cmd);
+
+        let started = Instant::now();
+        let child = match self.spawner.spawn(cmd).await {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(SandboxError::Exec {
+                    exe: argv0.clone(),
+                    errno: e,
+                });
+            }
+        };
+        let leader = child.id() as i32;
+        // std's handle would reap with waitpid; the tree's code reaps with wait4.
+        drop(child);
+        let mut tree = Tree { leader, done: false };
+        // SAFETY: pidfd_open on our unreaped child.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, leader, 0) };
+        if pidfd < 0 {
+            return Err(SandboxError::Os("pidfd_open", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh descriptor we own.
+        let handle = KillHandle::new(unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
+        // SAFETY: the handle keeps returning the same open descriptor while registered.
+        let exited = unsafe { AsyncFd::register_with_interest(handle.clone(), tokio::io::Interest::READABLE) }
+            .map_err(|e| SandboxError::Os("watching the pidfd", e.into()))?;
+
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let on_overflow: Arc<dyn Fn() + Send + Sync> = {
+            let overflowed = overflowed.clone();
+            // The pidfd, never the group: a reader may outlive the run, and
+            // the group's number with it.
+            let handle = handle.clone();
+            Arc::new(move || {
+                overflowed.store(true, Ordering::SeqCst);
+                handle.kill();
+            })
+        };
+        let cap = spec.limits.output;
+        let stdout_task = tokio::spawn(capture(out_r, cap, on_overflow.clone()));
+        let stderr_task = tokio::spawn(capture(err_r, cap, on_overflow));
+
+        let deadline = tokio::time::Instant::from_std(started + spec.limits.wall);
+        let mut tick = tokio::time::interval(Duration::from_millis(25));
+        let mut killed_by = None;
+        let mut peak = accounting::Sample::default();
+        {
+            let exited = exited.readable();
+            tokio::pin!(exited);
+            loop {
+                tokio::select! {
+                    _ = &mut exited => break,
+                    _ = tokio::time::sleep_until(deadline), if killed_by.is_none() => {
+                        accounting::kill_group(leader);
+                        killed_by = Some(Termination::WallTime);
+                    }
+                    _ = tick.tick() => {
+                        let s = accounting::sample(leader);
+                        peak.cpu = peak.cpu.max(s.cpu);
+                        peak.rss = peak.rss.max(s.rss);
+                        peak.data = peak.data.max(s.data);
+                        if killed_by.is_none() && s.cpu >= spec.limits.cpu {
+                            accounting::kill_group(leader);
+                            killed_by = Some(Termination::CpuTime);
+                        }
+                    }
+                }
+            }
+        }
+        let wall = started.elapsed();
+        drop(exited);
+        drop(handle);
+        // The leader has exited but is unreaped, so the group's number is
+        // still this run's: kill what is left of the tree, reap it, then the leader.
+        let (status, ru) = tokio::task::spawn_blocking(move || {
+            let mut total = accounting::sweep(leader, leader);
+            let (status, ru) = accounting::reap(leader).unwrap_or((libc::SIGKILL, unsafe_zero()));
+            accounting::merge(&mut total, &ru);
+            (status, total)
+        })
+        .await
+        .map_err(|e| SandboxError::Other(format!("reaping a run: {e}")))?;
+        tree.done = true;
+        drop(tree);
+
+        let grace = Duration::from_secs(2);
+        let (stdout, stdout_truncated) = tokio::time::timeout(grace, stdout_task)
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .unwrap_or_default();
+        let (stderr, stderr_truncated) = tokio::time::timeout(grace, stderr_task)
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .unwrap_or_default();
+        if overflowed.load(Ordering::SeqCst) && killed_by.is_none() {
+            killed_by = Some(Termination::Output);
+        }
+        drop(tmp);
+
+        let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+        let cpu = (tv(ru.ru_utime) + tv(ru.ru_stime)).max(peak.cpu);
+        let (exit_code, signal) = if libc::WIFEXITED(status) {
+            (libc::WEXITSTATUS(status), 0)
+        } else if libc::WIFSIGNALED(status) {
+            (0, libc::WTERMSIG(status))
+        } else {
+            (0, libc::SIGKILL)
+        };
+        let peak_memory = (ru.ru_maxrss as u64 * 1024).max(peak.rss);
+        let failed = exit_code != 0 || signal != 0;
+        // Resident memory, not the data size: runtimes reserve far more than they touch.
+        let oom_killed = failed && killed_by.is_none() && near_memory_limit(peak_memory, spec.limits.memory);
+        // As in namespaces mode: killed at the wall limit while busy on the CPU is a time limit.
+        let cpu_bound = killed_by == Some(Termination::WallTime) && cpu.as_secs_f64() >= 0.5 * wall.as_secs_f64();
+        let cpu_exceeded =
+            cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime) || cpu_bound;
+        Ok(RunOutcome {
+            exit_code,
+            signal,
+            killed_by,
+            oom_killed,
+            stdout,
+            stderr,
+            stdout_truncated,
+            stderr_truncated,
+            wall,
+            cpu,
+            peak_memory,
+            cpu_exceeded,
+            // Restricted mode has no zygotes (docs/warm-starts.md).
+            warm: false,
+        })
+    }
+}
+
+fn unsafe_zero() -> libc::rusage {
+    // SAFETY: rusage is plain data; zeroed is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_rewritten_only_as_whole_leading_components() {
+        let r = |s| rewrite_paths(s, "/r/w1", "/r/t1");
+        assert_eq!(r("/tmp"), "/r/t1");
+        assert_eq!(r("/work/.gocache"), "/r/w1/.gocache");
+        assert_eq!(r("/tmp/go:/usr/share/gocode"), "/r/t1/go:/usr/share/gocode");
+        assert_eq!(
+            r("{\"rootDir\": \"/work\", \"cacheDirectory\": \"/tmp/jest\"}"),
+            "{\"rootDir\": \"/r/w1\", \"cacheDirectory\": \"/r/t1/jest\"}"
+        );
+        assert_eq!(r("/usr/tmp"), "/usr/tmp");
+        assert_eq!(r("/workers"), "/workers");
+        assert_eq!(r("/tmpfile"), "/tmpfile");
+        assert_eq!(r("x/tmp"), "x/tmp");
+        assert_eq!(r("main.py"), "main.py");
+        assert_eq!(r("é/tmp ü"), "é/tmp ü");
+    }
+
+    #[test]
+    fn memory_failures_count_only_near_the_limit() {
+        assert!(near_memory_limit(100 << 20, 128 << 20));
+        assert!(!near_memory_limit(20 << 20, 128 << 20));
+    }
+}

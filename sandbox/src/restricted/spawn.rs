@@ -1,0 +1,166 @@
+//! Starting a run's program: fork from one long-lived thread, confine the
+//! child between fork and exec, exec.
+//!
+//! Everything the child does after fork is a plain system call on data
+//! prepared before the fork (async-signal-safe): the death signal, rlimits,
+//! `oom_score_adj` 1000,
+//! close-on-exec for stray descriptors, `no_new_privs`, the Landlock domain,
+//! the seccomp filters, in that order (the filters last, so they never
+//! stand in the way of the steps before them).
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::mpsc;
+
+/// What confines one run's process, prepared before the fork.
+#[derive(Debug)]
+pub struct Confinement {
+    pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit64)>,
+    pub landlock: OwnedFd,
+    pub filters: std::sync::Arc<Vec<Vec<libc::sock_filter>>>,
+    /// The executor's pid: a child whose parent is already gone stops.
+    pub parent: i32,
+}
+
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+
+impl Confinement {
+    /// Runs in the child between fork and exec: system calls only, no allocation.
+    fn apply(&self) -> io::Result<()> {
+        let check = |r: libc::c_long| if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) };
+        // SAFETY: plain system calls on data that outlives the fork (self is
+        // borrowed from the parent's Command); no allocation, no locks,
+        // nothing that is unsafe between fork and exec.
+        unsafe {
+            // Dies with the executor: nothing of a run outlives it.
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) as _)?;
+            if libc::getppid() != self.parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            for (resource, limit) in &self.rlimits {
+                check(libc::setrlimit64(*resource, limit) as _)?;
+            }
+            // Within the pod the run, not the executor, is the OOM killer's choice.
+            let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::write(fd, b"1000".as_ptr().cast(), 4);
+                libc::close(fd);
+            }
+            // Descriptors without close-on-exec (a library's) must not reach the program.
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as _)?;
+            check(libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                self.landlock.as_raw_fd(),
+                0u32,
+            ))?;
+            for f in self.filters.iter() {
+                let prog = libc::sock_fprog {
+                    len: f.len() as libc::c_ushort,
+                    filter: f.as_ptr() as *mut libc::sock_filter,
+                };
+                check(libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0u32,
+                    &prog as *const libc::sock_fprog,
+                ))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the confinement on `cmd` (consumed when the command spawns).
+    pub fn attach(self, cmd: &mut Command) {
+        // SAFETY: `apply` is async-signal-safe (see there).
+        unsafe { cmd.pre_exec(move || self.apply()) };
+    }
+}
+
+type Job = (Command, tokio::sync::oneshot::Sender<io::Result<Child>>);
+
+/// A thread that only forks: `PR_SET_PDEATHSIG` fires when the forking
+/// *thread* exits, so runs must not be forked from threads the async runtime
+/// retires when idle.
+#[derive(Debug)]
+pub struct Spawner {
+    tx: mpsc::Sender<Job>,
+}
+
+impl Spawner {
+    pub fn start() -> io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("sandpool-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })?;
+        Ok(Spawner { tx })
+    }
+
+    /// Spawns `cmd` on the spawner thread.
+    pub async fn spawn(&self, cmd: Command) -> io::Result<Child> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send((cmd, reply))
+            .map_err(|_| io::Error::other("the spawner thread is gone"))?;
+        rx.await.map_err(|_| io::Error::other("the spawner thread is gone"))?
+    }
+}
+
+/// Confines the calling thread (not the process) the way a run is confined,
+/// then checks that the confinement holds. The start-up probe runs this on a
+/// thread of its own that exits afterwards: Landlock, seccomp and
+/// `no_new_privs` all apply to one thread, so the executor stays unconfined.
+pub fn self_test(c: &Confinement, outside: &std::path::Path) -> Result<(), String> {
+    let check = |what: &str, r: libc::c_long| {
+        if r < 0 {
+            Err(format!("{what}: {}", io::Error::last_os_error()))
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: system calls on valid data; they confine only this thread.
+    unsafe {
+        check("no_new_privs", libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as _)?;
+        check(
+            "landlock_restrict_self",
+            libc::syscall(libc::SYS_landlock_restrict_self, c.landlock.as_raw_fd(), 0u32),
+        )?;
+        for f in c.filters.iter() {
+            let prog = libc::sock_fprog {
+                len: f.len() as libc::c_ushort,
+                filter: f.as_ptr() as *mut libc::sock_filter,
+            };
+            check(
+                "installing the seccomp filter",
+                libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0u32,
+                    &prog as *const libc::sock_fprog,
+                ),
+            )?;
+        }
+        let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        if s >= 0 {
+            libc::close(s);
+            return Err("the seccomp filter let an AF_INET socket be created".into());
+        }
+    }
+    match std::fs::read_dir(outside) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => Ok(()),
+        Err(e) => Err(format!(
+            "Landlock check: reading {} failed with {e}, not EACCES",
+            outside.display()
+        )),
+        Ok(_) => Err(format!(
+            "Landlock did not stop reading {}, outside the allowed paths",
+            outside.display()
+        )),
+    }
+}
