@@ -29,6 +29,26 @@ pub enum AuthError {
     Empty(String),
     #[error("both --auth-token-file and SANDPOOL_AUTH_TOKEN are set; set one")]
     Both,
+    #[error(
+        "--auth-token-file {0} is under {1}, which restricted-mode runs can read (they share the executor's uid): keep the token outside --ro-paths"
+    )]
+    ReadableByRuns(String, String),
+}
+
+/// Refuses a token file that runs could read: in restricted mode they see the
+/// `ro_paths` with the executor's own permissions.
+pub fn check_out_of_reach(file: &Path, ro_paths: &[std::path::PathBuf]) -> Result<(), AuthError> {
+    let real = file.canonicalize().unwrap_or_else(|_| file.to_owned());
+    match ro_paths
+        .iter()
+        .find(|p| real.starts_with(p.canonicalize().unwrap_or_else(|_| p.to_path_buf())))
+    {
+        Some(p) => Err(AuthError::ReadableByRuns(
+            file.display().to_string(),
+            p.display().to_string(),
+        )),
+        None => Ok(()),
+    }
 }
 
 impl Token {
@@ -85,6 +105,18 @@ pub fn interceptor(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_under_a_path_runs_read_is_refused() {
+        let ro = vec![std::path::PathBuf::from("/etc"), std::path::PathBuf::from("/usr")];
+        assert!(matches!(
+            check_out_of_reach(Path::new("/etc/sandpool/auth/token"), &ro),
+            Err(AuthError::ReadableByRuns(..))
+        ));
+        assert!(check_out_of_reach(Path::new("/sandpool-auth/token"), &ro).is_ok());
+        // Not fooled by a prefix that is not a path component.
+        assert!(check_out_of_reach(Path::new("/etcetera/token"), &ro).is_ok());
+    }
 
     #[test]
     fn bearer_tokens_are_checked() {

@@ -232,6 +232,10 @@ impl ServerArgs {
 
     /// The bearer token callers must present, if any.
     pub fn token(&self) -> Result<Option<crate::auth::Token>, crate::auth::AuthError> {
+        if let (IsolationMode::Restricted, Some(file)) = (self.executor.isolation, &self.auth_token_file) {
+            let ro: Vec<PathBuf> = self.executor.ro_paths.iter().map(PathBuf::from).collect();
+            crate::auth::check_out_of_reach(file, &ro)?;
+        }
         crate::auth::Token::load(
             self.auth_token_file.as_deref(),
             std::env::var("SANDPOOL_AUTH_TOKEN").ok(),

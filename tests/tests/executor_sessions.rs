@@ -4,20 +4,45 @@
 //! and draining with sessions open.
 
 use sandpool_proto::v1 as pb;
-use sandpool_tests::{Executor, Options};
+use sandpool_tests::{Executor, Isolation, Options};
 use std::time::{Duration, Instant};
 use tonic::Code;
 
 type Client = pb::executor_client::ExecutorClient<tonic::transport::Channel>;
 
+/// Sessions are a namespaces-mode feature (see the refusal test below).
 async fn executor(slots: usize, extra: &[&str]) -> Executor {
     Executor::start(Options {
         slots,
         languages: vec!["python", "bash"],
         extra_args: extra.iter().map(|s| s.to_string()).collect(),
+        isolation: Isolation::Namespaces,
         ..Default::default()
     })
     .await
+}
+
+/// A restricted executor cannot give a session its fixed /work: it says so,
+/// as a precondition of the executor, not a mistake of the request.
+#[tokio::test]
+async fn a_restricted_executor_refuses_sessions_clearly() {
+    let exe = Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "bash"],
+        isolation: Isolation::Restricted,
+        ..Default::default()
+    })
+    .await;
+    let mut c = exe.client();
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            language: "python".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a restricted executor made a session");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("namespaces"), "{}", e.message());
 }
 
 async fn create(c: &mut Client, language: &str, limits: Option<pb::SessionLimits>) -> pb::CreateSessionResponse {

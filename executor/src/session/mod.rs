@@ -301,6 +301,21 @@ impl SessionManager {
         &self.engine.sessions
     }
 
+    /// Waits until the host sees none of `s`'s processes. Only where each
+    /// slot has a uid of its own (namespaces mode; restricted mode as root):
+    /// where runs share the executor's uid, the executor's own processes
+    /// would match forever, and the runner's kill of the run's whole tree
+    /// is what there is to rely on.
+    async fn wait_gone(&self, s: &Session) -> bool {
+        let runner = &self.engine.sandbox;
+        let private_uid =
+            runner.mode() == crate::sandbox::IsolationMode::Namespaces || runner.features().in_use("per_slot_uid");
+        if !private_uid {
+            return true;
+        }
+        procs::wait_gone(s.uid(self.policy().uid_base), KILL_WAIT).await
+    }
+
     /// Sessions alive now.
     pub fn count(&self) -> usize {
         self.sessions.lock().map(|s| s.len()).unwrap_or(0)
@@ -332,6 +347,18 @@ impl SessionManager {
     ) -> Result<pb::CreateSessionResponse, SessionError> {
         let engine = &self.engine;
         let _in_progress = engine.admission.request();
+        // The session drivers rely on a fixed /work and /tmp, which only the
+        // namespaces mode gives (restricted runs see host paths).
+        if engine.sandbox.mode() != crate::sandbox::IsolationMode::Namespaces {
+            return Err(ExecError::Unavailable(
+                "sessions".into(),
+                format!(
+                    "sessions need isolation mode namespaces; this executor runs {}",
+                    engine.sandbox.mode().name()
+                ),
+            )
+            .into());
+        }
         let (lang, version) = engine.language(&req.language, "language")?;
         let kind = match lang.name.as_str() {
             "python" => Kind::Python,
@@ -706,7 +733,7 @@ impl SessionManager {
         if let Some(Ok(o)) = r.kill().await {
             st.cpu_used = st.cpu_at_repl_start + o.cpu;
         }
-        procs::wait_gone(s.uid(self.policy().uid_base), KILL_WAIT).await;
+        self.wait_gone(s).await;
     }
 
     /// Writes files into a session's /work.
@@ -778,7 +805,7 @@ impl SessionManager {
         if let Some(r) = st.repl.take() {
             let _ = r.kill().await;
         }
-        let gone = procs::wait_gone(s.uid(self.policy().uid_base), KILL_WAIT).await;
+        let gone = self.wait_gone(s).await;
         if gone {
             st.slot = None;
         } else {
