@@ -19,7 +19,8 @@ pub struct ExecutorArgs {
     pub isolation: IsolationMode,
     /// Warm starts: runs of languages whose table entry has `warm` fork from a
     /// per-slot pre-initialised interpreter (docs/warm-starts.md); requests may opt out.
-    #[arg(long, env = "SANDPOOL_WARM_STARTS", default_value_t = true, action = clap::ArgAction::Set)]
+    /// Off by default until zygotes work on every kernel we meet (they fail on Linux 6.1).
+    #[arg(long, env = "SANDPOOL_WARM_STARTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub warm_starts: bool,
     /// Concurrent run slots (default: the CPUs this process may use).
     #[arg(long, env = "SANDPOOL_SLOTS")]

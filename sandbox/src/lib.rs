@@ -91,6 +91,10 @@ pub struct SandboxConfig {
 pub enum SandboxError {
     #[error("isolation mode {0} is not available: {1}")]
     ModeUnavailable(&'static str, String),
+    /// The zygote failed before the program could start: the run may be
+    /// started again cold (the runner does so itself).
+    #[error("warm start failed before the program started: {0}")]
+    WarmNotStarted(String),
     #[error(transparent)]
     Rootfs(#[from] rootfs::RootfsError),
     #[error(transparent)]

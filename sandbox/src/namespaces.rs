@@ -210,6 +210,23 @@ impl Runner for Namespaces {
 
 impl Namespaces {
     async fn run_in_slot(&self, slot: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
+        match self.run_once(slot, work, spec).await {
+            // The zygote broke before the program started: nothing of the
+            // program ran, so the run is started again, cold (the zygote is
+            // replaced for the next one).
+            Err(SandboxError::WarmNotStarted(why)) => {
+                tracing::warn!(slot, error = %why, "warm start failed before the program; running it cold");
+                let cold = RunSpec {
+                    warm: None,
+                    ..spec.clone()
+                };
+                self.run_once(slot, work, &cold).await
+            }
+            other => other,
+        }
+    }
+
+    async fn run_once(&self, slot: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
         let cg = self.cgroups.as_ref().and_then(|c| c.get(slot));
         let namespaces = if spec.gpu && self.has_gpu() {
             &self.gpu_slot_ns

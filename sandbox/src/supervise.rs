@@ -386,6 +386,9 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
             return Ok(outcome);
         }
         if let Some(e) = w.error {
+            if w.before_program {
+                return Err(SandboxError::WarmNotStarted(e.to_string()));
+            }
             return Err(SandboxError::Other(e.to_string()));
         }
         outcome.warm = true;

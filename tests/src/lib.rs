@@ -385,16 +385,16 @@ pub fn verdict(v: i32) -> &'static str {
 }
 
 /// Whether executors started by the tests run Python warm: the executor's
-/// default (on) unless `SANDPOOL_WARM_STARTS` (inherited by the executors
-/// the harness starts) turns warm starts off. scripts/test.sh runs the
+/// default (off) unless `SANDPOOL_WARM_STARTS` (inherited by the executors
+/// the harness starts) turns warm starts on. scripts/test.sh runs the
 /// isolation and limits suites both ways.
 pub fn warm_starts() -> bool {
-    !matches!(
+    matches!(
         std::env::var("SANDPOOL_WARM_STARTS")
             .as_deref()
             .map(str::to_ascii_lowercase)
             .as_deref(),
-        Ok("false" | "0" | "off" | "no")
+        Ok("true" | "1" | "on" | "yes")
     )
 }
 

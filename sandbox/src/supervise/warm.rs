@@ -40,6 +40,8 @@ pub(super) struct Warm {
     outcome: Option<Outcome>,
     /// Why the zygote could not run the program, if it could not.
     pub error: Option<ZygoteError>,
+    /// True when the error came before the zygote had the run: the program never started.
+    pub before_program: bool,
     zygotes: Arc<Zygotes>,
     slot: usize,
 }
@@ -119,6 +121,7 @@ pub(super) async fn start(
         ctl,
         outcome: None,
         error: None,
+        before_program: false,
         zygotes: slot.zygotes.clone(),
         slot: slot.index,
     };
@@ -167,7 +170,10 @@ pub(super) async fn start(
     match sent {
         Ok(sock) => warm.outcome = Some(Box::pin(zygote::outcome(sock))),
         // The init is told to end at once (see `finish`).
-        Err(e) => warm.fail(e).await,
+        Err(e) => {
+            warm.before_program = true;
+            warm.fail(e).await
+        }
     }
     Some(warm)
 }

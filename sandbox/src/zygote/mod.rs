@@ -199,14 +199,11 @@ impl Zygote {
                 // A session of its own, as each run has: with autogroup
                 // scheduling, forking runs then does not compete for the
                 // executor's share of a busy machine.
-                check(libc::setsid())?;
-                check(libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ))
+                // No PR_SET_PDEATHSIG: it fires when the *thread* that forked
+                // exits (a retiring blocking-pool thread), which killed idle
+                // zygotes. The zygote exits when its control socket closes,
+                // which the executor's death does.
+                check(libc::setsid())
             });
         }
         let child = cmd.spawn().map_err(start_err)?;
