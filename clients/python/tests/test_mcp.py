@@ -1,0 +1,188 @@
+"""`sandpool mcp` driven by the official MCP Python SDK (PyPI `mcp`), over both transports:
+stdio with an embedded executor, and streamable HTTP in front of a remote executor that wants
+a token. Root needed (the executors sandbox); `cargo build --workspace` first."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from conftest import REPO
+
+TOOLS = {"run_code"}
+
+
+def sandpool_bin() -> Path:
+    """$SANDPOOL_CLI_BIN, else target/debug/sandpool of this checkout."""
+    p = Path(os.environ.get("SANDPOOL_CLI_BIN", REPO / "target" / "debug" / "sandpool"))
+    if not p.exists():
+        pytest.fail(f"{p} not found: run `cargo build --workspace` first")
+    return p
+
+
+def text(result: Any) -> str:
+    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def call(session: ClientSession, tool: str, args: dict) -> dict:
+    """A successful call's structured result."""
+    r = await session.call_tool(tool, args)
+    assert not r.is_error, f"{tool} failed: {text(r)}"
+    assert r.structured_content is not None, text(r)
+    return r.structured_content
+
+
+async def call_error(session: ClientSession, tool: str, args: dict) -> str:
+    """A call that must fail as a tool error (not a protocol error): its text."""
+    r = await session.call_tool(tool, args)
+    assert r.is_error, f"{tool}({args}) should have failed: {text(r)}"
+    return text(r)
+
+
+async def exercise(session: ClientSession) -> None:
+    """Lists the tools and calls each one, checking what comes back."""
+    await session.initialize()
+    listed = {t.name: t for t in (await session.list_tools()).tools}
+    assert set(listed) == TOOLS
+
+    run_code = listed["run_code"]
+    schema = run_code.input_schema
+    assert sorted(schema["required"]) == ["code", "language"]
+    assert schema.get("additionalProperties") is False
+    assert "python" in schema["properties"]["language"]["enum"]
+    assert run_code.output_schema is not None
+
+    r = await call(session, "run_code", {"language": "python", "code": "print(6 * 7)"})
+    assert (r["verdict"], r["stdout"], r["exit_code"], r["phase"]) == ("OK", "42\n", 0, "run")
+    assert r["usage"]["wall_time_ms"] > 0 and r["usage"]["peak_memory_bytes"] > 0
+
+    # stdin in, a failing exit code out: a verdict, not a tool error.
+    code = "import sys\nprint(sys.stdin.read().upper())\nprint('oops', file=sys.stderr)\nsys.exit(3)"
+    r = await call(session, "run_code", {"language": "python", "code": code, "stdin": "hi"})
+    assert (r["verdict"], r["exit_code"], r["stdout"], r["stderr"]) == ("RUNTIME_ERROR", 3, "HI\n", "oops\n")
+
+    r = await call(
+        session,
+        "run_code",
+        {"language": "python", "code": "while True: pass", "limits": {"wall_time_ms": 300, "cpu_time_ms": 300}},
+    )
+    assert r["verdict"] in ("TIME_LIMIT_EXCEEDED", "WALL_TIME_LIMIT_EXCEEDED"), r
+
+    argv = "import sys\nprint('-'.join(sys.argv[1:]))"
+    r = await call(session, "run_code", {"language": "python", "code": argv, "args": ["a", "b c"]})
+    assert r["stdout"] == "a-b c\n", r
+
+    # Bad arguments: tool errors whose text names the field.
+    assert "`code`" in await call_error(session, "run_code", {"language": "python"})
+    msg = await call_error(session, "run_code", {"language": "python", "code": "", "limits": {"wall_time_ms": "x"}})
+    assert "limits.wall_time_ms" in msg
+    assert "`stdn`" in await call_error(session, "run_code", {"language": "python", "code": "", "stdn": "x"})
+    assert "language" in await call_error(session, "run_code", {"language": "cobol-85", "code": "x"})
+    msg = await call_error(session, "run_code", {"language": "python", "code": "", "limits": {"wall_time_ms": 10**9}})
+    assert "limits.wall_time_ms" in msg
+
+
+async def test_mcp_over_stdio_with_an_embedded_executor():
+    work_root = tempfile.mkdtemp(prefix="sandpool-mcp-")
+    params = StdioServerParameters(
+        command=str(sandpool_bin()),
+        args=[
+            "mcp",
+            "--work-root", work_root,
+            # Apart from conftest's executors (64000-68999) and the Rust e2e tests (63000+).
+            "--uid-base", str(69000 + 100 * (os.getpid() % 10)),
+            "--slots", "2",
+            "--enable-languages", "python,bash",
+        ],  # fmt: skip
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await exercise(session)
+
+
+class HttpServer:
+    """`sandpool mcp --http-listen 127.0.0.1:0`; the port is read from its stderr."""
+
+    def __init__(self, args: list[str], env: dict):
+        env = {k: v for k, v in dict(os.environ, **env).items() if v is not None}
+        self.proc = subprocess.Popen(
+            [str(sandpool_bin()), "mcp", "--http-listen", "127.0.0.1:0", *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.url = ""
+        assert self.proc.stderr is not None
+        seen = []
+        for line in self.proc.stderr:
+            seen.append(line)
+            m = re.search(r"serving MCP over streamable HTTP at (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+                break
+        if not self.url:
+            pytest.fail(f"sandpool mcp exited before serving ({self.proc.wait()}): {''.join(seen)}")
+        # Keep draining stderr so the server never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def http_server(make_executor):
+    executor = make_executor("mcp-remote", env={"SANDPOOL_AUTH_TOKEN": "executor-secret"})
+    server = HttpServer(
+        ["--endpoint", executor.address],
+        # The MCP server's own callers' token, and the one it sends the executor.
+        {"SANDPOOL_MCP_TOKEN": "mcp-secret", "SANDPOOL_TOKEN": "executor-secret", "SANDPOOL_TOKEN_FILE": None},
+    )
+    yield server
+    server.close()
+
+
+async def test_mcp_over_streamable_http_with_a_remote_executor(http_server):
+    headers = {"Authorization": "Bearer mcp-secret"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
+        streamable_http_client(http_server.url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await exercise(session)
+
+
+def test_mcp_http_refuses_a_caller_without_the_token_or_from_a_browser(http_server):
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    with httpx2.Client(timeout=30) as http:
+        assert http.post(http_server.url, json=init, headers=accept).status_code == 401
+        bad = dict(accept, Authorization="Bearer wrong")
+        assert http.post(http_server.url, json=init, headers=bad).status_code == 401
+        good = dict(accept, Authorization="Bearer mcp-secret")
+        # A page in a browser may reach loopback; its Origin gives it away.
+        assert http.post(http_server.url, json=init, headers=dict(good, Origin="http://evil.example")).status_code == 403
+        # DNS rebinding: a name that resolves to loopback but is not one of ours.
+        assert http.post(http_server.url, json=init, headers=dict(good, Host="evil.example")).status_code in (400, 403)
+        assert http.post(http_server.url, json=init, headers=good).status_code == 200

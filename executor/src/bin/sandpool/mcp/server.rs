@@ -1,0 +1,158 @@
+//! The MCP server handler: lists the tools and runs them against the executor.
+//!
+//! Failures a caller can act on (bad arguments, an executor that refuses or is
+//! busy, SANDBOX_ERROR) come back as tool results with `isError: true` and a
+//! plain message, so a model reads them; only an unknown tool name is a
+//! protocol error.
+
+use super::tools::{RunCodeArgs, RunResult};
+use crate::target::Target;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use sandpool_executor::proto as pb;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+use tonic::Code;
+
+/// What every connection's handler shares: the executor and the tool list.
+pub struct State {
+    pub target: Target,
+    pub tools: Vec<Tool>,
+}
+
+/// One handler per MCP connection (or per request, for stateless HTTP): cheap to clone.
+#[derive(Clone)]
+pub struct Handler(pub Arc<State>);
+
+/// Why a tool call failed; rendered as the tool error's text.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("{0}")]
+    Arguments(String),
+    #[error("{}", status_text(.0))]
+    Executor(tonic::Status),
+}
+
+impl From<tonic::Status> for ToolError {
+    fn from(s: tonic::Status) -> Self {
+        ToolError::Executor(s)
+    }
+}
+
+/// An executor status as a sentence a model can act on.
+fn status_text(s: &tonic::Status) -> String {
+    let msg = s.message();
+    match s.code() {
+        Code::InvalidArgument => format!("invalid argument: {msg}"),
+        Code::NotFound => format!("not found: {msg}"),
+        Code::FailedPrecondition => format!("not available: {msg}"),
+        Code::ResourceExhausted => format!("the executor is busy, retry later: {msg}"),
+        Code::Unavailable => format!("the executor is unavailable, retry later: {msg}"),
+        Code::DeadlineExceeded => format!("deadline exceeded: {msg}"),
+        Code::Unauthenticated | Code::PermissionDenied => {
+            format!("the executor refused this server's credentials (set SANDPOOL_TOKEN or --token-file): {msg}")
+        }
+        c => format!("executor error ({c:?}): {msg}"),
+    }
+}
+
+/// Parses a tool's arguments; the error names the offending field by its path.
+pub fn parse<T: DeserializeOwned>(args: JsonObject) -> Result<T, ToolError> {
+    serde_path_to_error::deserialize(serde_json::Value::Object(args)).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        ToolError::Arguments(if path == "." {
+            format!("invalid arguments: {inner}")
+        } else {
+            format!("invalid argument `{path}`: {inner}")
+        })
+    })
+}
+
+/// A run's result; SANDBOX_ERROR (the executor failed, not the program) is a tool error.
+fn run_result(resp: &pb::ExecuteResponse) -> CallToolResult {
+    let result = RunResult::from_response(resp);
+    let value = serde_json::to_value(&result).unwrap_or_default();
+    if resp.verdict == pb::Verdict::SandboxError as i32 {
+        CallToolResult::structured_error(value)
+    } else {
+        CallToolResult::structured(value)
+    }
+}
+
+impl Handler {
+    async fn run_code(&self, args: JsonObject) -> Result<CallToolResult, ToolError> {
+        let args: RunCodeArgs = parse(args)?;
+        let req = args.into_request().map_err(ToolError::Arguments)?;
+        let resp = self.0.target.execute(req).await?;
+        Ok(run_result(&resp))
+    }
+}
+
+impl ServerHandler for Handler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("sandpool", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Runs untrusted code in Sandpool's sandboxes. run_code runs a program once, from nothing; \
+                 sessions keep files (and a Python session its variables) between calls.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.0.tools.clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.0.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let result = match request.name.as_ref() {
+            "run_code" => self.run_code(args).await,
+            other => return Err(ErrorData::invalid_params(format!("unknown tool `{other}`"), None)),
+        };
+        Ok(result
+            .unwrap_or_else(|e| CallToolResult::error(vec![ContentBlock::text(e.to_string())]))
+            .into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: serde_json::Value) -> JsonObject {
+        match v {
+            serde_json::Value::Object(o) => o,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn argument_errors_name_the_field() {
+        let e = parse::<RunCodeArgs>(obj(serde_json::json!({"language": "python"}))).unwrap_err();
+        assert!(e.to_string().contains("missing field `code`"), "{e}");
+        let e = parse::<RunCodeArgs>(obj(
+            serde_json::json!({"language": "python", "code": "", "limits": {"wall_time_ms": "x"}}),
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("`limits.wall_time_ms`"), "{e}");
+        let e =
+            parse::<RunCodeArgs>(obj(serde_json::json!({"language": "python", "code": "", "lang": 1}))).unwrap_err();
+        assert!(e.to_string().contains("unknown field `lang`"), "{e}");
+    }
+}
