@@ -115,4 +115,39 @@ impl pb::executor_server::Executor for ExecutorService {
         let out = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok);
         Ok(Response::new(Box::pin(out)))
     }
+
+    async fn create_session(
+        &self,
+        _: Request<pb::CreateSessionRequest>,
+    ) -> Result<Response<pb::CreateSessionResponse>, Status> {
+        Err(Status::unimplemented("sessions are not implemented yet"))
+    }
+
+    async fn run_in_session(
+        &self,
+        _: Request<pb::RunInSessionRequest>,
+    ) -> Result<Response<pb::RunInSessionResponse>, Status> {
+        Err(Status::unimplemented("sessions are not implemented yet"))
+    }
+
+    async fn put_session_files(
+        &self,
+        _: Request<pb::PutSessionFilesRequest>,
+    ) -> Result<Response<pb::PutSessionFilesResponse>, Status> {
+        Err(Status::unimplemented("sessions are not implemented yet"))
+    }
+
+    async fn get_session_files(
+        &self,
+        _: Request<pb::GetSessionFilesRequest>,
+    ) -> Result<Response<pb::GetSessionFilesResponse>, Status> {
+        Err(Status::unimplemented("sessions are not implemented yet"))
+    }
+
+    async fn close_session(
+        &self,
+        _: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        Err(Status::unimplemented("sessions are not implemented yet"))
+    }
 }
