@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from conftest import REPO
 
-TOOLS = {"run_code"}
+TOOLS = {"run_code", "create_session", "run_in_session", "write_file", "read_file", "close_session"}
 
 
 def sandpool_bin() -> Path:
@@ -91,6 +91,60 @@ async def exercise(session: ClientSession) -> None:
     assert "language" in await call_error(session, "run_code", {"language": "cobol-85", "code": "x"})
     msg = await call_error(session, "run_code", {"language": "python", "code": "", "limits": {"wall_time_ms": 10**9}})
     assert "limits.wall_time_ms" in msg
+
+    await exercise_sessions(session, listed)
+
+
+async def exercise_sessions(session: ClientSession, listed: dict) -> None:
+    """Each session tool, on a Python session and then a bash one (one at a time: the test
+    executors have two slots, and a session holds one)."""
+    assert listed["create_session"].input_schema["properties"]["language"]["enum"] == ["python", "bash"]
+    assert sorted(listed["run_in_session"].input_schema["required"]) == ["session_id"]
+
+    created = await call(session, "create_session", {"language": "python", "session_limits": {"idle_timeout_ms": 60000}})
+    sid = created["session_id"]
+    assert len(sid) >= 22 and created["language"] == "python", created
+    assert created["session_limits"]["idle_timeout_ms"] == 60000
+
+    # State lives across calls, like notebook cells; a final expression's value is displayed.
+    assert (await call(session, "run_in_session", {"session_id": sid, "code": "x = 1"}))["verdict"] == "OK"
+    r = await call(session, "run_in_session", {"session_id": sid, "code": "print(x)"})
+    assert (r["verdict"], r["stdout"]) == ("OK", "1\n"), r
+    r = await call(session, "run_in_session", {"session_id": sid, "code": "x + 41"})
+    assert r["display"] == "42", r
+
+    # Files in, files out: text, and bytes that are not UTF-8.
+    w = await call(session, "write_file", {"session_id": sid, "path": "in.txt", "content": "hello"})
+    assert w["path"] == "in.txt" and w["disk_used_bytes"] >= 5, w
+    code = "open('out.txt', 'w').write(open('in.txt').read().upper())"
+    assert (await call(session, "run_in_session", {"session_id": sid, "code": code}))["verdict"] == "OK"
+    f = await call(session, "read_file", {"session_id": sid, "path": "out.txt"})
+    assert (f["content"], f["encoding"], f["size_bytes"]) == ("HELLO", "utf-8", 5), f
+    args = {"session_id": sid, "path": "b.bin", "content": "AP8=", "encoding": "base64"}
+    await call(session, "write_file", args)
+    f = await call(session, "read_file", {"session_id": sid, "path": "b.bin"})
+    assert (f["content"], f["encoding"]) == ("AP8=", "base64"), f
+    r = await call(session, "run_in_session", {"session_id": sid, "code": "list(open('b.bin', 'rb').read())"})
+    assert r["display"] == "[0, 255]", r
+
+    # Errors that name the field.
+    both = await call_error(session, "run_in_session", {"session_id": sid, "code": "1", "command": "ls"})
+    assert "`code`" in both and "`command`" in both
+    assert "`path`" in await call_error(session, "read_file", {"session_id": sid, "path": "missing.txt"})
+    assert "`content`" in await call_error(session, "write_file", {**args, "content": "!!"})
+
+    closed = await call(session, "close_session", {"session_id": sid})
+    assert closed["session_id"] == sid and closed["calls"] >= 5, closed
+    assert "not found" in (await call_error(session, "run_in_session", {"session_id": sid, "code": "x"})).lower()
+
+    # Nothing persists across sessions; a bash session keeps its directory and files.
+    created = await call(session, "create_session", {"language": "bash"})
+    sid = created["session_id"]
+    r = await call(session, "run_in_session", {"session_id": sid, "command": "ls; mkdir -p sub && cd sub && echo hi > f"})
+    assert r["verdict"] == "OK" and "in.txt" not in r["stdout"], r
+    r = await call(session, "run_in_session", {"session_id": sid, "command": "pwd; cat f"})
+    assert r["stdout"].split() == [r["cwd"], "hi"] and r["cwd"].endswith("/sub"), r
+    await call(session, "close_session", {"session_id": sid})
 
 
 async def test_mcp_over_stdio_with_an_embedded_executor():

@@ -1,11 +1,13 @@
 //! `sandpool mcp`: an MCP server (stdio, or streamable HTTP with `--http-listen`)
 //! whose tools run code on an embedded executor or a remote `--endpoint`.
 
+mod backend;
 mod http;
 mod server;
+mod session_tools;
 mod tools;
 
-use crate::target::Target;
+use backend::Backend;
 use rmcp::ServiceExt;
 use sandpool_executor::config::ExecutorArgs;
 use server::{Handler, State};
@@ -42,8 +44,8 @@ pub struct McpArgs {
 
 /// The languages the executor offers now, for the tools' schemas; empty (any
 /// name accepted, the executor judges) when it cannot say.
-async fn languages(target: &Target) -> Vec<String> {
-    match target.capabilities().await {
+async fn languages(backend: &Backend) -> Vec<String> {
+    match backend.capabilities().await {
         Ok(caps) => caps
             .languages
             .into_iter()
@@ -66,9 +68,9 @@ pub async fn run(a: McpArgs) -> anyhow::Result<i32> {
         Some(_) => http::load_token(a.http_token_file.as_deref(), std::env::var("SANDPOOL_MCP_TOKEN").ok())?,
         None => None,
     };
-    let target = Target::new(a.endpoint.as_deref(), &a.executor).await?;
-    let tools = tools::list(&languages(&target).await);
-    let state = Arc::new(State { target, tools });
+    let backend = Backend::new(a.endpoint.as_deref(), &a.executor).await?;
+    let tools = tools::list(&languages(&backend).await);
+    let state = Arc::new(State { backend, tools });
     match a.http_listen {
         Some(addr) => {
             let opts = http::Options {
@@ -78,16 +80,18 @@ pub async fn run(a: McpArgs) -> anyhow::Result<i32> {
                 token,
                 max_request_bytes: a.http_max_request_bytes,
             };
-            http::serve(state, opts).await?;
+            http::serve(state.clone(), opts).await?;
         }
         None => {
             // stdout carries the protocol: logs go to stderr (see main).
-            let running = Handler(state)
+            let running = Handler(state.clone())
                 .serve(rmcp::transport::stdio())
                 .await
                 .map_err(|e| anyhow::anyhow!("MCP handshake on stdio: {e}"))?;
             running.waiting().await?;
         }
     }
+    // The client is gone (stdio closed) or the server was stopped: end the sessions it left.
+    state.backend.close_all().await;
     Ok(0)
 }

@@ -5,8 +5,9 @@
 //! plain message, so a model reads them; only an unknown tool name is a
 //! protocol error.
 
+use super::backend::Backend;
+use super::session_tools::*;
 use super::tools::{RunCodeArgs, RunResult};
-use crate::target::Target;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -18,9 +19,9 @@ use serde::de::DeserializeOwned;
 use std::sync::Arc;
 use tonic::Code;
 
-/// What every connection's handler shares: the executor and the tool list.
+/// What every connection's handler shares: the executor(s) and the tool list.
 pub struct State {
-    pub target: Target,
+    pub backend: Backend,
     pub tools: Vec<Tool>,
 }
 
@@ -49,6 +50,7 @@ fn status_text(s: &tonic::Status) -> String {
     match s.code() {
         Code::InvalidArgument => format!("invalid argument: {msg}"),
         Code::NotFound => format!("not found: {msg}"),
+        Code::Unimplemented => format!("the executor does not offer this (an older version?): {msg}"),
         Code::FailedPrecondition => format!("not available: {msg}"),
         Code::ResourceExhausted => format!("the executor is busy, retry later: {msg}"),
         Code::Unavailable => format!("the executor is unavailable, retry later: {msg}"),
@@ -73,11 +75,11 @@ pub fn parse<T: DeserializeOwned>(args: JsonObject) -> Result<T, ToolError> {
     })
 }
 
-/// A run's result; SANDBOX_ERROR (the executor failed, not the program) is a tool error.
-fn run_result(resp: &pb::ExecuteResponse) -> CallToolResult {
-    let result = RunResult::from_response(resp);
-    let value = serde_json::to_value(&result).unwrap_or_default();
-    if resp.verdict == pb::Verdict::SandboxError as i32 {
+/// A structured result; a run that ended in SANDBOX_ERROR (the executor failed,
+/// not the program) is a tool error.
+fn structured(value: &impl serde::Serialize, verdict: Option<i32>) -> CallToolResult {
+    let value = serde_json::to_value(value).unwrap_or_default();
+    if verdict == Some(pb::Verdict::SandboxError as i32) {
         CallToolResult::structured_error(value)
     } else {
         CallToolResult::structured(value)
@@ -85,11 +87,78 @@ fn run_result(resp: &pb::ExecuteResponse) -> CallToolResult {
 }
 
 impl Handler {
+    fn backend(&self) -> &Backend {
+        &self.0.backend
+    }
+
     async fn run_code(&self, args: JsonObject) -> Result<CallToolResult, ToolError> {
-        let args: RunCodeArgs = parse(args)?;
-        let req = args.into_request().map_err(ToolError::Arguments)?;
-        let resp = self.0.target.execute(req).await?;
-        Ok(run_result(&resp))
+        let req = parse::<RunCodeArgs>(args)?
+            .into_request()
+            .map_err(ToolError::Arguments)?;
+        let resp = self.backend().execute(req).await?;
+        Ok(structured(&RunResult::from_response(&resp), Some(resp.verdict)))
+    }
+
+    async fn create_session(&self, args: JsonObject) -> Result<CallToolResult, ToolError> {
+        let req = parse::<CreateSessionArgs>(args)?
+            .into_request()
+            .map_err(ToolError::Arguments)?;
+        let resp = self.backend().create_session(req).await?;
+        Ok(structured(&SessionCreated::from_response(resp), None))
+    }
+
+    async fn run_in_session(&self, args: JsonObject) -> Result<CallToolResult, ToolError> {
+        let req = parse::<RunInSessionArgs>(args)?
+            .into_request()
+            .map_err(ToolError::Arguments)?;
+        let resp = self.backend().run_in_session(req).await?;
+        Ok(structured(&SessionRunResult::from_response(&resp), Some(resp.verdict)))
+    }
+
+    async fn write_file(&self, args: JsonObject) -> Result<CallToolResult, ToolError> {
+        let (req, path) = parse::<WriteFileArgs>(args)?
+            .into_request()
+            .map_err(ToolError::Arguments)?;
+        let resp = self.backend().put_session_files(req).await?;
+        let written = FileWritten {
+            path,
+            disk_used_bytes: resp.disk_used_bytes,
+        };
+        Ok(structured(&written, None))
+    }
+
+    async fn read_file(&self, args: JsonObject) -> Result<CallToolResult, ToolError> {
+        let args = parse::<ReadFileArgs>(args)?;
+        let req = pb::GetSessionFilesRequest {
+            session_id: args.session_id,
+            paths: vec![args.path.clone()],
+        };
+        let resp = self.backend().get_session_files(req).await?;
+        match resp.files.into_iter().next() {
+            Some(f) => Ok(structured(&FileRead::new(f), None)),
+            None => {
+                let why = resp
+                    .errors
+                    .into_iter()
+                    .next()
+                    .map(|e| e.message)
+                    .unwrap_or_else(|| "not returned".into());
+                Err(ToolError::Arguments(format!("`path` {:?}: {why}", args.path)))
+            }
+        }
+    }
+
+    async fn close_session(&self, args: JsonObject) -> Result<CallToolResult, ToolError> {
+        let args = parse::<CloseSessionArgs>(args)?;
+        let req = pb::CloseSessionRequest {
+            session_id: args.session_id.clone(),
+        };
+        let resp = self.backend().close_session(req).await?;
+        let closed = SessionClosed {
+            session_id: args.session_id,
+            calls: resp.calls,
+        };
+        Ok(structured(&closed, None))
     }
 }
 
@@ -123,6 +192,11 @@ impl ServerHandler for Handler {
         let args = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
             "run_code" => self.run_code(args).await,
+            "create_session" => self.create_session(args).await,
+            "run_in_session" => self.run_in_session(args).await,
+            "write_file" => self.write_file(args).await,
+            "read_file" => self.read_file(args).await,
+            "close_session" => self.close_session(args).await,
             other => return Err(ErrorData::invalid_params(format!("unknown tool `{other}`"), None)),
         };
         Ok(result

@@ -66,14 +66,12 @@ impl LimitArgs {
     }
 }
 
-/// What one run did: the run phase, or the compile phase when compiling failed.
+/// What one run of a program did.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct RunResult {
+pub struct Outcome {
     /// OK, COMPILE_ERROR, RUNTIME_ERROR, TIME_LIMIT_EXCEEDED, WALL_TIME_LIMIT_EXCEEDED,
     /// MEMORY_LIMIT_EXCEEDED, OUTPUT_LIMIT_EXCEEDED or SANDBOX_ERROR.
     pub verdict: String,
-    /// Which phase the fields below describe: "run", or "compile" when compiling failed.
-    pub phase: String,
     /// The process's exit code (0 when a signal ended it).
     pub exit_code: i32,
     /// The signal that ended the process, 0 if none.
@@ -86,7 +84,7 @@ pub struct RunResult {
     pub stdout_truncated: bool,
     /// True when stderr hit the output limit and was cut.
     pub stderr_truncated: bool,
-    /// Resources the phase used.
+    /// Resources the program used.
     pub usage: Usage,
     /// Detail from the executor, e.g. what failed for SANDBOX_ERROR; empty when none.
     pub message: String,
@@ -103,17 +101,10 @@ pub struct Usage {
     pub peak_memory_bytes: u64,
 }
 
-impl RunResult {
-    /// The phase that decided the verdict: run, or compile when there was no run.
-    pub fn from_response(r: &pb::ExecuteResponse) -> RunResult {
-        let (phase, p) = match (&r.run, &r.compile) {
-            (Some(run), _) => ("run", run.clone()),
-            (None, Some(compile)) => ("compile", compile.clone()),
-            (None, None) => ("run", pb::PhaseResult::default()),
-        };
-        RunResult {
-            verdict: verdict_name(r.verdict).to_owned(),
-            phase: phase.to_owned(),
+impl Outcome {
+    pub fn new(verdict: i32, p: &pb::PhaseResult, message: &str) -> Outcome {
+        Outcome {
+            verdict: verdict_name(verdict).to_owned(),
             exit_code: p.exit_code,
             signal: p.signal,
             stdout: String::from_utf8_lossy(&p.stdout).into_owned(),
@@ -125,7 +116,31 @@ impl RunResult {
                 cpu_time_ms: p.cpu_time_us as f64 / 1000.0,
                 peak_memory_bytes: p.peak_memory_bytes,
             },
-            message: r.message.clone(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// What `run_code` did: the run phase, or the compile phase when compiling failed.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RunResult {
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// Which phase the other fields describe: "run", or "compile" when compiling failed.
+    pub phase: String,
+}
+
+impl RunResult {
+    /// The phase that decided the verdict: run, or compile when there was no run.
+    pub fn from_response(r: &pb::ExecuteResponse) -> RunResult {
+        let (phase, p) = match (&r.run, &r.compile) {
+            (Some(run), _) => ("run", run.clone()),
+            (None, Some(compile)) => ("compile", compile.clone()),
+            (None, None) => ("run", pb::PhaseResult::default()),
+        };
+        RunResult {
+            outcome: Outcome::new(r.verdict, &p, &r.message),
+            phase: phase.to_owned(),
         }
     }
 }
@@ -158,25 +173,72 @@ fn input_schema<T: JsonSchema + 'static>(languages: &[String]) -> Arc<JsonObject
     Arc::new(schema)
 }
 
-fn output_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
-    rmcp::handler::server::common::schema_for_output::<T>()
+fn tool<In: JsonSchema + 'static, Out: JsonSchema + 'static>(
+    name: &'static str,
+    description: &'static str,
+    languages: &[String],
+    annotations: ToolAnnotations,
+) -> Tool {
+    Tool::new(name, description, input_schema::<In>(languages))
+        .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<Out>())
+        .with_annotations(annotations.open_world(false))
 }
 
-/// The tools this server offers; `languages` are the executor's available ones.
+/// The tools this server offers; `languages` are the executor's available ones
+/// (empty: unknown, any name is passed on and the executor judges).
 pub fn list(languages: &[String]) -> Vec<Tool> {
+    use super::session_tools::*;
+    // Sessions exist for these languages only (docs/sessions.md).
+    let session_languages: Vec<String> = ["python", "bash"]
+        .into_iter()
+        .filter(|l| languages.is_empty() || languages.iter().any(|a| a == l))
+        .map(String::from)
+        .collect();
+    let none: &[String] = &[];
+    let writes = || ToolAnnotations::new().read_only(false).destructive(false);
     vec![
-        Tool::new(
+        tool::<RunCodeArgs, RunResult>(
             "run_code",
             "Run a program once in a fresh sandbox and return its verdict, output, exit code and \
              resource usage. Nothing persists between calls: use a session for state.",
-            input_schema::<RunCodeArgs>(languages),
-        )
-        .with_raw_output_schema(output_schema::<RunResult>())
-        .with_annotations(
+            languages,
+            writes(),
+        ),
+        tool::<CreateSessionArgs, SessionCreated>(
+            "create_session",
+            "Open a session: a sandbox whose /work (and, for python, the interpreter's variables) \
+             lives across run_in_session calls until close_session or its idle timeout. Returns its \
+             session_id.",
+            &session_languages,
+            writes(),
+        ),
+        tool::<RunInSessionArgs, SessionRunResult>(
+            "run_in_session",
+            "Run code (in the session's language) or a shell command in a session. Python keeps \
+             variables between calls and returns the final expression's value in `display`.",
+            none,
+            writes(),
+        ),
+        tool::<WriteFileArgs, FileWritten>(
+            "write_file",
+            "Write a file into a session's /work, replacing any file at that path.",
+            none,
+            writes(),
+        ),
+        tool::<ReadFileArgs, FileRead>(
+            "read_file",
+            "Read a file from a session's /work: text as is, other bytes as base64.",
+            none,
+            ToolAnnotations::new().read_only(true),
+        ),
+        tool::<CloseSessionArgs, SessionClosed>(
+            "close_session",
+            "End a session: its processes are killed and its /work is deleted.",
+            none,
             ToolAnnotations::new()
                 .read_only(false)
-                .destructive(false)
-                .open_world(false),
+                .destructive(true)
+                .idempotent(true),
         ),
     ]
 }

@@ -1,0 +1,233 @@
+//! Where the tools' calls go: an executor embedded in this process, or remote
+//! executors. A session lives on one executor; remote session calls go to the
+//! address its create response named.
+
+use crate::target::{Client, channels, client, endpoint_uri};
+use sandpool_executor::config::ExecutorArgs;
+use sandpool_executor::judge::Judge;
+use sandpool_executor::proto as pb;
+use sandpool_executor::proto::executor_server::Executor as _;
+use sandpool_executor::service::ExecutorService;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::{Request, Status};
+
+/// How long a session's route is kept when its create response gave no lifetime.
+const DEFAULT_ROUTE_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// A remote session's executor.
+#[derive(Clone)]
+pub struct Route {
+    client: Client,
+    address: String,
+    /// When the session's absolute lifetime ends: its route can go then.
+    expires: Instant,
+}
+
+pub enum Backend {
+    /// The gRPC service itself, called in-process (no network, no token).
+    Embedded(ExecutorService),
+    Remote {
+        balanced: Client,
+        /// Clients by executor address, shared by that executor's sessions.
+        by_address: Mutex<HashMap<String, Client>>,
+        /// Sessions this server created, by id. Only addresses executors named go
+        /// here, never one a caller supplies: a caller cannot point this server
+        /// (and its token) at another host.
+        routes: Mutex<HashMap<String, Route>>,
+    },
+}
+
+/// A session id this server does not know (remote), like the executor's NOT_FOUND.
+fn unknown_session() -> Status {
+    Status::not_found("no such session: unknown, closed or expired")
+}
+
+impl Backend {
+    /// Connects to `endpoint`, or builds an embedded executor from `args`.
+    pub async fn new(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Result<Backend> {
+        Ok(match endpoint {
+            Some(e) => Backend::Remote {
+                balanced: client(channels(e).await?.balanced),
+                by_address: Mutex::default(),
+                routes: Mutex::default(),
+            },
+            None => {
+                let engine = Arc::new(args.build_engine().await?);
+                Backend::Embedded(ExecutorService::with_judge(Judge::new(engine)))
+            }
+        })
+    }
+
+    pub async fn execute(&self, req: pb::ExecuteRequest) -> Result<pb::ExecuteResponse, Status> {
+        match self {
+            Backend::Embedded(s) => Ok(s.execute(Request::new(req)).await?.into_inner()),
+            Backend::Remote { balanced, .. } => Ok(balanced.clone().execute(req).await?.into_inner()),
+        }
+    }
+
+    pub async fn capabilities(&self) -> Result<pb::Capabilities, Status> {
+        let req = pb::GetCapabilitiesRequest {};
+        match self {
+            Backend::Embedded(s) => Ok(s.get_capabilities(Request::new(req)).await?.into_inner()),
+            Backend::Remote { balanced, .. } => Ok(balanced.clone().get_capabilities(req).await?.into_inner()),
+        }
+    }
+
+    pub async fn create_session(&self, req: pb::CreateSessionRequest) -> Result<pb::CreateSessionResponse, Status> {
+        let (balanced, by_address, routes) = match self {
+            Backend::Embedded(s) => return Ok(s.create_session(Request::new(req)).await?.into_inner()),
+            Backend::Remote {
+                balanced,
+                by_address,
+                routes,
+            } => (balanced, by_address, routes),
+        };
+        let resp = balanced.clone().create_session(req).await?.into_inner();
+        let address = resp.executor_address.clone();
+        let client = if address.is_empty() {
+            balanced.clone()
+        } else {
+            let mut cache = by_address.lock().unwrap_or_else(|p| p.into_inner());
+            match cache.get(&address) {
+                Some(c) => c.clone(),
+                None => {
+                    // Lazy: the executor just answered through the balancer, and a
+                    // failure to reach it shows on the session's first call.
+                    let ch = tonic::transport::Endpoint::from_shared(endpoint_uri(&address))
+                        .map_err(|e| Status::internal(format!("executor address {address:?}: {e}")))?
+                        .connect_lazy();
+                    let c = client(ch);
+                    cache.insert(address.clone(), c.clone());
+                    c
+                }
+            }
+        };
+        let lifetime = resp
+            .session_limits
+            .as_ref()
+            .map(|l| Duration::from_millis(l.lifetime_ms))
+            .filter(|d| !d.is_zero())
+            .unwrap_or(DEFAULT_ROUTE_TTL);
+        let now = Instant::now();
+        let mut routes = routes.lock().unwrap_or_else(|p| p.into_inner());
+        // Sessions that timed out on their executor were never closed here.
+        routes.retain(|_, r| r.expires > now);
+        routes.insert(
+            resp.session_id.clone(),
+            Route {
+                client,
+                address,
+                expires: now + lifetime,
+            },
+        );
+        Ok(resp)
+    }
+
+    fn route(&self, session_id: &str) -> Result<Route, Status> {
+        match self {
+            Backend::Remote { routes, .. } => routes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(session_id)
+                .cloned()
+                .ok_or_else(unknown_session),
+            Backend::Embedded(_) => Err(Status::internal("no routes in embedded mode")),
+        }
+    }
+
+    fn forget(&self, session_id: &str) {
+        if let Backend::Remote { routes, .. } = self {
+            routes.lock().unwrap_or_else(|p| p.into_inner()).remove(session_id);
+        }
+    }
+
+    /// A remote session call's status, made plain: a session whose executor cannot be
+    /// reached is (probably) lost, and one the executor no longer knows is forgotten here.
+    fn session_status(&self, session_id: &str, route: &Route, s: Status) -> Status {
+        match s.code() {
+            tonic::Code::NotFound => {
+                self.forget(session_id);
+                s
+            }
+            tonic::Code::Unavailable => Status::unavailable(format!(
+                "the executor holding this session ({}) cannot be reached: {}. If it died, the session is \
+                 lost (its files and state are gone): create a new one",
+                route.address,
+                s.message()
+            )),
+            _ => s,
+        }
+    }
+
+    pub async fn run_in_session(&self, req: pb::RunInSessionRequest) -> Result<pb::RunInSessionResponse, Status> {
+        if let Backend::Embedded(s) = self {
+            return Ok(s.run_in_session(Request::new(req)).await?.into_inner());
+        }
+        let id = req.session_id.clone();
+        let route = self.route(&id)?;
+        match route.client.clone().run_in_session(req).await {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => Err(self.session_status(&id, &route, s)),
+        }
+    }
+
+    pub async fn put_session_files(
+        &self,
+        req: pb::PutSessionFilesRequest,
+    ) -> Result<pb::PutSessionFilesResponse, Status> {
+        if let Backend::Embedded(s) = self {
+            return Ok(s.put_session_files(Request::new(req)).await?.into_inner());
+        }
+        let id = req.session_id.clone();
+        let route = self.route(&id)?;
+        match route.client.clone().put_session_files(req).await {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => Err(self.session_status(&id, &route, s)),
+        }
+    }
+
+    pub async fn get_session_files(
+        &self,
+        req: pb::GetSessionFilesRequest,
+    ) -> Result<pb::GetSessionFilesResponse, Status> {
+        if let Backend::Embedded(s) = self {
+            return Ok(s.get_session_files(Request::new(req)).await?.into_inner());
+        }
+        let id = req.session_id.clone();
+        let route = self.route(&id)?;
+        match route.client.clone().get_session_files(req).await {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => Err(self.session_status(&id, &route, s)),
+        }
+    }
+
+    pub async fn close_session(&self, req: pb::CloseSessionRequest) -> Result<pb::CloseSessionResponse, Status> {
+        if let Backend::Embedded(s) = self {
+            return Ok(s.close_session(Request::new(req)).await?.into_inner());
+        }
+        let id = req.session_id.clone();
+        let route = self.route(&id)?;
+        let r = route.client.clone().close_session(req).await;
+        self.forget(&id);
+        match r {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => Err(self.session_status(&id, &route, s)),
+        }
+    }
+
+    /// Closes the remote sessions this server created and still holds (at shutdown:
+    /// an agent gone for good leaves none running until their idle timeout).
+    pub async fn close_all(&self) {
+        let routes: Vec<(String, Route)> = match self {
+            Backend::Remote { routes, .. } => routes.lock().unwrap_or_else(|p| p.into_inner()).drain().collect(),
+            Backend::Embedded(_) => return,
+        };
+        let closing = routes.into_iter().map(|(id, r)| async move {
+            let req = pb::CloseSessionRequest { session_id: id };
+            let _ = tokio::time::timeout(Duration::from_secs(5), r.client.clone().close_session(req)).await;
+        });
+        futures::future::join_all(closing).await;
+    }
+}
