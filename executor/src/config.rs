@@ -104,6 +104,35 @@ pub struct ExecutorArgs {
     /// Compile-phase default memory, bytes.
     #[arg(long, env = "SANDPOOL_COMPILE_MEMORY_BYTES", default_value_t = 2048 * MIB)]
     pub compile_memory_bytes: u64,
+
+    /// Stateful sessions alive at once; each holds a run slot while it lives
+    /// (default: half the slots, at least 1). 0 turns sessions off.
+    #[arg(long, env = "SANDPOOL_MAX_SESSIONS")]
+    pub max_sessions: Option<usize>,
+    /// A session's default absolute lifetime, ms.
+    #[arg(long, env = "SANDPOOL_SESSION_LIFETIME_MS", default_value_t = 30 * 60 * 1000)]
+    pub session_lifetime_ms: u64,
+    /// The longest lifetime a session may ask for, ms.
+    #[arg(long, env = "SANDPOOL_MAX_SESSION_LIFETIME_MS", default_value_t = 4 * 3600 * 1000)]
+    pub max_session_lifetime_ms: u64,
+    /// A session's default idle timeout (no call for this long ends it), ms.
+    #[arg(long, env = "SANDPOOL_SESSION_IDLE_TIMEOUT_MS", default_value_t = 5 * 60 * 1000)]
+    pub session_idle_timeout_ms: u64,
+    /// The longest idle timeout a session may ask for, ms.
+    #[arg(long, env = "SANDPOOL_MAX_SESSION_IDLE_TIMEOUT_MS", default_value_t = 3600 * 1000)]
+    pub max_session_idle_timeout_ms: u64,
+    /// A session's default number of calls.
+    #[arg(long, env = "SANDPOOL_SESSION_CALLS", default_value_t = 1000)]
+    pub session_calls: u32,
+    /// The most calls a session may ask for.
+    #[arg(long, env = "SANDPOOL_MAX_SESSION_CALLS", default_value_t = 100_000)]
+    pub max_session_calls: u32,
+    /// A session's default CPU time, all calls together, ms.
+    #[arg(long, env = "SANDPOOL_SESSION_CPU_TIME_MS", default_value_t = 10 * 60 * 1000)]
+    pub session_cpu_time_ms: u64,
+    /// The most CPU time a session may ask for, ms.
+    #[arg(long, env = "SANDPOOL_MAX_SESSION_CPU_TIME_MS", default_value_t = 3600 * 1000)]
+    pub max_session_cpu_time_ms: u64,
 }
 
 /// Flags of the gRPC server binary.
@@ -151,6 +180,11 @@ pub struct ServerArgs {
     /// gRPC: a connection whose client sends nothing (not even the HTTP/2 preface) within this is closed, ms.
     #[arg(long, env = "SANDPOOL_GRPC_SILENT_TIMEOUT_MS", default_value_t = 10_000)]
     pub grpc_silent_timeout_ms: u64,
+    /// "host:port" a session's create response names as its executor, for clients to
+    /// send the session's later calls to (default: $POD_IP with the --listen port, else
+    /// the --listen address; an unspecified listen IP becomes the host name).
+    #[arg(long, env = "SANDPOOL_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<String>,
     /// Log as JSON lines.
     #[arg(long, env = "SANDPOOL_LOG_JSON")]
     pub log_json: bool,
@@ -174,6 +208,15 @@ impl ServerArgs {
         )
     }
 
+    /// The address sessions advertise (see `--advertise-address`).
+    pub fn advertise(&self) -> String {
+        advertise_address(
+            self.advertise_address.as_deref(),
+            std::env::var("POD_IP").ok().as_deref(),
+            self.listen,
+        )
+    }
+
     /// The HTTP server's settings.
     pub fn http_options(&self, token: Option<crate::auth::Token>) -> crate::http::HttpOptions {
         crate::http::HttpOptions {
@@ -183,6 +226,28 @@ impl ServerArgs {
             max_connections: self.http_max_connections.max(1),
             token,
         }
+    }
+}
+
+/// The address clients reach this executor at: `flag` if set, else `pod_ip` with the
+/// listen port, else the listen address (an unspecified IP replaced by the host name).
+pub fn advertise_address(flag: Option<&str>, pod_ip: Option<&str>, listen: SocketAddr) -> String {
+    if let Some(a) = flag.filter(|a| !a.is_empty()) {
+        return a.to_owned();
+    }
+    let host = match pod_ip.filter(|p| !p.is_empty()) {
+        Some(ip) => ip.to_owned(),
+        None if listen.ip().is_unspecified() => nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "localhost".into()),
+        None => return listen.to_string(),
+    };
+    // An IPv6 literal needs brackets before the port.
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{}", listen.port())
+    } else {
+        format!("{host}:{}", listen.port())
     }
 }
 
@@ -255,6 +320,24 @@ impl ExecutorArgs {
         }
     }
 
+    /// Session cap, defaults and ceilings.
+    pub fn session_policy(&self) -> crate::session::SessionPolicy {
+        let slots = self.slots.unwrap_or_else(cpus).max(1);
+        let ms = Duration::from_millis;
+        crate::session::SessionPolicy {
+            max_sessions: self.max_sessions.unwrap_or((slots / 2).max(1)),
+            lifetime: ms(self.session_lifetime_ms),
+            max_lifetime: ms(self.max_session_lifetime_ms),
+            idle: ms(self.session_idle_timeout_ms),
+            max_idle: ms(self.max_session_idle_timeout_ms),
+            calls: self.session_calls,
+            max_calls: self.max_session_calls,
+            cpu: ms(self.session_cpu_time_ms),
+            max_cpu: ms(self.max_session_cpu_time_ms),
+            uid_base: self.uid_base,
+        }
+    }
+
     /// Bad-case capture, when --capture-dir is set.
     pub fn capture(&self) -> Result<Option<crate::capture::Capture>, crate::capture::CaptureError> {
         let Some(dir) = &self.capture_dir else {
@@ -288,6 +371,7 @@ impl ExecutorArgs {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
             },
             capture: None,
+            sessions: self.session_policy(),
         }
     }
 
@@ -316,4 +400,23 @@ pub enum StartError {
     Sandbox(#[from] crate::sandbox::SandboxError),
     #[error(transparent)]
     Capture(#[from] crate::capture::CaptureError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertise_address;
+
+    #[test]
+    fn advertised_address_prefers_the_flag_then_the_pod_ip() {
+        let l = "0.0.0.0:50051".parse().unwrap();
+        assert_eq!(
+            advertise_address(Some("exec-0.pool:7000"), Some("10.0.0.5"), l),
+            "exec-0.pool:7000"
+        );
+        assert_eq!(advertise_address(None, Some("10.0.0.5"), l), "10.0.0.5:50051");
+        assert_eq!(advertise_address(Some(""), Some("fd00::5"), l), "[fd00::5]:50051");
+        let lo = "127.0.0.1:4000".parse().unwrap();
+        assert_eq!(advertise_address(None, None, lo), "127.0.0.1:4000");
+        assert!(advertise_address(None, None, l).ends_with(":50051"));
+    }
 }

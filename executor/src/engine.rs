@@ -70,6 +70,8 @@ pub struct EngineConfig {
     pub identity: Identity,
     /// Where requests with chosen verdicts are recorded (off unless configured).
     pub capture: Option<crate::capture::Capture>,
+    /// Stateful sessions' cap, defaults and ceilings.
+    pub sessions: crate::session::SessionPolicy,
 }
 
 /// Executes requests.
@@ -88,6 +90,7 @@ pub struct Engine {
     fetch_total_bytes: u64,
     work_dir_bytes: u64,
     pub capture: Option<crate::capture::Capture>,
+    pub sessions: crate::session::SessionPolicy,
 }
 
 /// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
@@ -184,6 +187,7 @@ impl Engine {
             fetch_total_bytes: cfg.fetch_total_bytes,
             work_dir_bytes: cfg.work_dir_bytes,
             capture: cfg.capture,
+            sessions: cfg.sessions,
         };
         engine.availability = engine.probe_languages().await;
         engine.packages = crate::packages::probe(&engine).await;
@@ -257,6 +261,16 @@ impl Engine {
             ));
         }
         env
+    }
+
+    /// Size of a run's work dir (a session's disk).
+    pub fn work_dir_bytes(&self) -> u64 {
+        self.work_dir_bytes
+    }
+
+    /// The largest file, and the most bytes in all, one response returns from a work dir.
+    pub fn fetch_caps(&self) -> (u64, u64) {
+        (self.fetch_file_bytes, self.fetch_total_bytes)
     }
 
     /// Availability of every language.

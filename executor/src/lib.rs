@@ -11,6 +11,7 @@
 //! - [`engine`]: the above put together to execute requests.
 //! - [`judge`]: verdicts for completions against tests (Evaluate).
 //! - [`http`]: the SandboxFusion/ScaleBox-compatible HTTP API.
+//! - [`session`]: stateful sessions, a sandbox whose /work lives across calls.
 //! - [`service`] and [`server`]: the thin gRPC layer, health, reflection, draining.
 //! - [`auth`]: the optional bearer token callers present.
 //! - [`capture`]: opt-in on-disk record of requests with chosen verdicts.
@@ -31,6 +32,7 @@ pub mod packages;
 pub mod sandbox;
 pub mod server;
 pub mod service;
+pub mod session;
 pub mod validate;
 pub mod verdict;
 

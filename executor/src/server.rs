@@ -27,6 +27,8 @@ pub struct ServeOptions {
     pub grpc_max_connections: usize,
     /// A gRPC connection whose client sends nothing within this is closed.
     pub grpc_silent_timeout: Duration,
+    /// "host:port" session create responses name (None: the bound gRPC address).
+    pub advertise: Option<String>,
 }
 
 impl ServeOptions {
@@ -42,6 +44,7 @@ impl ServeOptions {
             token: None,
             grpc_max_connections: 1024,
             grpc_silent_timeout: Duration::from_secs(10),
+            advertise: None,
         }
     }
 }
@@ -186,7 +189,13 @@ pub async fn serve_with_http(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
-    let svc = pb::executor_server::ExecutorServer::new(ExecutorService::with_judge(judge))
+    let bound = listener.local_addr().map_err(|e| ServeError::Bind(opts.listen, e))?;
+    let advertise = opts
+        .advertise
+        .clone()
+        .unwrap_or_else(|| crate::config::advertise_address(None, None, bound));
+    let sessions = crate::session::SessionManager::start(engine.clone(), advertise);
+    let svc = pb::executor_server::ExecutorServer::new(ExecutorService::with_sessions(judge, sessions.clone()))
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Gzip)
@@ -264,7 +273,10 @@ pub async fn serve_with_http(
     tokio::pin!(server);
     let admission = engine.admission.clone();
     tokio::select! {
-        r = &mut server => r?,
+        r = &mut server => if let Err(e) = r {
+            sessions.close_all().await;
+            return Err(e.into());
+        },
         idle = async {
             let _ = drained_rx.await;
             tokio::time::timeout(opts.drain_timeout, runs_finished(&admission)).await.is_ok()
@@ -280,6 +292,8 @@ pub async fn serve_with_http(
             }
         }
     }
+    // Sessions end with the server: their processes killed, their work dirs gone.
+    sessions.close_all().await;
     Ok(())
 }
 

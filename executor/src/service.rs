@@ -3,9 +3,11 @@
 use crate::admission::AdmissionError;
 use crate::engine::ExecError;
 use crate::judge::{Judge, stream::judge_stream};
+use crate::session::{SessionError, SessionManager};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
@@ -13,12 +15,45 @@ use tonic::{Request, Response, Status};
 #[derive(Debug, Clone)]
 pub struct ExecutorService {
     judge: Judge,
+    sessions: Arc<SessionManager>,
 }
 
 impl ExecutorService {
-    /// Serves `judge`'s engine, sharing `judge` (and its admission gate) with other front ends.
-    pub fn with_judge(judge: Judge) -> Self {
-        ExecutorService { judge }
+    /// Serves `judge`'s engine, sharing `judge` (and its admission gate) with other front ends;
+    /// sessions advertise `advertise` as their executor's address.
+    pub fn with_judge(judge: Judge, advertise: String) -> Self {
+        let sessions = SessionManager::start(judge.engine().clone(), advertise);
+        Self::with_sessions(judge, sessions)
+    }
+
+    /// As [`ExecutorService::with_judge`], with a session manager the caller also holds
+    /// (to end every session at shutdown).
+    pub fn with_sessions(judge: Judge, sessions: Arc<SessionManager>) -> Self {
+        ExecutorService { judge, sessions }
+    }
+}
+
+/// Maps a session error to its gRPC status.
+pub fn session_status(e: SessionError) -> Status {
+    match e {
+        SessionError::NotFound => Status::not_found(e.to_string()),
+        SessionError::Exhausted(m) => Status::resource_exhausted(m),
+        SessionError::Exec(e) => status(e),
+    }
+}
+
+/// Who is calling, as far as a session's owner check goes: the `authorization`
+/// metadata, with the scheme's case and surrounding blanks normalised.
+fn caller<T>(req: &Request<T>) -> Vec<u8> {
+    let Some(h) = req.metadata().get("authorization") else {
+        return Vec::new();
+    };
+    let h = h.as_bytes().trim_ascii();
+    match h.split_at_checked(7) {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"bearer ") => {
+            [b"Bearer ".as_slice(), rest.trim_ascii()].concat()
+        }
+        _ => h.to_vec(),
     }
 }
 
@@ -118,36 +153,66 @@ impl pb::executor_server::Executor for ExecutorService {
 
     async fn create_session(
         &self,
-        _: Request<pb::CreateSessionRequest>,
+        req: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
-        Err(Status::unimplemented("sessions are not implemented yet"))
+        let (deadline, who) = (deadline(&req), caller(&req));
+        let resp = self
+            .sessions
+            .create(req.into_inner(), who, deadline)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
     }
 
     async fn run_in_session(
         &self,
-        _: Request<pb::RunInSessionRequest>,
+        req: Request<pb::RunInSessionRequest>,
     ) -> Result<Response<pb::RunInSessionResponse>, Status> {
-        Err(Status::unimplemented("sessions are not implemented yet"))
+        let who = caller(&req);
+        let resp = self
+            .sessions
+            .run(req.into_inner(), &who)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
     }
 
     async fn put_session_files(
         &self,
-        _: Request<pb::PutSessionFilesRequest>,
+        req: Request<pb::PutSessionFilesRequest>,
     ) -> Result<Response<pb::PutSessionFilesResponse>, Status> {
-        Err(Status::unimplemented("sessions are not implemented yet"))
+        let who = caller(&req);
+        let resp = self
+            .sessions
+            .put_files(req.into_inner(), &who)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
     }
 
     async fn get_session_files(
         &self,
-        _: Request<pb::GetSessionFilesRequest>,
+        req: Request<pb::GetSessionFilesRequest>,
     ) -> Result<Response<pb::GetSessionFilesResponse>, Status> {
-        Err(Status::unimplemented("sessions are not implemented yet"))
+        let who = caller(&req);
+        let resp = self
+            .sessions
+            .get_files(req.into_inner(), &who)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
     }
 
     async fn close_session(
         &self,
-        _: Request<pb::CloseSessionRequest>,
+        req: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        Err(Status::unimplemented("sessions are not implemented yet"))
+        let who = caller(&req);
+        let resp = self
+            .sessions
+            .close(req.into_inner(), &who)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
     }
 }

@@ -51,6 +51,8 @@ pub struct Executor {
     pub channel: Channel,
     /// The HTTP API's address, when [`Options::http`] asked for it.
     pub http_addr: Option<String>,
+    /// uid of slot 0 (slot i runs as `uid_base + i`).
+    pub uid_base: u32,
 }
 
 /// Options for [`Executor::start`].
@@ -122,6 +124,7 @@ impl Executor {
             client,
             channel,
             http_addr,
+            uid_base,
         }
     }
 

@@ -1,0 +1,205 @@
+# Sandpool's Python session driver: a REPL that takes cells through files.
+#
+# Runs inside the session's sandbox as `python3 -c <this>`, for the session's
+# whole life. The executor writes call N as /work/.sandpool/in/N.json (and
+# N.stdin), then the empty marker N.go; the driver runs it and answers with
+# /work/.sandpool/out/N/{stdout,stderr} and, last, out/N.json (renamed into
+# place, so its existence means the reply is complete). Output goes to /tmp
+# first and only its first `output_bytes` reach /work.
+#
+# Everything here runs with the user's code, as the user's uid: the executor
+# trusts nothing it reads back (caps, parses defensively, enforces wall time).
+import sys
+
+# The driver's own imports must not find a cell's files (a json.py in /work);
+# cells get the working directory back on their import path below.
+_CWD_ENTRY = sys.path.pop(0) if sys.path and sys.path[0] in ("", "/work") else None
+
+import ast
+import io
+import json
+import os
+import resource
+import shutil
+import subprocess
+import time
+import traceback
+import types
+
+BASE = "/work/.sandpool"
+IN = BASE + "/in"
+OUT = BASE + "/out"
+SCRATCH = "/tmp/.sandpool"
+
+
+def _cpu_seconds():
+    a = resource.getrusage(resource.RUSAGE_SELF)
+    b = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def _capped(path, cap):
+    with open(path, "rb") as f:
+        data = f.read(cap + 1)
+    return data[:cap], len(data) > cap
+
+
+def _set_cpu_limit(seconds):
+    """Per-call CPU: the soft RLIMIT_CPU at what this process used plus the call's share."""
+    if seconds <= 0:
+        return
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(used.ru_utime + used.ru_stime) + int(seconds) + 1
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):
+        pass
+
+
+def _run_cell(src, ns):
+    """Runs `src` like a notebook cell; returns the final expression's value (or None)."""
+    tree = ast.parse(src, "<cell>", "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, "<cell>", "exec"), ns)
+    if last is not None:
+        return eval(compile(last, "<cell>", "eval"), ns)
+    return None
+
+
+def _user_traceback(e):
+    """The exception's traceback without the driver's own frames."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != "<cell>":
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
+def _reply(n, meta, out_path, err_path, cap):
+    d = "%s/%d" % (OUT, n)
+    os.makedirs(d, exist_ok=True)
+    for name, path in (("stdout", out_path), ("stderr", err_path)):
+        data, cut = _capped(path, cap)
+        meta[name + "_truncated"] = cut
+        with open("%s/%s" % (d, name), "wb") as f:
+            f.write(data)
+    tmp = "%s/%d.json.tmp" % (OUT, n)
+    with open(tmp, "w") as f:
+        json.dump(meta, f)
+    os.rename(tmp, "%s/%d.json" % (OUT, n))
+
+
+def _forget(n):
+    """Removes call n's request and reply: the executor has read it once call n+1 arrives."""
+    for p in ("%s/%d.json" % (IN, n), "%s/%d.stdin" % (IN, n), "%s/%d.go" % (IN, n), "%s/%d.json" % (OUT, n)):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+    shutil.rmtree("%s/%d" % (OUT, n), ignore_errors=True)
+
+
+def _call(n, req, ns):
+    cap = max(1, int(req.get("output_bytes", 1 << 20)))
+    out_path, err_path = "%s/out" % SCRATCH, "%s/err" % SCRATCH
+    stdin_path = "%s/%d.stdin" % (IN, n)
+    if not os.path.exists(stdin_path):
+        stdin_path = os.devnull
+    meta = {"n": n, "status": "ok", "display": "", "exit_code": 0, "error": ""}
+    cpu0 = _cpu_seconds()
+    _set_cpu_limit(float(req.get("cpu_seconds", 0)))
+    with open(stdin_path, "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except Exception:
+                pass
+        os.dup2(fin.fileno(), 0)
+        os.dup2(fout.fileno(), 1)
+        os.dup2(ferr.fileno(), 2)
+    # Fresh text streams each call: a cell may have replaced or closed them.
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "rb", closefd=False), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True)
+    try:
+        if req.get("kind") == "command":
+            p = subprocess.run(["bash", "-c", req.get("source", "")], stdin=0, stdout=1, stderr=2)
+            meta["exit_code"] = p.returncode if p.returncode >= 0 else 128 - p.returncode
+            if p.returncode != 0:
+                meta["status"] = "error"
+        else:
+            value = _run_cell(req.get("source", ""), ns)
+            if value is not None:
+                ns["_"] = value
+                dcap = max(1, int(req.get("display_bytes", cap)))
+                meta["display"] = repr(value)[:dcap]
+    except SystemExit as e:
+        meta["status"] = "error"
+        meta["error"] = "SystemExit"
+        code = e.code
+        meta["exit_code"] = code if isinstance(code, int) else (0 if code is None else 1)
+        if meta["exit_code"] == 0:
+            meta["status"] = "ok"
+    except BaseException as e:
+        meta["status"] = "error"
+        meta["error"] = type(e).__name__
+        meta["exit_code"] = 1
+        try:
+            sys.stderr.write(_user_traceback(e))
+        except Exception:
+            pass
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+    meta["cpu_us"] = int((_cpu_seconds() - cpu0) * 1e6)
+    meta["max_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    try:
+        meta["cwd"] = os.getcwd()
+    except OSError:
+        meta["cwd"] = ""
+    _reply(n, meta, out_path, err_path, cap)
+
+
+def main():
+    # What an interpreter killed earlier in this session left.
+    shutil.rmtree(IN, ignore_errors=True)
+    shutil.rmtree(OUT, ignore_errors=True)
+    os.makedirs(SCRATCH, exist_ok=True)
+    os.makedirs(IN, exist_ok=True)
+    os.makedirs(OUT, exist_ok=True)
+    os.chdir("/work")
+    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    sys.modules["__main__"].__dict__.update(ns)
+    ns = sys.modules["__main__"].__dict__
+    if _CWD_ENTRY is not None:
+        sys.path.insert(0, _CWD_ENTRY)
+    n = int(os.environ.get("SANDPOOL_FIRST_CALL", "1"))
+    with open(BASE + "/ready.tmp", "w") as f:
+        f.write(os.environ.get("SANDPOOL_EPOCH", ""))
+    os.rename(BASE + "/ready.tmp", BASE + "/ready")
+    idle = 0.0
+    while True:
+        if not os.path.exists("%s/%d.go" % (IN, n)):
+            # Quick polls right after a call, slower ones when idle: a waiting session costs little CPU.
+            idle = min(0.05, idle + 0.0005)
+            time.sleep(idle)
+            continue
+        idle = 0.0
+        _forget(n - 1)
+        try:
+            with open("%s/%d.json" % (IN, n)) as f:
+                req = json.load(f)
+        except (OSError, ValueError):
+            req = {"kind": "code", "source": "raise RuntimeError('sandpool: unreadable request')"}
+        _call(n, req, ns)
+        n += 1
+
+
+main()

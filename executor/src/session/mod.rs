@@ -1,0 +1,798 @@
+//! Stateful sessions (docs/sessions.md): a sandbox whose /work, and for Python
+//! the interpreter's state, lives across calls.
+//!
+//! A session holds one run slot from creation to its end (at most
+//! [`SessionPolicy::max_sessions`] of them, so stateless requests keep the rest)
+//! and one work dir that every call of the session mounts at /work.
+//!
+//! - Python: one long-lived sandboxed run of a small REPL driver ([`repl`]),
+//!   started with the session's totals as its limits; cells reach it through
+//!   files in /work. A call past its wall time kills the interpreter, which
+//!   restarts on the next call: files stay, variables are gone (`state_reset`).
+//! - Bash: each call a fresh run in the same /work ([`shell`]), starting in the
+//!   last call's working directory with its exported variables.
+//!
+//! Sessions end at close, after their idle or absolute timeout (a reaper task
+//! checks every second), or when the executor shuts down: the slot's processes
+//! are killed, and the slot is handed on only once the host sees none left.
+//! Ids are 128 random bits from the kernel's CSPRNG; a session's calls must carry
+//! the `authorization` metadata its creator sent (compared in constant time),
+//! else they get NOT_FOUND, like unknown, closed or expired ids.
+
+pub mod policy;
+mod procs;
+pub mod repl;
+mod shell;
+
+pub use policy::{SessionPolicy, Totals};
+
+use crate::admission::SlotGuard;
+use crate::engine::{Engine, ExecError, blocking, scrub_host_paths};
+use crate::limits::Limits;
+use crate::sandbox::WorkDir;
+use crate::{validate, verdict};
+use repl::{CallEnd, Repl};
+use sandpool_proto::v1 as pb;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use subtle::ConstantTimeEq;
+
+/// Where the session machinery keeps its files inside /work; requests may not write there.
+pub const STATE_DIR: &str = ".sandpool";
+
+/// How long a closing session waits for the host to see its processes gone.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a session call was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(
+        "no such session: unknown, closed or expired (sessions live on one executor; a restarted executor has none)"
+    )]
+    NotFound,
+    #[error("{0}")]
+    Exhausted(String),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+impl From<crate::admission::AdmissionError> for SessionError {
+    fn from(e: crate::admission::AdmissionError) -> Self {
+        SessionError::Exec(e.into())
+    }
+}
+
+/// The session kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Python,
+    Bash,
+}
+
+/// One session.
+#[derive(Debug)]
+struct Session {
+    id: String,
+    kind: Kind,
+    language: String,
+    /// The creator's `authorization` metadata (empty without one).
+    owner: Vec<u8>,
+    totals: Totals,
+    call_limits: Limits,
+    created: Instant,
+    last_used: Mutex<Instant>,
+    slot: usize,
+    work: Arc<WorkDir>,
+    /// Set once the session is ending: a call in progress stops at once.
+    closed: tokio::sync::watch::Sender<bool>,
+    state: tokio::sync::Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Released after the session's processes are gone.
+    slot: Option<SlotGuard>,
+    calls: u32,
+    /// CPU charged to the session: finished runs' measured CPU, plus what the running
+    /// interpreter reported (or the wall time of calls it was killed in).
+    cpu_used: Duration,
+    /// `cpu_used` when the running interpreter started: its run's measured CPU replaces
+    /// what it reported once it ends with an outcome.
+    cpu_at_repl_start: Duration,
+    repl: Option<Repl>,
+    epoch: u64,
+    next_call: u64,
+    /// A Python call whose caller went away mid-call: the interpreter may still be in it.
+    abandoned: bool,
+}
+
+impl Session {
+    fn touch(&self) {
+        if let Ok(mut t) = self.last_used.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_used.lock().map(|t| t.elapsed()).unwrap_or_default()
+    }
+
+    fn life_left(&self) -> Duration {
+        self.totals.lifetime.saturating_sub(self.created.elapsed())
+    }
+
+    fn uid(&self, uid_base: u32) -> u32 {
+        uid_base + self.slot as u32
+    }
+}
+
+/// Marks a Python call abandoned unless it finished: its caller's future was dropped.
+struct CallGuard<'a> {
+    state: &'a mut State,
+    done: bool,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.state.abandoned = true;
+        }
+    }
+}
+
+/// Every session of one executor.
+#[derive(Debug)]
+pub struct SessionManager {
+    engine: Arc<Engine>,
+    /// "host:port" clients send a session's calls to.
+    advertise: String,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Sessions being created: counted against the cap before they hold a slot.
+    creating: Mutex<usize>,
+}
+
+/// 128 bits from the kernel's CSPRNG, hex.
+fn new_id() -> Result<String, ExecError> {
+    let mut b = [0u8; 16];
+    let mut got = 0;
+    while got < b.len() {
+        // SAFETY: getrandom into the unfilled rest of our buffer.
+        let r = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(ExecError::Internal(format!("getrandom: {e}")));
+            }
+            continue;
+        }
+        got += r as usize;
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Validates files a request writes into a session's /work.
+fn check_files(files: &[pb::File], field: &str, budget: u64) -> Result<(), ExecError> {
+    for (i, f) in files.iter().enumerate() {
+        if validate::components(&f.path).first() == Some(&STATE_DIR) {
+            return Err(ExecError::invalid(
+                format!("{field}[{i}].path"),
+                format!("{STATE_DIR}/ is the session's own directory"),
+            ));
+        }
+    }
+    // The placeholder source file sits in the session's own directory: no request file clashes.
+    validate::files(files, field, ".sandpool/-", 0, budget)
+}
+
+fn write_files(work: &WorkDir, files: &[pb::File]) -> Result<(), String> {
+    for f in files {
+        work.write_file(&f.path, &f.content, f.executable)
+            .map_err(|e| scrub_host_paths(&e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Reads `paths` (checked, deduplicated) from `work`: each at most `file_cap` bytes, all
+/// together at most `total_cap`; each path not returned gets an error saying why.
+fn read_files(work: &WorkDir, paths: Vec<String>, file_cap: u64, total_cap: u64) -> pb::GetSessionFilesResponse {
+    let mut resp = pb::GetSessionFilesResponse::default();
+    let mut total = 0u64;
+    for path in paths {
+        let left = total_cap.saturating_sub(total);
+        match work.read_file(&path, file_cap.min(left)) {
+            Ok(content) => {
+                total += content.len() as u64;
+                resp.files.push(pb::File {
+                    path,
+                    content,
+                    executable: false,
+                });
+            }
+            Err(e) => {
+                let message = match e {
+                    crate::sandbox::FetchError::TooLarge(_) if left < file_cap => {
+                        format!("not returned: the files read would exceed {total_cap} bytes in all")
+                    }
+                    e => e.to_string(),
+                };
+                resp.errors.push(pb::SessionFileError { path, message });
+            }
+        }
+    }
+    resp
+}
+
+/// Bytes in use on the tmpfs behind `work`.
+fn disk_used(work: &WorkDir) -> u64 {
+    let Ok(fd) = work.attachable() else { return 0 };
+    // SAFETY: fstatfs on a descriptor we own into a zeroed struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut st) } != 0 {
+        return 0;
+    }
+    (st.f_blocks.saturating_sub(st.f_bfree)).saturating_mul(st.f_bsize as u64)
+}
+
+/// The check a session's later calls pass: same `authorization` as its creator's.
+fn owner_matches(s: &Session, auth: &[u8]) -> bool {
+    bool::from(s.owner.as_slice().ct_eq(auth))
+}
+
+impl SessionManager {
+    /// Starts the manager and its reaper (which stops when the manager is dropped).
+    pub fn start(engine: Arc<Engine>, advertise: String) -> Arc<Self> {
+        let m = Arc::new(SessionManager {
+            engine,
+            advertise,
+            sessions: Mutex::new(HashMap::new()),
+            creating: Mutex::new(0),
+        });
+        let weak = Arc::downgrade(&m);
+        tokio::spawn(reaper(weak));
+        m
+    }
+
+    fn policy(&self) -> &SessionPolicy {
+        &self.engine.sessions
+    }
+
+    /// Sessions alive now.
+    pub fn count(&self) -> usize {
+        self.sessions.lock().map(|s| s.len()).unwrap_or(0)
+    }
+
+    fn find(&self, id: &str, auth: &[u8]) -> Result<Arc<Session>, SessionError> {
+        if id.is_empty() {
+            return Err(ExecError::invalid("session_id", "required").into());
+        }
+        let s = self
+            .sessions
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).cloned())
+            .ok_or(SessionError::NotFound)?;
+        // Another caller's session looks like no session at all.
+        if !owner_matches(&s, auth) {
+            return Err(SessionError::NotFound);
+        }
+        Ok(s)
+    }
+
+    /// Opens a session.
+    pub async fn create(
+        &self,
+        req: pb::CreateSessionRequest,
+        auth: Vec<u8>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<pb::CreateSessionResponse, SessionError> {
+        let engine = &self.engine;
+        let _in_progress = engine.admission.request();
+        let (lang, version) = engine.language(&req.language, "language")?;
+        let kind = match lang.name.as_str() {
+            "python" => Kind::Python,
+            "bash" => Kind::Bash,
+            other => {
+                return Err(
+                    ExecError::invalid("language", format!("sessions run python or bash, not {other:?}")).into(),
+                );
+            }
+        };
+        let version = version.to_owned();
+        let language = lang.name.clone();
+        let totals = policy::resolve(
+            self.policy(),
+            &engine.policy,
+            req.session_limits.as_ref(),
+            engine.work_dir_bytes(),
+        )?;
+        let call_limits = engine
+            .policy
+            .resolve(req.call_limits.as_ref(), &engine.policy.run_defaults, "call_limits")
+            .map_err(ExecError::from)?;
+        let budget = engine.work_dir_bytes();
+        let files = req.files;
+        let files = blocking(move || check_files(&files, "files", budget).map(|_| files)).await??;
+
+        // Counted before waiting for a slot, so a burst of creates cannot pass the cap.
+        {
+            let mut creating = self.creating.lock().map_err(|_| ExecError::Internal("lock".into()))?;
+            let max = self.policy().max_sessions;
+            if self.count() + *creating >= max {
+                return Err(SessionError::Exhausted(format!(
+                    "this executor already holds its {max} sessions (--max-sessions); close one or try another executor"
+                )));
+            }
+            *creating += 1;
+        }
+        let made = self
+            .open(kind, language, totals, call_limits, files, auth, deadline)
+            .await;
+        if let Ok(mut c) = self.creating.lock() {
+            *c -= 1;
+        }
+        let s = made?;
+        tracing::info!(session = %&s.id[..8], language = %s.language, slot = s.slot, request_id = %req.request_id, "session created");
+        Ok(pb::CreateSessionResponse {
+            session_id: s.id.clone(),
+            executor_address: self.advertise.clone(),
+            language: s.language.clone(),
+            session_limits: Some(s.totals.to_proto()),
+            call_limits: Some(s.call_limits.to_proto()),
+            executor: Some(engine.info(&version)),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn open(
+        &self,
+        kind: Kind,
+        language: String,
+        totals: Totals,
+        call_limits: Limits,
+        files: Vec<pb::File>,
+        owner: Vec<u8>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Arc<Session>, SessionError> {
+        let engine = &self.engine;
+        let slot = engine.acquire(deadline).await?;
+        let work = engine
+            .sandbox
+            .work_dir(slot.index())
+            .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
+        let work = Arc::new(work);
+        let w = work.clone();
+        blocking(move || {
+            write_files(&w, &files)?;
+            w.write_file(".sandpool/cwd", b"/work\n", false)
+                .map_err(|e| scrub_host_paths(&e.to_string()))
+        })
+        .await?
+        .map_err(ExecError::Internal)?;
+        let (closed, _) = tokio::sync::watch::channel(false);
+        let s = Arc::new(Session {
+            id: new_id()?,
+            kind,
+            language,
+            owner,
+            totals,
+            call_limits,
+            created: Instant::now(),
+            last_used: Mutex::new(Instant::now()),
+            slot: slot.index(),
+            work,
+            closed,
+            state: tokio::sync::Mutex::new(State {
+                slot: Some(slot),
+                calls: 0,
+                cpu_used: Duration::ZERO,
+                cpu_at_repl_start: Duration::ZERO,
+                repl: None,
+                epoch: 0,
+                next_call: 1,
+                abandoned: false,
+            }),
+        });
+        if kind == Kind::Python {
+            // Started now, so the first cell does not wait for the interpreter.
+            let mut st = s.state.lock().await;
+            self.start_repl(&s, &mut st)?;
+        }
+        self.sessions
+            .lock()
+            .map_err(|_| ExecError::Internal("lock".into()))?
+            .insert(s.id.clone(), s.clone());
+        Ok(s)
+    }
+
+    fn start_repl(&self, s: &Session, st: &mut State) -> Result<(), ExecError> {
+        st.epoch += 1;
+        st.cpu_at_repl_start = st.cpu_used;
+        let limits = Limits {
+            // The sandbox's own backstop; the reaper ends the session first.
+            wall: s.life_left() + Duration::from_secs(5),
+            cpu: s.totals.cpu.saturating_sub(st.cpu_used),
+            memory: s.totals.memory,
+            ..s.call_limits
+        };
+        st.repl = Some(Repl::start(
+            &self.engine,
+            s.slot,
+            &s.work,
+            limits,
+            st.epoch,
+            st.next_call,
+        )?);
+        Ok(())
+    }
+
+    /// Runs code or a command in a session.
+    pub async fn run(
+        &self,
+        req: pb::RunInSessionRequest,
+        auth: &[u8],
+    ) -> Result<pb::RunInSessionResponse, SessionError> {
+        let _in_progress = self.engine.admission.request();
+        let s = self.find(&req.session_id, auth)?;
+        let (is_command, source) = match req.input {
+            Some(pb::run_in_session_request::Input::Code(c)) => (false, c),
+            Some(pb::run_in_session_request::Input::Command(c)) => (true, c),
+            None => return Err(ExecError::invalid("input", "set code or command").into()),
+        };
+        if source.len() as u64 > s.totals.disk {
+            return Err(ExecError::invalid("code", "longer than the session's /work can hold").into());
+        }
+        let mut closed = s.closed.subscribe();
+        let mut st = tokio::select! {
+            st = s.state.lock() => st,
+            _ = closed.wait_for(|c| *c) => return Err(SessionError::NotFound),
+        };
+        if *s.closed.borrow() {
+            return Err(SessionError::NotFound);
+        }
+        if st.calls >= s.totals.calls {
+            return Err(SessionError::Exhausted(format!(
+                "the session has used its {} calls (session_limits.max_calls)",
+                s.totals.calls
+            )));
+        }
+        let cpu_left = s.totals.cpu.saturating_sub(st.cpu_used);
+        if cpu_left.is_zero() {
+            return Err(SessionError::Exhausted(
+                "the session has used its CPU time (session_limits.cpu_time_ms)".into(),
+            ));
+        }
+        let limits = policy::call_limits(
+            &self.engine.policy,
+            &s.call_limits,
+            req.limits.as_ref(),
+            &s.totals,
+            cpu_left,
+            s.life_left(),
+        )?;
+        st.calls += 1;
+        s.touch();
+        let t = Instant::now();
+        let run = async {
+            match s.kind {
+                Kind::Bash => self.run_shell(&s, &mut st, &source, req.stdin, limits).await,
+                Kind::Python => {
+                    self.run_python(&s, &mut st, is_command, source, req.stdin, limits)
+                        .await
+                }
+            }
+        };
+        let resp = tokio::select! {
+            r = run => r,
+            // Closed or expired mid-call: the run is dropped (killed) here.
+            _ = closed.wait_for(|c| *c) => return Err(SessionError::NotFound),
+        };
+        let mut resp = resp?;
+        s.touch();
+        resp.calls_left = s.totals.calls.saturating_sub(st.calls);
+        resp.executor = Some(self.engine.info(""));
+        tracing::debug!(session = %&s.id[..8], elapsed_ms = t.elapsed().as_millis() as u64, request_id = %req.request_id, verdict = resp.verdict, "session call");
+        Ok(resp)
+    }
+
+    async fn run_shell(
+        &self,
+        s: &Session,
+        st: &mut State,
+        source: &str,
+        stdin: Vec<u8>,
+        limits: Limits,
+    ) -> Result<pb::RunInSessionResponse, SessionError> {
+        let slot = st
+            .slot
+            .as_ref()
+            .ok_or_else(|| ExecError::Internal("the session has no slot".into()))?;
+        let r = shell::call(&self.engine, slot, &s.work, source, stdin, limits).await?;
+        st.cpu_used += Duration::from_micros(r.result.cpu_time_us);
+        Ok(pb::RunInSessionResponse {
+            verdict: r.verdict as i32,
+            result: Some(r.result),
+            cwd: r.cwd,
+            message: r.message,
+            ..Default::default()
+        })
+    }
+
+    async fn run_python(
+        &self,
+        s: &Session,
+        st: &mut State,
+        is_command: bool,
+        source: String,
+        stdin: Vec<u8>,
+        limits: Limits,
+    ) -> Result<pb::RunInSessionResponse, SessionError> {
+        let mut reset = false;
+        let mut notes = Vec::new();
+        if st.abandoned {
+            // The last call's caller left before its reply: the interpreter may still be in it.
+            if let Some(r) = st.repl.take() {
+                self.kill_repl(s, st, r).await;
+            }
+            st.abandoned = false;
+            reset = true;
+            notes.push("the interpreter was restarted: an earlier call was abandoned by its caller");
+        }
+        if !st.repl.as_ref().is_some_and(Repl::alive) {
+            if let Some(r) = st.repl.take() {
+                self.kill_repl(s, st, r).await;
+                reset = true;
+            }
+            self.start_repl(s, st)?;
+        }
+        let n = st.next_call;
+        st.next_call += 1;
+        let request = serde_json::json!({
+            "kind": if is_command { "command" } else { "code" },
+            "source": source,
+            "output_bytes": limits.output,
+            "display_bytes": limits.output,
+            "cpu_seconds": limits.cpu.as_secs_f64(),
+        });
+        let t = Instant::now();
+        let guard = CallGuard { state: st, done: false };
+        let Some(repl) = guard.state.repl.as_mut() else {
+            return Err(ExecError::Internal("no interpreter".into()).into());
+        };
+        let end = repl.call(&s.work, n, request, stdin, limits.wall, limits.output).await;
+        let mut guard = guard;
+        guard.done = true;
+        let st = &mut *guard.state;
+        let wall = t.elapsed();
+        let mut resp = pb::RunInSessionResponse::default();
+        match end? {
+            CallEnd::Replied(r) => {
+                // The cell's own report: bounded, and replaced by the measured CPU when the run ends.
+                let cpu = Duration::from_micros(r.cpu_us).min(s.totals.cpu);
+                st.cpu_used += cpu;
+                let truncated = r.stdout_truncated || r.stderr_truncated;
+                let v = if truncated {
+                    pb::Verdict::OutputLimitExceeded
+                } else if r.status == "ok" {
+                    pb::Verdict::Ok
+                } else {
+                    pb::Verdict::RuntimeError
+                };
+                resp.verdict = v as i32;
+                resp.display = r.display;
+                resp.cwd = r.cwd;
+                if !r.error.is_empty() {
+                    resp.message = r.error;
+                }
+                resp.result = Some(pb::PhaseResult {
+                    verdict: v as i32,
+                    exit_code: i32::try_from(r.exit_code).unwrap_or(1),
+                    signal: 0,
+                    stdout: r.stdout,
+                    stderr: r.stderr,
+                    stdout_truncated: r.stdout_truncated,
+                    stderr_truncated: r.stderr_truncated,
+                    wall_time_us: wall.as_micros() as u64,
+                    cpu_time_us: cpu.as_micros() as u64,
+                    peak_memory_bytes: r.max_rss,
+                });
+            }
+            CallEnd::TimedOut => {
+                st.cpu_used += wall;
+                if let Some(r) = st.repl.take() {
+                    self.kill_repl(s, st, r).await;
+                }
+                reset = true;
+                let v = pb::Verdict::WallTimeLimitExceeded;
+                resp.verdict = v as i32;
+                resp.result = Some(pb::PhaseResult {
+                    verdict: v as i32,
+                    signal: libc::SIGKILL,
+                    wall_time_us: wall.as_micros() as u64,
+                    ..Default::default()
+                });
+                notes.push("the call ran past its wall time: the interpreter was killed and restarts on the next call (files in /work stay, variables are gone)");
+            }
+            CallEnd::Exited(outcome) => {
+                st.repl = None;
+                reset = true;
+                match outcome {
+                    Ok(o) => {
+                        st.cpu_used = st.cpu_at_repl_start + o.cpu;
+                        let result = verdict::phase_result(o);
+                        resp.verdict = result.verdict;
+                        resp.result = Some(result);
+                        notes.push("the interpreter exited during the call and restarts on the next one (files in /work stay, variables are gone)");
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "session interpreter failed");
+                        resp.verdict = pb::Verdict::SandboxError as i32;
+                        resp.result = Some(verdict::sandbox_error_phase());
+                        resp.message = scrub_host_paths(&e.client_message());
+                    }
+                }
+            }
+        }
+        resp.state_reset = reset;
+        for n in notes {
+            let sep = if resp.message.is_empty() { "" } else { "; " };
+            resp.message = format!("{}{sep}{n}", resp.message);
+        }
+        Ok(resp)
+    }
+
+    /// Kills an interpreter and waits until the host sees none of the slot's processes.
+    async fn kill_repl(&self, s: &Session, st: &mut State, r: Repl) {
+        if let Some(Ok(o)) = r.kill().await {
+            st.cpu_used = st.cpu_at_repl_start + o.cpu;
+        }
+        procs::wait_gone(s.uid(self.policy().uid_base), KILL_WAIT).await;
+    }
+
+    /// Writes files into a session's /work.
+    pub async fn put_files(
+        &self,
+        req: pb::PutSessionFilesRequest,
+        auth: &[u8],
+    ) -> Result<pb::PutSessionFilesResponse, SessionError> {
+        let _in_progress = self.engine.admission.request();
+        let s = self.find(&req.session_id, auth)?;
+        s.touch();
+        let (files, budget, work) = (req.files, s.totals.disk, s.work.clone());
+        let used = blocking(move || {
+            check_files(&files, "files", budget)?;
+            write_files(&work, &files).map_err(|e| ExecError::invalid("files", e))?;
+            Ok::<_, ExecError>(disk_used(&work))
+        })
+        .await??;
+        Ok(pb::PutSessionFilesResponse { disk_used_bytes: used })
+    }
+
+    /// Reads files from a session's /work.
+    pub async fn get_files(
+        &self,
+        req: pb::GetSessionFilesRequest,
+        auth: &[u8],
+    ) -> Result<pb::GetSessionFilesResponse, SessionError> {
+        let _in_progress = self.engine.admission.request();
+        let s = self.find(&req.session_id, auth)?;
+        s.touch();
+        let paths = validate::fetch_files(&req.paths).map_err(|e| match e {
+            ExecError::InvalidArgument { field, message } => {
+                ExecError::invalid(field.replacen("fetch_files", "paths", 1), message)
+            }
+            e => e,
+        })?;
+        let work = s.work.clone();
+        let (file_cap, total_cap) = self.engine.fetch_caps();
+        Ok(blocking(move || read_files(&work, paths, file_cap, total_cap)).await?)
+    }
+
+    /// Ends a session; returns how many calls it served.
+    pub async fn close(
+        &self,
+        req: pb::CloseSessionRequest,
+        auth: &[u8],
+    ) -> Result<pb::CloseSessionResponse, SessionError> {
+        let _in_progress = self.engine.admission.request();
+        let s = self.find(&req.session_id, auth)?;
+        let calls = self.end(&s, "closed").await;
+        Ok(pb::CloseSessionResponse { calls })
+    }
+
+    /// Removes `s`, stops what runs in it, waits until its processes are gone, frees its slot.
+    async fn end(&self, s: &Arc<Session>, why: &str) -> u32 {
+        let removed = self.sessions.lock().ok().and_then(|mut m| m.remove(&s.id)).is_some();
+        s.closed.send_replace(true);
+        // A call in progress sees `closed` and drops its run, then lets go of the state.
+        let mut st = s.state.lock().await;
+        if let Some(r) = st.repl.take() {
+            let _ = r.kill().await;
+        }
+        let gone = procs::wait_gone(s.uid(self.policy().uid_base), KILL_WAIT).await;
+        if gone {
+            st.slot = None;
+        } else {
+            // Never hand on a slot that still runs someone's processes.
+            tracing::error!(session = %&s.id[..8], slot = s.slot, "session processes survived; its slot stays out of use");
+            std::mem::forget(st.slot.take());
+        }
+        if removed {
+            tracing::info!(session = %&s.id[..8], calls = st.calls, why, "session ended");
+        }
+        st.calls
+    }
+
+    /// Ends every session (executor shutdown).
+    pub async fn close_all(&self) {
+        let all: Vec<_> = self
+            .sessions
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        futures::future::join_all(all.iter().map(|s| self.end(s, "executor shutting down"))).await;
+    }
+
+    /// Ends the sessions past their idle or absolute timeout.
+    async fn reap(&self) {
+        let expired: Vec<(Arc<Session>, &'static str)> = self
+            .sessions
+            .lock()
+            .map(|m| {
+                m.values()
+                    .filter_map(|s| {
+                        if s.life_left().is_zero() {
+                            Some((s.clone(), "lifetime reached"))
+                        } else if s.idle_for() >= s.totals.idle && s.state.try_lock().is_ok() {
+                            // A call in progress is not idleness.
+                            Some((s.clone(), "idle timeout"))
+                        } else {
+                            None
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (s, why) in expired {
+            self.end(&s, why).await;
+        }
+    }
+}
+
+async fn reaper(m: Weak<SessionManager>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(m) = m.upgrade() else { return };
+        m.reap().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_long_random_and_distinct() {
+        let a = new_id().unwrap();
+        let b = new_id().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn request_files_stay_out_of_the_session_dir() {
+        let f = |p: &str| pb::File {
+            path: p.into(),
+            content: b"x".to_vec(),
+            executable: false,
+        };
+        let e = check_files(&[f("a.txt"), f("./.sandpool/cwd")], "files", 1 << 20).unwrap_err();
+        assert!(e.to_string().starts_with("files[1].path"), "{e}");
+        assert!(check_files(&[f("a.txt"), f("src/b.py")], "files", 1 << 20).is_ok());
+        let e = check_files(&[f("../x")], "files", 1 << 20).unwrap_err();
+        assert!(e.to_string().starts_with("files[0].path"), "{e}");
+    }
+}

@@ -1,0 +1,229 @@
+//! A Python session's interpreter: one long-lived sandboxed run of the driver
+//! (`driver.py`), spoken to through files in the session's /work.
+//!
+//! The host writes `.sandpool/in/N.json` (and `N.stdin`), then the marker `N.go`;
+//! the driver answers with `.sandpool/out/N/{stdout,stderr}` and then `out/N.json`.
+//! Everything read back was written by the user's uid: it is capped and parsed
+//! defensively, and the host alone decides when a call has run too long.
+
+use crate::engine::{Engine, ExecError, blocking};
+use crate::limits::Limits;
+use crate::sandbox::{FetchError, RunOutcome, RunSpec, SandboxError, WorkDir};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// The driver's source, run as `python3 -B -c <source>`: no file in /work for a cell to edit.
+const DRIVER: &str = include_str!("driver.py");
+
+/// How long the driver may take to start before the call fails.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest reply metadata read back (the display string is capped separately).
+const META_CAP: u64 = 64 << 10;
+
+/// A running interpreter.
+#[derive(Debug)]
+pub struct Repl {
+    /// Ends with the run's outcome when the interpreter exits or is killed at a limit.
+    task: JoinHandle<Option<Result<RunOutcome, SandboxError>>>,
+    kill: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Tells this start's `ready` file from an earlier one's.
+    epoch: u64,
+    ready: bool,
+}
+
+/// What a finished call sent back.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct Reply {
+    pub status: String,
+    pub display: String,
+    pub exit_code: i64,
+    pub error: String,
+    pub cwd: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub cpu_us: u64,
+    pub max_rss: u64,
+    #[serde(skip)]
+    pub stdout: Vec<u8>,
+    #[serde(skip)]
+    pub stderr: Vec<u8>,
+}
+
+/// How a call ended.
+#[derive(Debug)]
+pub enum CallEnd {
+    Replied(Box<Reply>),
+    /// The interpreter exited (or was killed at a session limit) during the call.
+    Exited(Result<RunOutcome, SandboxError>),
+    /// The call's wall time ran out; the interpreter is still running.
+    TimedOut,
+}
+
+impl Repl {
+    /// Starts the driver in `slot` with `work` at /work.
+    pub fn start(
+        engine: &Arc<Engine>,
+        slot: usize,
+        work: &Arc<WorkDir>,
+        limits: Limits,
+        epoch: u64,
+        first_call: u64,
+    ) -> Result<Repl, ExecError> {
+        let (lang, _) = engine.language("python", "language")?;
+        let python = lang.run.first().cloned().unwrap_or_else(|| "python3".into());
+        let mut env = engine.env_for(lang);
+        env.push(("SANDPOOL_EPOCH".into(), epoch.to_string()));
+        env.push(("SANDPOOL_FIRST_CALL".into(), first_call.to_string()));
+        let spec = RunSpec {
+            argv: vec![python, "-B".into(), "-c".into(), DRIVER.into()],
+            env,
+            stdin: vec![],
+            limits,
+            gpu: false,
+        };
+        let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+        let (engine, work) = (engine.clone(), work.clone());
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                r = engine.sandbox.run(slot, &work, &spec) => Some(r),
+                // Dropping the run kills everything it started.
+                _ = killed => None,
+            }
+        });
+        Ok(Repl {
+            task,
+            kill: Some(kill),
+            epoch,
+            ready: false,
+        })
+    }
+
+    /// True while the interpreter runs.
+    pub fn alive(&self) -> bool {
+        !self.task.is_finished()
+    }
+
+    /// Kills the interpreter and waits for its run to end (its processes die with its
+    /// pid namespace; the caller checks from the host that they are gone).
+    pub async fn kill(mut self) -> Option<Result<RunOutcome, SandboxError>> {
+        if let Some(k) = self.kill.take() {
+            let _ = k.send(());
+        }
+        (&mut self.task).await.ok().flatten()
+    }
+
+    /// Waits for the driver's `ready` file; Err(outcome) when it exited first.
+    async fn wait_ready(&mut self, work: &Arc<WorkDir>) -> Result<(), CallEnd> {
+        if self.ready {
+            return Ok(());
+        }
+        let until = tokio::time::Instant::now() + START_TIMEOUT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let w = work.clone();
+            let got = blocking(move || w.read_file(".sandpool/ready", 64)).await;
+            if let Ok(Ok(b)) = got
+                && String::from_utf8_lossy(&b).trim() == self.epoch.to_string()
+            {
+                self.ready = true;
+                return Ok(());
+            }
+            if self.task.is_finished() {
+                return Err(CallEnd::Exited((&mut self.task).await.ok().flatten().unwrap_or_else(
+                    || Err(SandboxError::Other("the interpreter was stopped".into())),
+                )));
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(CallEnd::TimedOut);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs call `n`: writes it, then waits for the reply, the interpreter's end or `wall`.
+    pub async fn call(
+        &mut self,
+        work: &Arc<WorkDir>,
+        n: u64,
+        request: serde_json::Value,
+        stdin: Vec<u8>,
+        wall: Duration,
+        output_cap: u64,
+    ) -> Result<CallEnd, ExecError> {
+        if let Err(end) = self.wait_ready(work).await {
+            return Ok(end);
+        }
+        let w = work.clone();
+        let body = request.to_string();
+        blocking(move || {
+            w.write_file(&format!(".sandpool/in/{n}.json"), body.as_bytes(), false)?;
+            if !stdin.is_empty() {
+                w.write_file(&format!(".sandpool/in/{n}.stdin"), &stdin, false)?;
+            }
+            // Last: its existence says the request is whole.
+            w.write_file(&format!(".sandpool/in/{n}.go"), b"", false)
+        })
+        .await?
+        .map_err(|e| ExecError::Internal(crate::engine::scrub_host_paths(&e.to_string())))?;
+
+        let until = tokio::time::Instant::now() + wall;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let w = work.clone();
+            match blocking(move || w.read_file(&format!(".sandpool/out/{n}.json"), META_CAP)).await? {
+                Ok(meta) => {
+                    let w = work.clone();
+                    let cap = output_cap;
+                    let (out, err) = blocking(move || {
+                        let read = |s: &str| w.read_file(&format!(".sandpool/out/{n}/{s}"), cap).unwrap_or_default();
+                        (read("stdout"), read("stderr"))
+                    })
+                    .await?;
+                    let mut reply: Reply = serde_json::from_slice(&meta).unwrap_or_else(|e| Reply {
+                        status: "error".into(),
+                        error: format!("sandpool: the interpreter's reply was unreadable: {e}"),
+                        exit_code: 1,
+                        ..Default::default()
+                    });
+                    reply.stdout = out;
+                    reply.stderr = err;
+                    return Ok(CallEnd::Replied(Box::new(reply)));
+                }
+                Err(FetchError::NotFound) => {}
+                // Anything else there (too large, not a file) is the cell's doing: no reply.
+                Err(e) => {
+                    let reply = Reply {
+                        status: "error".into(),
+                        error: format!("sandpool: the interpreter's reply was unreadable: {e}"),
+                        exit_code: 1,
+                        ..Default::default()
+                    };
+                    return Ok(CallEnd::Replied(Box::new(reply)));
+                }
+            }
+            if self.task.is_finished() {
+                let o = (&mut self.task).await.ok().flatten();
+                return Ok(CallEnd::Exited(o.unwrap_or_else(|| {
+                    Err(SandboxError::Other("the interpreter was stopped".into()))
+                })));
+            }
+            if tokio::time::Instant::now() >= until {
+                return Ok(CallEnd::TimedOut);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Repl {
+    fn drop(&mut self) {
+        if let Some(k) = self.kill.take() {
+            let _ = k.send(());
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! A bash session's call: a fresh sandboxed run in the session's /work.
+//!
+//! The cell is written to `.sandpool/cell.sh` and sourced by a prelude that first
+//! restores the last call's exported variables and working directory; an EXIT trap
+//! saves both for the next call, so `cd src` or `export X=1` carry over as in a
+//! terminal. Unexported variables, functions, /tmp and background processes do not:
+//! every call is a new process tree, killed whole when it ends.
+
+use crate::admission::SlotGuard;
+use crate::engine::{Engine, ExecError, blocking, scrub_host_paths};
+use crate::limits::Limits;
+use crate::metrics::Phase;
+use crate::sandbox::{RunSpec, WorkDir};
+use sandpool_proto::v1 as pb;
+use std::sync::Arc;
+
+const PRELUDE: &str = r#"[ -r /work/.sandpool/env ] && . /work/.sandpool/env >/dev/null 2>&1
+cd -- "$(cat /work/.sandpool/cwd 2>/dev/null)" 2>/dev/null || cd /work
+trap 'export -p > /work/.sandpool/env 2>/dev/null; pwd > /work/.sandpool/cwd 2>/dev/null' EXIT
+. /work/.sandpool/cell.sh
+"#;
+
+/// Longest working directory read back.
+const CWD_CAP: u64 = 4096;
+
+/// One call's result.
+pub struct ShellResult {
+    pub verdict: pb::Verdict,
+    pub result: pb::PhaseResult,
+    pub cwd: String,
+    pub message: String,
+}
+
+/// Runs `source` as bash in `work`, in `slot`, under `limits`.
+pub async fn call(
+    engine: &Arc<Engine>,
+    slot: &SlotGuard,
+    work: &Arc<WorkDir>,
+    source: &str,
+    stdin: Vec<u8>,
+    limits: Limits,
+) -> Result<ShellResult, ExecError> {
+    let (lang, _) = engine.language("bash", "language")?;
+    let w = work.clone();
+    let cell = source.as_bytes().to_vec();
+    blocking(move || w.write_file(".sandpool/cell.sh", &cell, false))
+        .await?
+        .map_err(|e| ExecError::Internal(scrub_host_paths(&e.to_string())))?;
+    let bash = lang.run.first().cloned().unwrap_or_else(|| "bash".into());
+    let spec = RunSpec {
+        argv: vec![bash, "-c".into(), PRELUDE.into()],
+        env: engine.env_for(lang),
+        stdin,
+        limits,
+        gpu: false,
+    };
+    let r = engine.run_phase(slot, work, &spec, Phase::Run).await;
+    let w = work.clone();
+    let cwd = blocking(move || w.read_file(".sandpool/cwd", CWD_CAP))
+        .await?
+        .map(|b| String::from_utf8_lossy(&b).trim_end().to_owned())
+        .unwrap_or_default();
+    Ok(ShellResult {
+        verdict: r.verdict,
+        result: r.result,
+        cwd,
+        message: r.error.unwrap_or_default(),
+    })
+}

@@ -1,0 +1,713 @@
+//! Stateful sessions against the real executor over loopback: state across
+//! calls, none across sessions, limits per call and per session, processes gone
+//! after close and timeouts (seen from the host), ids other callers cannot use,
+//! and draining with sessions open.
+
+use sandpool_proto::v1 as pb;
+use sandpool_tests::{Executor, Options};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+type Client = pb::executor_client::ExecutorClient<tonic::transport::Channel>;
+
+async fn executor(slots: usize, extra: &[&str]) -> Executor {
+    Executor::start(Options {
+        slots,
+        languages: vec!["python", "bash"],
+        extra_args: extra.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .await
+}
+
+async fn create(c: &mut Client, language: &str, limits: Option<pb::SessionLimits>) -> pb::CreateSessionResponse {
+    c.create_session(pb::CreateSessionRequest {
+        language: language.into(),
+        session_limits: limits,
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|s| panic!("CreateSession({language}): {s:?}"))
+    .into_inner()
+}
+
+fn code(id: &str, src: &str) -> pb::RunInSessionRequest {
+    pb::RunInSessionRequest {
+        session_id: id.into(),
+        input: Some(pb::run_in_session_request::Input::Code(src.into())),
+        ..Default::default()
+    }
+}
+
+fn command(id: &str, cmd: &str) -> pb::RunInSessionRequest {
+    pb::RunInSessionRequest {
+        session_id: id.into(),
+        input: Some(pb::run_in_session_request::Input::Command(cmd.into())),
+        ..Default::default()
+    }
+}
+
+async fn run(c: &mut Client, req: pb::RunInSessionRequest) -> pb::RunInSessionResponse {
+    c.run_in_session(req)
+        .await
+        .unwrap_or_else(|s| panic!("RunInSession: {s:?}"))
+        .into_inner()
+}
+
+fn out(r: &pb::RunInSessionResponse) -> String {
+    String::from_utf8_lossy(&r.result.as_ref().map(|p| p.stdout.clone()).unwrap_or_default()).into_owned()
+}
+
+fn err(r: &pb::RunInSessionResponse) -> String {
+    String::from_utf8_lossy(&r.result.as_ref().map(|p| p.stderr.clone()).unwrap_or_default()).into_owned()
+}
+
+fn verdict(r: &pb::RunInSessionResponse) -> pb::Verdict {
+    pb::Verdict::try_from(r.verdict).unwrap_or_default()
+}
+
+/// Pids on this host running as `uid` (from /proc/<pid>/status).
+fn procs_of(uid: u32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/status"))
+                        .ok()
+                        .and_then(|s| {
+                            s.lines()
+                                .find_map(|l| l.strip_prefix("Uid:"))
+                                .and_then(|v| v.split_whitespace().next()?.parse::<u32>().ok())
+                        })
+                        == Some(uid)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Pids running as any of the executor's slot uids.
+fn slot_procs(ex: &Executor, slots: u32) -> Vec<i32> {
+    (0..slots).flat_map(|i| procs_of(ex.uid_base + i)).collect()
+}
+
+#[tokio::test]
+async fn python_state_persists_across_calls_and_not_across_sessions() {
+    let ex = executor(2, &["--max-sessions", "2"]).await;
+    let mut c = ex.client();
+    let s = create(&mut c, "python", None).await;
+    assert_eq!(s.language, "python");
+    assert_eq!(s.executor_address, ex.addr, "the session names the executor holding it");
+    let limits = s.session_limits.expect("resolved session limits");
+    assert!(
+        limits.lifetime_ms > 0 && limits.max_calls > 0 && limits.disk_bytes > 0,
+        "{limits:?}"
+    );
+    assert!(s.call_limits.as_ref().is_some_and(|l| l.wall_time_ms > 0));
+    assert_eq!(s.session_id.len(), 32, "128 bits, hex");
+
+    let r = run(
+        &mut c,
+        code(
+            &s.session_id,
+            "x = 41\nimport os\nos.makedirs('src', exist_ok=True)\n_ = open('src/a.txt','w').write('hi')",
+        ),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    assert_eq!(r.display, "", "an assignment displays nothing");
+    let r = run(&mut c, code(&s.session_id, "print('x is', x)\nx + 1")).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    assert_eq!(out(&r), "x is 41\n");
+    assert_eq!(r.display, "42", "the last expression is displayed");
+    let r = run(&mut c, code(&s.session_id, "def f(n):\n    return n * 2\n")).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok);
+    let r = run(&mut c, code(&s.session_id, "import os; os.chdir('src'); f(x)")).await;
+    assert_eq!(r.display, "82");
+    assert_eq!(r.cwd, "/work/src", "{r:?}");
+    // A command runs in the interpreter's working directory, with its stdin.
+    let mut req = command(&s.session_id, "cat a.txt; echo; pwd; cat");
+    req.stdin = b"from stdin".to_vec();
+    let r = run(&mut c, req).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    assert_eq!(out(&r), "hi\n/work/src\nfrom stdin");
+    // A cell reads its own stdin.
+    let mut req = code(&s.session_id, "import sys; sys.stdin.read().upper()");
+    req.stdin = b"shout".to_vec();
+    assert_eq!(run(&mut c, req).await.display, "'SHOUT'");
+    // An exception is the cell's, the state survives it.
+    let r = run(&mut c, code(&s.session_id, "1/0")).await;
+    assert_eq!(verdict(&r), pb::Verdict::RuntimeError);
+    assert!(err(&r).contains("ZeroDivisionError"), "{}", err(&r));
+    assert!(!err(&r).contains("driver"), "the driver's frames stay out: {}", err(&r));
+    assert_eq!(run(&mut c, code(&s.session_id, "x")).await.display, "41");
+    let r = run(&mut c, code(&s.session_id, "def broken(:\n")).await;
+    assert_eq!(verdict(&r), pb::Verdict::RuntimeError);
+    assert!(err(&r).contains("SyntaxError"), "{}", err(&r));
+    assert!(r.calls_left > 0 && r.calls_left < limits.max_calls);
+
+    // Files come back, and go in.
+    let got = c
+        .get_session_files(pb::GetSessionFilesRequest {
+            session_id: s.session_id.clone(),
+            paths: vec!["src/a.txt".into(), "nope.txt".into()],
+        })
+        .await
+        .expect("GetSessionFiles")
+        .into_inner();
+    assert_eq!(got.files.len(), 1);
+    assert_eq!(got.files[0].content, b"hi");
+    assert_eq!(got.errors.len(), 1);
+    assert_eq!(got.errors[0].path, "nope.txt");
+    let put = c
+        .put_session_files(pb::PutSessionFilesRequest {
+            session_id: s.session_id.clone(),
+            files: vec![pb::File {
+                path: "data/in.txt".into(),
+                content: b"42".to_vec(),
+                executable: false,
+            }],
+        })
+        .await
+        .expect("PutSessionFiles")
+        .into_inner();
+    assert!(put.disk_used_bytes > 0);
+    let r = run(&mut c, code(&s.session_id, "int(open('/work/data/in.txt').read()) * 2")).await;
+    assert_eq!(r.display, "84", "{r:?}");
+
+    // A second session sees none of it.
+    let other = create(&mut c, "python", None).await;
+    assert_ne!(other.session_id, s.session_id);
+    let r = run(
+        &mut c,
+        code(
+            &other.session_id,
+            "import os\n'x' in globals(), os.path.exists('/work/src/a.txt'), os.path.exists('/work/data')",
+        ),
+    )
+    .await;
+    assert_eq!(r.display, "(False, False, False)", "{r:?}");
+    // Nor can it reach the other session's processes or files through /proc.
+    let r = run(
+        &mut c,
+        code(
+            &other.session_id,
+            "import os\nsorted(p for p in os.listdir('/proc') if p.isdigit())",
+        ),
+    )
+    .await;
+    assert!(!r.display.is_empty());
+    let pids: Vec<&str> = r.display.trim_matches(['[', ']']).split(", ").collect();
+    assert!(pids.len() <= 3, "a session sees only its own processes: {}", r.display);
+
+    for id in [&s.session_id, &other.session_id] {
+        c.close_session(pb::CloseSessionRequest { session_id: id.clone() })
+            .await
+            .expect("CloseSession");
+    }
+}
+
+#[tokio::test]
+async fn bash_sessions_keep_cwd_files_and_exports_but_not_processes() {
+    let ex = executor(2, &[]).await;
+    let mut c = ex.client();
+    let s = create(&mut c, "bash", None).await;
+    let id = &s.session_id;
+    let r = run(
+        &mut c,
+        code(
+            id,
+            "mkdir -p proj && cd proj && echo one > f && export GREETING=hello && NOT_EXPORTED=1",
+        ),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    assert_eq!(r.cwd, "/work/proj");
+    let r = run(
+        &mut c,
+        command(id, "pwd; cat f; echo \"$GREETING/${NOT_EXPORTED:-unset}\""),
+    )
+    .await;
+    assert_eq!(out(&r), "/work/proj\none\nhello/unset\n", "{r:?}");
+    let r = run(&mut c, code(id, "exit 3")).await;
+    assert_eq!(verdict(&r), pb::Verdict::RuntimeError);
+    assert_eq!(r.result.as_ref().map(|p| p.exit_code), Some(3));
+    // A background process does not outlive its call.
+    let r = run(&mut c, code(id, "(sleep 300 &) ; echo started")).await;
+    assert_eq!(out(&r), "started\n");
+    assert!(
+        slot_procs(&ex, 2).is_empty(),
+        "a call's processes outlived it: {:?}",
+        slot_procs(&ex, 2)
+    );
+    let closed = c
+        .close_session(pb::CloseSessionRequest { session_id: id.clone() })
+        .await
+        .expect("close")
+        .into_inner();
+    assert_eq!(closed.calls, 4);
+}
+
+#[tokio::test]
+async fn processes_are_gone_after_close_and_timeouts_and_ids_are_not_found_after() {
+    let ex = executor(2, &["--session-idle-timeout-ms", "1500"]).await;
+    let mut c = ex.client();
+    // Close: the interpreter and what it started are killed.
+    let s = create(&mut c, "python", None).await;
+    let r = run(
+        &mut c,
+        code(
+            &s.session_id,
+            "import subprocess\np = subprocess.Popen(['sleep', '300'])\np.pid > 0",
+        ),
+    )
+    .await;
+    assert_eq!(r.display, "True", "{r:?}");
+    assert!(
+        !slot_procs(&ex, 2).is_empty(),
+        "the interpreter and its child run between calls"
+    );
+    c.close_session(pb::CloseSessionRequest {
+        session_id: s.session_id.clone(),
+    })
+    .await
+    .expect("close");
+    assert_eq!(
+        slot_procs(&ex, 2),
+        Vec::<i32>::new(),
+        "processes left after CloseSession"
+    );
+    let gone = c.run_in_session(code(&s.session_id, "1")).await.expect_err("closed");
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    let gone = c
+        .close_session(pb::CloseSessionRequest {
+            session_id: s.session_id.clone(),
+        })
+        .await
+        .expect_err("closed twice");
+    assert_eq!(gone.code(), Code::NotFound);
+    let unknown = c
+        .run_in_session(code("00112233445566778899aabbccddeeff", "1"))
+        .await
+        .expect_err("unknown");
+    assert_eq!(unknown.code(), Code::NotFound);
+
+    // Idle timeout: the reaper ends it, and its processes.
+    let s = create(&mut c, "python", None).await;
+    assert_eq!(s.session_limits.as_ref().map(|l| l.idle_timeout_ms), Some(1500));
+    let r = run(
+        &mut c,
+        code(
+            &s.session_id,
+            "import subprocess\nsubprocess.Popen(['sleep', '300']).pid > 0",
+        ),
+    )
+    .await;
+    assert_eq!(r.display, "True");
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(15) {
+        if c.get_session_files(pb::GetSessionFilesRequest {
+            session_id: s.session_id.clone(),
+            paths: vec![],
+        })
+        .await
+        .is_err_and(|e| e.code() == Code::NotFound)
+        {
+            break;
+        }
+        // Each poll is use: poll less often than the idle timeout.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "the idle session was never ended"
+    );
+    assert_eq!(
+        slot_procs(&ex, 2),
+        Vec::<i32>::new(),
+        "processes left after the idle timeout"
+    );
+
+    // Absolute lifetime: ends even a session in the middle of a call.
+    let s = create(
+        &mut c,
+        "bash",
+        Some(pb::SessionLimits {
+            lifetime_ms: 2000,
+            ..Default::default()
+        }),
+    )
+    .await;
+    let mut req = command(&s.session_id, "sleep 30");
+    req.limits = Some(pb::Limits {
+        wall_time_ms: 20_000,
+        ..Default::default()
+    });
+    let t = Instant::now();
+    let r = c.run_in_session(req).await;
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "the call outlived the session: {:?}",
+        t.elapsed()
+    );
+    match r {
+        Err(e) => assert_eq!(e.code(), Code::NotFound, "{e:?}"),
+        // The call's wall is capped at the life left: it may end first, at its limit.
+        Ok(r) => assert_eq!(verdict(&r.into_inner()), pb::Verdict::WallTimeLimitExceeded),
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let gone = c
+        .run_in_session(code(&s.session_id, "true"))
+        .await
+        .expect_err("expired");
+    assert_eq!(gone.code(), Code::NotFound);
+    assert_eq!(
+        slot_procs(&ex, 2),
+        Vec::<i32>::new(),
+        "processes left after the lifetime"
+    );
+}
+
+#[tokio::test]
+async fn limits_per_call_and_per_session_are_enforced() {
+    // /work smaller than the file-size limit: a full disk is ENOSPC, not SIGXFSZ.
+    let ex = executor(2, &["--work-dir-bytes", "16777216", "--max-sessions", "2"]).await;
+    let mut c = ex.client();
+    let s = create(
+        &mut c,
+        "python",
+        Some(pb::SessionLimits {
+            max_calls: 4,
+            memory_bytes: 256 << 20,
+            ..Default::default()
+        }),
+    )
+    .await;
+    let id = &s.session_id;
+    assert!(run(&mut c, code(id, "keep = 'still here'")).await.verdict == pb::Verdict::Ok as i32);
+    // Per-call wall time: the interpreter is killed and restarted; files stay.
+    let mut req = code(
+        id,
+        "open('/work/mark','w').write('m')\nimport time\nwhile True: time.sleep(0.05)",
+    );
+    req.limits = Some(pb::Limits {
+        wall_time_ms: 500,
+        ..Default::default()
+    });
+    let t = Instant::now();
+    let r = run(&mut c, req).await;
+    assert_eq!(verdict(&r), pb::Verdict::WallTimeLimitExceeded, "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(r.state_reset);
+    assert!(r.message.contains("restart"), "{}", r.message);
+    // Memory: the session's total, at any moment.
+    let r = run(&mut c, code(id, "import os\nb = bytearray(400 << 20)\nlen(b)")).await;
+    assert!(
+        matches!(
+            verdict(&r),
+            pb::Verdict::MemoryLimitExceeded | pb::Verdict::RuntimeError
+        ),
+        "{r:?}"
+    );
+    let r = run(
+        &mut c,
+        code(id, "import os\n(os.path.exists('/work/mark'), 'keep' in globals())"),
+    )
+    .await;
+    assert_eq!(r.display, "(True, False)", "files stay, variables are gone: {r:?}");
+    assert_eq!(r.calls_left, 0);
+    let e = c.run_in_session(code(id, "1")).await.expect_err("past max_calls");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("max_calls"), "{}", e.message());
+
+    // Output per call: capped, and the call says so.
+    let b = create(&mut c, "bash", None).await;
+    let mut req = code(&b.session_id, "head -c 100000 /dev/zero | tr '\\0' x");
+    req.limits = Some(pb::Limits {
+        output_bytes: 2000,
+        ..Default::default()
+    });
+    let r = run(&mut c, req).await;
+    assert_eq!(verdict(&r), pb::Verdict::OutputLimitExceeded, "{r:?}");
+    assert!(out(&r).len() <= 2000);
+    // CPU per call in a bash session.
+    let mut req = code(&b.session_id, "while :; do :; done");
+    req.limits = Some(pb::Limits {
+        cpu_time_ms: 300,
+        wall_time_ms: 5000,
+        ..Default::default()
+    });
+    assert_eq!(verdict(&run(&mut c, req).await), pb::Verdict::TimeLimitExceeded);
+    // Disk: /work is the executor's work dir size.
+    let disk = b.session_limits.as_ref().map(|l| l.disk_bytes).unwrap_or(0);
+    let r = run(
+        &mut c,
+        code(
+            &b.session_id,
+            &format!("head -c {} /dev/zero > /work/big", disk + (1 << 20)),
+        ),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::RuntimeError, "{r:?}");
+    assert!(err(&r).contains("No space left"), "{}", err(&r));
+
+    // Requests above the ceilings name their field.
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            language: "python".into(),
+            session_limits: Some(pb::SessionLimits {
+                lifetime_ms: u64::MAX,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("lifetime above the ceiling");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("session_limits.lifetime_ms"), "{}", e.message());
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            language: "c".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("not a session language");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("language"), "{}", e.message());
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            language: "bash".into(),
+            files: vec![pb::File {
+                path: ".sandpool/cwd".into(),
+                content: b"/".to_vec(),
+                executable: false,
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect_err("the session's own directory");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("files[0].path"), "{}", e.message());
+    let e = c
+        .run_in_session(pb::RunInSessionRequest {
+            session_id: b.session_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no input");
+    assert_eq!(e.code(), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn sessions_are_capped_and_leave_slots_for_stateless_work() {
+    // 2 slots: at most 1 session by default.
+    let ex = executor(2, &[]).await;
+    let mut c = ex.client();
+    let s = create(&mut c, "bash", None).await;
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            language: "bash".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("over --max-sessions");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("--max-sessions"), "{}", e.message());
+    // Stateless work still runs.
+    let r = ex
+        .run(pb::ExecuteRequest {
+            language: "python".into(),
+            code: "print(7)".into(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{r:?}");
+    c.close_session(pb::CloseSessionRequest {
+        session_id: s.session_id.clone(),
+    })
+    .await
+    .expect("close");
+    create(&mut c, "bash", None).await;
+}
+
+fn authorized<T>(t: &str, mut r: tonic::Request<T>) -> tonic::Request<T> {
+    r.metadata_mut().insert("authorization", t.parse().expect("header"));
+    r
+}
+
+#[tokio::test]
+async fn a_session_answers_only_its_creators_credentials() {
+    // Without auth on, the executor lets every call in: the session itself tells callers apart.
+    let ex = executor(2, &[]).await;
+    let mut c = ex.client();
+    let create_req = || pb::CreateSessionRequest {
+        language: "bash".into(),
+        ..Default::default()
+    };
+    let s = c
+        .create_session(authorized("Bearer alice", tonic::Request::new(create_req())))
+        .await
+        .expect("create")
+        .into_inner();
+    let ok = c
+        .run_in_session(authorized(
+            "bearer  alice ",
+            tonic::Request::new(code(&s.session_id, "echo hi")),
+        ))
+        .await
+        .expect("the creator's credentials, the scheme in any case")
+        .into_inner();
+    assert_eq!(out(&ok), "hi\n");
+    for (who, req) in [
+        ("no credentials", tonic::Request::new(code(&s.session_id, "echo hi"))),
+        (
+            "another token",
+            authorized("Bearer mallory", tonic::Request::new(code(&s.session_id, "echo hi"))),
+        ),
+        (
+            "a prefix",
+            authorized("Bearer alic", tonic::Request::new(code(&s.session_id, "echo hi"))),
+        ),
+    ] {
+        let e = c.run_in_session(req).await.expect_err(who);
+        assert_eq!(e.code(), Code::NotFound, "{who}: {e:?}");
+    }
+    let e = c
+        .close_session(pb::CloseSessionRequest {
+            session_id: s.session_id.clone(),
+        })
+        .await
+        .expect_err("another caller cannot close it");
+    assert_eq!(e.code(), Code::NotFound);
+    c.close_session(authorized(
+        "Bearer alice",
+        tonic::Request::new(pb::CloseSessionRequest {
+            session_id: s.session_id.clone(),
+        }),
+    ))
+    .await
+    .expect("the creator closes it");
+
+    // With auth on, a caller without the token never reaches the session.
+    let ex = Executor::start(Options {
+        slots: 2,
+        languages: vec!["bash"],
+        env: vec![("SANDPOOL_AUTH_TOKEN".into(), "tok-a".into())],
+        ..Default::default()
+    })
+    .await;
+    let mut c = ex.client();
+    let s = c
+        .create_session(authorized("Bearer tok-a", tonic::Request::new(create_req())))
+        .await
+        .expect("create")
+        .into_inner();
+    let e = c
+        .run_in_session(code(&s.session_id, "echo hi"))
+        .await
+        .expect_err("no token");
+    assert_eq!(e.code(), Code::Unauthenticated);
+    let r = c
+        .run_in_session(authorized(
+            "Bearer tok-a",
+            tonic::Request::new(code(&s.session_id, "echo hi")),
+        ))
+        .await
+        .expect("token")
+        .into_inner();
+    assert_eq!(out(&r), "hi\n");
+}
+
+#[tokio::test]
+async fn drain_ends_sessions_and_refuses_new_ones() {
+    let mut ex = executor(2, &["--drain-timeout-ms", "20000"]).await;
+    let mut c = ex.client();
+    let s = create(&mut c, "python", None).await;
+    let r = run(
+        &mut c,
+        code(
+            &s.session_id,
+            "import subprocess\nsubprocess.Popen(['sleep', '300']).pid > 0",
+        ),
+    )
+    .await;
+    assert_eq!(r.display, "True");
+    let t = Instant::now();
+    ex.signal(libc::SIGTERM);
+    let status = ex.wait_exit(Duration::from_secs(15));
+    assert!(status.is_some(), "an open session held the draining executor");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(
+        slot_procs(&ex, 2),
+        Vec::<i32>::new(),
+        "session processes outlived the executor"
+    );
+}
+
+/// The isolation suite's cross-run checks, between sessions alive at once: what one
+/// session holds open (files, sockets, SysV memory) the other cannot see or reach,
+/// and a later session in the same slot finds nothing of either.
+#[tokio::test]
+async fn concurrent_sessions_cannot_see_each_other() {
+    let ex = executor(2, &["--max-sessions", "2"]).await;
+    let mut c = ex.client();
+    let a = create(&mut c, "python", None).await;
+    let b = create(&mut c, "python", None).await;
+    let plant = r#"
+import socket, ctypes
+open("/work/secret-a", "w").write("A-SECRET")
+open("/tmp/secret-a", "w").write("A-SECRET")
+open("/dev/shm/secret-a", "w").write("A-SECRET")
+u = socket.socket(socket.AF_UNIX); u.bind("\0sandpool-session-a"); u.listen(1)
+t = socket.socket(); t.bind(("127.0.0.1", 45690)); t.listen(1)
+ctypes.CDLL(None).shmget(0x5a5b, 4096, 0o1666) >= 0
+"#;
+    let r = run(&mut c, code(&a.session_id, plant)).await;
+    assert_eq!(r.display, "True", "{r:?}");
+    let probe = r#"
+import os, socket, ctypes
+found = []
+for d in ["/work", "/tmp", "/dev/shm"]:
+    found += [d + "/" + f for f in os.listdir(d) if "secret" in f]
+try:
+    s = socket.socket(socket.AF_UNIX); s.connect("\0sandpool-session-a"); found.append("abstract socket")
+except OSError: pass
+try:
+    socket.create_connection(("127.0.0.1", 45690), timeout=1); found.append("tcp listener")
+except OSError: pass
+if ctypes.CDLL(None).shmget(0x5a5b, 0, 0) >= 0: found.append("sysv shm")
+found
+"#;
+    let r = run(&mut c, code(&b.session_id, probe)).await;
+    assert_eq!(r.display, "[]", "{r:?}");
+    // A still holds all of it: the probe ran while A's sockets were open.
+    let r = run(&mut c, code(&a.session_id, "u.fileno() > 0 and t.fileno() > 0")).await;
+    assert_eq!(r.display, "True", "{r:?}");
+    // A session id is no way into another session's files either.
+    let got = c
+        .get_session_files(pb::GetSessionFilesRequest {
+            session_id: b.session_id.clone(),
+            paths: vec!["secret-a".into()],
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert!(got.files.is_empty(), "{got:?}");
+
+    for id in [&a.session_id, &b.session_id] {
+        c.close_session(pb::CloseSessionRequest { session_id: id.clone() })
+            .await
+            .expect("close");
+    }
+    let later = create(&mut c, "python", None).await;
+    let r = run(
+        &mut c,
+        code(
+            &later.session_id,
+            "import os\n(sorted(os.listdir('/work')), sorted(os.listdir('/tmp')), sorted(os.listdir('/dev/shm')))",
+        ),
+    )
+    .await;
+    assert_eq!(r.display, "(['.sandpool'], ['.sandpool'], [])", "{r:?}");
+}
