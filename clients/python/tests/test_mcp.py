@@ -4,6 +4,7 @@ a token. Root needed (the executors sandbox); `cargo build --workspace` first.""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx2
 import pytest
 from mcp import ClientSession, StdioServerParameters
@@ -19,6 +21,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from conftest import REPO
+from sandpool.v1 import executor_pb2 as pb
+from sandpool.v1 import executor_pb2_grpc
 
 TOOLS = {"run_code", "create_session", "run_in_session", "write_file", "read_file", "close_session"}
 
@@ -50,8 +54,9 @@ async def call_error(session: ClientSession, tool: str, args: dict) -> str:
     return text(r)
 
 
-async def exercise(session: ClientSession) -> None:
-    """Lists the tools and calls each one, checking what comes back."""
+async def exercise(session: ClientSession, languages: list[str]) -> None:
+    """Lists the tools and calls each one, checking what comes back; `languages` are the
+    executor's (both have python; the embedded one bash too)."""
     await session.initialize()
     listed = {t.name: t for t in (await session.list_tools()).tools}
     assert set(listed) == TOOLS
@@ -60,7 +65,7 @@ async def exercise(session: ClientSession) -> None:
     schema = run_code.input_schema
     assert sorted(schema["required"]) == ["code", "language"]
     assert schema.get("additionalProperties") is False
-    assert "python" in schema["properties"]["language"]["enum"]
+    assert sorted(schema["properties"]["language"]["enum"]) == sorted(languages)
     assert run_code.output_schema is not None
 
     r = await call(session, "run_code", {"language": "python", "code": "print(6 * 7)"})
@@ -92,13 +97,13 @@ async def exercise(session: ClientSession) -> None:
     msg = await call_error(session, "run_code", {"language": "python", "code": "", "limits": {"wall_time_ms": 10**9}})
     assert "limits.wall_time_ms" in msg
 
-    await exercise_sessions(session, listed)
+    await exercise_sessions(session, listed, languages)
 
 
-async def exercise_sessions(session: ClientSession, listed: dict) -> None:
-    """Each session tool, on a Python session and then a bash one (one at a time: the test
-    executors have two slots, and a session holds one)."""
-    assert listed["create_session"].input_schema["properties"]["language"]["enum"] == ["python", "bash"]
+async def exercise_sessions(session: ClientSession, listed: dict, languages: list[str]) -> None:
+    """Each session tool, on a Python session and then, where the executor has bash, a bash
+    one (one at a time: the test executors have two slots, and a session holds one)."""
+    assert listed["create_session"].input_schema["properties"]["language"]["enum"] == languages  # python first
     assert sorted(listed["run_in_session"].input_schema["required"]) == ["session_id"]
 
     created = await call(session, "create_session", {"language": "python", "session_limits": {"idle_timeout_ms": 60000}})
@@ -137,11 +142,20 @@ async def exercise_sessions(session: ClientSession, listed: dict) -> None:
     assert closed["session_id"] == sid and closed["calls"] >= 5, closed
     assert "not found" in (await call_error(session, "run_in_session", {"session_id": sid, "code": "x"})).lower()
 
-    # Nothing persists across sessions; a bash session keeps its directory and files.
+    # Nothing persists across sessions.
+    sid = (await call(session, "create_session", {"language": "python"}))["session_id"]
+    r = await call(session, "run_in_session", {"session_id": sid, "code": "import os\nprint(os.listdir('.'))\nx"})
+    assert r["verdict"] == "RUNTIME_ERROR" and "NameError" in r["stderr"], r
+    assert not {"in.txt", "out.txt", "b.bin"} & set(ast.literal_eval(r["stdout"])), r
+    await call(session, "close_session", {"session_id": sid})
+    if "bash" not in languages:
+        return
+
+    # A bash session keeps its working directory and files.
     created = await call(session, "create_session", {"language": "bash"})
     sid = created["session_id"]
-    r = await call(session, "run_in_session", {"session_id": sid, "command": "ls; mkdir -p sub && cd sub && echo hi > f"})
-    assert r["verdict"] == "OK" and "in.txt" not in r["stdout"], r
+    r = await call(session, "run_in_session", {"session_id": sid, "command": "mkdir -p sub && cd sub && echo hi > f"})
+    assert r["verdict"] == "OK", r
     r = await call(session, "run_in_session", {"session_id": sid, "command": "pwd; cat f"})
     assert r["stdout"].split() == [r["cwd"], "hi"] and r["cwd"].endswith("/sub"), r
     await call(session, "close_session", {"session_id": sid})
@@ -161,7 +175,7 @@ async def test_mcp_over_stdio_with_an_embedded_executor():
         ],  # fmt: skip
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await exercise(session)
+        await exercise(session, ["python", "bash"])
 
 
 class HttpServer:
@@ -201,8 +215,12 @@ class HttpServer:
 
 
 @pytest.fixture
-def http_server(make_executor):
-    executor = make_executor("mcp-remote", env={"SANDPOOL_AUTH_TOKEN": "executor-secret"})
+def executor(make_executor):
+    return make_executor("mcp-remote", env={"SANDPOOL_AUTH_TOKEN": "executor-secret"})
+
+
+@pytest.fixture
+def http_server(executor):
     server = HttpServer(
         ["--endpoint", executor.address],
         # The MCP server's own callers' token, and the one it sends the executor.
@@ -212,14 +230,34 @@ def http_server(make_executor):
     server.close()
 
 
+def mcp_http(url: str):
+    http = httpx2.AsyncClient(headers={"Authorization": "Bearer mcp-secret"}, timeout=httpx2.Timeout(30, read=300))
+    return http, streamable_http_client(url, http_client=http)
+
+
 async def test_mcp_over_streamable_http_with_a_remote_executor(http_server):
-    headers = {"Authorization": "Bearer mcp-secret"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
-        streamable_http_client(http_server.url, http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await exercise(session)
+    http, transport = mcp_http(http_server.url)
+    async with http, transport as (read, write), ClientSession(read, write) as session:
+        await exercise(session, ["python"])
+
+
+async def test_mcp_server_closes_its_sessions_when_stopped(http_server, executor):
+    http, transport = mcp_http(http_server.url)
+    async with http, transport as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        sid = (await call(session, "create_session", {"language": "python"}))["session_id"]
+        await call(session, "run_in_session", {"session_id": sid, "code": "x = 1"})
+    auth = (("authorization", "Bearer executor-secret"),)
+    with grpc.insecure_channel(executor.address) as ch:
+        stub = executor_pb2_grpc.ExecutorStub(ch)
+        # Still alive with the MCP client gone (HTTP sessions outlive connections) ...
+        r = stub.RunInSession(pb.RunInSessionRequest(session_id=sid, code="x"), metadata=auth, timeout=30)
+        assert r.display == "1"
+        # ... and ended when the server stops (SIGTERM), not left to its idle timeout.
+        http_server.close()
+        with pytest.raises(grpc.RpcError) as e:
+            stub.RunInSession(pb.RunInSessionRequest(session_id=sid, code="x"), metadata=auth, timeout=30)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_mcp_http_refuses_a_caller_without_the_token_or_from_a_browser(http_server):
@@ -230,13 +268,17 @@ def test_mcp_http_refuses_a_caller_without_the_token_or_from_a_browser(http_serv
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
     }
     accept = {"Accept": "application/json, text/event-stream"}
-    with httpx2.Client(timeout=30) as http:
-        assert http.post(http_server.url, json=init, headers=accept).status_code == 401
-        bad = dict(accept, Authorization="Bearer wrong")
-        assert http.post(http_server.url, json=init, headers=bad).status_code == 401
-        good = dict(accept, Authorization="Bearer mcp-secret")
-        # A page in a browser may reach loopback; its Origin gives it away.
-        assert http.post(http_server.url, json=init, headers=dict(good, Origin="http://evil.example")).status_code == 403
-        # DNS rebinding: a name that resolves to loopback but is not one of ours.
-        assert http.post(http_server.url, json=init, headers=dict(good, Host="evil.example")).status_code in (400, 403)
-        assert http.post(http_server.url, json=init, headers=good).status_code == 200
+
+    def post(**headers: str) -> int:
+        # A connection each: a refused request's body may be left unread, and its connection closed.
+        with httpx2.Client(timeout=30) as http:
+            return http.post(http_server.url, json=init, headers=dict(accept, **headers)).status_code
+
+    assert post() == 401
+    assert post(Authorization="Bearer wrong") == 401
+    good = {"Authorization": "Bearer mcp-secret"}
+    # A page in a browser may reach loopback; its Origin gives it away.
+    assert post(**good, Origin="http://evil.example") == 403
+    # DNS rebinding: a name that resolves to loopback but is not one of ours.
+    assert post(**good, Host="evil.example") == 403
+    assert post(**good) == 200

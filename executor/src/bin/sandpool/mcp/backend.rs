@@ -8,6 +8,7 @@ use sandpool_executor::judge::Judge;
 use sandpool_executor::proto as pb;
 use sandpool_executor::proto::executor_server::Executor as _;
 use sandpool_executor::service::ExecutorService;
+use sandpool_executor::session::SessionManager;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,17 +27,21 @@ pub struct Route {
 }
 
 pub enum Backend {
-    /// The gRPC service itself, called in-process (no network, no token).
-    Embedded(ExecutorService),
-    Remote {
-        balanced: Client,
-        /// Clients by executor address, shared by that executor's sessions.
-        by_address: Mutex<HashMap<String, Client>>,
-        /// Sessions this server created, by id. Only addresses executors named go
-        /// here, never one a caller supplies: a caller cannot point this server
-        /// (and its token) at another host.
-        routes: Mutex<HashMap<String, Route>>,
-    },
+    /// The gRPC service itself, called in-process (no network, no token), and its
+    /// sessions, to end them at shutdown.
+    Embedded(ExecutorService, Arc<SessionManager>),
+    Remote(Box<Remote>),
+}
+
+/// Remote executors.
+pub struct Remote {
+    balanced: Client,
+    /// Clients by executor address, shared by that executor's sessions.
+    by_address: Mutex<HashMap<String, Client>>,
+    /// Sessions this server created, by id. Only addresses executors named go
+    /// here, never one a caller supplies: a caller cannot point this server
+    /// (and its token) at another host.
+    routes: Mutex<HashMap<String, Route>>,
 }
 
 /// A session id this server does not know (remote), like the executor's NOT_FOUND.
@@ -48,41 +53,46 @@ impl Backend {
     /// Connects to `endpoint`, or builds an embedded executor from `args`.
     pub async fn new(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Result<Backend> {
         Ok(match endpoint {
-            Some(e) => Backend::Remote {
+            Some(e) => Backend::Remote(Box::new(Remote {
                 balanced: client(channels(e).await?.balanced),
                 by_address: Mutex::default(),
                 routes: Mutex::default(),
-            },
+            })),
             None => {
                 let engine = Arc::new(args.build_engine().await?);
-                Backend::Embedded(ExecutorService::with_judge(Judge::new(engine)))
+                // No address to advertise: every call stays in this process.
+                let sessions = SessionManager::start(engine.clone(), String::new());
+                Backend::Embedded(
+                    ExecutorService::with_sessions(Judge::new(engine), sessions.clone()),
+                    sessions,
+                )
             }
         })
     }
 
     pub async fn execute(&self, req: pb::ExecuteRequest) -> Result<pb::ExecuteResponse, Status> {
         match self {
-            Backend::Embedded(s) => Ok(s.execute(Request::new(req)).await?.into_inner()),
-            Backend::Remote { balanced, .. } => Ok(balanced.clone().execute(req).await?.into_inner()),
+            Backend::Embedded(s, _) => Ok(s.execute(Request::new(req)).await?.into_inner()),
+            Backend::Remote(r) => Ok(r.balanced.clone().execute(req).await?.into_inner()),
         }
     }
 
     pub async fn capabilities(&self) -> Result<pb::Capabilities, Status> {
         let req = pb::GetCapabilitiesRequest {};
         match self {
-            Backend::Embedded(s) => Ok(s.get_capabilities(Request::new(req)).await?.into_inner()),
-            Backend::Remote { balanced, .. } => Ok(balanced.clone().get_capabilities(req).await?.into_inner()),
+            Backend::Embedded(s, _) => Ok(s.get_capabilities(Request::new(req)).await?.into_inner()),
+            Backend::Remote(r) => Ok(r.balanced.clone().get_capabilities(req).await?.into_inner()),
         }
     }
 
     pub async fn create_session(&self, req: pb::CreateSessionRequest) -> Result<pb::CreateSessionResponse, Status> {
-        let (balanced, by_address, routes) = match self {
-            Backend::Embedded(s) => return Ok(s.create_session(Request::new(req)).await?.into_inner()),
-            Backend::Remote {
-                balanced,
-                by_address,
-                routes,
-            } => (balanced, by_address, routes),
+        let Remote {
+            balanced,
+            by_address,
+            routes,
+        } = match self {
+            Backend::Embedded(s, _) => return Ok(s.create_session(Request::new(req)).await?.into_inner()),
+            Backend::Remote(r) => &**r,
         };
         let resp = balanced.clone().create_session(req).await?.into_inner();
         let address = resp.executor_address.clone();
@@ -127,19 +137,20 @@ impl Backend {
 
     fn route(&self, session_id: &str) -> Result<Route, Status> {
         match self {
-            Backend::Remote { routes, .. } => routes
+            Backend::Remote(r) => r
+                .routes
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(session_id)
                 .cloned()
                 .ok_or_else(unknown_session),
-            Backend::Embedded(_) => Err(Status::internal("no routes in embedded mode")),
+            Backend::Embedded(..) => Err(Status::internal("no routes in embedded mode")),
         }
     }
 
     fn forget(&self, session_id: &str) {
-        if let Backend::Remote { routes, .. } = self {
-            routes.lock().unwrap_or_else(|p| p.into_inner()).remove(session_id);
+        if let Backend::Remote(r) = self {
+            r.routes.lock().unwrap_or_else(|p| p.into_inner()).remove(session_id);
         }
     }
 
@@ -162,7 +173,7 @@ impl Backend {
     }
 
     pub async fn run_in_session(&self, req: pb::RunInSessionRequest) -> Result<pb::RunInSessionResponse, Status> {
-        if let Backend::Embedded(s) = self {
+        if let Backend::Embedded(s, _) = self {
             return Ok(s.run_in_session(Request::new(req)).await?.into_inner());
         }
         let id = req.session_id.clone();
@@ -177,7 +188,7 @@ impl Backend {
         &self,
         req: pb::PutSessionFilesRequest,
     ) -> Result<pb::PutSessionFilesResponse, Status> {
-        if let Backend::Embedded(s) = self {
+        if let Backend::Embedded(s, _) = self {
             return Ok(s.put_session_files(Request::new(req)).await?.into_inner());
         }
         let id = req.session_id.clone();
@@ -192,7 +203,7 @@ impl Backend {
         &self,
         req: pb::GetSessionFilesRequest,
     ) -> Result<pb::GetSessionFilesResponse, Status> {
-        if let Backend::Embedded(s) = self {
+        if let Backend::Embedded(s, _) = self {
             return Ok(s.get_session_files(Request::new(req)).await?.into_inner());
         }
         let id = req.session_id.clone();
@@ -204,7 +215,7 @@ impl Backend {
     }
 
     pub async fn close_session(&self, req: pb::CloseSessionRequest) -> Result<pb::CloseSessionResponse, Status> {
-        if let Backend::Embedded(s) = self {
+        if let Backend::Embedded(s, _) = self {
             return Ok(s.close_session(Request::new(req)).await?.into_inner());
         }
         let id = req.session_id.clone();
@@ -217,12 +228,12 @@ impl Backend {
         }
     }
 
-    /// Closes the remote sessions this server created and still holds (at shutdown:
-    /// an agent gone for good leaves none running until their idle timeout).
+    /// Closes the sessions this server created and still holds (at shutdown: an agent
+    /// gone for good leaves none running until their idle timeout).
     pub async fn close_all(&self) {
         let routes: Vec<(String, Route)> = match self {
-            Backend::Remote { routes, .. } => routes.lock().unwrap_or_else(|p| p.into_inner()).drain().collect(),
-            Backend::Embedded(_) => return,
+            Backend::Remote(r) => r.routes.lock().unwrap_or_else(|p| p.into_inner()).drain().collect(),
+            Backend::Embedded(_, sessions) => return sessions.close_all().await,
         };
         let closing = routes.into_iter().map(|(id, r)| async move {
             let req = pb::CloseSessionRequest { session_id: id };

@@ -268,6 +268,29 @@ mod tests {
     }
 
     #[test]
+    fn session_languages_are_the_available_ones_of_python_and_bash() {
+        let enum_of = |tools: &[Tool]| {
+            let t = tools.iter().find(|t| t.name == "create_session").unwrap();
+            t.input_schema["properties"]["language"].get("enum").cloned()
+        };
+        let only_python = list(&["python".into(), "c".into()]);
+        assert_eq!(enum_of(&only_python), Some(serde_json::json!(["python"])));
+        assert_eq!(enum_of(&list(&[])), Some(serde_json::json!(["python", "bash"])));
+        let names: Vec<_> = only_python.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            [
+                "run_code",
+                "create_session",
+                "run_in_session",
+                "write_file",
+                "read_file",
+                "close_session"
+            ]
+        );
+    }
+
+    #[test]
     fn a_zero_limit_is_refused_by_name() {
         let l = LimitArgs {
             memory_bytes: Some(0),
