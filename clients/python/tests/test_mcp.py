@@ -24,6 +24,8 @@ from conftest import REPO
 from sandpool.v1 import executor_pb2 as pb
 from sandpool.v1 import executor_pb2_grpc
 
+# Lists the program's open file descriptors.
+FDS = "import os\nprint(sorted(os.listdir('/proc/self/fd')))"
 TOOLS = {"run_code", "create_session", "run_in_session", "write_file", "read_file", "close_session"}
 
 
@@ -67,6 +69,10 @@ async def exercise(session: ClientSession, languages: list[str]) -> None:
     assert schema.get("additionalProperties") is False
     assert sorted(schema["properties"]["language"]["enum"]) == sorted(languages)
     assert run_code.output_schema is not None
+
+    # The program sees its own stdin, stdout and stderr only, never this server's protocol pipes.
+    r = await call(session, "run_code", {"language": "python", "code": FDS})
+    assert r["stdout"] == "['0', '1', '2', '3']\n", r  # 3: the listing's own
 
     r = await call(session, "run_code", {"language": "python", "code": "print(6 * 7)"})
     assert (r["verdict"], r["stdout"], r["exit_code"], r["phase"]) == ("OK", "42\n", 0, "run")
@@ -117,6 +123,8 @@ async def exercise_sessions(session: ClientSession, listed: dict, languages: lis
     assert (r["verdict"], r["stdout"]) == ("OK", "1\n"), r
     r = await call(session, "run_in_session", {"session_id": sid, "code": "x + 41"})
     assert r["display"] == "42", r
+    r = await call(session, "run_in_session", {"session_id": sid, "code": FDS})
+    assert r["stdout"] == "['0', '1', '2', '3']\n", r
 
     # Files in, files out: text, and bytes that are not UTF-8.
     w = await call(session, "write_file", {"session_id": sid, "path": "in.txt", "content": "hello"})
@@ -282,3 +290,36 @@ def test_mcp_http_refuses_a_caller_without_the_token_or_from_a_browser(http_serv
     # DNS rebinding: a name that resolves to loopback but is not one of ours.
     assert post(**good, Host="evil.example") == 403
     assert post(**good) == 200
+
+
+async def test_mcp_routes_session_calls_to_their_executor_and_says_when_it_is_lost(make_executor):
+    # Two executors of one session each behind one --endpoint: a call sent anywhere but to its
+    # session's executor gets NOT_FOUND there.
+    executors = [make_executor(f"mcp-pool-{i}", env={"SANDPOOL_MAX_SESSIONS": "1"}) for i in range(2)]
+    server = HttpServer(["--endpoint", ",".join(e.address for e in executors)], {"SANDPOOL_MCP_TOKEN": "mcp-secret"})
+    try:
+        http, transport = mcp_http(server.url)
+        async with http, transport as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            sids: list[str] = []
+            for _ in range(40):  # the balancer picks; the executor that has a session refuses a second
+                r = await session.call_tool("create_session", {"language": "python"})
+                if not r.is_error:
+                    sids.append(r.structured_content["session_id"])
+                    if len(sids) == 2:
+                        break
+                else:
+                    assert "busy" in text(r), text(r)
+            assert len(sids) == 2, "the balancer never reached the second executor"
+            for sid, v in zip(sids, ("'one'", "'two'")):
+                await call(session, "run_in_session", {"session_id": sid, "code": f"x = {v}"})
+            for _ in range(4):
+                for sid, v in zip(sids, ("'one'", "'two'")):
+                    r = await call(session, "run_in_session", {"session_id": sid, "code": "x"})
+                    assert r["display"] == v, r
+            for e in executors:
+                e.kill()
+            msg = await call_error(session, "run_in_session", {"session_id": sids[0], "code": "x"})
+            assert "session is lost" in msg, msg
+    finally:
+        server.close()

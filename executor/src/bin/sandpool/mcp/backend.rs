@@ -36,6 +36,8 @@ pub enum Backend {
 /// Remote executors.
 pub struct Remote {
     balanced: Client,
+    /// Send session calls to the address each create response names (else through `balanced`).
+    route: bool,
     /// Clients by executor address, shared by that executor's sessions.
     by_address: Mutex<HashMap<String, Client>>,
     /// Sessions this server created, by id. Only addresses executors named go
@@ -50,11 +52,13 @@ fn unknown_session() -> Status {
 }
 
 impl Backend {
-    /// Connects to `endpoint`, or builds an embedded executor from `args`.
-    pub async fn new(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Result<Backend> {
+    /// Connects to `endpoint` (routing session calls to their executors when `route`),
+    /// or builds an embedded executor from `args`.
+    pub async fn new(endpoint: Option<&str>, route: bool, args: &ExecutorArgs) -> anyhow::Result<Backend> {
         Ok(match endpoint {
             Some(e) => Backend::Remote(Box::new(Remote {
                 balanced: client(channels(e).await?.balanced),
+                route,
                 by_address: Mutex::default(),
                 routes: Mutex::default(),
             })),
@@ -88,6 +92,7 @@ impl Backend {
     pub async fn create_session(&self, req: pb::CreateSessionRequest) -> Result<pb::CreateSessionResponse, Status> {
         let Remote {
             balanced,
+            route,
             by_address,
             routes,
         } = match self {
@@ -96,7 +101,7 @@ impl Backend {
         };
         let resp = balanced.clone().create_session(req).await?.into_inner();
         let address = resp.executor_address.clone();
-        let client = if address.is_empty() {
+        let client = if address.is_empty() || !route {
             balanced.clone()
         } else {
             let mut cache = by_address.lock().unwrap_or_else(|p| p.into_inner());
@@ -128,7 +133,8 @@ impl Backend {
             resp.session_id.clone(),
             Route {
                 client,
-                address,
+                // Errors name where the calls went.
+                address: if *route { address } else { "through --endpoint".into() },
                 expires: now + lifetime,
             },
         );

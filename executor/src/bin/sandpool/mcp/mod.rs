@@ -38,6 +38,11 @@ pub struct McpArgs {
     /// Executor(s): host:port, dns:///pool.ns.svc.cluster.local:50051 (every address), or a,b,... (default: embedded).
     #[arg(long, env = "SANDPOOL_ENDPOINT")]
     pub endpoint: Option<String>,
+    /// Send a session's calls through --endpoint too, not to the executor address its create
+    /// response names: for an --endpoint that reaches exactly one executor, e.g. a port-forward
+    /// from outside the cluster, where pod addresses are out of reach.
+    #[arg(long, env = "SANDPOOL_MCP_NO_SESSION_ROUTING")]
+    pub no_session_routing: bool,
     #[command(flatten)]
     pub executor: ExecutorArgs,
 }
@@ -68,7 +73,7 @@ pub async fn run(a: McpArgs) -> anyhow::Result<i32> {
         Some(_) => http::load_token(a.http_token_file.as_deref(), std::env::var("SANDPOOL_MCP_TOKEN").ok())?,
         None => None,
     };
-    let backend = Backend::new(a.endpoint.as_deref(), &a.executor).await?;
+    let backend = Backend::new(a.endpoint.as_deref(), !a.no_session_routing, &a.executor).await?;
     let tools = tools::list(&languages(&backend).await);
     let state = Arc::new(State { backend, tools });
     match a.http_listen {
