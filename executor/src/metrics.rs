@@ -28,6 +28,8 @@ pub struct Metrics {
     pub busy_slots: Gauge,
     pub queue_length: Gauge,
     pub slots: Gauge,
+    /// Stateful sessions alive (each holds a slot).
+    pub sessions: Gauge,
 }
 
 /// A pipeline phase whose latency is recorded.
@@ -56,6 +58,12 @@ impl Metrics {
         registry.register("busy_slots", "Run slots in use", busy_slots.clone());
         registry.register("queue_length", "Requests waiting for a run slot", queue_length.clone());
         registry.register("slots", "Run slots in total", slots.clone());
+        let sessions = Gauge::default();
+        registry.register(
+            "sessions",
+            "Stateful sessions alive, each holding a run slot",
+            sessions.clone(),
+        );
         Arc::new(Metrics {
             registry,
             runs,
@@ -63,6 +71,7 @@ impl Metrics {
             busy_slots,
             queue_length,
             slots,
+            sessions,
         })
     }
 

@@ -146,6 +146,25 @@ async fn python_state_persists_across_calls_and_not_across_sessions() {
     assert_eq!(verdict(&r), pb::Verdict::RuntimeError);
     assert!(err(&r).contains("SyntaxError"), "{}", err(&r));
     assert!(r.calls_left > 0 && r.calls_left < limits.max_calls);
+    // A huge value displays cut, with a note; odd characters come back as valid text.
+    let r = run(&mut c, code(&s.session_id, "'a' * 1_000_000")).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    assert!(
+        r.display.len() < 300_000 && r.display.starts_with("'aaa"),
+        "{}",
+        r.display.len()
+    );
+    assert!(r.message.contains("cut"), "{}", r.message);
+    let r = run(
+        &mut c,
+        code(
+            &s.session_id,
+            "class W:\n    def __repr__(self): return 'x\\udc80y\\u00e9'\nW()",
+        ),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    assert_eq!(r.display, "x\\udc80y\u{e9}");
 
     // Files come back, and go in.
     let got = c
@@ -200,6 +219,23 @@ async fn python_state_persists_across_calls_and_not_across_sessions() {
     assert!(!r.display.is_empty());
     let pids: Vec<&str> = r.display.trim_matches(['[', ']']).split(", ").collect();
     assert!(pids.len() <= 3, "a session sees only its own processes: {}", r.display);
+
+    // Per-call CPU in a Python session: RLIMIT_CPU ends the interpreter, the next call gets a fresh one.
+    let mut req = code(&s.session_id, "while True: pass");
+    req.limits = Some(pb::Limits {
+        cpu_time_ms: 1000,
+        wall_time_ms: 20_000,
+        ..Default::default()
+    });
+    let t = Instant::now();
+    let r = run(&mut c, req).await;
+    assert_eq!(verdict(&r), pb::Verdict::TimeLimitExceeded, "{r:?}");
+    assert!(r.state_reset, "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert_eq!(
+        run(&mut c, code(&s.session_id, "'x' in globals()")).await.display,
+        "False"
+    );
 
     for id in [&s.session_id, &other.session_id] {
         c.close_session(pb::CloseSessionRequest { session_id: id.clone() })
@@ -385,7 +421,15 @@ async fn limits_per_call_and_per_session_are_enforced() {
     )
     .await;
     let id = &s.session_id;
-    assert!(run(&mut c, code(id, "keep = 'still here'")).await.verdict == pb::Verdict::Ok as i32);
+    let r = run(
+        &mut c,
+        code(
+            id,
+            "keep = 'still here'\nimport subprocess\nchild = subprocess.Popen(['sleep', '300'])",
+        ),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
     // Per-call wall time: the interpreter is killed and restarted; files stay.
     let mut req = code(
         id,
@@ -401,6 +445,12 @@ async fn limits_per_call_and_per_session_are_enforced() {
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(r.state_reset);
     assert!(r.message.contains("restart"), "{}", r.message);
+    // The killed interpreter took its processes along; the next one starts with the next call.
+    assert_eq!(
+        slot_procs(&ex, 2),
+        Vec::<i32>::new(),
+        "processes left after a call's timeout"
+    );
     // Memory: the session's total, at any moment.
     let r = run(&mut c, code(id, "import os\nb = bytearray(400 << 20)\nlen(b)")).await;
     assert!(
@@ -514,6 +564,7 @@ async fn sessions_are_capped_and_leave_slots_for_stateless_work() {
         .expect_err("over --max-sessions");
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert!(e.message().contains("--max-sessions"), "{}", e.message());
+    assert_eq!(ex.metric("sandpool_sessions"), 1.0);
     // Stateless work still runs.
     let r = ex
         .run(pb::ExecuteRequest {
@@ -528,6 +579,7 @@ async fn sessions_are_capped_and_leave_slots_for_stateless_work() {
     })
     .await
     .expect("close");
+    assert_eq!(ex.metric("sandpool_sessions"), 0.0);
     create(&mut c, "bash", None).await;
 }
 

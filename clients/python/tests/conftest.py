@@ -45,8 +45,12 @@ class Executor:
         queue: Optional[int] = None,
         port: Optional[int] = None,
         env: Optional[dict] = None,
+        languages: str = "python",
+        args: Optional[list] = None,
     ):
         self.name = name
+        self.languages = languages
+        self.extra_args = args or []
         self.extra_env = env or {}
         self.slots = slots
         self.queue = queue
@@ -75,9 +79,10 @@ class Executor:
             "--work-root", self.work_root,
             "--uid-base", str(self.uid_base),
             "--slots", str(self.slots),
-            "--enable-languages", "python",
+            "--enable-languages", self.languages,
             "--drain-timeout-ms", "5000",
         ]  # fmt: skip
+        cmd += self.extra_args
         if self.queue is not None:
             cmd += ["--queue", str(self.queue)]
         env = dict(os.environ, SANDPOOL_NAME=self.name, **self.extra_env)

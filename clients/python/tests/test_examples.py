@@ -80,3 +80,14 @@ def test_humaneval_recipe_scores_canonical_and_stub_samples(executor: Executor, 
     mixed = run("--samples", str(samples), "--k", "1,2")
     assert mixed.returncode == 0, mixed.stderr
     assert "pass@1: 0.5000" in mixed.stdout and "pass@2: 1.0000" in mixed.stdout, mixed.stdout
+
+
+def test_agent_session_loop_fixes_the_bug_over_several_turns(make_executor, monkeypatch) -> None:
+    e = make_executor("pytest-agent", languages="python")
+    m = load(REPO / "examples/agent_session.py", e.address, monkeypatch)
+    out = m.agent(e.address)
+    turns = out["turns"]
+    assert out["answer"].startswith("median() fixed"), out
+    assert "AssertionError" in turns[1]["observation"], turns[1]
+    assert "[value] 3" in turns[2]["observation"], turns[2]
+    assert "all passed" in turns[3]["observation"], turns[3]

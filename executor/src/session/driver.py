@@ -79,7 +79,14 @@ def _user_traceback(e):
     return "".join(traceback.format_exception(type(e), e, tb))
 
 
+def _clean(text):
+    """`text` as valid UTF-8: lone surrogates (odd file names, a custom __repr__) escaped."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _reply(n, meta, out_path, err_path, cap):
+    for k in ("display", "error", "cwd"):
+        meta[k] = _clean(meta.get(k, ""))
     d = "%s/%d" % (OUT, n)
     os.makedirs(d, exist_ok=True)
     for name, path in (("stdout", out_path), ("stderr", err_path)):
@@ -88,8 +95,8 @@ def _reply(n, meta, out_path, err_path, cap):
         with open("%s/%s" % (d, name), "wb") as f:
             f.write(data)
     tmp = "%s/%d.json.tmp" % (OUT, n)
-    with open(tmp, "w") as f:
-        json.dump(meta, f)
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(meta, f, ensure_ascii=False)
     os.rename(tmp, "%s/%d.json" % (OUT, n))
 
 
@@ -135,8 +142,10 @@ def _call(n, req, ns):
             value = _run_cell(req.get("source", ""), ns)
             if value is not None:
                 ns["_"] = value
-                dcap = max(1, int(req.get("display_bytes", cap)))
-                meta["display"] = repr(value)[:dcap]
+                dcap = max(1, int(req.get("display_chars", 1 << 18)))
+                text = repr(value)
+                meta["display"] = text[:dcap]
+                meta["display_truncated"] = len(text) > dcap
     except SystemExit as e:
         meta["status"] = "error"
         meta["error"] = "SystemExit"

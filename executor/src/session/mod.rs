@@ -398,10 +398,11 @@ impl SessionManager {
             let mut st = s.state.lock().await;
             self.start_repl(&s, &mut st)?;
         }
-        self.sessions
-            .lock()
-            .map_err(|_| ExecError::Internal("lock".into()))?
-            .insert(s.id.clone(), s.clone());
+        {
+            let mut all = self.sessions.lock().map_err(|_| ExecError::Internal("lock".into()))?;
+            all.insert(s.id.clone(), s.clone());
+            self.engine.metrics.sessions.set(all.len() as i64);
+        }
         Ok(s)
     }
 
@@ -551,7 +552,7 @@ impl SessionManager {
             "kind": if is_command { "command" } else { "code" },
             "source": source,
             "output_bytes": limits.output,
-            "display_bytes": limits.output,
+            "display_chars": limits.output.min(repl::DISPLAY_CHARS),
             "cpu_seconds": limits.cpu.as_secs_f64(),
         });
         let t = Instant::now();
@@ -580,6 +581,9 @@ impl SessionManager {
                 };
                 resp.verdict = v as i32;
                 resp.display = r.display;
+                if r.display_truncated {
+                    notes.push("the displayed value was cut to its first characters (print it, or write it to a file, for all of it)");
+                }
                 resp.cwd = r.cwd;
                 if !r.error.is_empty() {
                     resp.message = r.error;
@@ -702,7 +706,16 @@ impl SessionManager {
 
     /// Removes `s`, stops what runs in it, waits until its processes are gone, frees its slot.
     async fn end(&self, s: &Arc<Session>, why: &str) -> u32 {
-        let removed = self.sessions.lock().ok().and_then(|mut m| m.remove(&s.id)).is_some();
+        let removed = self
+            .sessions
+            .lock()
+            .ok()
+            .and_then(|mut m| {
+                let gone = m.remove(&s.id);
+                self.engine.metrics.sessions.set(m.len() as i64);
+                gone
+            })
+            .is_some();
         s.closed.send_replace(true);
         // A call in progress sees `closed` and drops its run, then lets go of the state.
         let mut st = s.state.lock().await;

@@ -19,8 +19,12 @@ const DRIVER: &str = include_str!("driver.py");
 /// How long the driver may take to start before the call fails.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The largest reply metadata read back (the display string is capped separately).
-const META_CAP: u64 = 64 << 10;
+/// The longest `display` a call returns, characters (a notebook shows no more either).
+pub const DISPLAY_CHARS: u64 = 256 << 10;
+
+/// The largest reply metadata read back: the display string JSON-escaped (at most 6 bytes a
+/// character) and the rest.
+const META_CAP: u64 = 6 * DISPLAY_CHARS + (64 << 10);
 
 /// A running interpreter.
 #[derive(Debug)]
@@ -44,6 +48,7 @@ pub struct Reply {
     pub cwd: String,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    pub display_truncated: bool,
     pub cpu_us: u64,
     pub max_rss: u64,
     #[serde(skip)]

@@ -171,17 +171,24 @@ fn container(pool: &ResolvedPool) -> Container {
         image: Some(pool.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         args: Some(executor_args(pool)),
-        env: Some(vec![EnvVar {
-            name: "SANDPOOL_NAME".to_owned(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.name".to_owned(),
+        // SANDPOOL_NAME names the pod in responses; POD_IP is the address a session's create
+        // response advertises, so clients send the session's later calls to this pod.
+        env: Some(
+            [("SANDPOOL_NAME", "metadata.name"), ("POD_IP", "status.podIP")]
+                .into_iter()
+                .map(|(name, field)| EnvVar {
+                    name: name.to_owned(),
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: field.to_owned(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }]),
+                })
+                .collect(),
+        ),
         ports: Some(ports),
         resources: pool.resources.clone(),
         // Readiness uses the overall health service (""), which goes NOT_SERVING while

@@ -241,7 +241,10 @@ fn deployment_for_the_issue_example_is_exact() {
                 "image": "example.org/sandpool/executor:0.1.0",
                 "imagePullPolicy": "IfNotPresent",
                 "args": executor_args(&pool),
-                "env": [{"name": "SANDPOOL_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "env": [
+                    {"name": "SANDPOOL_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                ],
                 "ports": [
                     {"name": "grpc", "containerPort": 50051, "protocol": "TCP"},
                     {"name": "http", "containerPort": 8080, "protocol": "TCP"},

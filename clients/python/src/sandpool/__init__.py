@@ -5,6 +5,7 @@ from .client import Client
 from .datasets import humaneval_path, humaneval_request, read_jsonl, read_problems, record_request
 from .metrics import mean_pass_at_k, pass_at_k
 from .retry import RetryPolicy
+from .session import AsyncSession, Session, SessionLimits, SessionLost, SessionResult
 from .target import default_target, pool_target
 from .types import (
     AssertTests,
@@ -29,6 +30,7 @@ from .types import (
 __all__ = [
     "AssertTests",
     "AsyncClient",
+    "AsyncSession",
     "Client",
     "ComparisonMode",
     "EvaluateOptions",
@@ -43,6 +45,10 @@ __all__ = [
     "PhaseResult",
     "RequestError",
     "RetryPolicy",
+    "Session",
+    "SessionLimits",
+    "SessionLost",
+    "SessionResult",
     "StdioCase",
     "StdioTests",
     "TestResult",

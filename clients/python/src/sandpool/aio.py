@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterator, Awaitable, Callable, Iterable, Optional, TypeVar, Union
+from typing import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Optional, TypeVar, Union
 
 import grpc
 import grpc.aio
@@ -13,8 +13,10 @@ from sandpool.v1 import executor_pb2 as pb
 from sandpool.v1 import executor_pb2_grpc as pb_grpc
 
 from . import convert
+from . import session as _session
 from .client import _deadline, _raise_for, _tagged
 from .retry import RetryPolicy, retryable_status, retryable_verdict
+from .session import AsyncSession, SessionLimits
 from .stream import Lane, Source
 from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
@@ -131,6 +133,30 @@ class AsyncClient:
             timeout if timeout is not None else self.timeout,
         )
         return convert.evaluate_result(r, attempts=n)
+
+    async def session(
+        self,
+        language: str = "python",
+        *,
+        limits: Optional[SessionLimits] = None,
+        call_limits: Optional[Limits] = None,
+        files: Union[Mapping[str, Union[str, bytes]], list[File], None] = None,
+        route: bool = True,
+        request_id: str = "",
+        timeout: Optional[float] = None,
+    ) -> AsyncSession:
+        """Opens a stateful session; as `Client.session`. `async with await c.session() as s: ...`"""
+        req = _session.create_request(language, limits, call_limits, files, request_id)
+        t = timeout if timeout is not None else self.timeout
+        resp, _ = await self._call(
+            lambda left: self.stub.CreateSession(req, timeout=left, metadata=self._metadata),
+            lambda m: 1,
+            t,
+        )
+        address = _session.route(self.target, resp.executor_address, route)
+        channel = _session.own_aio_channel(address) if address else None
+        stub = pb_grpc.ExecutorStub(channel) if channel is not None else self.stub
+        return AsyncSession(resp, stub, channel, self._metadata, t)
 
     async def evaluate_many(
         self,

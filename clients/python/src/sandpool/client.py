@@ -6,7 +6,7 @@ import dataclasses
 import queue
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Optional, TypeVar, Union
+from typing import Callable, Iterable, Iterator, Mapping, Optional, TypeVar, Union
 
 import grpc
 
@@ -14,7 +14,9 @@ from sandpool.v1 import executor_pb2 as pb
 from sandpool.v1 import executor_pb2_grpc as pb_grpc
 
 from . import convert
+from . import session as _session
 from .retry import RetryPolicy, retryable_status, retryable_verdict
+from .session import Session, SessionLimits
 from .stream import Lane, Source
 from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
@@ -152,6 +154,38 @@ class Client:
             timeout,
         )
         return r
+
+    def session(
+        self,
+        language: str = "python",
+        *,
+        limits: Optional[SessionLimits] = None,
+        call_limits: Optional[Limits] = None,
+        files: Union[Mapping[str, Union[str, bytes]], list[File], None] = None,
+        route: bool = True,
+        request_id: str = "",
+        timeout: Optional[float] = None,
+    ) -> Session:
+        """Opens a stateful session (`python` or `bash`); use it as a context manager to close it.
+
+        With `route` (the default) the session's calls go to the executor the create response names,
+        on a channel of the session's own; without, over this client's channel (right when that
+        reaches one executor only). Create is retried like `execute` (an executor away, full or
+        draining); a session orphaned by a response lost on the way ends at its idle timeout.
+        Calls in the session are never retried: they are not idempotent.
+        """
+        req = _session.create_request(language, limits, call_limits, files, request_id)
+        t = timeout if timeout is not None else self.timeout
+        deadline = _deadline(t)
+        resp, _ = self._call(
+            lambda: self.stub.CreateSession(req, timeout=self._left(deadline), metadata=self._metadata),
+            lambda m: 1,
+            t,
+        )
+        address = _session.route(self.target, resp.executor_address, route)
+        channel = _session.own_channel(address) if address else None
+        stub = pb_grpc.ExecutorStub(channel) if channel is not None else self.stub
+        return Session(resp, stub, channel, self._metadata, t)
 
     def evaluate_many(
         self,
