@@ -10,6 +10,7 @@ import re
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,15 @@ async def exercise_sessions(session: ClientSession, listed: dict, languages: lis
     assert "`code`" in both and "`command`" in both
     assert "`path`" in await call_error(session, "read_file", {"session_id": sid, "path": "missing.txt"})
     assert "`content`" in await call_error(session, "write_file", {**args, "content": "!!"})
+
+    # A call the client gives up on is cancelled (notifications/cancelled), not left to run on:
+    # else the next call would wait for it, the calls of a session running one at a time.
+    slow = {"session_id": sid, "code": "import time\ntime.sleep(50)", "limits": {"wall_time_ms": 55000}}
+    with pytest.raises(Exception):
+        await session.call_tool("run_in_session", slow, read_timeout_seconds=1)
+    t0 = time.monotonic()
+    r = await call(session, "run_in_session", {"session_id": sid, "code": "1 + 1"})
+    assert (r["display"], r["state_reset"]) == ("2", True) and time.monotonic() - t0 < 10, (r, time.monotonic() - t0)
 
     closed = await call(session, "close_session", {"session_id": sid})
     assert closed["session_id"] == sid and closed["calls"] >= 5, closed

@@ -187,17 +187,25 @@ impl ServerHandler for Handler {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
-        let result = match request.name.as_ref() {
-            "run_code" => self.run_code(args).await,
-            "create_session" => self.create_session(args).await,
-            "run_in_session" => self.run_in_session(args).await,
-            "write_file" => self.write_file(args).await,
-            "read_file" => self.read_file(args).await,
-            "close_session" => self.close_session(args).await,
-            other => return Err(ErrorData::invalid_params(format!("unknown tool `{other}`"), None)),
+        let call = async {
+            match request.name.as_ref() {
+                "run_code" => Some(self.run_code(args).await),
+                "create_session" => Some(self.create_session(args).await),
+                "run_in_session" => Some(self.run_in_session(args).await),
+                "write_file" => Some(self.write_file(args).await),
+                "read_file" => Some(self.read_file(args).await),
+                "close_session" => Some(self.close_session(args).await),
+                _ => None,
+            }
+        };
+        // rmcp only flags a cancelled request; dropping the call is what stops the run
+        // (the gRPC call is cancelled, and the executor kills what it started).
+        let result = tokio::select! {
+            r = call => r.ok_or_else(|| ErrorData::invalid_params(format!("unknown tool `{}`", request.name), None))?,
+            () = context.ct.cancelled() => Err(ToolError::Arguments("cancelled by the client".into())),
         };
         Ok(result
             .unwrap_or_else(|e| CallToolResult::error(vec![ContentBlock::text(e.to_string())]))
