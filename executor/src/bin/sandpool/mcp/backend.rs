@@ -17,6 +17,11 @@ use tonic::{Request, Status};
 /// How long a session's route is kept when its create response gave no lifetime.
 const DEFAULT_ROUTE_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// Routes kept at most: past it the least recently used goes (its session, if still alive,
+/// then answers "unknown" here and ends at its idle timeout). Bounds what a caller that
+/// creates sessions and abandons them can make this server hold.
+const MAX_ROUTES: usize = 65_536;
+
 /// A remote session's executor.
 #[derive(Clone)]
 pub struct Route {
@@ -24,6 +29,8 @@ pub struct Route {
     address: String,
     /// When the session's absolute lifetime ends: its route can go then.
     expires: Instant,
+    /// The last call's start, for evicting the least recently used past [`MAX_ROUTES`].
+    last_used: Instant,
 }
 
 pub enum Backend {
@@ -129,6 +136,11 @@ impl Backend {
         let mut routes = routes.lock().unwrap_or_else(|p| p.into_inner());
         // Sessions that timed out on their executor were never closed here.
         routes.retain(|_, r| r.expires > now);
+        if routes.len() >= MAX_ROUTES
+            && let Some(oldest) = routes.iter().min_by_key(|(_, r)| r.last_used).map(|(id, _)| id.clone())
+        {
+            routes.remove(&oldest);
+        }
         routes.insert(
             resp.session_id.clone(),
             Route {
@@ -136,20 +148,21 @@ impl Backend {
                 // Errors name where the calls went.
                 address: if *route { address } else { "through --endpoint".into() },
                 expires: now + lifetime,
+                last_used: now,
             },
         );
         Ok(resp)
     }
 
+    /// The session's route, marked as used now.
     fn route(&self, session_id: &str) -> Result<Route, Status> {
         match self {
-            Backend::Remote(r) => r
-                .routes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(session_id)
-                .cloned()
-                .ok_or_else(unknown_session),
+            Backend::Remote(r) => {
+                let mut routes = r.routes.lock().unwrap_or_else(|p| p.into_inner());
+                let route = routes.get_mut(session_id).ok_or_else(unknown_session)?;
+                route.last_used = Instant::now();
+                Ok(route.clone())
+            }
             Backend::Embedded(..) => Err(Status::internal("no routes in embedded mode")),
         }
     }

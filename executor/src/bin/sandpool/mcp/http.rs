@@ -11,7 +11,13 @@ use sandpool_executor::auth::Token;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// A request's headers must arrive within this (also an idle connection's next request).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// At shutdown, how long open connections get to finish once the MCP sessions are cancelled.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How the HTTP endpoint is served.
 pub struct Options {
@@ -20,6 +26,7 @@ pub struct Options {
     pub allowed_origins: Vec<String>,
     pub token: Option<Token>,
     pub max_request_bytes: usize,
+    pub max_connections: usize,
 }
 
 /// The token HTTP callers must present: the file's content (trimmed) or `env_value`.
@@ -107,11 +114,59 @@ pub async fn serve(state: Arc<State>, o: Options) -> anyhow::Result<()> {
     let bound = listener.local_addr()?;
     // Tests and scripts read the port from here when --http-listen asks for port 0.
     eprintln!("sandpool mcp: serving MCP over streamable HTTP at http://{bound}/mcp");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            stop.cancel();
-        })
-        .await?;
+    accept_loop(listener, router, o.max_connections, stop).await;
     Ok(())
+}
+
+/// Serves `app` until SIGINT or SIGTERM. Its own loop rather than `axum::serve`, as the
+/// executor's HTTP API does, for what that lacks: a cap on connections (past it they wait
+/// in the kernel's queue) and a deadline for each request's headers, so slow or idle
+/// clients cannot pile up.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    max_connections: usize,
+    stop: CancellationToken,
+) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = &mut shutdown => break,
+        };
+        let tcp = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of descriptors, or the like: pause rather than spin.
+                    tracing::warn!(error = %e, "MCP HTTP accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = graceful.watch(builder.serve_connection(hyper_util::rt::TokioIo::new(tcp), svc));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "MCP HTTP connection ended");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    // Ends the MCP sessions and their event streams, so open connections can close.
+    stop.cancel();
+    if tokio::time::timeout(CLOSE_TIMEOUT, graceful.shutdown()).await.is_err() {
+        tracing::warn!("MCP HTTP connections still open after {CLOSE_TIMEOUT:?}; closing them");
+    }
 }

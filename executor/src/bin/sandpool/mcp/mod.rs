@@ -35,6 +35,9 @@ pub struct McpArgs {
     /// HTTP: largest request body, bytes (413 past it).
     #[arg(long, env = "SANDPOOL_MCP_MAX_REQUEST_BYTES", default_value_t = 16 << 20)]
     pub http_max_request_bytes: usize,
+    /// HTTP: connections served at once; more wait to be accepted.
+    #[arg(long, env = "SANDPOOL_MCP_MAX_CONNECTIONS", default_value_t = 256)]
+    pub http_max_connections: usize,
     /// Executor(s): host:port, dns:///pool.ns.svc.cluster.local:50051 (every address), or a,b,... (default: embedded).
     #[arg(long, env = "SANDPOOL_ENDPOINT")]
     pub endpoint: Option<String>,
@@ -84,6 +87,7 @@ pub async fn run(a: McpArgs) -> anyhow::Result<i32> {
                 allowed_origins: a.http_allowed_origins,
                 token,
                 max_request_bytes: a.http_max_request_bytes,
+                max_connections: a.http_max_connections,
             };
             http::serve(state.clone(), opts).await?;
         }
