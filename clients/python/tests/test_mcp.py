@@ -179,21 +179,55 @@ async def exercise_sessions(session: ClientSession, listed: dict, languages: lis
     await call(session, "close_session", {"session_id": sid})
 
 
-async def test_mcp_over_stdio_with_an_embedded_executor():
-    work_root = tempfile.mkdtemp(prefix="sandpool-mcp-")
-    params = StdioServerParameters(
+def embedded(uid_base: int) -> StdioServerParameters:
+    """`sandpool mcp` on stdio with an embedded executor of two slots (so one session)."""
+    return StdioServerParameters(
         command=str(sandpool_bin()),
         args=[
             "mcp",
-            "--work-root", work_root,
-            # Apart from conftest's executors (64000-68999) and the Rust e2e tests (63000+).
-            "--uid-base", str(69000 + 100 * (os.getpid() % 10)),
+            "--work-root", tempfile.mkdtemp(prefix="sandpool-mcp-"),
+            "--uid-base", str(uid_base),
             "--slots", "2",
             "--enable-languages", "python,bash",
         ],  # fmt: skip
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+
+
+# Apart from conftest's executors (64000-68999) and the Rust e2e tests (63000+).
+UID_BASE = 69000 + 100 * (os.getpid() % 10)
+
+
+async def test_mcp_over_stdio_with_an_embedded_executor():
+    async with stdio_client(embedded(UID_BASE)) as (read, write), ClientSession(read, write) as session:
         await exercise(session, ["python", "bash"])
+
+
+def processes_of(uids: range) -> list[str]:
+    """Pids of the host's processes whose real uid is in `uids`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+        if uid in uids:
+            found.append(pid)
+    return found
+
+
+async def test_mcp_stdio_client_gone_leaves_no_session_running():
+    uids = range(UID_BASE + 50, UID_BASE + 52)
+    async with stdio_client(embedded(uids.start)) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        sid = (await call(session, "create_session", {"language": "python"}))["session_id"]
+        await call(session, "run_in_session", {"session_id": sid, "code": "x = 1"})
+        assert processes_of(uids), "the session's interpreter should be running"
+    # The client left without close_session; the server ended the session as it exited.
+    deadline = time.monotonic() + 15
+    while processes_of(uids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_of(uids)
 
 
 class HttpServer:
@@ -319,7 +353,7 @@ async def test_mcp_routes_session_calls_to_their_executor_and_says_when_it_is_lo
                     if len(sids) == 2:
                         break
                 else:
-                    assert "busy" in text(r), text(r)
+                    assert "resource exhausted" in text(r) and "--max-sessions" in text(r), text(r)
             assert len(sids) == 2, "the balancer never reached the second executor"
             for sid, v in zip(sids, ("'one'", "'two'")):
                 await call(session, "run_in_session", {"session_id": sid, "code": f"x = {v}"})

@@ -59,7 +59,8 @@ async fn require_token(token: Arc<Token>, req: Request, next: Next) -> Response 
     }
 }
 
-async fn shutdown_signal() {
+/// SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

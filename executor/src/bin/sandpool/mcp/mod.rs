@@ -97,7 +97,12 @@ pub async fn run(a: McpArgs) -> anyhow::Result<i32> {
                 .serve(rmcp::transport::stdio())
                 .await
                 .map_err(|e| anyhow::anyhow!("MCP handshake on stdio: {e}"))?;
-            running.waiting().await?;
+            // Until the client closes stdin, or stops this process (SIGTERM, often after
+            // closing stdin and waiting a little).
+            tokio::select! {
+                r = running.waiting() => { r?; }
+                () = http::shutdown_signal() => {}
+            }
         }
     }
     // The client is gone (stdio closed) or the server was stopped: end the sessions it left.

@@ -52,8 +52,8 @@ fn status_text(s: &tonic::Status) -> String {
         Code::NotFound => format!("not found: {msg}"),
         Code::Unimplemented => format!("the executor does not offer this (an older version?): {msg}"),
         Code::FailedPrecondition => format!("not available: {msg}"),
-        Code::ResourceExhausted => format!("the executor is busy, retry later: {msg}"),
-        Code::Unavailable => format!("the executor is unavailable, retry later: {msg}"),
+        Code::ResourceExhausted => format!("resource exhausted: {msg}"),
+        Code::Unavailable => format!("the executor is unavailable: {msg}"),
         Code::DeadlineExceeded => format!("deadline exceeded: {msg}"),
         Code::Unauthenticated | Code::PermissionDenied => {
             format!("the executor refused this server's credentials (set SANDPOOL_TOKEN or --token-file): {msg}")
