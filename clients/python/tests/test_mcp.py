@@ -274,7 +274,7 @@ def executor(make_executor):
 @pytest.fixture
 def http_server(executor):
     server = HttpServer(
-        ["--endpoint", executor.address],
+        ["--endpoint", executor.address, "--http-allowed-hosts", "mcp.example"],
         # The MCP server's own callers' token, and the one it sends the executor.
         {"SANDPOOL_MCP_TOKEN": "mcp-secret", "SANDPOOL_TOKEN": "executor-secret", "SANDPOOL_TOKEN_FILE": None},
     )
@@ -334,6 +334,7 @@ def test_mcp_http_refuses_a_caller_without_the_token_or_from_a_browser(http_serv
     # DNS rebinding: a name that resolves to loopback but is not one of ours.
     assert post(**good, Host="evil.example") == 403
     assert post(**good) == 200
+    assert post(**good, Host="mcp.example") == 200  # --http-allowed-hosts
 
 
 async def test_mcp_routes_session_calls_to_their_executor_and_says_when_it_is_lost(make_executor):
