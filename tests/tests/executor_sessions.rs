@@ -501,6 +501,34 @@ async fn limits_per_call_and_per_session_are_enforced() {
     .await;
     assert_eq!(verdict(&r), pb::Verdict::RuntimeError, "{r:?}");
     assert!(err(&r).contains("No space left"), "{}", err(&r));
+    // A full /work still takes the call that frees it (the executor keeps a reserve back).
+    let r = run(&mut c, command(&b.session_id, "rm /work/big && echo freed")).await;
+    assert_eq!(out(&r), "freed\n", "{r:?}");
+    c.close_session(pb::CloseSessionRequest {
+        session_id: s.session_id.clone(),
+    })
+    .await
+    .expect("close");
+    let p = create(&mut c, "python", None).await;
+    let r = run(
+        &mut c,
+        code(&p.session_id, "open('/work/big', 'wb').write(b'x' * (32 << 20))"),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::RuntimeError, "{r:?}");
+    assert!(r.message.contains("full"), "{r:?}");
+    assert!(!r.state_reset, "{r:?}");
+    let r = run(
+        &mut c,
+        code(&p.session_id, "import os; os.remove('/work/big'); 'freed'"),
+    )
+    .await;
+    assert_eq!(r.display, "'freed'", "{r:?}");
+    let r = run(&mut c, code(&p.session_id, "1/0")).await;
+    assert!(
+        err(&r).contains("ZeroDivisionError"),
+        "output is back once there is room: {r:?}"
+    );
 
     // Requests above the ceilings name their field.
     let e = c
@@ -547,6 +575,42 @@ async fn limits_per_call_and_per_session_are_enforced() {
         .await
         .expect_err("no input");
     assert_eq!(e.code(), Code::InvalidArgument);
+    let e = c
+        .get_session_files(pb::GetSessionFilesRequest {
+            session_id: b.session_id.clone(),
+            paths: vec!["ok.txt".into(), "../../etc/passwd".into()],
+        })
+        .await
+        .expect_err("a path out of /work");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("paths[1]"), "{}", e.message());
+    let e = c
+        .put_session_files(pb::PutSessionFilesRequest {
+            session_id: b.session_id.clone(),
+            files: vec![pb::File {
+                path: "/etc/x".into(),
+                content: vec![],
+                executable: false,
+            }],
+        })
+        .await
+        .expect_err("an absolute path");
+    assert!(e.message().starts_with("files[0].path"), "{}", e.message());
+    // A program's directory in the way of a file names the file.
+    run(&mut c, command(&b.session_id, "mkdir -p /work/taken")).await;
+    let e = c
+        .put_session_files(pb::PutSessionFilesRequest {
+            session_id: b.session_id.clone(),
+            files: vec![pb::File {
+                path: "taken".into(),
+                content: b"x".to_vec(),
+                executable: false,
+            }],
+        })
+        .await
+        .expect_err("a directory in the way");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("files[0].path"), "{}", e.message());
 }
 
 #[tokio::test]

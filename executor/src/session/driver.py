@@ -30,6 +30,7 @@ BASE = "/work/.sandpool"
 IN = BASE + "/in"
 OUT = BASE + "/out"
 SCRATCH = "/tmp/.sandpool"
+RESERVE = BASE + "/reserve"
 
 
 def _cpu_seconds():
@@ -84,9 +85,28 @@ def _clean(text):
     return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _give_up_reserve():
+    """Frees the space the executor keeps back in /work (it fills it again after the call)."""
+    try:
+        os.unlink(RESERVE)
+    except OSError:
+        pass
+
+
 def _reply(n, meta, out_path, err_path, cap):
     for k in ("display", "error", "cwd"):
         meta[k] = _clean(meta.get(k, ""))
+    try:
+        _write_reply(n, meta, out_path, err_path, cap)
+    except OSError:
+        # /work is full (the cell filled it): the reply goes out without its output.
+        _give_up_reserve()
+        meta["reserve_used"] = True
+        meta["display"] = meta["display"][:4096]
+        _write_reply(n, meta, os.devnull, os.devnull, cap)
+
+
+def _write_reply(n, meta, out_path, err_path, cap):
     d = "%s/%d" % (OUT, n)
     os.makedirs(d, exist_ok=True)
     for name, path in (("stdout", out_path), ("stderr", err_path)):
@@ -175,6 +195,12 @@ def _call(n, req, ns):
     _reply(n, meta, out_path, err_path, cap)
 
 
+def _ready():
+    with open(BASE + "/ready.tmp", "w") as f:
+        f.write(os.environ.get("SANDPOOL_EPOCH", ""))
+    os.rename(BASE + "/ready.tmp", BASE + "/ready")
+
+
 def main():
     # What an interpreter killed earlier in this session left.
     shutil.rmtree(IN, ignore_errors=True)
@@ -190,9 +216,11 @@ def main():
     if _CWD_ENTRY is not None:
         sys.path.insert(0, _CWD_ENTRY)
     n = int(os.environ.get("SANDPOOL_FIRST_CALL", "1"))
-    with open(BASE + "/ready.tmp", "w") as f:
-        f.write(os.environ.get("SANDPOOL_EPOCH", ""))
-    os.rename(BASE + "/ready.tmp", BASE + "/ready")
+    try:
+        _ready()
+    except OSError:
+        _give_up_reserve()
+        _ready()
     idle = 0.0
     while True:
         if not os.path.exists("%s/%d.go" % (IN, n)):

@@ -41,6 +41,13 @@ use subtle::ConstantTimeEq;
 /// Where the session machinery keeps its files inside /work; requests may not write there.
 pub const STATE_DIR: &str = ".sandpool";
 
+/// Bytes of /work held back for the session's own files (a call's request, its reply): a
+/// session whose program filled /work still takes the call that frees space.
+pub const RESERVE_BYTES: usize = 1 << 20;
+
+/// The file holding [`RESERVE_BYTES`].
+const RESERVE: &str = ".sandpool/reserve";
+
 /// How long a closing session waits for the host to see its processes gone.
 const KILL_WAIT: Duration = Duration::from_secs(10);
 
@@ -105,6 +112,8 @@ struct State {
     next_call: u64,
     /// A Python call whose caller went away mid-call: the interpreter may still be in it.
     abandoned: bool,
+    /// The reserve was given up (or never fit): fill it again after the call.
+    reserve_low: bool,
 }
 
 impl Session {
@@ -171,6 +180,39 @@ fn new_id() -> Result<String, ExecError> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+fn is_full(e: &crate::sandbox::WorkDirError) -> bool {
+    matches!(e, crate::sandbox::WorkDirError::Io { source, .. }
+        if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
+}
+
+/// Writes the session's own files into `work`; when /work is full, empties the reserve and
+/// tries once more. Ok(true) when the reserve was used (refill it after the call).
+pub(crate) fn write_state(work: &WorkDir, writes: &[(&str, &[u8])]) -> Result<bool, SessionError> {
+    let attempt = || writes.iter().try_for_each(|(p, c)| work.write_file(p, c, false));
+    let internal = |e: crate::sandbox::WorkDirError| ExecError::Internal(scrub_host_paths(&e.to_string())).into();
+    match attempt() {
+        Ok(()) => Ok(false),
+        Err(e) if is_full(&e) => {
+            let _ = work.write_file(RESERVE, b"", false);
+            match attempt() {
+                Ok(()) => Ok(true),
+                Err(e) if is_full(&e) => Err(SessionError::Exhausted(format!(
+                    "the session's /work is full: this call's input ({} bytes) does not fit even in the \
+                     {RESERVE_BYTES} bytes kept back; free space with a short command (rm)",
+                    writes.iter().map(|(_, c)| c.len()).sum::<usize>()
+                ))),
+                Err(e) => Err(internal(e)),
+            }
+        }
+        Err(e) => Err(internal(e)),
+    }
+}
+
+/// Fills the reserve again; true when it is whole.
+fn refill_reserve(work: &WorkDir) -> bool {
+    work.write_file(RESERVE, &vec![0u8; RESERVE_BYTES], false).is_ok()
+}
+
 /// Validates files a request writes into a session's /work.
 fn check_files(files: &[pb::File], field: &str, budget: u64) -> Result<(), ExecError> {
     for (i, f) in files.iter().enumerate() {
@@ -185,10 +227,19 @@ fn check_files(files: &[pb::File], field: &str, budget: u64) -> Result<(), ExecE
     validate::files(files, field, ".sandpool/-", 0, budget)
 }
 
-fn write_files(work: &WorkDir, files: &[pb::File]) -> Result<(), String> {
-    for f in files {
-        work.write_file(&f.path, &f.content, f.executable)
-            .map_err(|e| scrub_host_paths(&e.to_string()))?;
+/// Writes a request's files into `work`. A file the session's own programs are in the way of
+/// (a directory of that name, a link in its path) names its field; a full /work is RESOURCE_EXHAUSTED.
+fn write_files(work: &WorkDir, files: &[pb::File]) -> Result<(), SessionError> {
+    for (i, f) in files.iter().enumerate() {
+        if let Err(e) = work.write_file(&f.path, &f.content, f.executable) {
+            if is_full(&e) {
+                return Err(SessionError::Exhausted(format!(
+                    "files[{i}]: the session's /work is full ({} bytes written so far are kept)",
+                    files[..i].iter().map(|f| f.content.len()).sum::<usize>()
+                )));
+            }
+            return Err(ExecError::invalid(format!("files[{i}].path"), scrub_host_paths(&e.to_string())).into());
+        }
     }
     Ok(())
 }
@@ -362,13 +413,13 @@ impl SessionManager {
             .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
         let work = Arc::new(work);
         let w = work.clone();
-        blocking(move || {
+        let reserve_ok = blocking(move || {
             write_files(&w, &files)?;
-            w.write_file(".sandpool/cwd", b"/work\n", false)
-                .map_err(|e| scrub_host_paths(&e.to_string()))
+            // Files that leave no room for these are the request's business: best effort.
+            let _ = w.write_file(".sandpool/cwd", b"/work\n", false);
+            Ok::<_, SessionError>(refill_reserve(&w))
         })
-        .await?
-        .map_err(ExecError::Internal)?;
+        .await??;
         let (closed, _) = tokio::sync::watch::channel(false);
         let s = Arc::new(Session {
             id: new_id()?,
@@ -391,6 +442,7 @@ impl SessionManager {
                 epoch: 0,
                 next_call: 1,
                 abandoned: false,
+                reserve_low: !reserve_ok,
             }),
         });
         if kind == Kind::Python {
@@ -441,7 +493,8 @@ impl SessionManager {
             None => return Err(ExecError::invalid("input", "set code or command").into()),
         };
         if source.len() as u64 > s.totals.disk {
-            return Err(ExecError::invalid("code", "longer than the session's /work can hold").into());
+            let field = if is_command { "command" } else { "code" };
+            return Err(ExecError::invalid(field, "longer than the session's /work can hold").into());
         }
         let mut closed = s.closed.subscribe();
         let mut st = tokio::select! {
@@ -488,6 +541,10 @@ impl SessionManager {
             // Closed or expired mid-call: the run is dropped (killed) here.
             _ = closed.wait_for(|c| *c) => return Err(SessionError::NotFound),
         };
+        if st.reserve_low {
+            let w = s.work.clone();
+            st.reserve_low = !blocking(move || refill_reserve(&w)).await.unwrap_or(false);
+        }
         let mut resp = resp?;
         s.touch();
         resp.calls_left = s.totals.calls.saturating_sub(st.calls);
@@ -509,6 +566,7 @@ impl SessionManager {
             .as_ref()
             .ok_or_else(|| ExecError::Internal("the session has no slot".into()))?;
         let r = shell::call(&self.engine, slot, &s.work, source, stdin, limits).await?;
+        st.reserve_low |= r.reserve_used;
         st.cpu_used += Duration::from_micros(r.result.cpu_time_us);
         Ok(pb::RunInSessionResponse {
             verdict: r.verdict as i32,
@@ -561,9 +619,11 @@ impl SessionManager {
             return Err(ExecError::Internal("no interpreter".into()).into());
         };
         let end = repl.call(&s.work, n, request, stdin, limits.wall, limits.output).await;
+        let host_used_reserve = repl.reserve_used;
         let mut guard = guard;
         guard.done = true;
         let st = &mut *guard.state;
+        st.reserve_low |= host_used_reserve;
         let wall = t.elapsed();
         let mut resp = pb::RunInSessionResponse::default();
         match end? {
@@ -580,6 +640,10 @@ impl SessionManager {
                     pb::Verdict::RuntimeError
                 };
                 resp.verdict = v as i32;
+                st.reserve_low |= r.reserve_used;
+                if r.reserve_used {
+                    notes.push("the session's /work is full: this call's output could not be returned; free space (rm) to go on");
+                }
                 resp.display = r.display;
                 if r.display_truncated {
                     notes.push("the displayed value was cut to its first characters (print it, or write it to a file, for all of it)");
@@ -665,8 +729,8 @@ impl SessionManager {
         let (files, budget, work) = (req.files, s.totals.disk, s.work.clone());
         let used = blocking(move || {
             check_files(&files, "files", budget)?;
-            write_files(&work, &files).map_err(|e| ExecError::invalid("files", e))?;
-            Ok::<_, ExecError>(disk_used(&work))
+            write_files(&work, &files)?;
+            Ok::<_, SessionError>(disk_used(&work))
         })
         .await??;
         Ok(pb::PutSessionFilesResponse { disk_used_bytes: used })

@@ -6,6 +6,7 @@
 //! Everything read back was written by the user's uid: it is capped and parsed
 //! defensively, and the host alone decides when a call has run too long.
 
+use super::SessionError;
 use crate::engine::{Engine, ExecError, blocking};
 use crate::limits::Limits;
 use crate::sandbox::{FetchError, RunOutcome, RunSpec, SandboxError, WorkDir};
@@ -35,6 +36,8 @@ pub struct Repl {
     /// Tells this start's `ready` file from an earlier one's.
     epoch: u64,
     ready: bool,
+    /// The last call's request needed the reserve (see [`super::RESERVE_BYTES`]).
+    pub reserve_used: bool,
 }
 
 /// What a finished call sent back.
@@ -49,6 +52,8 @@ pub struct Reply {
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
     pub display_truncated: bool,
+    /// The driver gave up the reserve to write this reply (its output is not returned).
+    pub reserve_used: bool,
     pub cpu_us: u64,
     pub max_rss: u64,
     #[serde(skip)]
@@ -103,6 +108,7 @@ impl Repl {
             kill: Some(kill),
             epoch,
             ready: false,
+            reserve_used: false,
         })
     }
 
@@ -158,22 +164,27 @@ impl Repl {
         stdin: Vec<u8>,
         wall: Duration,
         output_cap: u64,
-    ) -> Result<CallEnd, ExecError> {
+    ) -> Result<CallEnd, SessionError> {
         if let Err(end) = self.wait_ready(work).await {
             return Ok(end);
         }
         let w = work.clone();
         let body = request.to_string();
-        blocking(move || {
-            w.write_file(&format!(".sandpool/in/{n}.json"), body.as_bytes(), false)?;
+        self.reserve_used = blocking(move || {
+            let (req, inp, go) = (
+                format!(".sandpool/in/{n}.json"),
+                format!(".sandpool/in/{n}.stdin"),
+                format!(".sandpool/in/{n}.go"),
+            );
+            let mut writes: Vec<(&str, &[u8])> = vec![(&req, body.as_bytes())];
             if !stdin.is_empty() {
-                w.write_file(&format!(".sandpool/in/{n}.stdin"), &stdin, false)?;
+                writes.push((&inp, &stdin));
             }
             // Last: its existence says the request is whole.
-            w.write_file(&format!(".sandpool/in/{n}.go"), b"", false)
+            writes.push((&go, b""));
+            super::write_state(&w, &writes)
         })
-        .await?
-        .map_err(|e| ExecError::Internal(crate::engine::scrub_host_paths(&e.to_string())))?;
+        .await??;
 
         let until = tokio::time::Instant::now() + wall;
         let mut pause = Duration::from_millis(1);

@@ -6,8 +6,9 @@
 //! terminal. Unexported variables, functions, /tmp and background processes do not:
 //! every call is a new process tree, killed whole when it ends.
 
+use super::SessionError;
 use crate::admission::SlotGuard;
-use crate::engine::{Engine, ExecError, blocking, scrub_host_paths};
+use crate::engine::{Engine, blocking};
 use crate::limits::Limits;
 use crate::metrics::Phase;
 use crate::sandbox::{RunSpec, WorkDir};
@@ -29,6 +30,8 @@ pub struct ShellResult {
     pub result: pb::PhaseResult,
     pub cwd: String,
     pub message: String,
+    /// The cell needed the reserve (see [`super::RESERVE_BYTES`]).
+    pub reserve_used: bool,
 }
 
 /// Runs `source` as bash in `work`, in `slot`, under `limits`.
@@ -39,13 +42,11 @@ pub async fn call(
     source: &str,
     stdin: Vec<u8>,
     limits: Limits,
-) -> Result<ShellResult, ExecError> {
+) -> Result<ShellResult, SessionError> {
     let (lang, _) = engine.language("bash", "language")?;
     let w = work.clone();
     let cell = source.as_bytes().to_vec();
-    blocking(move || w.write_file(".sandpool/cell.sh", &cell, false))
-        .await?
-        .map_err(|e| ExecError::Internal(scrub_host_paths(&e.to_string())))?;
+    let reserve_used = blocking(move || super::write_state(&w, &[(".sandpool/cell.sh", &cell)])).await??;
     let bash = lang.run.first().cloned().unwrap_or_else(|| "bash".into());
     let spec = RunSpec {
         argv: vec![bash, "-c".into(), PRELUDE.into()],
@@ -65,5 +66,6 @@ pub async fn call(
         result: r.result,
         cwd,
         message: r.error.unwrap_or_default(),
+        reserve_used,
     })
 }
