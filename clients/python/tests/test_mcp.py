@@ -146,6 +146,8 @@ async def exercise_sessions(session: ClientSession, listed: dict, languages: lis
     assert "`code`" in both and "`command`" in both
     assert "`path`" in await call_error(session, "read_file", {"session_id": sid, "path": "missing.txt"})
     assert "`content`" in await call_error(session, "write_file", {**args, "content": "!!"})
+    msg = await call_error(session, "write_file", {"session_id": sid, "path": "../x", "content": ""})
+    assert msg.startswith("invalid argument: path"), msg
 
     # A call the client gives up on is cancelled (notifications/cancelled), not left to run on:
     # else the next call would wait for it, the calls of a session running one at a time.

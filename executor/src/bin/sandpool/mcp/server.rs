@@ -119,7 +119,14 @@ impl Handler {
         let (req, path) = parse::<WriteFileArgs>(args)?
             .into_request()
             .map_err(ToolError::Arguments)?;
-        let resp = self.backend().put_session_files(req).await?;
+        // The request carries the one file as `files[0]`; the executor's errors name fields
+        // of the request, and this tool's caller knows them as `path` and `content`.
+        let resp = self.backend().put_session_files(req).await.map_err(|s| {
+            match (s.code(), s.message().strip_prefix("files[0].")) {
+                (Code::InvalidArgument, Some(rest)) => tonic::Status::invalid_argument(rest.to_owned()),
+                _ => s,
+            }
+        })?;
         let written = FileWritten {
             path,
             disk_used_bytes: resp.disk_used_bytes,
