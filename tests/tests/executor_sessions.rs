@@ -269,6 +269,14 @@ async fn bash_sessions_keep_cwd_files_and_exports_but_not_processes() {
     let r = run(&mut c, code(id, "exit 3")).await;
     assert_eq!(verdict(&r), pb::Verdict::RuntimeError);
     assert_eq!(r.result.as_ref().map(|p| p.exit_code), Some(3));
+    // Calls of one session run one at a time, in the order they arrive.
+    let (mut c1, mut c2) = (ex.client(), ex.client());
+    let (a, b) = tokio::join!(c1.run_in_session(code(id, "sleep 0.5; echo a >> order")), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c2.run_in_session(code(id, "echo b >> order; cat order")).await
+    });
+    assert_eq!(verdict(&a.expect("a").into_inner()), pb::Verdict::Ok);
+    assert_eq!(out(&b.expect("b").into_inner()), "a\nb\n");
     // A background process does not outlive its call.
     let r = run(&mut c, code(id, "(sleep 300 &) ; echo started")).await;
     assert_eq!(out(&r), "started\n");
@@ -282,7 +290,7 @@ async fn bash_sessions_keep_cwd_files_and_exports_but_not_processes() {
         .await
         .expect("close")
         .into_inner();
-    assert_eq!(closed.calls, 4);
+    assert_eq!(closed.calls, 6);
 }
 
 #[tokio::test]
@@ -735,9 +743,9 @@ async fn a_session_answers_only_its_creators_credentials() {
     assert_eq!(out(&r), "hi\n");
 }
 
-#[tokio::test]
-async fn drain_ends_sessions_and_refuses_new_ones() {
-    let mut ex = executor(2, &["--drain-timeout-ms", "20000"]).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_finishes_session_calls_refuses_new_sessions_and_ends_open_ones() {
+    let mut ex = executor(3, &["--drain-timeout-ms", "20000", "--max-sessions", "2"]).await;
     let mut c = ex.client();
     let s = create(&mut c, "python", None).await;
     let r = run(
@@ -749,13 +757,36 @@ async fn drain_ends_sessions_and_refuses_new_ones() {
     )
     .await;
     assert_eq!(r.display, "True");
+    let mut c2 = ex.client();
+    let id = s.session_id.clone();
+    let in_flight = tokio::spawn(async move {
+        c2.run_in_session(code(&id, "import time\ntime.sleep(2)\n'finished'"))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let t = Instant::now();
     ex.signal(libc::SIGTERM);
-    let status = ex.wait_exit(Duration::from_secs(15));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            language: "bash".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a new session while draining");
+    // Refused by admission, or by the connection going away (GOAWAY) first.
+    assert!(matches!(e.code(), Code::Unavailable | Code::Cancelled), "{e:?}");
+    let r = in_flight
+        .await
+        .expect("task")
+        .expect("the call in flight finishes")
+        .into_inner();
+    assert_eq!(r.display, "'finished'", "{r:?}");
+    let status = tokio::task::block_in_place(|| ex.wait_exit(Duration::from_secs(15)));
     assert!(status.is_some(), "an open session held the draining executor");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     assert_eq!(
-        slot_procs(&ex, 2),
+        slot_procs(&ex, 3),
         Vec::<i32>::new(),
         "session processes outlived the executor"
     );

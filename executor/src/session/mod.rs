@@ -150,6 +150,17 @@ impl Drop for CallGuard<'_> {
     }
 }
 
+/// A create in progress, counted against the cap until dropped.
+struct Creating<'a>(&'a Mutex<usize>);
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.0.lock() {
+            *c = c.saturating_sub(1);
+        }
+    }
+}
+
 /// Every session of one executor.
 #[derive(Debug)]
 pub struct SessionManager {
@@ -365,8 +376,9 @@ impl SessionManager {
         let files = req.files;
         let files = blocking(move || check_files(&files, "files", budget).map(|_| files)).await??;
 
-        // Counted before waiting for a slot, so a burst of creates cannot pass the cap.
-        {
+        // Counted before waiting for a slot, so a burst of creates cannot pass the cap; uncounted
+        // by the guard's drop, also when the caller goes away mid-create.
+        let _creating = {
             let mut creating = self.creating.lock().map_err(|_| ExecError::Internal("lock".into()))?;
             let max = self.policy().max_sessions;
             if self.count() + *creating >= max {
@@ -375,14 +387,11 @@ impl SessionManager {
                 )));
             }
             *creating += 1;
-        }
-        let made = self
+            Creating(&self.creating)
+        };
+        let s = self
             .open(kind, language, totals, call_limits, files, auth, deadline)
-            .await;
-        if let Ok(mut c) = self.creating.lock() {
-            *c -= 1;
-        }
-        let s = made?;
+            .await?;
         tracing::info!(session = %&s.id[..8], language = %s.language, slot = s.slot, request_id = %req.request_id, "session created");
         Ok(pb::CreateSessionResponse {
             session_id: s.id.clone(),
