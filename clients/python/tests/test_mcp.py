@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import httpx2
 import pytest
-from mcp import ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -293,6 +293,22 @@ async def test_mcp_over_streamable_http_with_a_remote_executor(http_server):
     http, transport = mcp_http(http_server.url)
     async with http, transport as (read, write), ClientSession(read, write) as session:
         await exercise(session, ["python"])
+
+
+async def test_mcp_with_the_sdks_default_client_on_the_newest_protocol(http_server):
+    # ClientSession above speaks the initialize handshake; mcp.Client (mode "auto") negotiates
+    # the 2026-07-28 protocol, served statelessly over HTTP.
+    http, transport = mcp_http(http_server.url)
+    async with http, Client(transport) as client:
+        assert client.protocol_version >= "2026-07-28"
+        assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+        r = await client.call_tool("run_code", {"language": "python", "code": "print(6 * 7)"})
+        assert r.structured_content["stdout"] == "42\n"
+        sid = (await client.call_tool("create_session", {"language": "python"})).structured_content["session_id"]
+        await client.call_tool("run_in_session", {"session_id": sid, "code": "x = 1"})
+        r = await client.call_tool("run_in_session", {"session_id": sid, "code": "print(x)"})
+        assert r.structured_content["stdout"] == "1\n"
+        await client.call_tool("close_session", {"session_id": sid})
 
 
 async def test_mcp_server_closes_its_sessions_when_stopped(http_server, executor):
