@@ -8,7 +8,6 @@ import ast
 import os
 import re
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -181,13 +180,13 @@ async def exercise_sessions(session: ClientSession, listed: dict, languages: lis
     await call(session, "close_session", {"session_id": sid})
 
 
-def embedded(uid_base: int) -> StdioServerParameters:
+def embedded(uid_base: int, work_root: Path) -> StdioServerParameters:
     """`sandpool mcp` on stdio with an embedded executor of two slots (so one session)."""
     return StdioServerParameters(
         command=str(sandpool_bin()),
         args=[
             "mcp",
-            "--work-root", tempfile.mkdtemp(prefix="sandpool-mcp-"),
+            "--work-root", str(work_root),
             "--uid-base", str(uid_base),
             "--slots", "2",
             "--enable-languages", "python,bash",
@@ -195,12 +194,13 @@ def embedded(uid_base: int) -> StdioServerParameters:
     )
 
 
-# Apart from conftest's executors (64000-68999) and the Rust e2e tests (63000+).
-UID_BASE = 69000 + 100 * (os.getpid() % 10)
+# Above conftest's executors (64000-68999) and the Rust e2e tests (63000 up to about 83000),
+# which may run at the same time on a developer's machine.
+UID_BASE = 90000 + 100 * (os.getpid() % 50)
 
 
-async def test_mcp_over_stdio_with_an_embedded_executor():
-    async with stdio_client(embedded(UID_BASE)) as (read, write), ClientSession(read, write) as session:
+async def test_mcp_over_stdio_with_an_embedded_executor(tmp_path):
+    async with stdio_client(embedded(UID_BASE, tmp_path)) as (read, write), ClientSession(read, write) as session:
         await exercise(session, ["python", "bash"])
 
 
@@ -218,9 +218,9 @@ def processes_of(uids: range) -> list[str]:
     return found
 
 
-async def test_mcp_stdio_client_gone_leaves_no_session_running():
+async def test_mcp_stdio_client_gone_leaves_no_session_running(tmp_path):
     uids = range(UID_BASE + 50, UID_BASE + 52)
-    async with stdio_client(embedded(uids.start)) as (read, write), ClientSession(read, write) as session:
+    async with stdio_client(embedded(uids.start, tmp_path)) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         sid = (await call(session, "create_session", {"language": "python"}))["session_id"]
         await call(session, "run_in_session", {"session_id": sid, "code": "x = 1"})
