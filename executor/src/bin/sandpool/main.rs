@@ -1,11 +1,13 @@
 //! `sandpool`: the user CLI. `exec` runs one file, through an endpoint or an
 //! embedded executor; `eval` judges a whole dataset; `bench` loads an endpoint;
-//! `bench-isolation` measures the sandbox against bare spawns.
+//! `bench-isolation` measures the sandbox against bare spawns; `mcp` serves
+//! MCP tools that run code.
 
 mod bench_isolation;
 mod eval;
 mod exec;
 mod load;
+mod mcp;
 mod soak;
 mod streams;
 mod target;
@@ -34,6 +36,8 @@ enum Command {
     Bench(Box<load::LoadArgs>),
     /// Load and fault suite: N mixed requests against one executor, every verdict checked, its resources compared.
     Soak(Box<soak::SoakArgs>),
+    /// Serve MCP tools that run code (stdio, or streamable HTTP with --http-listen).
+    Mcp(Box<mcp::McpArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -52,6 +56,7 @@ fn main() -> anyhow::Result<()> {
             Command::Eval(a) => eval::run(*a).await,
             Command::Bench(a) => load::run(*a).await,
             Command::Soak(a) => soak::run(*a).await,
+            Command::Mcp(a) => mcp::run(*a).await,
         }
     })?;
     std::process::exit(code)
