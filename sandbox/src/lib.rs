@@ -13,7 +13,7 @@
 //! - internal: `netns` (network namespaces made ahead of runs), `slotns` (per-slot
 //!   mount namespaces), `spawner` (clones inits inside a slot's cgroup), `child` and
 //!   `sys` (the code between clone and exec), `supervise` (watches a run from outside),
-//!   `mounts`.
+//!   `mounts`, `runio` (a run's stdin, output capture, executable lookup; shared by the runners).
 //! - [`zygote`]: warm starts, runs forked from a per-slot pre-initialised interpreter.
 
 pub mod cgroup;
@@ -26,6 +26,7 @@ mod netns;
 pub mod probe;
 pub mod restricted;
 pub mod rootfs;
+mod runio;
 pub mod runner;
 pub mod seccomp;
 mod slotns;

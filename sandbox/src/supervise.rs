@@ -2,15 +2,14 @@
 
 use super::cgroup::{Baseline, SlotCgroup};
 use super::child::{self, ChildPlan, MountStep, Stack, cstr};
-use super::{PATH, RunSpec, SandboxError, WORK_DIR, WorkDir};
+use super::{RunSpec, SandboxError, WORK_DIR, WorkDir};
+use crate::runio::{capture, resolve_exe, rlimit, stdin_memfd};
 use std::ffi::{CStr, CString};
-use std::io::{Read, Seek, Write};
+use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
 
 mod warm;
@@ -72,38 +71,6 @@ const STACK_BYTES: usize = 256 * 1024;
 
 fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
     move |e| SandboxError::Os(what, e)
-}
-
-fn stdin_memfd(data: &[u8]) -> Result<OwnedFd, SandboxError> {
-    // SAFETY: memfd_create with a static name.
-    let fd = unsafe { libc::memfd_create(c"stdin".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(SandboxError::Os("memfd_create", std::io::Error::last_os_error()));
-    }
-    // SAFETY: fresh descriptor we own.
-    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    f.write_all(data).map_err(os("writing stdin"))?;
-    f.rewind().map_err(os("rewinding stdin"))?;
-    Ok(f.into())
-}
-
-/// Finds `name` in the sandbox's PATH. The sandbox's /usr, /bin, ... are
-/// read-only views of the host's, so the host's files answer.
-fn resolve_exe(name: &str) -> String {
-    if name.contains('/') {
-        return name.to_owned();
-    }
-    PATH.split(':')
-        .map(|dir| format!("{dir}/{name}"))
-        .find(|p| Path::new(p).is_file())
-        .unwrap_or_else(|| name.to_owned())
-}
-
-fn rlimit(cur: u64, max: u64) -> libc::rlimit64 {
-    libc::rlimit64 {
-        rlim_cur: cur,
-        rlim_max: max,
-    }
 }
 
 fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildPlan, SandboxError> {
@@ -325,28 +292,6 @@ fn no_room_to_start(why: &dyn std::fmt::Display) -> RunOutcome {
 /// The most a healthy slot holds between runs (the spawner's stack, page
 /// cache); a limit below it is the request's mistake, usage above it the slot's.
 const SLOT_FLOOR_BYTES: u64 = 8 << 20;
-
-/// Reads a stream up to `cap` bytes; past it, flags truncation and kills the run.
-async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>) -> (Vec<u8>, bool) {
-    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return (Vec::new(), false);
-    };
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match rx.read(&mut buf).await {
-            Ok(0) | Err(_) => return (out, false),
-            Ok(n) => {
-                let room = (cap as usize).saturating_sub(out.len());
-                out.extend_from_slice(&buf[..n.min(room)]);
-                if n > room {
-                    on_overflow();
-                    return (out, true);
-                }
-            }
-        }
-    }
-}
 
 /// One run, start to end: [`setup`], [`spawn`], [`watch`], [`collect`].
 /// Warm runs (see [`warm`]) differ only between spawn and watch.

@@ -25,16 +25,16 @@ mod seccomp;
 mod spawn;
 
 use crate::probe::Feature;
+use crate::runio::{capture, resolve_exe, rlimit, stdin_memfd};
 use crate::runner::{BoxFuture, Runner};
 use crate::supervise::KillHandle;
-use crate::{Features, IsolationMode, PATH, RunOutcome, RunSpec, SandboxConfig, SandboxError, Termination, WorkDir};
-use std::io::{Seek, Write};
+use crate::{Features, IsolationMode, RunOutcome, RunSpec, SandboxConfig, SandboxError, Termination, WorkDir};
+
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
 
 /// The restricted runner: what start-up prepared, shared by all runs.
@@ -315,58 +315,6 @@ pub(crate) fn rewrite_paths(s: &str, work: &str, tmp: &str) -> String {
         }
     }
     out
-}
-
-fn resolve_exe(name: &str) -> String {
-    if name.contains('/') {
-        return name.to_owned();
-    }
-    PATH.split(':')
-        .map(|dir| format!("{dir}/{name}"))
-        .find(|p| Path::new(p).is_file())
-        .unwrap_or_else(|| name.to_owned())
-}
-
-fn stdin_memfd(data: &[u8]) -> Result<OwnedFd, SandboxError> {
-    // SAFETY: memfd_create with a static name.
-    let fd = unsafe { libc::memfd_create(c"stdin".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(SandboxError::Os("memfd_create", std::io::Error::last_os_error()));
-    }
-    // SAFETY: a fresh descriptor we own.
-    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    f.write_all(data).map_err(os("writing stdin"))?;
-    f.rewind().map_err(os("rewinding stdin"))?;
-    Ok(f.into())
-}
-
-fn rlimit(cur: u64, max: u64) -> libc::rlimit64 {
-    libc::rlimit64 {
-        rlim_cur: cur,
-        rlim_max: max,
-    }
-}
-
-/// Reads a stream up to `cap` bytes; past it, flags truncation and kills the run's leader.
-async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>) -> (Vec<u8>, bool) {
-    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return (Vec::new(), false);
-    };
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match rx.read(&mut buf).await {
-            Ok(0) | Err(_) => return (out, false),
-            Ok(n) => {
-                let room = (cap as usize).saturating_sub(out.len());
-                out.extend_from_slice(&buf[..n.min(room)]);
-                if n > room {
-                    on_overflow();
-                    return (out, true);
-                }
-            }
-        }
-    }
 }
 
 /// A started run: killed, swept and reaped even if the run future is dropped.

@@ -23,6 +23,7 @@
 //! 4. the zygote reaps G and sends its wait status on the run's socket; the
 //!    executor then tells the init to end, which kills whatever the run left.
 
+use crate::runio::resolve_exe;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -139,18 +140,6 @@ fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> std::io::Result<bool>
         return Err(std::io::Error::last_os_error());
     }
     Ok(r > 0)
-}
-
-/// Finds `name` in the sandbox's PATH (the sandbox's /usr, /bin are the host's, read-only).
-fn resolve_exe(name: &str) -> String {
-    if name.contains('/') {
-        return name.to_owned();
-    }
-    crate::PATH
-        .split(':')
-        .map(|dir| format!("{dir}/{name}"))
-        .find(|p| std::path::Path::new(p).is_file())
-        .unwrap_or_else(|| name.to_owned())
 }
 
 impl Zygote {
