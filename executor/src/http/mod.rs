@@ -177,10 +177,6 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
 
 /// Serves the HTTP API on `listener` until `shutdown` resolves, then lets the
 /// requests in progress finish.
-///
-/// Its own accept loop rather than `axum::serve`, for what that lacks: a cap on
-/// connections (so slow clients cannot take every descriptor the gRPC port
-/// needs too) and a deadline for each request's headers.
 pub async fn serve_on(
     judge: Judge,
     listener: tokio::net::TcpListener,
@@ -192,16 +188,34 @@ pub async fn serve_on(
     }
     let opts = Arc::new(opts);
     let app = router(judge, opts.clone());
-    let permits = Arc::new(tokio::sync::Semaphore::new(opts.max_connections.max(1)));
+    let graceful = accept_loop(listener, app, opts.max_connections, opts.header_timeout, shutdown).await;
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Serves `app` (HTTP/1.1) on `listener` until `shutdown` resolves; returns the
+/// handle that waits for the connections still open. Also used by `sandpool mcp`.
+///
+/// Its own accept loop rather than `axum::serve`, for what that lacks: a cap on
+/// connections (so slow clients cannot take every descriptor the gRPC port
+/// needs too; past it they wait in the kernel's queue and hold nothing of
+/// ours) and a deadline for each request's headers.
+pub async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    max_connections: usize,
+    header_timeout: Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> hyper_util::server::graceful::GracefulShutdown {
+    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // HTTP/1.1 only: SandboxFusion's and ScaleBox's clients speak nothing else.
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(opts.header_timeout);
+        .header_read_timeout(header_timeout);
     tokio::pin!(shutdown);
     loop {
-        // Past the cap, connections wait in the kernel's queue and hold nothing of ours.
         let permit = tokio::select! {
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = &mut shutdown => break,
@@ -230,6 +244,5 @@ pub async fn serve_on(
         });
     }
     drop(listener);
-    graceful.shutdown().await;
-    Ok(())
+    graceful
 }

@@ -119,52 +119,16 @@ pub async fn serve(state: Arc<State>, o: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves `app` until SIGINT or SIGTERM. Its own loop rather than `axum::serve`, as the
-/// executor's HTTP API does, for what that lacks: a cap on connections (past it they wait
-/// in the kernel's queue) and a deadline for each request's headers, so slow or idle
-/// clients cannot pile up.
+/// Serves `app` until SIGINT or SIGTERM, through the executor's HTTP accept
+/// loop (connection cap, header deadline), then ends the MCP sessions.
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     max_connections: usize,
     stop: CancellationToken,
 ) {
-    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = &mut shutdown => break,
-        };
-        let tcp = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((tcp, _)) => tcp,
-                Err(e) => {
-                    // Out of descriptors, or the like: pause rather than spin.
-                    tracing::warn!(error = %e, "MCP HTTP accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            _ = &mut shutdown => break,
-        };
-        let _ = tcp.set_nodelay(true);
-        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
-        let conn = graceful.watch(builder.serve_connection(hyper_util::rt::TokioIo::new(tcp), svc));
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "MCP HTTP connection ended");
-            }
-            drop(permit);
-        });
-    }
-    drop(listener);
+    let graceful =
+        sandpool_executor::http::accept_loop(listener, app, max_connections, HEADER_TIMEOUT, shutdown_signal()).await;
     // Ends the MCP sessions and their event streams, so open connections can close.
     stop.cancel();
     if tokio::time::timeout(CLOSE_TIMEOUT, graceful.shutdown()).await.is_err() {
