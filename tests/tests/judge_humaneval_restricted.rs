@@ -6,57 +6,11 @@
 
 mod judge_common;
 
-use futures::StreamExt;
 use judge_common::*;
 use sandpool_tests::{Executor, Isolation, Options};
 
-fn problems() -> Vec<serde_json::Value> {
-    let p = read_jsonl_gz(&humaneval_path());
-    assert_eq!(p.len(), 164, "HumanEval has 164 problems");
-    p
-}
-
 async fn judge_all(exe: &Executor, completion: impl Fn(&serde_json::Value) -> String) -> Vec<(String, bool, String)> {
-    let reqs: Vec<_> = problems()
-        .iter()
-        .map(|p| {
-            let mut r = assert_request(
-                s(p, "task_id"),
-                "python",
-                &completion(p),
-                s(p, "test"),
-                s(p, "entry_point"),
-            );
-            if let Some(o) = r.options.as_mut() {
-                // Generous, as in judge_humaneval: a loaded 2-core machine.
-                o.run_limits = Some(sandpool_executor::proto::Limits {
-                    wall_time_ms: 20_000,
-                    cpu_time_ms: 20_000,
-                    ..Default::default()
-                });
-            }
-            r
-        })
-        .collect();
-    futures::stream::iter(reqs)
-        .map(|r| {
-            let mut c = exe.client();
-            async move {
-                let resp = c.evaluate(r).await.expect("Evaluate").into_inner();
-                (
-                    resp.id.clone(),
-                    resp.accepted,
-                    format!(
-                        "{} {}",
-                        verdict(resp.verdict),
-                        if resp.accepted { "" } else { &resp.message }
-                    ),
-                )
-            }
-        })
-        .buffer_unordered(4)
-        .collect()
-        .await
+    judge_humaneval(exe.client(), 4, completion).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

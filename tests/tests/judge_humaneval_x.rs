@@ -47,73 +47,10 @@ fn problems(file: &str) -> Vec<Value> {
     }
 }
 
-/// Standard packages HumanEval-X Go solutions use, some without importing them
-/// (CodeGeeX's harness adds them the same way).
-const GO_PACKAGES: &[&str] = &[
-    "math",
-    "strings",
-    "sort",
-    "strconv",
-    "fmt",
-    "bytes",
-    "regexp",
-    "unicode",
-    "math/rand",
-    "time",
-    "crypto/md5",
-    "container/heap",
-    "reflect",
-    "errors",
-    "math/big",
-];
-
-/// Go: the prompt's import block is dropped (test_setup has the file's
-/// imports) and the packages the solution names are added.
-fn go_program(p: &Value, body: &str) -> String {
-    let prompt = s(p, "prompt").replacen(s(p, "import"), "", 1);
-    let setup = s(p, "test_setup");
-    let have: Vec<&str> = setup.lines().map(str::trim).filter(|l| l.starts_with('"')).collect();
-    // Comments left out: "a list of strings." is no use of package strings.
-    let code: String = format!("{prompt}{body}")
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let extra: Vec<String> = GO_PACKAGES
-        .iter()
-        .map(|pkg| format!("\"{pkg}\""))
-        .filter(|q| !have.contains(&q.as_str()))
-        .filter(|q| {
-            let name = q.trim_matches('"').rsplit('/').next().unwrap_or("");
-            code.match_indices(&format!("{name}."))
-                .any(|(i, _)| !code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.' || c == '/'))
-        })
-        .collect();
-    let setup = if extra.is_empty() {
-        setup.to_owned()
-    } else {
-        setup.replacen("import (", &format!("import (\n    {}", extra.join("\n    ")), 1)
-    };
-    format!("{setup}\n{prompt}{body}")
-}
-
-/// Rust: the declaration's `use` of crates the sandbox does not have is dropped.
-fn rust_program(p: &Value, body: &str) -> String {
-    let decl: String = s(p, "declaration")
-        .lines()
-        .filter(|l| !["use rand::Rng;", "use regex::Regex;", "use md5;"].contains(&l.trim()))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    format!("{decl}\n{body}")
-}
-
-/// The program without its tests; the judge appends the dataset's `test` after a newline.
+/// The program without its tests, as `sandpool eval` builds it; the judge appends the dataset's `test`.
 fn program(lang: &str, p: &Value, body: &str) -> String {
-    match lang {
-        "go_test" => go_program(p, body),
-        "rust_test" => rust_program(p, body),
-        _ => format!("{}{body}", s(p, "prompt")),
-    }
+    sandpool_executor::judge::humaneval_x::program(p, lang, body)
+        .unwrap_or_else(|k| panic!("{}: {k} missing", s(p, "task_id")))
 }
 
 fn stub(lang: &str) -> &'static str {

@@ -11,6 +11,7 @@ pub mod build;
 pub mod compare;
 pub mod evaluate;
 pub mod extract;
+pub mod humaneval_x;
 pub mod program;
 pub mod stream;
 #[cfg(test)]

@@ -280,3 +280,49 @@ pub fn assert_request(id: &str, language: &str, code: &str, test: &str, entry_po
 pub fn verdict(v: i32) -> &'static str {
     pb::Verdict::try_from(v).map(|v| v.as_str_name()).unwrap_or("?")
 }
+
+/// Judges every HumanEval problem with `completion(problem)` through Evaluate
+/// on `client`, `parallel` at a time: (task id, accepted, verdict and message).
+pub async fn judge_humaneval(
+    client: ExecutorClient<tonic::transport::Channel>,
+    parallel: usize,
+    completion: impl Fn(&serde_json::Value) -> String,
+) -> Vec<(String, bool, String)> {
+    use futures::StreamExt;
+    let problems = read_jsonl_gz(&humaneval_path());
+    assert_eq!(problems.len(), 164, "HumanEval has 164 problems");
+    let reqs: Vec<_> = problems
+        .iter()
+        .map(|p| {
+            let mut r = assert_request(
+                s(p, "task_id"),
+                "python",
+                &completion(p),
+                s(p, "test"),
+                s(p, "entry_point"),
+            );
+            if let Some(o) = r.options.as_mut() {
+                // Generous: HumanEval/75 takes ~2 s on a loaded 2-core machine.
+                o.run_limits = Some(pb::Limits {
+                    wall_time_ms: 20_000,
+                    cpu_time_ms: 20_000,
+                    ..Default::default()
+                });
+            }
+            r
+        })
+        .collect();
+    futures::stream::iter(reqs)
+        .map(|r| {
+            let mut c = client.clone();
+            async move {
+                let resp = c.evaluate(r).await.expect("Evaluate").into_inner();
+                let detail = if resp.accepted { "" } else { &resp.message };
+                let text = format!("{} {}", verdict(resp.verdict), detail);
+                (resp.id, resp.accepted, text)
+            }
+        })
+        .buffer_unordered(parallel)
+        .collect()
+        .await
+}

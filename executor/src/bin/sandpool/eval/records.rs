@@ -253,74 +253,10 @@ fn stdio_tests(r: &Value, at: &str) -> anyhow::Result<pb::evaluate_request::Test
     }))
 }
 
-/// Standard packages HumanEval-X Go solutions use, some without importing them (CodeGeeX's
-/// harness adds them the same way).
-const GO_PACKAGES: &[&str] = &[
-    "math",
-    "strings",
-    "sort",
-    "strconv",
-    "fmt",
-    "bytes",
-    "regexp",
-    "unicode",
-    "math/rand",
-    "time",
-    "crypto/md5",
-    "container/heap",
-    "reflect",
-    "errors",
-    "math/big",
-];
-
-/// Crates HumanEval-X Rust declarations `use` that the sandbox does not have.
-const RUST_CRATE_USES: &[&str] = &["use rand::Rng;", "use regex::Regex;", "use md5;"];
-
-/// HumanEval-X's program without its tests (the judge appends `test` after a newline):
-/// the prompt and the completion; for Go the file's `test_setup` (package and imports) with the
-/// prompt's import block dropped and the packages the code names added; for Rust the
-/// declaration without the `use` of crates.
+/// HumanEval-X's program without its tests (`sandpool_executor::judge::humaneval_x::program`).
 fn humaneval_x_program(r: &Value, language: &str, completion: &str, at: &str) -> anyhow::Result<String> {
-    let field = |k: &str| text(r, k).ok_or_else(|| anyhow!("{at}: {k}: missing or not a string"));
-    match language {
-        "go_test" => {
-            let prompt = field("prompt")?.replacen(text(r, "import").unwrap_or(""), "", 1);
-            let setup = field("test_setup")?;
-            let have: Vec<&str> = setup.lines().map(str::trim).filter(|l| l.starts_with('"')).collect();
-            // Comments left out: "a list of strings." is no use of package strings.
-            let code: String = format!("{prompt}{completion}")
-                .lines()
-                .map(|l| l.split("//").next().unwrap_or(""))
-                .collect::<Vec<_>>()
-                .join("\n");
-            let extra: Vec<String> = GO_PACKAGES
-                .iter()
-                .map(|pkg| format!("\"{pkg}\""))
-                .filter(|q| !have.contains(&q.as_str()))
-                .filter(|q| {
-                    let name = q.trim_matches('"').rsplit('/').next().unwrap_or("");
-                    code.match_indices(&format!("{name}.")).any(|(i, _)| {
-                        !code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.' || c == '/')
-                    })
-                })
-                .collect();
-            let setup = if extra.is_empty() {
-                setup.to_owned()
-            } else {
-                setup.replacen("import (", &format!("import (\n    {}", extra.join("\n    ")), 1)
-            };
-            Ok(format!("{setup}\n{prompt}{completion}"))
-        }
-        "rust_test" => {
-            let decl: String = field("declaration")?
-                .lines()
-                .filter(|l| !RUST_CRATE_USES.contains(&l.trim()))
-                .map(|l| format!("{l}\n"))
-                .collect();
-            Ok(format!("{decl}\n{completion}"))
-        }
-        _ => Ok(format!("{}{completion}", field("prompt")?)),
-    }
+    sandpool_executor::judge::humaneval_x::program(r, language, completion)
+        .map_err(|k| anyhow!("{at}: {k}: missing or not a string"))
 }
 
 /// LiveCodeBench's tests: public and private cases, `testtype` stdin (stdio) or functional
