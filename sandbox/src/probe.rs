@@ -20,11 +20,6 @@ impl Features {
         self.0.iter().find(|f| f.name == name)
     }
 
-    /// True when feature `name` is available and used by the mode in force.
-    pub fn in_use(&self, name: &str) -> bool {
-        self.get(name).is_some_and(|f| f.in_use)
-    }
-
     /// Marks a feature as used by the mode in force.
     pub fn set_in_use(&mut self, name: &str, in_use: bool) {
         if let Some(f) = self.0.iter_mut().find(|f| f.name == name) {

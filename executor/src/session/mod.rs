@@ -301,18 +301,9 @@ impl SessionManager {
         &self.engine.sessions
     }
 
-    /// Waits until the host sees none of `s`'s processes. Only where each
-    /// slot has a uid of its own (namespaces mode; restricted mode as root):
-    /// where runs share the executor's uid, the executor's own processes
-    /// would match forever, and the runner's kill of the run's whole tree
-    /// is what there is to rely on.
+    /// Waits until the host sees none of `s`'s processes: sessions exist only
+    /// in namespaces mode (see `create`), where each slot has a uid of its own.
     async fn wait_gone(&self, s: &Session) -> bool {
-        let runner = &self.engine.sandbox;
-        let private_uid =
-            runner.mode() == crate::sandbox::IsolationMode::Namespaces || runner.features().in_use("per_slot_uid");
-        if !private_uid {
-            return true;
-        }
         procs::wait_gone(s.uid(self.policy().uid_base), KILL_WAIT).await
     }
 
