@@ -24,8 +24,8 @@ scripts/check-manifests.sh
 if [ -x scripts/test-python.sh ]; then scripts/test-python.sh; fi
 # One cargo invocation: every crate's unit tests and every end-to-end test.
 cargo test --workspace --locked --no-fail-fast
-# The isolation and limits suites again with Python started warm (the run above is cold).
-SANDPOOL_WARM_STARTS=true cargo test -p sandpool-tests --locked --no-fail-fast --test executor_isolation --test executor_limits
+# The isolation and limits suites again with Python started cold (the run above is warm, the default).
+SANDPOOL_WARM_STARTS=false cargo test -p sandpool-tests --locked --no-fail-fast --test executor_isolation --test executor_limits
 echo "Kubernetes e2e: operator_e2e, chart_e2e and operator_policy_e2e ran against the real control plane" \
   "($("$(dirname "$SANDPOOL_E2E_KUBECTL")/kube-apiserver" --version), kwok nodes) and passed"
 echo "cgroup v2: executor_cgroup2_vm ran the executor in a QEMU guest on $(basename "$(ls /boot/vmlinuz-* | sort -V | tail -1)") and passed"

@@ -18,9 +18,9 @@ pub struct ExecutorArgs {
     #[arg(long, env = "SANDPOOL_ISOLATION", value_enum, default_value = "namespaces")]
     pub isolation: IsolationMode,
     /// Warm starts: runs of languages whose table entry has `warm` fork from a
-    /// per-slot pre-initialised interpreter (docs/warm-starts.md); requests may opt out.
-    /// Off by default until zygotes work on every kernel we meet (they fail on Linux 6.1).
-    #[arg(long, env = "SANDPOOL_WARM_STARTS", default_value_t = false, action = clap::ArgAction::Set)]
+    /// per-slot pre-initialised interpreter (docs/warm-starts.md); requests may opt out
+    /// (`cold_start`), and `false` starts every run cold.
+    #[arg(long, env = "SANDPOOL_WARM_STARTS", default_value_t = true, action = clap::ArgAction::Set)]
     pub warm_starts: bool,
     /// Concurrent run slots (default: the CPUs this process may use).
     #[arg(long, env = "SANDPOOL_SLOTS")]

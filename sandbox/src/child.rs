@@ -315,6 +315,9 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         next = fd + 1;
     }
     step!(rep, Stage::CloseFds, sys::close_range(next, u32::MAX, 0));
+    if plan.warm_ctl_fd >= 0 {
+        crate::zygote::init::send_namespaces(plan.warm_ctl_fd, plan.net_ns_fd, plan.mnt_ns_fd);
+    }
 
     // The slot's namespace outlives runs: clear what a killed init left.
     step!(rep, Stage::EnterMountNs, sys::setns(plan.mnt_ns_fd, libc::CLONE_NEWNS));

@@ -318,7 +318,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         Err(no_room) => return Ok(no_room),
     };
     let mut warm = match (warm_prep, &ctx.warm) {
-        (Some(p), Some(slot)) => warm::start(p, &running, slot, ctx.cgroup, ctx.uid, ctx.seccomp, spec, rlimits).await,
+        (Some(p), Some(slot)) => warm::start(p, slot, ctx.cgroup, ctx.uid, ctx.seccomp, spec, rlimits).await,
         _ => None,
     };
     let killed_by = watch(&running, spec, ctx.cgroup, warm.as_mut()).await?;

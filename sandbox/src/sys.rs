@@ -298,6 +298,48 @@ pub unsafe fn ioctl(fd: i32, req: u64, arg: usize) -> Res {
     sc!(libc::SYS_ioctl, fd as usize, req as usize, arg)
 }
 
+/// The most descriptors [`send_fds`] sends at once.
+pub const MAX_SEND_FDS: usize = 8;
+
+/// sendmsg(2) of `data` with `fds` attached (SCM_RIGHTS), without allocating.
+pub fn send_fds(sock: i32, data: &[u8], fds: &[i32]) -> Res {
+    if fds.len() > MAX_SEND_FDS {
+        return Err(libc::EINVAL);
+    }
+    // Room for one header and MAX_SEND_FDS descriptors, aligned for cmsghdr.
+    let mut cbuf = [0u64; 2 + MAX_SEND_FDS.div_ceil(2)];
+    let fd_bytes = std::mem::size_of_val(fds);
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: msghdr is plain data; zeroed is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        // SAFETY: CMSG_SPACE and CMSG_LEN are pure computations.
+        let (space, len) = unsafe { (libc::CMSG_SPACE(fd_bytes as u32), libc::CMSG_LEN(fd_bytes as u32)) };
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as usize;
+        // SAFETY: `cbuf` holds one header and up to MAX_SEND_FDS descriptors
+        // (checked above); the macros point inside it.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = len as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr() as *const u8, libc::CMSG_DATA(c), fd_bytes);
+        }
+    }
+    sc!(
+        libc::SYS_sendmsg,
+        sock as usize,
+        &msg as *const libc::msghdr as usize,
+        libc::MSG_NOSIGNAL as usize
+    )
+}
+
 /// exit(2) of this thread; never returns.
 pub fn exit(code: i32) -> ! {
     // SAFETY: exit takes an integer and ends only this thread.

@@ -121,7 +121,22 @@ impl Executor {
             .tempdir()
             .expect("tempdir");
         let mut cmd = match opts.isolation {
-            Isolation::Namespaces => Command::new(binary("sandpool-executor")),
+            Isolation::Namespaces => {
+                // Exactly the capabilities the operator grants the executor's
+                // container (root, nothing inheritable): what a pod has, not
+                // what root on this machine has. CAP_SYS_PTRACE, for one, is
+                // not among them (warm starts once needed it unawares).
+                let bound: Vec<String> = sandpool_operator::build::NAMESPACES_CAPABILITIES
+                    .iter()
+                    .map(|c| format!("+{}", c.to_lowercase()))
+                    .collect();
+                let mut c = Command::new("setpriv");
+                c.args(["--inh-caps=-all", "--ambient-caps=-all"])
+                    .arg(format!("--bounding-set=-all,{}", bound.join(",")))
+                    .arg("--")
+                    .arg(binary("sandpool-executor"));
+                c
+            }
             Isolation::Restricted => {
                 // A uid of its own: RLIMIT_NPROC counts per uid, and tests run executors side by side.
                 let uid = uid_base.to_string();
@@ -385,16 +400,16 @@ pub fn verdict(v: i32) -> &'static str {
 }
 
 /// Whether executors started by the tests run Python warm: the executor's
-/// default (off) unless `SANDPOOL_WARM_STARTS` (inherited by the executors
-/// the harness starts) turns warm starts on. scripts/test.sh runs the
+/// default (on) unless `SANDPOOL_WARM_STARTS` (inherited by the executors
+/// the harness starts) turns warm starts off. scripts/test.sh runs the
 /// isolation and limits suites both ways.
 pub fn warm_starts() -> bool {
-    matches!(
+    !matches!(
         std::env::var("SANDPOOL_WARM_STARTS")
             .as_deref()
             .map(str::to_ascii_lowercase)
             .as_deref(),
-        Ok("true" | "1" | "on" | "yes")
+        Ok("false" | "0" | "off" | "no")
     )
 }
 

@@ -210,6 +210,8 @@ async fn guest_half() {
         ))
         .await;
     assert_eq!(r.verdict, pb::Verdict::MemoryLimitExceeded as i32, "{}", describe(&r));
+    // Python starts warm (the default) in a pod's capabilities, cgroup v2 and this kernel.
+    sandpool_tests::assert_start_variant(&r);
     let oom_after = over_slots(&slots, |s| keyed(&s.join("memory.events"), "oom_kill"));
     assert!(oom_after > oom_before, "no oom_kill in the slots' memory.events");
     let peak = run(&r).peak_memory_bytes;
@@ -262,6 +264,7 @@ async fn guest_half() {
     note("fork_bomb_ms", took.as_millis());
     assert_ne!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
     assert_ne!(r.verdict, pb::Verdict::SandboxError as i32, "{}", describe(&r));
+    sandpool_tests::assert_start_variant(&r);
     // pids.max is the run's processes plus the slot's spawner and the run's init.
     assert_eq!(max, 34, "pids.max while the bomb ran");
     assert!((16..=max).contains(&most), "{most} processes seen in the slot");
@@ -290,6 +293,7 @@ async fn guest_half() {
     let cgroup_delta = over_slots(&slots, usage) - cpu_before;
     assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
     assert_eq!(stdout(&r), "spun\n");
+    sandpool_tests::assert_start_variant(&r);
     let p = run(&r);
     note("spin_cpu_us", p.cpu_time_us);
     note("spin_wall_us", p.wall_time_us);

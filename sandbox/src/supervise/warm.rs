@@ -3,7 +3,7 @@
 //! slot's zygote forks the program into the init's namespaces, and the wait
 //! status it reports goes to the init, which reports it as a cold init would.
 
-use super::{Context, Running, SandboxError, os};
+use super::{Context, SandboxError, os};
 use crate::RunSpec;
 use crate::cgroup::SlotCgroup;
 use crate::child::ChildPlan;
@@ -32,7 +32,32 @@ pub(super) struct Prep {
 }
 
 /// The zygote's report of its child's end.
-type Outcome = std::pin::Pin<Box<dyn std::future::Future<Output = Result<i32, ZygoteError>> + Send>>;
+type Outcome = std::pin::Pin<Box<dyn std::future::Future<Output = zygote::Ended> + Send>>;
+
+/// How long the init may take to send its namespaces (its first act).
+const NAMESPACES_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many namespace files the init sends: pid (for the zygote), then
+/// ipc, uts, cgroup, net and mount (for the child), see `zygote::init`.
+const INIT_NAMESPACES: usize = 6;
+
+/// Receives the init's namespace files (`zygote::init::send_namespaces`).
+async fn init_namespaces(ctl: &tokio::net::UnixStream) -> Result<Vec<OwnedFd>, ZygoteError> {
+    loop {
+        ctl.readable().await?;
+        let mut tag = [0u8; 1];
+        match ctl.try_io(tokio::io::Interest::READABLE, || {
+            zygote::recv_with_fds(ctl.as_fd(), &mut tag)
+        }) {
+            // The init ended before its first act: its report says why.
+            Ok((0, _)) => return Err(ZygoteError::InitNotReady),
+            Ok((_, fds)) if tag[0] == b'N' && fds.len() == INIT_NAMESPACES => return Ok(fds),
+            Ok(_) => return Err(ZygoteError::Fork("the init could not open its namespaces".into())),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
 
 /// A warm run in progress.
 pub(super) struct Warm {
@@ -101,7 +126,6 @@ pub(super) fn prepare(
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn start(
     p: Prep,
-    r: &Running,
     slot: &Slot<'_>,
     cgroup: Option<&SlotCgroup>,
     uid: u32,
@@ -130,9 +154,10 @@ pub(super) async fn start(
             Some(c) => c.procs_files()?,
             None => vec![],
         };
-        let sock = slot
-            .zygotes
-            .with(slot.index, &p.cfg, |z| z.fork(r.kid.handle.0.as_fd()))?;
+        let ns = tokio::time::timeout(NAMESPACES_TIMEOUT, init_namespaces(&warm.ctl))
+            .await
+            .map_err(|_| ZygoteError::Fork("the init did not send its namespaces".into()))??;
+        let sock = slot.zygotes.with(slot.index, &p.cfg, |z| z.fork(ns[0].as_fd()))?;
         let req = RunRequest {
             argv: &spec.argv,
             env: &spec.env,
@@ -148,10 +173,11 @@ pub(super) async fn start(
                 p.stdio[2].as_raw_fd(),
                 ready_r.as_raw_fd(),
             ],
+            namespaces: ns[1..].iter().map(|f| f.as_raw_fd()).collect(),
             procs: procs.iter().map(|f| f.as_raw_fd()).collect(),
         };
         let msg = req.encode();
-        let fds: Vec<i32> = req.stdio.iter().chain(&req.procs).copied().collect();
+        let fds = req.fds();
         // What fits the socket's buffer at once is sent here; larger runs (a
         // MiB of args) block until the child reads them: off the runtime.
         if msg.len() <= 32 * 1024 {
@@ -160,7 +186,7 @@ pub(super) async fn start(
         }
         tokio::task::spawn_blocking(move || {
             let r = zygote::send_run(&sock, &msg, &fds);
-            drop((procs, p.stdio, ready_r));
+            drop((procs, ns, p.stdio, ready_r));
             r.map(|_| sock)
         })
         .await
@@ -189,9 +215,12 @@ impl Warm {
     pub async fn ended(&mut self) -> Result<i32, ZygoteError> {
         match self.outcome.as_mut() {
             Some(f) => {
-                let r = f.await;
+                let end = f.await;
                 self.outcome = None;
-                r
+                if end.result.is_err() && !end.started {
+                    self.before_program = true;
+                }
+                end.result
             }
             None => std::future::pending().await,
         }

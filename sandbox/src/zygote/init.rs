@@ -3,7 +3,58 @@
 
 use crate::child::report;
 use crate::sys;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
+
+/// The run's namespaces, in the order the zygote and its child take them:
+/// the pid namespace (the zygote forks the program into it), then what the
+/// program enters, the mount namespace last.
+const NAMESPACES: [&CStr; 4] = [
+    c"/proc/self/ns/pid",
+    c"/proc/self/ns/ipc",
+    c"/proc/self/ns/uts",
+    c"/proc/self/ns/cgroup",
+];
+
+/// First thing after the clone: sends the supervisor descriptors of the run's
+/// namespaces (`NAMESPACES`, then the network and mount namespaces it will
+/// enter), tagged `N`; with none, tagged `X` (then the run starts cold).
+///
+/// Why not the init's pidfd: `setns(pidfd)` needs ptrace access to the init,
+/// which shares the executor's memory, which no longer is dumpable once any
+/// cold program in it changed its uid; without CAP_SYS_PTRACE (which no pod
+/// of ours has) that is EPERM. Opening our own `/proc/self/ns/*` needs no
+/// such access, and `setns` of a namespace file only CAP_SYS_ADMIN. This runs
+/// before the init enters the slot's mount namespace, while `/proc` is the
+/// executor's.
+pub(crate) fn send_namespaces(ctl_fd: i32, net_ns_fd: i32, mnt_ns_fd: i32) {
+    let mut fds = [-1i32; NAMESPACES.len() + 2];
+    let mut ok = true;
+    for (slot, path) in fds.iter_mut().zip(NAMESPACES) {
+        match sys::open(path, libc::O_RDONLY | libc::O_CLOEXEC) {
+            Ok(fd) => *slot = fd as i32,
+            Err(_) => ok = false,
+        }
+    }
+    let own_net = if net_ns_fd < 0 {
+        // Made by the clone: ours is final already.
+        sys::open(c"/proc/self/ns/net", libc::O_RDONLY | libc::O_CLOEXEC).map_or(-1, |fd| fd as i32)
+    } else {
+        -1
+    };
+    fds[NAMESPACES.len()] = if net_ns_fd < 0 { own_net } else { net_ns_fd };
+    fds[NAMESPACES.len() + 1] = mnt_ns_fd;
+    ok &= fds.iter().all(|&fd| fd >= 0);
+    let _ = if ok {
+        sys::send_fds(ctl_fd, b"N", &fds)
+    } else {
+        sys::send_fds(ctl_fd, b"X", &[])
+    };
+    for fd in fds[..NAMESPACES.len()].iter().copied().chain([own_net]) {
+        if fd >= 0 {
+            let _ = sys::close(fd);
+        }
+    }
+}
 
 /// After the init's set-up: says so on `ready_fd` (to the zygote's child,
 /// which waits for it before it enters the run's mount namespace, while the

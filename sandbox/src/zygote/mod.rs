@@ -127,6 +127,51 @@ fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> std::io::R
     Ok(())
 }
 
+/// recvmsg of up to `data.len()` bytes and the descriptors attached
+/// (SCM_RIGHTS, at most 16), without blocking (EAGAIN when there is nothing).
+pub(crate) fn recv_with_fds(sock: BorrowedFd<'_>, data: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    const MAX: usize = 16;
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE((MAX * std::mem::size_of::<RawFd>()) as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: msghdr is plain data; zeroed is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = space;
+    // SAFETY: msg points at live buffers for the call.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled the control buffer; the macros walk it within
+    // msg_controllen, and each SCM_RIGHTS payload is an array of descriptors
+    // now ours.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let payload = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let p = libc::CMSG_DATA(c) as *const RawFd;
+                for i in 0..payload / std::mem::size_of::<RawFd>() {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(p.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(std::io::Error::other("descriptors were cut off"));
+    }
+    Ok((n as usize, fds))
+}
+
 /// Waits up to `timeout` for `fd` to be readable.
 fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> std::io::Result<bool> {
     let mut p = libc::pollfd {
@@ -229,9 +274,11 @@ impl Zygote {
             ));
         };
         z.failed = failed.lines().map(str::to_owned).collect();
-        // Nothing more is read from it; the zygote's own errors go nowhere
-        // (each run's child reports on the run's stderr).
-        drop(z.child.stderr.take());
+        // The zygote's own stderr (each run's child has the run's) goes to the
+        // log: closing it would turn the zygote's next warning into EPIPE.
+        if let Some(err) = z.child.stderr.take() {
+            forward_stderr(z.cfg.name.clone(), z.child.id(), err);
+        }
         Ok(z)
     }
 
@@ -250,13 +297,39 @@ impl Zygote {
         let _ = self.child.wait();
     }
 
-    /// Asks the zygote to fork a child into the pid namespace of `init`;
-    /// returns the executor's end of the run's socket, where the run is sent
-    /// ([`RunRequest::send`]) and the child's wait status comes back.
-    pub fn fork(&self, init: BorrowedFd<'_>) -> Result<OwnedFd, ZygoteError> {
+    /// Asks the zygote to fork a child into the pid namespace `pid_ns` (a
+    /// namespace file, not a pidfd: see `init::send_namespaces`); returns the
+    /// executor's end of the run's socket, where the run is sent
+    /// ([`send_run`]) and the child's wait status comes back.
+    pub fn fork(&self, pid_ns: BorrowedFd<'_>) -> Result<OwnedFd, ZygoteError> {
         let (ours, theirs) = socketpair(libc::SOCK_STREAM)?;
-        send_with_fds(self.ctl.as_fd(), b"F", &[theirs.as_raw_fd(), init.as_raw_fd()])?;
+        send_with_fds(self.ctl.as_fd(), b"F", &[theirs.as_raw_fd(), pid_ns.as_raw_fd()])?;
         Ok(ours)
+    }
+}
+
+/// How much of one zygote's stderr reaches the log (the rest is read and dropped).
+const STDERR_LOG_BYTES: usize = 64 * 1024;
+
+/// Logs what a zygote writes on its stderr, a line at a time, until it exits.
+fn forward_stderr(language: String, pid: u32, err: std::process::ChildStderr) {
+    use std::io::BufRead;
+    let name = language.clone();
+    let spawned = std::thread::Builder::new().name("zygote-stderr".into()).spawn(move || {
+        let mut logged = 0;
+        let mut lines = std::io::BufReader::new(err);
+        let mut line = Vec::new();
+        while matches!(lines.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            if logged < STDERR_LOG_BYTES {
+                logged += line.len();
+                let text = String::from_utf8_lossy(&line);
+                tracing::warn!(%language, pid, "zygote stderr: {}", text.trim_end());
+            }
+            line.clear();
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(language = %name, pid, "not logging the zygote's stderr: {e}");
     }
 }
 
@@ -279,6 +352,8 @@ pub(crate) struct RunRequest<'a> {
     pub seccomp: &'a [Vec<libc::sock_filter>],
     /// stdin, stdout, stderr, and the init's readiness pipe.
     pub stdio: [RawFd; 4],
+    /// The run's namespaces the child enters, in order (the mount namespace last).
+    pub namespaces: Vec<RawFd>,
     /// The slot cgroup's `cgroup.procs`, one per hierarchy.
     pub procs: Vec<RawFd>,
 }
@@ -320,8 +395,19 @@ impl RunRequest<'_> {
             }
             blob(&mut b, &raw);
         }
+        u32_(&mut b, self.namespaces.len());
         u32_(&mut b, self.procs.len());
         b
+    }
+
+    /// The descriptors sent with the body, in the order the child takes them.
+    pub fn fds(&self) -> Vec<RawFd> {
+        self.stdio
+            .iter()
+            .chain(&self.namespaces)
+            .chain(&self.procs)
+            .copied()
+            .collect()
     }
 }
 
@@ -354,20 +440,47 @@ pub(crate) fn send_run(sock: &OwnedFd, body: &[u8], fds: &[RawFd]) -> Result<(),
     }
 }
 
+/// How a warm run's socket ended.
+pub(crate) struct Ended {
+    /// The child said it was about to run the program (`P`): a failure
+    /// after this is the run's, before it the run can start again cold.
+    pub started: bool,
+    /// The child's wait status, or why it could not run.
+    pub result: Result<i32, ZygoteError>,
+}
+
 /// Reads the run's end from its socket: the child's wait status, or why it could not start.
-pub(crate) async fn outcome(sock: OwnedFd) -> Result<i32, ZygoteError> {
+pub(crate) async fn outcome(sock: OwnedFd) -> Ended {
     use tokio::io::AsyncReadExt;
-    let std_sock = std::os::unix::net::UnixStream::from(sock);
-    std_sock.set_nonblocking(true)?;
-    let mut s = tokio::net::UnixStream::from_std(std_sock)?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await?;
-    match buf.split_first() {
-        Some((b'S', rest)) if rest.len() == 4 => Ok(i32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]])),
+    let read = async {
+        let std_sock = std::os::unix::net::UnixStream::from(sock);
+        std_sock.set_nonblocking(true)?;
+        let mut s = tokio::net::UnixStream::from_std(std_sock)?;
+        let mut buf = Vec::new();
+        // A reset (the zygote closed the socket with the run unread) keeps what came before.
+        let r = s.read_to_end(&mut buf).await;
+        Ok::<_, std::io::Error>((buf, r.err()))
+    };
+    let (buf, err) = match read.await {
+        Ok(r) => r,
+        Err(e) => {
+            return Ended {
+                started: false,
+                result: Err(e.into()),
+            };
+        }
+    };
+    let started = buf.first() == Some(&b'P');
+    let rest = if started { &buf[1..] } else { &buf[..] };
+    let result = match rest.split_first() {
+        Some((b'S', r)) if r.len() == 4 => Ok(i32::from_ne_bytes([r[0], r[1], r[2], r[3]])),
         Some((b'N', _)) => Err(ZygoteError::InitNotReady),
-        Some((b'E', rest)) => Err(ZygoteError::Fork(String::from_utf8_lossy(rest).into_owned())),
-        _ => Err(ZygoteError::Gone),
-    }
+        Some((b'E', r)) => Err(ZygoteError::Fork(
+            String::from_utf8_lossy(r).chars().take(500).collect(),
+        )),
+        _ => Err(err.map_or(ZygoteError::Gone, ZygoteError::Io)),
+    };
+    Ended { started, result }
 }
 
 /// The zygotes of every slot: one per slot, for the language it last served.
@@ -447,5 +560,51 @@ impl Zygotes {
         {
             *z = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// What the zygote's side writes, then how it closes: the executor's reading of it.
+    async fn ended(write: &[u8], unread: bool) -> Ended {
+        let (ours, theirs) = socketpair(libc::SOCK_STREAM).expect("socketpair");
+        let mut theirs = std::os::unix::net::UnixStream::from(theirs);
+        if unread {
+            // The run, sent but never read: closing then resets the connection.
+            send_run(&ours, b"the run", &[]).expect("send");
+        }
+        theirs.write_all(write).expect("write");
+        drop(theirs);
+        outcome(ours).await
+    }
+
+    #[tokio::test]
+    async fn a_failure_before_the_program_says_so_even_when_the_socket_was_reset() {
+        let e = ended(b"Esetting up the run", true).await;
+        assert!(!e.started);
+        assert!(e.result.is_err());
+        let e = ended(b"", true).await;
+        assert!(!e.started);
+        assert!(e.result.is_err());
+        let e = ended(b"N", false).await;
+        assert!(!e.started);
+        assert!(matches!(e.result, Err(ZygoteError::InitNotReady)));
+    }
+
+    #[tokio::test]
+    async fn a_started_program_reports_its_status_or_its_loss() {
+        let status = 0x0100i32;
+        let mut msg = b"PS".to_vec();
+        msg.extend_from_slice(&status.to_ne_bytes());
+        let e = ended(&msg, false).await;
+        assert!(e.started);
+        assert_eq!(e.result.ok(), Some(status));
+        // The zygote died mid-run: the program had started, so no cold rerun.
+        let e = ended(b"P", false).await;
+        assert!(e.started);
+        assert!(matches!(e.result, Err(ZygoteError::Gone)));
     }
 }

@@ -9,20 +9,17 @@
 # `python3 main.py` would.
 #
 # The zygote never reads a request: it receives only two descriptors per run
-# (the run's socket and its init's pidfd), so nothing of one run's data is in
-# its memory when it forks the next run.
+# (the run's socket and its init's pid namespace), so nothing of one run's
+# data is in its memory when it forks the next run. Namespaces come as
+# namespace files, not pidfds: setns(pidfd) needs ptrace access to the init,
+# which a pod without CAP_SYS_PTRACE lacks (sandbox/src/zygote/init.rs).
 #
 # Descriptor 3 is the control socket (SOCK_SEQPACKET), 4 the zygote's own pid
 # namespace (the slot's mount namespace has no /proc between runs).
 import os
 import sys
 
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWCGROUP = 0x02000000
-_CLONE_NEWUTS = 0x04000000
-_CLONE_NEWIPC = 0x08000000
 _CLONE_NEWPID = 0x20000000
-_CLONE_NEWNET = 0x40000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
@@ -84,12 +81,12 @@ def _zygote():
                 os.close(fd)
             ctl.send(b"bad request")
             continue
-        run_fd, pidfd = fds
+        run_fd, pid_ns = fds
         pid = -1
         err = ""
         try:
             # Only this process's future children go there; restored below.
-            setns(pidfd, _CLONE_NEWPID)
+            setns(pid_ns, _CLONE_NEWPID)
             try:
                 pid = os.fork()
             finally:
@@ -101,7 +98,8 @@ def _zygote():
             try:
                 os.close(ctl.detach())
                 os.close(own_pid_ns)
-                run = _child(run_fd, pidfd, libc, setns, ctypes, signal, socket, struct)
+                os.close(pid_ns)
+                run = _child(run_fd, libc, setns, ctypes, signal, socket, struct)
             except BaseException as e:
                 # A sandbox error, not the program's: said on the run's socket.
                 try:
@@ -111,7 +109,7 @@ def _zygote():
                 finally:
                     os._exit(126)
             return run
-        os.close(pidfd)
+        os.close(pid_ns)
         status = -1
         if pid > 0:
             while True:
@@ -147,7 +145,7 @@ def _recv_exact(sock, n, fds, socket, struct):
     return bytes(buf)
 
 
-def _child(run_fd, pidfd, libc, setns, ctypes, signal, socket, struct):
+def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     """Enters the run's sandbox; returns what `_run` needs."""
     sock = socket.socket(fileno=run_fd)
     fds = []
@@ -181,9 +179,12 @@ def _child(run_fd, pidfd, libc, setns, ctypes, signal, socket, struct):
     uid, gid = u32(), u32()
     rlimits = [(u32(), u64(), u64()) for _ in range(u32())]
     filters = [blob() for _ in range(u32())]
+    n_ns = u32()
     n_procs = u32()
-    if len(fds) != 4 + n_procs:
-        raise RuntimeError("expected %d descriptors, got %d" % (4 + n_procs, len(fds)))
+    if len(fds) != 4 + n_ns + n_procs:
+        raise RuntimeError("expected %d descriptors, got %d" % (4 + n_ns + n_procs, len(fds)))
+    namespaces = fds[4 : 4 + n_ns]
+    procs = fds[4 + n_ns :]
     # The init mounts the run's /work, /tmp, /dev/shm and /proc meanwhile.
     ready = os.read(fds[3], 1)
     os.close(fds[3])
@@ -192,11 +193,13 @@ def _child(run_fd, pidfd, libc, setns, ctypes, signal, socket, struct):
 
     # Into the slot's cgroup first (its memory, pids and CPU accounting), then
     # the run's namespaces: pid already (the zygote forked us into it).
-    for fd in fds[4:]:
+    for fd in procs:
         os.write(fd, b"0")
         os.close(fd)
-    setns(pidfd, _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWNS | _CLONE_NEWCGROUP)
-    os.close(pidfd)
+    # ipc, uts, cgroup, net, then mount (which changes our root).
+    for fd in namespaces:
+        setns(fd, 0)
+        os.close(fd)
     # As the cold path's init does for the program: the OOM killer's first choice.
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")
@@ -224,6 +227,9 @@ def _child(run_fd, pidfd, libc, setns, ctypes, signal, socket, struct):
         if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "seccomp")
     os.chdir(cwd)
+    # Everything from here on is the program's: a failure before this line
+    # lets the executor run it again cold.
+    os.write(run_fd, b"P")
     os.closerange(3, 1 << 20)
     return argv, env, prefix
 
