@@ -104,6 +104,12 @@ pub struct SandboxPoolSpec {
     /// Each executor's result cache: identical requests answered without running (off unless set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_cache: Option<ResultCache>,
+    /// Warm starts: runs of languages that have them (Python) fork from a per-slot
+    /// pre-initialised interpreter (docs/warm-starts.md).
+    /// Unset or true: the executor's default (on); false: every run starts cold. Restricted
+    /// pools start every run cold either way (warm starts need CAP_SYS_ADMIN).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_starts: Option<bool>,
 }
 
 fn default_replicas() -> i32 {

@@ -157,6 +157,8 @@ pub struct ResolvedPool {
     pub auth: Option<ResolvedAuth>,
     /// The result cache, when enabled.
     pub result_cache: Option<ResolvedResultCache>,
+    /// False turns warm starts off (`--warm-starts=false`); true leaves the executor's default.
+    pub warm_starts: bool,
 }
 
 /// The executor's result cache, when enabled.
@@ -389,6 +391,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         max_unavailable,
         auth,
         result_cache,
+        warm_starts: spec.warm_starts.unwrap_or(true),
     })
 }
 

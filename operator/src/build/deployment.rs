@@ -108,6 +108,10 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
             args.push("--result-cache-limit-verdicts".to_owned());
         }
     }
+    // Only an opt-out is written: an absent flag keeps the executor's own default.
+    if !pool.warm_starts {
+        args.push("--warm-starts=false".to_owned());
+    }
     args.push(format!("--drain-timeout-ms={}", pool.drain_timeout_ms()));
     args.push(format!("--work-root={WORK_ROOT}"));
     args

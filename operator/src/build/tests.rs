@@ -356,7 +356,7 @@ fn every_restricted_pool_passes_each_restricted_pod_security_check() {
                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "evals", "effect": "NoSchedule"}],
                "imagePullSecrets": [{"name": "regcred"}],
                "podTemplate": {"labels": {"team": "ml"}, "annotations": {"cost-center": "42"}},
-               "disruptionBudget": {"maxUnavailable": "50%"}}),
+               "disruptionBudget": {"maxUnavailable": "50%"}, "warmStarts": false}),
     ];
     for spec in specs {
         let template = to_json(&deployment(&resolved(spec.clone())))["spec"]["template"].clone();
@@ -639,4 +639,33 @@ fn a_result_cache_sets_the_executor_flags() {
     // Off by default, and with zero entries.
     assert!(cache_args(json!({})).is_empty());
     assert!(cache_args(json!({"resultCache": {"entries": 0, "maxBytes": "1Gi"}})).is_empty());
+}
+
+#[test]
+fn turning_warm_starts_off_sets_the_executor_flag() {
+    let warm_args = |spec: Value| -> Vec<String> {
+        executor_args(&resolved(spec))
+            .into_iter()
+            .filter(|a| a.starts_with("--warm-starts"))
+            .collect()
+    };
+    assert_eq!(warm_args(json!({"warmStarts": false})), ["--warm-starts=false"]);
+    // Absent or true leaves the executor's default (on) alone.
+    assert!(warm_args(json!({})).is_empty());
+    assert!(warm_args(json!({"warmStarts": true})).is_empty());
+    // Restricted pools accept the field; the executor starts their runs cold either way.
+    assert_eq!(
+        warm_args(json!({"isolation": {"mode": "restricted"}, "warmStarts": false})),
+        ["--warm-starts=false"]
+    );
+    // The flag comes before the fixed tail, where the issue example's exact lists expect it.
+    let args = executor_args(&resolved(json!({"warmStarts": false})));
+    assert_eq!(
+        args[args.len() - 3..],
+        [
+            "--warm-starts=false",
+            "--drain-timeout-ms=125000",
+            "--work-root=/var/lib/sandpool"
+        ]
+    );
 }

@@ -455,3 +455,21 @@ fn the_result_cache_must_fit_beside_the_executors_headroom() {
         "spec.resultCache.entries"
     );
 }
+
+#[test]
+fn warm_starts_default_to_the_executors_and_may_be_turned_off() {
+    assert!(resolve_spec(json!({})).expect("valid").warm_starts);
+    assert!(resolve_spec(json!({"warmStarts": true})).expect("valid").warm_starts);
+    assert!(!resolve_spec(json!({"warmStarts": false})).expect("valid").warm_starts);
+    // Restricted pools start every run cold anyway; the field is accepted, not refused.
+    let p = resolve_spec(json!({"isolation": {"mode": "restricted"}, "warmStarts": false}))
+        .expect("restricted pools accept warmStarts");
+    assert!(!p.warm_starts);
+    // A wrong type is refused when the object is read, naming the field.
+    let err = serde_json::from_value::<SandboxPool>(json!({
+        "apiVersion": "sandpool.dev/v1alpha1", "kind": "SandboxPool",
+        "metadata": {"name": "python"}, "spec": {"warmStarts": "no"},
+    }))
+    .expect_err("a string is not a bool");
+    assert!(err.to_string().contains("boolean"), "{err}");
+}
