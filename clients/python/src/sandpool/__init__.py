@@ -17,6 +17,7 @@ from .session import AsyncSession, Session, SessionLimits, SessionLost, SessionR
 from .target import default_target, pool_target
 from .types import (
     AssertTests,
+    CachePolicy,
     ComparisonMode,
     EvaluateOptions,
     EvaluateRequest,
@@ -39,6 +40,7 @@ __all__ = [
     "AssertTests",
     "AsyncClient",
     "AsyncSession",
+    "CachePolicy",
     "Client",
     "ComparisonMode",
     "EvaluateOptions",

@@ -20,7 +20,7 @@ from .session import AsyncSession, SessionLimits
 from .stream import Lane, Source
 from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
-from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
+from .types import CachePolicy, EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
 T = TypeVar("T")
 
@@ -99,9 +99,15 @@ class AsyncClient:
         args: Optional[list[str]] = None,
         fetch_files: Optional[list[str]] = None,
         request_id: str = "",
+        cache: CachePolicy = CachePolicy.DEFAULT,
+        cold_start: bool = False,
         timeout: Optional[float] = None,
     ) -> ExecuteResult:
-        """Compiles (if needed) and runs one program; `timeout` (s) bounds all attempts together."""
+        """Compiles (if needed) and runs one program; `timeout` (s) bounds all attempts together.
+
+        `cache` says whether the executor's result cache may answer or keep this request;
+        `cold_start` runs it from a fresh interpreter where the language has warm starts.
+        """
         req = convert.execute_request(
             language,
             code,
@@ -112,6 +118,8 @@ class AsyncClient:
             args=args,
             fetch_files=fetch_files,
             request_id=request_id,
+            cache=cache,
+            cold_start=cold_start,
         )
         r, n = await self._call(
             lambda left: self.stub.Execute(

@@ -20,7 +20,7 @@ from .session import Session, SessionLimits
 from .stream import Lane, Source
 from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
-from .types import EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
+from .types import CachePolicy, EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
 
 T = TypeVar("T")
 
@@ -108,9 +108,15 @@ class Client:
         args: Optional[list[str]] = None,
         fetch_files: Optional[list[str]] = None,
         request_id: str = "",
+        cache: CachePolicy = CachePolicy.DEFAULT,
+        cold_start: bool = False,
         timeout: Optional[float] = None,
     ) -> ExecuteResult:
-        """Compiles (if needed) and runs one program; `timeout` (s) bounds all attempts together."""
+        """Compiles (if needed) and runs one program; `timeout` (s) bounds all attempts together.
+
+        `cache` says whether the executor's result cache may answer or keep this request;
+        `cold_start` runs it from a fresh interpreter where the language has warm starts.
+        """
         req = convert.execute_request(
             language,
             code,
@@ -121,6 +127,8 @@ class Client:
             args=args,
             fetch_files=fetch_files,
             request_id=request_id,
+            cache=cache,
+            cold_start=cold_start,
         )
         deadline = _deadline(timeout if timeout is not None else self.timeout)
         r, n = self._call(

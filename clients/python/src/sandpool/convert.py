@@ -10,6 +10,7 @@ from sandpool.v1 import executor_pb2 as pb
 
 from .types import (
     AssertTests,
+    CachePolicy,
     EvaluateRequest,
     EvaluateResult,
     ExecuteResult,
@@ -59,6 +60,8 @@ def execute_request(
     args: Optional[list[str]] = None,
     fetch_files: Optional[list[str]] = None,
     request_id: str = "",
+    cache: CachePolicy = CachePolicy.DEFAULT,
+    cold_start: bool = False,
 ) -> pb.ExecuteRequest:
     """ExecuteRequest message from keyword arguments."""
     return pb.ExecuteRequest(
@@ -71,12 +74,16 @@ def execute_request(
         args=args or [],
         fetch_files=fetch_files or [],
         request_id=request_id,
+        cache=int(cache),
+        cold_start=cold_start,
     )
 
 
 def evaluate_request(r: EvaluateRequest, id: Optional[str] = None) -> pb.EvaluateRequest:
     """EvaluateRequest message; `id` overrides `r.id` (streams tag requests by index)."""
-    m = pb.EvaluateRequest(id=r.id if id is None else id, language=r.language, completion=r.completion)
+    m = pb.EvaluateRequest(
+        id=r.id if id is None else id, language=r.language, completion=r.completion, cache=int(r.cache)
+    )
     t = r.tests
     if isinstance(t, StdioTests):
         m.stdio.CopyFrom(
@@ -118,6 +125,7 @@ def evaluate_request(r: EvaluateRequest, id: Optional[str] = None) -> pb.Evaluat
                 raw_code=o.raw_code,
                 files=[file_pb(f) for f in o.files],
                 prelude={None: 0, True: 1, False: 2}[o.prelude],
+                cold_start=o.cold_start,
             )
         )
     return m
@@ -143,6 +151,7 @@ def phase(m: pb.PhaseResult) -> PhaseResult:
         wall_time_us=m.wall_time_us,
         cpu_time_us=m.cpu_time_us,
         peak_memory_bytes=m.peak_memory_bytes,
+        warm=m.warm,
     )
 
 
@@ -161,6 +170,7 @@ def execute_result(m: pb.ExecuteResponse, attempts: int = 1) -> ExecuteResult:
         message=m.message,
         executor=info(m.executor),
         attempts=attempts,
+        cached=m.cached,
     )
 
 
@@ -192,6 +202,7 @@ def evaluate_result(m: pb.EvaluateResponse, attempts: int = 1, id: Optional[str]
         executor=info(m.executor),
         error=error,
         attempts=attempts,
+        cached=m.cached,
     )
 
 

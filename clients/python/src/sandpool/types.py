@@ -33,6 +33,20 @@ class ComparisonMode(enum.IntEnum):
     FLOAT = 4
 
 
+class CachePolicy(enum.IntEnum):
+    """How a request uses the executor's result cache (mirrors `sandpool.v1.CachePolicy`).
+
+    The cache is off unless the executor enables it (`--result-cache-entries`).
+    """
+
+    # Answer from the cache when it holds the request; store the response when the rules allow.
+    DEFAULT = 0
+    # Always run; neither read nor store.
+    BYPASS = 1
+    # Like DEFAULT, and TIME/WALL_TIME/MEMORY_LIMIT_EXCEEDED are stored and answered too.
+    INCLUDE_LIMITS = 2
+
+
 @dataclass
 class Limits:
     """Resource limits for one phase; 0 means the executor's default."""
@@ -78,6 +92,8 @@ class PhaseResult:
     wall_time_us: int = 0
     cpu_time_us: int = 0
     peak_memory_bytes: int = 0
+    # Forked from the slot's pre-initialised interpreter (a warm start), not a fresh one.
+    warm: bool = False
 
 
 @dataclass
@@ -91,6 +107,8 @@ class ExecuteResult:
     message: str
     executor: ExecutorInfo
     attempts: int = 1
+    # Answered from the executor's result cache: nothing ran (times are those of the run that filled it).
+    cached: bool = False
 
     @property
     def stdout(self) -> str:
@@ -162,6 +180,8 @@ class EvaluateOptions:
     # The language prelude for assert tests: None = the executor's default (--assert-prelude),
     # False = none (reference-harness parity), True = always.
     prelude: Optional[bool] = None
+    # Run every test from a fresh interpreter even where the language has warm starts.
+    cold_start: bool = False
 
 
 @dataclass
@@ -175,6 +195,7 @@ class EvaluateRequest:
     special_judge_language: str = ""
     special_judge_code: str = ""
     options: Optional[EvaluateOptions] = None
+    cache: CachePolicy = CachePolicy.DEFAULT
 
 
 @dataclass
@@ -207,6 +228,8 @@ class EvaluateResult:
     executor: ExecutorInfo
     error: Optional["RequestError"] = None
     attempts: int = 1
+    # Answered from the executor's result cache: nothing ran.
+    cached: bool = False
 
 
 @dataclass
