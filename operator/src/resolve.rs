@@ -46,8 +46,23 @@ pub const DRAIN_MARGIN_MS: u64 = 5_000;
 /// The result cache's size when a pool enables it without `maxBytes` (the executor's default).
 pub const DEFAULT_RESULT_CACHE_BYTES: u64 = 64 << 20;
 /// Memory the executor keeps for itself inside the container: a run may use at most the
-/// container's memory limit minus this.
+/// container's memory limit minus this (plus [`ZYGOTE_MEMORY_PER_SLOT`] per slot with warm
+/// starts, see [`executor_headroom`]).
 pub const EXECUTOR_MEMORY_HEADROOM: u64 = 256 << 20;
+/// What one slot's Python zygote keeps resident in the executor's own memory (about 34 MiB
+/// with the shipped preload list, docs/warm-starts.md), with room for a larger list.
+pub const ZYGOTE_MEMORY_PER_SLOT: u64 = 64 << 20;
+
+/// The executor's own memory in a pool's container: the base headroom, plus a zygote per
+/// slot where runs start warm (namespaces mode with warm starts on; restricted mode has none).
+pub fn executor_headroom(slots: u32, warm_starts: bool) -> u64 {
+    EXECUTOR_MEMORY_HEADROOM
+        + if warm_starts {
+            u64::from(slots) * ZYGOTE_MEMORY_PER_SLOT
+        } else {
+            0
+        }
+}
 /// Extra grace beyond the drain timeout before the kubelet sends SIGKILL.
 pub const TERMINATION_MARGIN_S: i64 = 10;
 
@@ -245,8 +260,6 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
     };
 
     let container_memory = container_memory_limit(spec.resources.as_ref())?;
-    let limits = resolve_limits(spec.limits.as_ref().unwrap_or(&RunLimits::default()), container_memory)?;
-    let result_cache = resolve_result_cache(spec.result_cache.as_ref(), container_memory)?;
 
     let gpu = match &spec.gpu {
         None => None,
@@ -298,6 +311,14 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         let from_default = isolation_spec.mode.is_none();
         check_restricted(spec, from_default)?;
     }
+    let warm_starts = spec.warm_starts.unwrap_or(true);
+    let headroom = executor_headroom(slots, warm_starts && isolation == IsolationMode::Namespaces);
+    let limits = resolve_limits(
+        spec.limits.as_ref().unwrap_or(&RunLimits::default()),
+        container_memory,
+        headroom,
+    )?;
+    let result_cache = resolve_result_cache(spec.result_cache.as_ref(), container_memory, headroom)?;
     let runtime_class_name = isolation_spec
         .runtime_class_name
         .or_else(|| defaults.runtime_class_name.clone());
@@ -391,7 +412,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         max_unavailable,
         auth,
         result_cache,
-        warm_starts: spec.warm_starts.unwrap_or(true),
+        warm_starts,
     })
 }
 
@@ -400,6 +421,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
 fn resolve_result_cache(
     spec: Option<&crate::crd::ResultCache>,
     container_memory: Option<u64>,
+    headroom: u64,
 ) -> Result<Option<ResolvedResultCache>, InvalidSpec> {
     let Some(spec) = spec else {
         return Ok(None);
@@ -421,14 +443,14 @@ fn resolve_result_cache(
         ));
     }
     if let Some(container) = container_memory
-        && bytes.saturating_add(EXECUTOR_MEMORY_HEADROOM) >= container
+        && bytes.saturating_add(headroom) >= container
     {
         return Err(InvalidSpec::new(
             "spec.resultCache.maxBytes",
             format!(
                 "{} and the executor's own headroom of {} do not fit spec.resources.limits[\"memory\"] ({})",
                 show_bytes(bytes),
-                show_bytes(EXECUTOR_MEMORY_HEADROOM),
+                show_bytes(headroom),
                 show_bytes(container)
             ),
         ));
@@ -529,7 +551,11 @@ fn check_languages(list: &[String]) -> Result<Vec<String>, InvalidSpec> {
     Ok(list.to_vec())
 }
 
-fn resolve_limits(spec: &RunLimits, container_memory: Option<u64>) -> Result<ResolvedLimits, InvalidSpec> {
+fn resolve_limits(
+    spec: &RunLimits,
+    container_memory: Option<u64>,
+    headroom: u64,
+) -> Result<ResolvedLimits, InvalidSpec> {
     let ms = |field: &str, value: &Option<String>| -> Result<Option<u64>, InvalidSpec> {
         value
             .as_deref()
@@ -556,15 +582,12 @@ fn resolve_limits(spec: &RunLimits, container_memory: Option<u64>) -> Result<Res
     let mut max_memory_origin = "";
     if let Some(container) = container_memory {
         let room = container
-            .checked_sub(EXECUTOR_MEMORY_HEADROOM)
+            .checked_sub(headroom)
             .filter(|room| *room > 0)
             .ok_or_else(|| {
                 InvalidSpec::new(
                     "spec.resources.limits[\"memory\"]",
-                    format!(
-                        "must exceed the executor's own headroom of {}",
-                        show_bytes(EXECUTOR_MEMORY_HEADROOM)
-                    ),
+                    format!("must exceed the executor's own headroom of {}", show_bytes(headroom)),
                 )
             })?;
         match max_memory {
@@ -575,7 +598,7 @@ fn resolve_limits(spec: &RunLimits, container_memory: Option<u64>) -> Result<Res
                         "{} does not fit spec.resources.limits[\"memory\"] ({}) less the executor's own headroom of {}",
                         show_bytes(max),
                         show_bytes(container),
-                        show_bytes(EXECUTOR_MEMORY_HEADROOM)
+                        show_bytes(headroom)
                     ),
                 ));
             }

@@ -155,7 +155,7 @@ fn run_memory_must_fit_in_the_container() {
             "limits": {"maxMemory": max}
         })
     };
-    assert!(resolve_spec(spec("768Mi")).is_ok());
+    assert!(resolve_spec(spec("512Mi")).is_ok());
     let err = resolve_spec(spec("2Gi")).expect_err("too big");
     assert_eq!(err.field, "spec.limits.maxMemory");
     assert!(err.message.contains("1Gi"), "{}", err.message);
@@ -316,10 +316,13 @@ fn run_memory_must_leave_the_executor_its_headroom() {
         "{}",
         err.message
     );
-    assert!(resolve_spec(spec("768Mi")).is_ok());
+    assert!(resolve_spec(spec("512Mi")).is_ok());
     // Unset maxMemory: the executor's 4Gi default does not fit either; the operator derives it.
     let p = resolve_spec(json!({"resources": {"limits": {"memory": "1Gi"}}})).expect("valid");
-    assert_eq!(p.limits.max_memory_bytes, Some((1 << 30) - EXECUTOR_MEMORY_HEADROOM));
+    assert_eq!(
+        p.limits.max_memory_bytes,
+        Some((1 << 30) - executor_headroom(p.slots, true))
+    );
     // ... and a default memory above the derived maximum is refused, naming both.
     let err = resolve_spec(json!({"resources": {"limits": {"memory": "512Mi"}}, "limits": {"memory": "400Mi"}}))
         .expect_err("default above the derived maximum");
@@ -472,4 +475,27 @@ fn warm_starts_default_to_the_executors_and_may_be_turned_off() {
     }))
     .expect_err("a string is not a bool");
     assert!(err.to_string().contains("boolean"), "{err}");
+}
+
+#[test]
+fn warm_starts_reserve_a_zygote_per_slot_in_the_executors_headroom() {
+    let spec = |extra: serde_json::Value| {
+        let mut v = json!({"concurrency": 8, "resources": {"limits": {"memory": "4Gi"}}});
+        v.as_object_mut()
+            .expect("object")
+            .extend(extra.as_object().expect("object").clone());
+        v
+    };
+    // Eight zygotes (the default: warm starts on) live in the executor's own memory.
+    let p = resolve_spec(spec(json!({}))).expect("valid");
+    let warm = EXECUTOR_MEMORY_HEADROOM + 8 * ZYGOTE_MEMORY_PER_SLOT;
+    assert_eq!(p.limits.max_memory_bytes, Some((4 << 30) - warm));
+    // Without warm starts, only the base headroom.
+    let p = resolve_spec(spec(json!({"warmStarts": false}))).expect("valid");
+    assert_eq!(p.limits.max_memory_bytes, Some((4 << 30) - EXECUTOR_MEMORY_HEADROOM));
+    // A maximum that fits the base headroom but not the zygotes is refused, saying how much is kept.
+    let err = resolve_spec(spec(json!({"limits": {"maxMemory": "3700Mi"}}))).expect_err("no room for zygotes");
+    assert_eq!(err.field, "spec.limits.maxMemory");
+    assert!(err.message.contains("768Mi"), "{}", err.message);
+    assert!(resolve_spec(spec(json!({"warmStarts": false, "limits": {"maxMemory": "3700Mi"}}))).is_ok());
 }
