@@ -81,8 +81,15 @@ print([signal.getsignal(s) for s in (signal.SIGINT, signal.SIGPIPE, signal.SIGTE
 print(signal.pthread_sigmask(signal.SIG_BLOCK, []))
 import socket
 print(socket.gethostname())
+# What ps and pgrep -f see (a warm run's is padded with NULs: docs/warm-starts.md).
+print(open("/proc/self/cmdline", "rb").read().rstrip(b"\0").split(b"\0"))
 "#;
     let r = same(&exe, code, "", &["a", "b c"], &[("data.txt", "x")]).await;
+    assert!(
+        stdout(&r).contains("[b'python3', b'-B', b'main.py', b'a', b'b c']\n"),
+        "{}",
+        stdout(&r)
+    );
     let out = stdout(&r);
     assert!(
         out.starts_with("['main.py', 'a', 'b c'] __main__ /work/main.py /work /work\n"),

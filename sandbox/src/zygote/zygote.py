@@ -200,6 +200,7 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     for fd in namespaces:
         setns(fd, 0)
         os.close(fd)
+    _set_cmdline(argv, ctypes)
     # As the cold path's init does for the program: the OOM killer's first choice.
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")
@@ -232,6 +233,29 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     os.write(run_fd, b"P")
     os.closerange(3, 1 << 20)
     return argv, env, prefix
+
+
+def _set_cmdline(argv, ctypes):
+    """Makes /proc/self/cmdline read as the run's argv, as an exec'd program's does.
+
+    The kernel reads it from this process's own memory, the zygote's argv
+    (`-c` and this whole file: about 20 KB), which is overwritten in place,
+    the rest padded with NULs (so `ps` and `pgrep -f` see `python3 -B main.py
+    ARGS`). An argv longer than that area is cut. Needs the run's /proc.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        # Fields after the command name; arg_start and arg_end are fields 48 and 49.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        start, end = int(fields[45]), int(fields[46])
+    except (OSError, ValueError, IndexError):
+        return
+    size = end - start
+    if size <= 0:
+        return
+    data = b"".join(a.encode(errors="surrogateescape") + b"\0" for a in argv)[: size - 1]
+    ctypes.memmove(start, data.ljust(size, b"\0"), size)
 
 
 def _run(argv, env, prefix, io):
