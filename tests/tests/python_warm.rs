@@ -228,6 +228,23 @@ async fn a_module_in_the_work_dir_shadows_a_preloaded_one_as_it_would_cold() {
     let files = [("random.py", "X = 'mine'\n"), ("numpy/__init__.py", "Y = 'my numpy'\n")];
     let r = same(&exe, "import random, numpy\nprint(random.X, numpy.Y)", "", &[], &files).await;
     assert_eq!(stdout(&r), "mine my numpy\n", "{}", describe(&r));
+    // Modules a preload imported without being named in the list (numpy imports
+    // pickle and inspect), and ones the zygote's own code uses after the fork.
+    let files = [
+        ("pickle.py", "X = 'my pickle'\n"),
+        ("inspect.py", "Y = 'my inspect'\n"),
+        ("types.py", "Z = 'my types'\n"),
+        ("atexit.py", "W = 'my atexit'\n"),
+    ];
+    let code =
+        "import pickle, inspect, types, atexit\nprint(pickle.X, inspect.Y, types.Z, getattr(atexit, 'W', 'builtin'))";
+    let r = same(&exe, code, "", &[], &files).await;
+    assert_eq!(
+        stdout(&r),
+        "my pickle my inspect my types builtin\n",
+        "{}",
+        describe(&r)
+    );
 }
 
 #[tokio::test]

@@ -19,6 +19,18 @@
 import os
 import sys
 
+# Top-level names of the modules the interpreter's own start-up imported: a
+# cold `python3 main.py` has them too, so the work dir cannot shadow them.
+_STARTUP = set(m.partition(".")[0] for m in sys.modules)
+
+# What the run's own path uses once the work dir may shadow modules (see
+# `_unshadow`): bound now, never imported by name after the fork.
+import atexit as _atexit  # noqa: E402
+import gc as _gc  # noqa: E402
+import signal as _signal  # noqa: E402
+import types as _types  # noqa: E402
+from importlib.machinery import SourceFileLoader as _SourceFileLoader  # noqa: E402
+
 _CLONE_NEWPID = 0x20000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
@@ -53,6 +65,11 @@ def _zygote():
     import signal
     import resource  # noqa: F401
     import gc
+
+    _PRELOADED.update(m.partition(".")[0] for m in list(sys.modules))
+    _PRELOADED.difference_update(_STARTUP)
+    global _SockFprog
+    _SockFprog = _sock_fprog(ctypes)
 
     gc.collect()
     # Objects already allocated are never scanned again: each run's collector
@@ -130,6 +147,15 @@ def _zygote():
 
 class _InitNotReady(Exception):
     pass
+
+
+def _sock_fprog(ctypes):
+    """struct sock_fprog, made before the first fork (a class per run costs pages)."""
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    return SockFprog
 
 
 def _recv_exact(sock, n, fds, socket, struct):
@@ -219,12 +245,9 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs")
 
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
     for f in filters:
         buf = ctypes.create_string_buffer(f, len(f))
-        prog = SockFprog(len(f) // 8, ctypes.addressof(buf))
+        prog = _SockFprog(len(f) // 8, ctypes.addressof(buf))
         if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "seccomp")
     os.chdir(cwd)
@@ -255,7 +278,8 @@ def _set_cmdline(argv, ctypes):
     if size <= 0:
         return
     data = b"".join(a.encode(errors="surrogateescape") + b"\0" for a in argv)[: size - 1]
-    ctypes.memmove(start, data.ljust(size, b"\0"), size)
+    ctypes.memmove(start, data, len(data))
+    ctypes.memset(start + len(data), 0, size - len(data))
 
 
 def _run(argv, env, prefix, io):
@@ -311,12 +335,9 @@ def _run(argv, env, prefix, io):
     if mp_process is not None:
         mp_process.current_process().authkey = os.urandom(32)
 
-    import types
-    from importlib.machinery import SourceFileLoader
-
     # The names, and their order, of a script's __main__.
-    main = types.ModuleType("__main__")
-    main.__loader__ = SourceFileLoader("__main__", path)
+    main = _types.ModuleType("__main__")
+    main.__loader__ = _SourceFileLoader("__main__", path)
     main.__annotations__ = {}
     main.__builtins__ = __builtins__
     main.__file__ = path
@@ -338,7 +359,7 @@ def _run(argv, env, prefix, io):
     getrecursionlimit.__doc__, setrecursionlimit.__doc__ = real_get.__doc__, real_set.__doc__
     real_set(real_get() + depth)
     sys.getrecursionlimit, sys.setrecursionlimit = getrecursionlimit, setrecursionlimit
-    del stream, np_random, types, SourceFileLoader
+    del stream, np_random
 
     try:
         with io.open_code(path) as f:
@@ -391,15 +412,11 @@ def _finish(code, interrupted, main):
             threading._shutdown()
         except BaseException:
             pass
-    import atexit
-
-    atexit._run_exitfuncs()
+    _atexit._run_exitfuncs()
     try:
         main.__dict__.clear()
         del main
-        import gc
-
-        gc.collect()
+        _gc.collect()
     except BaseException:
         pass
     for s in (sys.stdout, sys.stderr):
@@ -411,10 +428,8 @@ def _finish(code, interrupted, main):
             code = 120
     if interrupted:
         # `python3 main.py` ends by SIGINT after an unhandled KeyboardInterrupt.
-        import signal
-
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        os.kill(os.getpid(), _signal.SIGINT)
     os._exit(code)
 
 
@@ -450,11 +465,17 @@ def _unshadow(work):
             tops.add(n[:-3])
         elif "." not in n:
             tops.add(n)
-    for m in [m for m in sys.modules if m.partition(".")[0] in tops and m.partition(".")[0] in _PRELOADED]:
-        del sys.modules[m]
+    # Usually nothing (the work dir holds main.py): then sys.modules is not
+    # walked, which would touch, and copy, pages of every module's name.
+    shadowed = tops & _PRELOADED
+    if shadowed:
+        for m in [m for m in sys.modules if m.partition(".")[0] in shadowed]:
+            del sys.modules[m]
 
 
-_PRELOADED = set(m.partition(".")[0] for m in sys.argv[1:])
+# Filled in once the preload list is imported: every top-level module that
+# importing it brought in (numpy's own imports too), less the start-up's.
+_PRELOADED = set()
 
 # A script's module frame is the first frame of `python3 main.py`, as this
 # one is; `_run` execs it from one call deeper (measured, not assumed: the
