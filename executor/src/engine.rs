@@ -56,6 +56,15 @@ pub struct Identity {
     pub version: String,
 }
 
+/// A language's zygote configurations (see `WarmData`).
+#[derive(Debug)]
+struct WarmConfigs {
+    /// `warm.preload`: most runs fork from this one.
+    light: Arc<sandpool_sandbox::ZygoteConfig>,
+    /// `warm.preload` and `warm.heavy`, for runs that name a heavy module.
+    heavy: Option<Arc<sandpool_sandbox::ZygoteConfig>>,
+}
+
 /// Engine settings beyond the sandbox's.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -97,7 +106,7 @@ pub struct Engine {
     work_dir_bytes: u64,
     pub capture: Option<crate::capture::Capture>,
     /// Per language with warm starts on: its zygote's configuration.
-    warm: BTreeMap<String, Arc<sandpool_sandbox::ZygoteConfig>>,
+    warm: BTreeMap<String, WarmConfigs>,
     pub sessions: crate::session::SessionPolicy,
     /// Whether assert tests get the language's prelude when a request does not say.
     pub assert_prelude: bool,
@@ -222,13 +231,22 @@ impl Engine {
                 .languages
                 .iter()
                 .filter_map(|l| {
-                    let zygote = sandpool_sandbox::ZygoteConfig {
-                        name: l.name.clone(),
-                        interpreter: l.warm_interpreter()?.to_vec(),
-                        env: engine.env_for(l),
-                        preload: l.warm.as_ref()?.preload.clone(),
+                    let data = l.warm.as_ref()?;
+                    let zygote = |preload: Vec<String>| {
+                        Some(Arc::new(sandpool_sandbox::ZygoteConfig {
+                            name: l.name.clone(),
+                            interpreter: l.warm_interpreter()?.to_vec(),
+                            env: engine.env_for(l),
+                            preload,
+                        }))
                     };
-                    Some((l.name.clone(), Arc::new(zygote)))
+                    let light = zygote(data.preload.clone())?;
+                    let heavy = if data.heavy.is_empty() {
+                        None
+                    } else {
+                        zygote(data.preload.iter().chain(&data.heavy).cloned().collect())
+                    };
+                    Some((l.name.clone(), WarmConfigs { light, heavy }))
                 })
                 .collect();
         }
@@ -307,9 +325,23 @@ impl Engine {
         env
     }
 
-    /// The zygote a run of `lang` forks from, unless the request asked for a cold start.
-    pub fn warm_for(&self, lang: &Language, cold_start: bool) -> Option<Arc<sandpool_sandbox::ZygoteConfig>> {
-        (!cold_start).then(|| self.warm.get(&lang.name).cloned()).flatten()
+    /// The zygote a run of `lang` forks from, unless the request asked for a
+    /// cold start: the one with the entry's `warm.heavy` modules too when any
+    /// of `texts` (the program and its files) names one of them.
+    pub fn warm_for(
+        &self,
+        lang: &Language,
+        cold_start: bool,
+        texts: &[&[u8]],
+    ) -> Option<Arc<sandpool_sandbox::ZygoteConfig>> {
+        if cold_start {
+            return None;
+        }
+        let w = self.warm.get(&lang.name)?;
+        match (&w.heavy, &lang.warm) {
+            (Some(heavy), Some(data)) if texts.iter().any(|t| data.names_heavy(t)) => Some(heavy.clone()),
+            _ => Some(w.light.clone()),
+        }
     }
 
     /// Size of a run's work dir (a session's disk).
@@ -515,6 +547,10 @@ impl Engine {
             Ok(w) => w,
             Err(e) => return fail(resp, scrub_host_paths(&e.to_string())),
         };
+        let texts: Vec<&[u8]> = std::iter::once(req.code.as_bytes())
+            .chain(req.files.iter().map(|f| f.content.as_slice()))
+            .collect();
+        let warm = self.warm_for(lang, req.cold_start, &texts);
         // Up to the work dir's size in writes: off the runtime.
         let (source, code, files) = (lang.source.clone(), req.code, req.files);
         let written = blocking(move || {
@@ -563,7 +599,7 @@ impl Engine {
             stdin: req.stdin,
             limits: run_limits,
             gpu: lang.gpu,
-            warm: self.warm_for(lang, req.cold_start),
+            warm,
         };
         let r = self.run_phase(slot, &work, &spec, Phase::Run).await;
         resp.run = Some(r.result);
@@ -606,7 +642,11 @@ impl Engine {
                     unavailable_reason: reason,
                     compiled: l.compile.is_some(),
                     warm_start: self.warm.contains_key(&l.name),
-                    preloaded: self.warm.get(&l.name).map(|z| z.preload.clone()).unwrap_or_default(),
+                    preloaded: self
+                        .warm
+                        .get(&l.name)
+                        .map(|w| w.heavy.as_ref().unwrap_or(&w.light).preload.clone())
+                        .unwrap_or_default(),
                     source_file: l.source.clone(),
                     gpu: l.gpu,
                     packages: self

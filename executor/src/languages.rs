@@ -61,13 +61,42 @@ pub struct Language {
     pub public_class: Option<String>,
 }
 
-/// A language's warm-start entry: `warm = { preload = ["numpy", ...] }`.
+/// A language's warm-start entry: `warm = { preload = ["math", ...], heavy = ["numpy"] }`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WarmData {
     /// Modules imported once, before the first run forks.
     #[serde(default)]
     pub preload: Vec<String>,
+    /// Modules dear to carry in every fork (numpy makes each fork and exit
+    /// about 1.5 ms dearer): a second zygote imports them too, and serves only
+    /// runs whose program names one of them (`import numpy`, `numpy.array`).
+    #[serde(default)]
+    pub heavy: Vec<String>,
+}
+
+impl WarmData {
+    /// True when `text` names one of the heavy modules (or a submodule of
+    /// one) as a whole word: the run then forks from the heavy zygote.
+    pub fn names_heavy(&self, text: &[u8]) -> bool {
+        self.heavy.iter().any(|m| {
+            let top = m.split('.').next().unwrap_or(m).as_bytes();
+            names_word(text, top)
+        })
+    }
+}
+
+/// True when `word` occurs in `text` with no identifier character either side.
+fn names_word(text: &[u8], word: &[u8]) -> bool {
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    if word.is_empty() || text.len() < word.len() {
+        return false;
+    }
+    (0..=text.len() - word.len()).any(|i| {
+        text[i..].starts_with(word)
+            && (i == 0 || !ident(text[i - 1]))
+            && text.get(i + word.len()).is_none_or(|b| !ident(*b))
+    })
 }
 
 impl Language {
@@ -385,6 +414,9 @@ impl LanguageTable {
                         "warm.preload must name modules (a.b_c)".into(),
                     ));
                 }
+                if lang.warm.as_ref().is_some_and(|w| !w.heavy.iter().all(module)) {
+                    return Err(TableError::Invalid(name, "warm.heavy must name modules (a.b_c)".into()));
+                }
                 lang.name = name.clone();
                 if lang.warm_interpreter().is_none() {
                     return Err(TableError::Invalid(
@@ -574,7 +606,14 @@ mod tests {
         let t = LanguageTable::parse(BUILTIN).unwrap();
         let py = t.get("python").unwrap();
         let warm = py.warm.as_ref().expect("python has warm starts");
-        assert!(warm.preload.iter().any(|m| m == "numpy"));
+        // numpy is carried only by the zygote for runs that name it.
+        assert!(!warm.preload.iter().any(|m| m == "numpy"));
+        assert!(warm.heavy.iter().any(|m| m == "numpy"));
+        assert!(warm.names_heavy(b"import numpy as np\n"));
+        assert!(warm.names_heavy(b"from numpy.linalg import norm"));
+        assert!(warm.names_heavy(b"x = __import__('numpy')"));
+        assert!(!warm.names_heavy(b"import numpyish\nmy_numpy = 1\n"));
+        assert!(!warm.names_heavy(b"import math"));
         assert_eq!(
             py.warm_interpreter(),
             Some(&["python3".to_owned(), "-B".to_owned()][..])

@@ -375,3 +375,41 @@ async fn warm_starts_can_be_turned_off_for_the_executor() {
     assert!(caps.languages.iter().all(|l| !l.warm_start && l.preloaded.is_empty()));
     assert!(zygotes(&exe).is_empty());
 }
+
+/// numpy is carried only by the zygote for programs that name it (`warm.heavy`):
+/// both kinds of run start warm, in one slot, alternating.
+#[tokio::test]
+async fn only_programs_that_name_numpy_fork_from_the_zygote_that_imported_it() {
+    let exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        extra_args: vec!["--warm-starts".into(), "true".into()],
+        ..Default::default()
+    })
+    .await;
+    // The name spelled so that the program does not name it.
+    let plain = "import sys\nprint('num' + 'py' in sys.modules, 'json' in sys.modules)";
+    let names = "import sys\nprint('num' + 'py' in sys.modules, 'json' in sys.modules)  # numpy";
+    let imports = "import numpy as np\nprint(int(np.arange(4).sum()))";
+    for _ in 0..2 {
+        for (code, want) in [(plain, "False True\n"), (names, "True True\n"), (imports, "6\n")] {
+            let r = exe.run(req(code, "", &[], &[], false)).await;
+            assert_eq!(stdout(&r), want, "{}", describe(&r));
+            assert!(r.run.as_ref().is_some_and(|p| p.warm), "{}", describe(&r));
+        }
+    }
+    // A file of the request that names it counts too (a helper module the program imports).
+    let r = exe
+        .run(req(
+            "import helper\nhelper.show()",
+            "",
+            &[],
+            &[(
+                "helper.py",
+                "import sys\ndef show():\n    print('numpy' in sys.modules)\n# import numpy later\n",
+            )],
+            false,
+        ))
+        .await;
+    assert_eq!(stdout(&r), "True\n", "{}", describe(&r));
+}

@@ -326,7 +326,7 @@ impl Judge {
             deadline,
             stopped: AtomicBool::new(false),
             admitted: &admitted,
-            warm: engine.warm_for(lang, opts.cold_start),
+            warm: engine.warm_for(lang, opts.cold_start, &[program.full.as_bytes()]),
         };
         // Futures are lazy: building them all first starts nothing; buffer_unordered
         // starts them in index order, `parallelism` at a time.

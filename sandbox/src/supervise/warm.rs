@@ -69,6 +69,7 @@ pub(super) struct Warm {
     pub before_program: bool,
     zygotes: Arc<Zygotes>,
     slot: usize,
+    cfg: Arc<ZygoteConfig>,
 }
 
 /// Whether `spec` runs warm here: it asks to, and the slot has what a warm
@@ -148,6 +149,7 @@ pub(super) async fn start(
         before_program: false,
         zygotes: slot.zygotes.clone(),
         slot: slot.index,
+        cfg: p.cfg.clone(),
     };
     let sent = async {
         let procs: Vec<OwnedFd> = match cgroup {
@@ -241,7 +243,7 @@ impl Warm {
     /// The zygote failed this run: it is replaced, and the init ends the run.
     async fn fail(&mut self, e: ZygoteError) {
         tracing::warn!(slot = self.slot, error = %e, "warm start failed; replacing the zygote");
-        self.zygotes.discard(self.slot);
+        self.zygotes.discard(self.slot, &self.cfg);
         self.error = Some(e);
         let _ = self.ctl.shutdown().await;
     }
@@ -256,7 +258,7 @@ impl Warm {
                 slot = self.slot,
                 "the zygote did not report its child's end; replacing it"
             );
-            self.zygotes.discard(self.slot);
+            self.zygotes.discard(self.slot, &self.cfg);
         }
         self.outcome = None;
     }

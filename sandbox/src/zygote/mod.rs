@@ -483,17 +483,29 @@ pub(crate) async fn outcome(sock: OwnedFd) -> Ended {
     Ended { started, result }
 }
 
-/// The zygotes of every slot: one per slot, for the language it last served.
+/// How many zygotes a slot keeps (e.g. Python's plain one and the one with
+/// numpy imported, see `warm.heavy` in the language table); a configuration
+/// beyond that replaces the one used least recently.
+const ZYGOTES_PER_SLOT: usize = 2;
+
+/// The zygotes of every slot: up to [`ZYGOTES_PER_SLOT`] each, one per
+/// configuration the slot served lately, most recently used last.
 #[derive(Debug, Default)]
 pub(crate) struct Zygotes {
-    slots: Vec<std::sync::Mutex<Option<Zygote>>>,
+    slots: Vec<std::sync::Mutex<Vec<Zygote>>>,
 }
 
 impl Zygotes {
     pub fn new(slots: usize) -> Self {
         Zygotes {
-            slots: (0..slots).map(|_| std::sync::Mutex::new(None)).collect(),
+            slots: (0..slots).map(|_| std::sync::Mutex::new(Vec::new())).collect(),
         }
+    }
+
+    fn cell(&self, slot: usize) -> Result<&std::sync::Mutex<Vec<Zygote>>, ZygoteError> {
+        self.slots
+            .get(slot)
+            .ok_or_else(|| ZygoteError::Fork(format!("no slot {slot}")))
     }
 
     /// True when slot `slot` has a live zygote for `cfg` (never blocks for long).
@@ -501,64 +513,63 @@ impl Zygotes {
         self.slots
             .get(slot)
             .and_then(|c| c.try_lock().ok())
-            .is_some_and(|mut z| z.as_mut().is_some_and(|z| z.config() == cfg && z.alive()))
+            .is_some_and(|mut zs| zs.iter_mut().any(|z| z.config() == cfg && z.alive()))
     }
 
-    /// Starts slot `slot`'s zygote for `cfg` (blocking) if there is none, it
-    /// died, or it serves another configuration.
+    /// Starts slot `slot`'s zygote for `cfg` (blocking) if it has none, or
+    /// the one it had died; makes room by ending the least recently used.
     pub fn ensure(&self, slot: usize, cfg: &Arc<ZygoteConfig>, mnt_ns: &OwnedFd) -> Result<(), ZygoteError> {
-        let cell = self
-            .slots
-            .get(slot)
-            .ok_or_else(|| ZygoteError::Fork(format!("no slot {slot}")))?;
-        let mut z = cell.lock().map_err(|_| ZygoteError::Gone)?;
-        let usable = z.as_mut().is_some_and(|z| z.config() == cfg && z.alive());
-        if !usable {
-            *z = None;
-            let t = Instant::now();
-            let started = Zygote::start(cfg.clone(), mnt_ns)?;
-            tracing::info!(
-                language = %cfg.name,
-                slot,
-                ms = t.elapsed().as_millis() as u64,
-                failed_preloads = ?started.failed,
-                "zygote ready"
-            );
-            *z = Some(started);
+        let mut zs = self.cell(slot)?.lock().map_err(|_| ZygoteError::Gone)?;
+        if let Some(i) = zs.iter().position(|z| z.config() == cfg) {
+            if zs[i].alive() {
+                let z = zs.remove(i);
+                zs.push(z);
+                return Ok(());
+            }
+            zs.remove(i);
         }
+        while zs.len() >= ZYGOTES_PER_SLOT {
+            zs.remove(0);
+        }
+        let t = Instant::now();
+        let started = Zygote::start(cfg.clone(), mnt_ns)?;
+        tracing::info!(
+            language = %cfg.name,
+            preload = cfg.preload.len(),
+            slot,
+            ms = t.elapsed().as_millis() as u64,
+            failed_preloads = ?started.failed,
+            "zygote ready"
+        );
+        zs.push(started);
         Ok(())
     }
 
-    /// Runs `f` with slot `slot`'s zygote, which must serve `cfg` (see [`Zygotes::ensure`]).
+    /// Runs `f` with slot `slot`'s zygote for `cfg` (see [`Zygotes::ensure`]);
+    /// a zygote that fails it is ended (the next run starts a new one).
     pub fn with<T>(
         &self,
         slot: usize,
         cfg: &Arc<ZygoteConfig>,
         f: impl FnOnce(&Zygote) -> Result<T, ZygoteError>,
     ) -> Result<T, ZygoteError> {
-        let cell = self
-            .slots
-            .get(slot)
-            .ok_or_else(|| ZygoteError::Fork(format!("no slot {slot}")))?;
-        let z = cell.lock().map_err(|_| ZygoteError::Gone)?;
-        let res = match z.as_ref() {
-            Some(zy) if zy.config() == cfg => f(zy),
-            _ => Err(ZygoteError::Gone),
+        let mut zs = self.cell(slot)?.lock().map_err(|_| ZygoteError::Gone)?;
+        let Some(i) = zs.iter().position(|z| z.config() == cfg) else {
+            return Err(ZygoteError::Gone);
         };
-        let mut z = z;
+        let res = f(&zs[i]);
         if res.is_err() {
-            // Misbehaved or gone: the next run gets a new one.
-            *z = None;
+            zs.remove(i);
         }
         res
     }
 
-    /// Drops slot `slot`'s zygote (it misbehaved); the next warm run starts a new one.
-    pub fn discard(&self, slot: usize) {
-        if let Some(cell) = self.slots.get(slot)
-            && let Ok(mut z) = cell.lock()
+    /// Ends slot `slot`'s zygote for `cfg` (it misbehaved); the next warm run starts a new one.
+    pub fn discard(&self, slot: usize, cfg: &Arc<ZygoteConfig>) {
+        if let Ok(cell) = self.cell(slot)
+            && let Ok(mut zs) = cell.lock()
         {
-            *z = None;
+            zs.retain(|z| z.config() != cfg);
         }
     }
 }
