@@ -295,6 +295,19 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the plan, kept alive by the supervisor until we are reaped.
     let plan = unsafe { &*(arg as *const ChildPlan) };
     let rep = plan.report_fd;
+    // Cloned by a slot's spawner, our parent is the executor thread that waits
+    // for the spawner for good: die with the executor. Otherwise a run outlives
+    // a killed executor (its limits are the executor's to enforce) and a
+    // session's init waits for its REPL forever. The kernel forces SIGKILL on
+    // a namespace's init when it comes from an ancestor namespace. (Not when
+    // cloned by a runtime thread, which may retire while the run lasts.)
+    if plan.spawn_resp_fd >= 0 {
+        let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize);
+        // The executor died before that: nobody reads our reports.
+        if sys::pipe_unread(rep) {
+            sys::exit(0);
+        }
+    }
     // First of all: the executor waits for this answer before it can time the run.
     if plan.spawn_resp_fd >= 0 {
         let pid = plan.spawned_pid.load(std::sync::atomic::Ordering::SeqCst);

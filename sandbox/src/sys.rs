@@ -372,6 +372,26 @@ pub fn poll_in(fd: i32, timeout_ms: i32) -> Res {
     )
 }
 
+/// True when nobody holds the read end of pipe `fd` any more (poll says
+/// POLLERR for a pipe's write end without readers).
+pub fn pipe_unread(fd: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let r = sc!(
+        libc::SYS_ppoll,
+        &mut p as *mut libc::pollfd as usize,
+        1,
+        &ts as *const libc::timespec as usize,
+        0,
+        8
+    );
+    matches!(r, Ok(1)) && p.revents & libc::POLLERR != 0
+}
+
 /// wait4(2) for any child without blocking; Ok(0) when none has ended.
 pub fn wait_any_nohang(status: &mut i32) -> Res {
     sc!(

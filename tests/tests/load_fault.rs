@@ -462,3 +462,50 @@ async fn a_run_stopped_with_sigstop_is_killed_at_its_wall_limit() {
     }
     assert!(alive(ex.pid()));
 }
+
+/// An executor killed outright (OOM killer, node pressure, a crash) takes its
+/// runs with it: their limits were its to enforce, so nothing it started may
+/// keep running, warm or cold, in one slot or another.
+#[tokio::test]
+async fn runs_die_with_a_killed_executor() {
+    let mut ex = Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "bash"],
+        ..Default::default()
+    })
+    .await;
+    let marker = format!("orphan-marker-{}", std::process::id());
+    let mut started = vec![];
+    for (lang, code) in [
+        ("python", "import time\ntime.sleep(60)\n"),
+        ("bash", "sleep 60 & sleep 60\n"),
+    ] {
+        let mut req = request(lang, code, "");
+        req.args = vec![marker.clone()];
+        req.limits = limits(60_000, 0);
+        let mut c = ex.client();
+        started.push(tokio::spawn(
+            async move { c.execute(req).await.map(|r| r.into_inner()) },
+        ));
+    }
+    let t = Instant::now();
+    while pids_with(&marker).len() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the runs never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sandpool_tests::signal(ex.pid(), libc::SIGKILL);
+    let t = Instant::now();
+    while !pids_with(&marker).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "left running after the executor died: {:?}",
+            pids_with(&marker)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for s in started {
+        assert!(s.await.expect("join").is_err(), "a killed executor answered");
+    }
+    // Reap it.
+    ex.terminate(Duration::from_secs(5));
+}
