@@ -49,8 +49,9 @@ pub const DEFAULT_RESULT_CACHE_BYTES: u64 = 64 << 20;
 /// container's memory limit minus this (plus [`ZYGOTE_MEMORY_PER_SLOT`] per slot with warm
 /// starts, see [`executor_headroom`]).
 pub const EXECUTOR_MEMORY_HEADROOM: u64 = 256 << 20;
-/// What one slot's Python zygote keeps resident in the executor's own memory (about 34 MiB
-/// with the shipped preload list, docs/warm-starts.md), with room for a larger list.
+/// What one slot's Python zygotes keep resident in the executor's own memory: with the
+/// shipped table about 19 MiB for the plain one and 34 MiB for the one with numpy, once a
+/// program has named numpy (docs/warm-starts.md).
 pub const ZYGOTE_MEMORY_PER_SLOT: u64 = 64 << 20;
 
 /// The executor's own memory in a pool's container: the base headroom, plus a zygote per
