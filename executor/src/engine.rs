@@ -226,7 +226,7 @@ impl Engine {
             assert_prelude: cfg.assert_prelude,
             cache,
         };
-        if cfg.warm_starts {
+        if cfg.warm_starts && engine.sandbox.warm_starts() {
             engine.warm = engine
                 .languages
                 .iter()

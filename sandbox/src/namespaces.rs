@@ -188,6 +188,12 @@ impl Runner for Namespaces {
         !self.gpu_slot_ns.is_empty()
     }
 
+    /// Zygotes fork into a slot's cgroup through its spawner: not in the
+    /// rlimit-only fallback without cgroups.
+    fn warm_starts(&self) -> bool {
+        self.cgroups.is_some() && !self.spawners.is_empty()
+    }
+
     /// Creates a fresh work dir for a run in `slot`.
     fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
         let uid = self.uid(slot);

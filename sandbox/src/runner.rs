@@ -30,6 +30,12 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     /// True when GPU runs get device nodes.
     fn has_gpu(&self) -> bool;
 
+    /// True when runs that ask for a warm start ([`RunSpec::warm`]) can get
+    /// one; elsewhere they start cold, and capabilities must not say otherwise.
+    fn warm_starts(&self) -> bool {
+        false
+    }
+
     /// A fresh, empty work dir for a run in `slot`, owned by the slot's uid.
     fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError>;
 

@@ -413,3 +413,27 @@ async fn only_programs_that_name_numpy_fork_from_the_zygote_that_imported_it() {
         .await;
     assert_eq!(stdout(&r), "True\n", "{}", describe(&r));
 }
+
+/// Restricted mode has no zygotes: asked for warm starts, it says no and starts cold.
+#[tokio::test]
+async fn a_restricted_executor_says_it_starts_cold() {
+    let exe = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python"],
+        isolation: sandpool_tests::Isolation::Restricted,
+        extra_args: vec!["--warm-starts".into(), "true".into()],
+        ..Default::default()
+    })
+    .await;
+    let caps = exe
+        .client()
+        .get_capabilities(pb::GetCapabilitiesRequest {})
+        .await
+        .expect("capabilities")
+        .into_inner();
+    let py = caps.languages.iter().find(|l| l.name == "python").expect("python");
+    assert!(!py.warm_start && py.preloaded.is_empty(), "{py:?}");
+    let r = exe.run(req("print('one')", "", &[], &[], false)).await;
+    assert_eq!(stdout(&r), "one\n", "{}", describe(&r));
+    assert!(!r.run.as_ref().is_some_and(|p| p.warm), "{}", describe(&r));
+}
