@@ -251,6 +251,15 @@ impl Engine {
                 .collect();
         }
         engine.availability = engine.probe_languages().await;
+        // The plain zygotes of languages that work here; the heavy ones start
+        // when a program first names a heavy module.
+        let plain = engine
+            .warm
+            .iter()
+            .filter(|(name, _)| matches!(engine.availability.get(*name), Some(Availability::Available { .. })))
+            .map(|(_, w)| w.light.clone())
+            .collect();
+        engine.sandbox.start_zygotes(plain);
         engine.packages = crate::packages::probe(&engine).await;
         engine
     }

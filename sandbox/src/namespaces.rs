@@ -194,6 +194,27 @@ impl Runner for Namespaces {
         self.cgroups.is_some() && !self.spawners.is_empty()
     }
 
+    fn start_zygotes(&self, zygotes: Vec<Arc<crate::ZygoteConfig>>) {
+        if !self.warm_starts() || zygotes.is_empty() {
+            return;
+        }
+        let (all, slots) = (self.zygotes.clone(), self.slot_ns.clone());
+        let started = std::thread::Builder::new().name("zygote-start".into()).spawn(move || {
+            // One at a time: the executor's start-up and first runs keep a CPU.
+            for cfg in &zygotes {
+                for (slot, ns) in slots.iter().enumerate() {
+                    if let Err(e) = all.ensure(slot, cfg, ns) {
+                        tracing::warn!(slot, language = %cfg.name, error = %e, "could not start a zygote");
+                        return;
+                    }
+                }
+            }
+        });
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "zygotes start with each slot's first warm run");
+        }
+    }
+
     /// Creates a fresh work dir for a run in `slot`.
     fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
         let uid = self.uid(slot);

@@ -36,6 +36,13 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Starts each slot's zygote for each of `zygotes` in the background, so
+    /// that no slot's first warm run waits for one (a run that comes first
+    /// waits for it as it would have anyway).
+    fn start_zygotes(&self, zygotes: Vec<std::sync::Arc<crate::ZygoteConfig>>) {
+        let _ = zygotes;
+    }
+
     /// A fresh, empty work dir for a run in `slot`, owned by the slot's uid.
     fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError>;
 

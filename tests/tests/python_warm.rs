@@ -437,3 +437,40 @@ async fn a_restricted_executor_says_it_starts_cold() {
     assert_eq!(stdout(&r), "one\n", "{}", describe(&r));
     assert!(!r.run.as_ref().is_some_and(|p| p.warm), "{}", describe(&r));
 }
+
+/// Each slot's plain zygote starts with the executor, not with the slot's first
+/// warm run (which would otherwise wait up to a second for it).
+#[tokio::test]
+async fn zygotes_start_with_the_executor() {
+    let exe = Executor::start(Options {
+        slots: 2,
+        languages: vec!["python"],
+        extra_args: vec!["--warm-starts".into(), "true".into()],
+        ..Default::default()
+    })
+    .await;
+    let zygotes = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1));
+                ppid == Some(&exe.pid().to_string())
+                    && std::fs::read(format!("/proc/{p}/cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains("Sandpool's Python zygote"))
+            })
+            .count()
+    };
+    let t = std::time::Instant::now();
+    while zygotes() < 2 {
+        assert!(t.elapsed().as_secs() < 60, "{} zygotes started", zygotes());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = exe.run(req("print('one')", "", &[], &[], false)).await;
+    assert!(r.run.as_ref().is_some_and(|p| p.warm), "{}", describe(&r));
+    // Still the same two: the run used one of them (no numpy named, no second kind).
+    assert_eq!(zygotes(), 2);
+}
