@@ -298,8 +298,9 @@ pub unsafe fn ioctl(fd: i32, req: u64, arg: usize) -> Res {
     sc!(libc::SYS_ioctl, fd as usize, req as usize, arg)
 }
 
-/// The most descriptors [`send_fds`] sends at once.
-pub const MAX_SEND_FDS: usize = 8;
+/// The most descriptors [`send_fds`] sends at once (a warm run's: stdio, the
+/// init's readiness, five namespaces, a `cgroup.procs` per v1 hierarchy).
+pub const MAX_SEND_FDS: usize = 16;
 
 /// sendmsg(2) of `data` with `fds` attached (SCM_RIGHTS), without allocating.
 pub fn send_fds(sock: i32, data: &[u8], fds: &[i32]) -> Res {

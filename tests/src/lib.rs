@@ -361,18 +361,30 @@ macro_rules! in_each_mode {
 }
 
 impl Executor {
+    /// GetCapabilities, panicking on a gRPC error.
+    pub async fn capabilities(&self) -> pb::Capabilities {
+        self.client()
+            .get_capabilities(pb::GetCapabilitiesRequest {})
+            .await
+            .expect("GetCapabilities")
+            .into_inner()
+    }
+
+    /// The capabilities' entry for `language`.
+    pub async fn language_info(&self, language: &str) -> pb::LanguageInfo {
+        let caps = self.capabilities().await;
+        caps.languages
+            .into_iter()
+            .find(|l| l.name == language)
+            .unwrap_or_else(|| panic!("{language} not in the capabilities"))
+    }
+
     /// For a cell the README marks as not promised in this executor's mode:
     /// asserts that the executor itself reports `feature` as not in force
     /// (so the skip cannot hide a regression in a mode that promises it),
     /// and says why the cell is skipped.
     pub async fn not_promised(&self, feature: &str, why: &str) {
-        let caps = self
-            .client()
-            .get_capabilities(pb::GetCapabilitiesRequest {})
-            .await
-            .expect("GetCapabilities")
-            .into_inner();
-        let iso = caps.isolation.expect("isolation");
+        let iso = self.capabilities().await.isolation.expect("isolation");
         let f = iso.features.iter().find(|f| f.name == feature);
         assert!(
             f.is_some_and(|f| !f.in_use),

@@ -331,13 +331,7 @@ async fn a_dead_zygote_is_replaced_and_capabilities_say_who_starts_warm() {
         ..Default::default()
     })
     .await;
-    let caps = exe
-        .client()
-        .get_capabilities(pb::GetCapabilitiesRequest {})
-        .await
-        .expect("capabilities")
-        .into_inner();
-    let py = caps.languages.iter().find(|l| l.name == "python").expect("python");
+    let py = exe.language_info("python").await;
     assert!(py.warm_start, "{py:?}");
     assert!(py.preloaded.iter().any(|m| m == "numpy"), "{py:?}");
     let first = exe.run(req("print('one')", "", &[], &[], false)).await;
@@ -366,12 +360,7 @@ async fn warm_starts_can_be_turned_off_for_the_executor() {
     let r = exe.run(req("print('cold')", "", &[], &[], false)).await;
     assert_eq!(stdout(&r), "cold\n", "{}", describe(&r));
     assert!(!run(&r).warm, "{}", describe(&r));
-    let caps = exe
-        .client()
-        .get_capabilities(pb::GetCapabilitiesRequest {})
-        .await
-        .expect("capabilities")
-        .into_inner();
+    let caps = exe.capabilities().await;
     assert!(caps.languages.iter().all(|l| !l.warm_start && l.preloaded.is_empty()));
     assert!(zygotes(&exe).is_empty());
 }
@@ -425,13 +414,7 @@ async fn a_restricted_executor_says_it_starts_cold() {
         ..Default::default()
     })
     .await;
-    let caps = exe
-        .client()
-        .get_capabilities(pb::GetCapabilitiesRequest {})
-        .await
-        .expect("capabilities")
-        .into_inner();
-    let py = caps.languages.iter().find(|l| l.name == "python").expect("python");
+    let py = exe.language_info("python").await;
     assert!(!py.warm_start && py.preloaded.is_empty(), "{py:?}");
     let r = exe.run(req("print('one')", "", &[], &[], false)).await;
     assert_eq!(stdout(&r), "one\n", "{}", describe(&r));

@@ -107,41 +107,17 @@ fn extra(executor_pid: i32, scoped_signals: bool) -> Result<BpfProgram, FilterEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seccomp::cbpf::{data, run};
 
     #[cfg(target_arch = "x86_64")]
     const AUDIT_ARCH: u32 = 0xc000_003e;
     #[cfg(target_arch = "aarch64")]
     const AUDIT_ARCH: u32 = 0xc000_00b7;
 
-    /// The cBPF subset seccompiler emits (as in the namespaces filter's tests).
-    fn run(prog: &[libc::sock_filter], nr: i64, args: [u64; 6]) -> u32 {
-        let mut d = Vec::with_capacity(64);
-        d.extend_from_slice(&(nr as i32).to_le_bytes());
-        d.extend_from_slice(&AUDIT_ARCH.to_le_bytes());
-        d.extend_from_slice(&0u64.to_le_bytes());
-        args.iter().for_each(|a| d.extend_from_slice(&a.to_le_bytes()));
-        let (mut a, mut pc) = (0u32, 0usize);
-        loop {
-            let f = &prog[pc];
-            pc += 1;
-            match f.code {
-                0x20 => a = u32::from_le_bytes(d[f.k as usize..f.k as usize + 4].try_into().unwrap()),
-                0x54 => a &= f.k,
-                0x15 => pc += usize::from(if a == f.k { f.jt } else { f.jf }),
-                0x45 => pc += usize::from(if a & f.k != 0 { f.jt } else { f.jf }),
-                0x25 => pc += usize::from(if a > f.k { f.jt } else { f.jf }),
-                0x35 => pc += usize::from(if a >= f.k { f.jt } else { f.jf }),
-                0x05 => pc += f.k as usize,
-                0x06 => return f.k,
-                c => panic!("unexpected cBPF op {c:#x}"),
-            }
-        }
-    }
-
     fn verdict(filters: &[Vec<libc::sock_filter>], nr: i64, args: [u64; 6]) -> u32 {
         filters
             .iter()
-            .map(|p| run(p, nr, args))
+            .map(|p| run(p, &data(nr, AUDIT_ARCH, args)))
             .min_by_key(|r| (r & 0xffff_0000) as i32)
             .unwrap()
     }

@@ -89,42 +89,13 @@ fn socketpair(kind: libc::c_int) -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// sendmsg of `data` with `fds` attached (SCM_RIGHTS).
+/// sendmsg of `data` with `fds` attached (SCM_RIGHTS), all of it or an error.
 fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
-    let fd_bytes = std::mem::size_of_val(fds);
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: msghdr is plain data; zeroed is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if !fds.is_empty() {
-        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = space;
-        // SAFETY: the control buffer holds one header of `space` bytes; the
-        // macros compute pointers inside it, and `fds` is copied into its data.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as usize;
-            std::ptr::copy_nonoverlapping(fds.as_ptr() as *const u8, libc::CMSG_DATA(c), fd_bytes);
-        }
+    match crate::sys::send_fds(sock.as_raw_fd(), data, fds) {
+        Ok(n) if n == data.len() => Ok(()),
+        Ok(_) => Err(std::io::Error::other("short send to the zygote")),
+        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
     }
-    // SAFETY: msg points at live buffers for the call.
-    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if n as usize != data.len() {
-        return Err(std::io::Error::other("short send to the zygote"));
-    }
-    Ok(())
 }
 
 /// recvmsg of up to `data.len()` bytes and the descriptors attached

@@ -433,26 +433,6 @@ def _finish(code, interrupted, main):
     os._exit(code)
 
 
-_PROBE = """
-def _r():
-    global _n
-    _n += 1
-    _r()
-_n = 0
-try:
-    _r()
-except RecursionError:
-    pass
-"""
-
-
-def _headroom_exec():
-    """How deep code exec'd here, as `_run` execs the script, may recurse."""
-    g = {}
-    exec(_PROBE, g)
-    return g["_n"]
-
-
 def _unshadow(work):
     """Forgets preloaded modules the work dir shadows: `python3 main.py` would import the run's own."""
     try:
@@ -486,13 +466,21 @@ def _r():
     _r()
 
 
+def _headroom_exec():
+    """How deep code exec'd here, as `_run` execs the script, may recurse."""
+    global _n
+    _n = 0
+    exec("try:\n    _r()\nexcept RecursionError:\n    pass\n", globals())
+    return _n
+
+
 _n = 0
 try:
     _r()
 except RecursionError:
     pass
 _DEPTH = _n - _headroom_exec()
-del _r, _n
+del _r, _n, _headroom_exec
 
 _run_args = _zygote()
 # Only a run's child gets here; after the script the interpreter finalizes as for any program.
