@@ -45,7 +45,7 @@ pub(crate) fn rlimit(cur: u64, max: u64) -> libc::rlimit64 {
 
 /// Reads a stream up to `cap` bytes; past it, flags truncation and calls
 /// `on_overflow` (which kills the run).
-pub(crate) async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>) -> (Vec<u8>, bool) {
+async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + Send + Sync>) -> (Vec<u8>, bool) {
     let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
         return (Vec::new(), false);
     };
@@ -62,6 +62,60 @@ pub(crate) async fn capture(fd: OwnedFd, cap: u64, on_overflow: Arc<dyn Fn() + S
                     return (out, true);
                 }
             }
+        }
+    }
+}
+
+/// A run's stdout and stderr being read, each up to a cap.
+pub(crate) struct Output {
+    stdout: tokio::task::JoinHandle<(Vec<u8>, bool)>,
+    stderr: tokio::task::JoinHandle<(Vec<u8>, bool)>,
+    overflowed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// What the readers got: (bytes, truncated) for stdout and stderr, and
+/// whether either stream went past its cap (the run was killed for it).
+pub(crate) struct Captured {
+    pub stdout: (Vec<u8>, bool),
+    pub stderr: (Vec<u8>, bool),
+    pub overflowed: bool,
+}
+
+impl Output {
+    /// Starts reading `out` and `err`; a stream past `cap` kills the run
+    /// through `kill`, its pidfd (never a pid or group: a reader may outlive
+    /// the run, and a number with it).
+    pub fn read(out: OwnedFd, err: OwnedFd, cap: u64, kill: crate::supervise::KillHandle) -> Self {
+        let overflowed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let on_overflow: Arc<dyn Fn() + Send + Sync> = {
+            let overflowed = overflowed.clone();
+            Arc::new(move || {
+                overflowed.store(true, std::sync::atomic::Ordering::SeqCst);
+                kill.kill();
+            })
+        };
+        Output {
+            stdout: tokio::spawn(capture(out, cap, on_overflow.clone())),
+            stderr: tokio::spawn(capture(err, cap, on_overflow)),
+            overflowed,
+        }
+    }
+
+    /// Once every writer is dead: what was read, waiting at most 2 s per
+    /// stream (a descendant the kill missed may still hold one open).
+    pub async fn collect(self) -> Captured {
+        let grace = std::time::Duration::from_secs(2);
+        let take = |t| async move {
+            tokio::time::timeout(grace, t)
+                .await
+                .ok()
+                .and_then(|r: Result<_, _>| r.ok())
+                .unwrap_or_default()
+        };
+        Captured {
+            stdout: take(self.stdout).await,
+            stderr: take(self.stderr).await,
+            overflowed: self.overflowed.load(std::sync::atomic::Ordering::SeqCst),
         }
     }
 }

@@ -3,12 +3,11 @@
 use super::cgroup::{Baseline, SlotCgroup};
 use super::child::{self, ChildPlan, MountStep, Stack, cstr};
 use super::{RunSpec, SandboxError, WORK_DIR, WorkDir};
-use crate::runio::{capture, resolve_exe, rlimit, stdin_memfd};
+use crate::runio::{Captured, Output, resolve_exe, rlimit, stdin_memfd};
 use std::ffi::{CStr, CString};
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 
@@ -192,6 +191,15 @@ impl KillHandle {
                 0u32,
             )
         };
+    }
+}
+
+impl KillHandle {
+    /// The process's exit, as the pidfd turning readable.
+    pub fn watch(&self) -> Result<AsyncFd<KillHandle>, SandboxError> {
+        // SAFETY: the handle keeps returning the same open descriptor while registered.
+        unsafe { AsyncFd::register_with_interest(self.clone(), tokio::io::Interest::READABLE) }
+            .map_err(|e| SandboxError::Os("watching the pidfd", e.into()))
     }
 }
 
@@ -412,10 +420,8 @@ struct Running {
     kid: Child,
     started: Instant,
     baseline: Option<Baseline>,
-    stdout_task: tokio::task::JoinHandle<(Vec<u8>, bool)>,
-    stderr_task: tokio::task::JoinHandle<(Vec<u8>, bool)>,
-    /// Set when an output reader killed the run for going past its cap.
-    overflowed: Arc<AtomicBool>,
+    /// Its readers kill the run when a stream goes past its cap.
+    output: Output,
     rep_r: OwnedFd,
     enomem_is_mle: bool,
 }
@@ -483,31 +489,16 @@ fn spawn(
             _guard: slot_guard,
         }),
     };
-    // SAFETY: the handle keeps returning the same open descriptor while registered.
-    let registered = unsafe { AsyncFd::register_with_interest(handle.clone(), tokio::io::Interest::READABLE) };
-    kid.pidfd = Some(registered.map_err(|e| SandboxError::Os("watching the pidfd", e.into()))?);
+    kid.pidfd = Some(handle.watch()?);
     // The init holds its own copies now (and the namespace, once it entered it).
     drop(p.child_ends);
-
-    let overflowed = Arc::new(AtomicBool::new(false));
-    let on_overflow: Arc<dyn Fn() + Send + Sync> = {
-        let overflowed = overflowed.clone();
-        // The readers may outlive the supervisor (a dropped run): they hold the descriptor too.
-        let handle = handle.clone();
-        Arc::new(move || {
-            overflowed.store(true, Ordering::SeqCst);
-            handle.kill();
-        })
-    };
-    drop(handle);
-    let cap = spec.limits.output;
+    // The readers may outlive the supervisor (a dropped run): they hold the descriptor too.
+    let output = Output::read(p.out_r, p.err_r, spec.limits.output, handle);
     Ok(Ok(Running {
         kid,
         started,
         baseline: p.baseline,
-        stdout_task: tokio::spawn(capture(p.out_r, cap, on_overflow.clone())),
-        stderr_task: tokio::spawn(capture(p.err_r, cap, on_overflow)),
-        overflowed,
+        output,
         rep_r: p.rep_r,
         enomem_is_mle: p.enomem_is_mle,
     }))
@@ -569,18 +560,12 @@ async fn collect(
     let ru = r.kid.reap();
 
     // All writers are dead; the readers reach EOF promptly.
-    let grace = Duration::from_secs(2);
-    let (stdout, stdout_truncated) = tokio::time::timeout(grace, r.stdout_task)
-        .await
-        .ok()
-        .and_then(|r| r.ok())
-        .unwrap_or_default();
-    let (stderr, stderr_truncated) = tokio::time::timeout(grace, r.stderr_task)
-        .await
-        .ok()
-        .and_then(|r| r.ok())
-        .unwrap_or_default();
-    if r.overflowed.load(Ordering::SeqCst) && killed_by.is_none() {
+    let Captured {
+        stdout: (stdout, stdout_truncated),
+        stderr: (stderr, stderr_truncated),
+        overflowed,
+    } = r.output.collect().await;
+    if overflowed && killed_by.is_none() {
         killed_by = Some(Termination::Output);
     }
 

@@ -25,7 +25,7 @@ mod seccomp;
 mod spawn;
 
 use crate::probe::Feature;
-use crate::runio::{capture, resolve_exe, rlimit, stdin_memfd};
+use crate::runio::{Captured, Output, resolve_exe, rlimit, stdin_memfd};
 use crate::runner::{BoxFuture, Runner};
 use crate::supervise::KillHandle;
 use crate::{Features, IsolationMode, RunOutcome, RunSpec, SandboxConfig, SandboxError, Termination, WorkDir};
@@ -33,9 +33,8 @@ use crate::{Features, IsolationMode, RunOutcome, RunSpec, SandboxConfig, Sandbox
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::unix::AsyncFd;
 
 /// The restricted runner: what start-up prepared, shared by all runs.
 #[derive(Debug)]
@@ -459,24 +458,8 @@ impl Restricted {
         }
         // SAFETY: a fresh descriptor we own.
         let handle = KillHandle::new(unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
-        // SAFETY: the handle keeps returning the same open descriptor while registered.
-        let exited = unsafe { AsyncFd::register_with_interest(handle.clone(), tokio::io::Interest::READABLE) }
-            .map_err(|e| SandboxError::Os("watching the pidfd", e.into()))?;
-
-        let overflowed = Arc::new(AtomicBool::new(false));
-        let on_overflow: Arc<dyn Fn() + Send + Sync> = {
-            let overflowed = overflowed.clone();
-            // The pidfd, never the group: a reader may outlive the run, and
-            // the group's number with it.
-            let handle = handle.clone();
-            Arc::new(move || {
-                overflowed.store(true, Ordering::SeqCst);
-                handle.kill();
-            })
-        };
-        let cap = spec.limits.output;
-        let stdout_task = tokio::spawn(capture(out_r, cap, on_overflow.clone()));
-        let stderr_task = tokio::spawn(capture(err_r, cap, on_overflow));
+        let exited = handle.watch()?;
+        let output = Output::read(out_r, err_r, spec.limits.output, handle.clone());
 
         let deadline = tokio::time::Instant::from_std(started + spec.limits.wall);
         let mut tick = tokio::time::interval(Duration::from_millis(25));
@@ -521,18 +504,12 @@ impl Restricted {
         tree.done = true;
         drop(tree);
 
-        let grace = Duration::from_secs(2);
-        let (stdout, stdout_truncated) = tokio::time::timeout(grace, stdout_task)
-            .await
-            .ok()
-            .and_then(|r| r.ok())
-            .unwrap_or_default();
-        let (stderr, stderr_truncated) = tokio::time::timeout(grace, stderr_task)
-            .await
-            .ok()
-            .and_then(|r| r.ok())
-            .unwrap_or_default();
-        if overflowed.load(Ordering::SeqCst) && killed_by.is_none() {
+        let Captured {
+            stdout: (stdout, stdout_truncated),
+            stderr: (stderr, stderr_truncated),
+            overflowed,
+        } = output.collect().await;
+        if overflowed && killed_by.is_none() {
             killed_by = Some(Termination::Output);
         }
         drop(tmp);
