@@ -629,6 +629,13 @@ mod tests {
             LanguageTable::parse("[x]\nsource='m.py'\nrun=['py','m.py']\nversion=['a']\nwarm={preload=['os; rm']}\n")
                 .is_err()
         );
+        let heavy = LanguageTable::parse(
+            "[x]\nsource='m.py'\nrun=['py','m.py']\nversion=['a']\nwarm={preload=['os'],heavy=['np; rm']}\n",
+        );
+        assert!(
+            heavy.as_ref().is_err_and(|e| e.to_string().contains("warm.heavy")),
+            "{heavy:?}"
+        );
     }
 
     #[test]

@@ -88,7 +88,7 @@ fn wants_prelude(req: &pb::EvaluateRequest, default: bool) -> Result<bool, ExecE
 /// True when some line of `test_code` defines the check function (starts with `check.define`)
 /// and no part of it calls it (`check.call` not preceded by a name character or `.`, outside
 /// the name in the definitions themselves).
-fn defines_but_never_calls(test_code: &str, check: &CheckFunction) -> bool {
+pub fn defines_but_never_calls(test_code: &str, check: &CheckFunction) -> bool {
     let (define, call) = (check.define.as_str(), check.call.as_str());
     if define.is_empty() || call.is_empty() {
         return false;

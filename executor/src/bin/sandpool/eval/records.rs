@@ -98,24 +98,15 @@ fn is_python(lang: &str) -> bool {
 
 /// True when Python `test` defines `check` and never calls it: HumanEval's shape, where the
 /// harness adds `check(entry_point)`. (HumanEval-X and MultiPL-E tests call it themselves.)
+/// The judge's own rule, with the python entry's `check_function` (the CLI may not have the
+/// executor's table at hand: it can talk to remote executors).
 pub fn python_check_uncalled(test: &str) -> bool {
-    let calls = |s: &str| {
-        s.match_indices("check(")
-            .any(|(i, _)| !s[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.'))
+    let check = sandpool_executor::languages::CheckFunction {
+        define: "def check(".into(),
+        call: "check(".into(),
+        comment: "#".into(),
     };
-    let mut defined = false;
-    for line in test.lines() {
-        let t = line.trim_start().split('#').next().unwrap_or("");
-        if let Some(rest) = t.strip_prefix("def check(") {
-            defined = true;
-            if calls(rest) {
-                return false;
-            }
-        } else if calls(t) {
-            return false;
-        }
-    }
-    defined
+    sandpool_executor::judge::program::defines_but_never_calls(test, &check)
 }
 
 /// The completions of a record: `completion`, else each of `completions` / `code_list`
