@@ -356,18 +356,11 @@ impl SlotCgroup {
         }
     }
 
-    /// Moves process `pid` (a slot's spawner) into this cgroup.
     /// Copies of the slot's `cgroup.procs` descriptors, for a warm run's child
-    /// to move itself in with (writes are checked against the opener, root).
+    /// to move itself in with, and for the slot's spawner (writes are checked
+    /// against the opener, root).
     pub(crate) fn procs_files(&self) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
         self.procs.iter().map(|f| Ok(f.try_clone()?.into())).collect()
-    }
-
-    pub fn adopt(&self, pid: i32) -> Result<(), CgroupError> {
-        for (f, d) in self.procs.iter().zip(&self.dirs) {
-            (&*f).write_all(pid.to_string().as_bytes()).map_err(io(d))?;
-        }
-        Ok(())
     }
 
     /// Sets the run's limits and records the counters to subtract afterwards.

@@ -296,7 +296,8 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     let plan = unsafe { &*(arg as *const ChildPlan) };
     let rep = plan.report_fd;
     // Cloned by a slot's spawner, our parent is the executor thread that waits
-    // for the spawner for good: die with the executor. Otherwise a run outlives
+    // for the spawner, and stays while a run of that spawner may last: die with
+    // the executor. Otherwise a run outlives
     // a killed executor (its limits are the executor's to enforce) and a
     // session's init waits for its REPL forever. The kernel forces SIGKILL on
     // a namespace's init when it comes from an ancestor namespace. (Not when

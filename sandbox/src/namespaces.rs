@@ -26,7 +26,7 @@ pub struct Namespaces {
     cgroups: Option<Vec<cgroup::SlotCgroup>>,
     hierarchy: Option<cgroup::Hierarchy>,
     /// Per slot, with cgroups: the process that clones inits inside the slot's cgroup.
-    spawners: Vec<spawner::Spawner>,
+    spawners: Vec<Arc<spawner::SlotSpawner>>,
     /// Fresh network namespaces, ready before the runs that take them.
     netns: Option<netns::NetnsPool>,
     seccomp: Vec<Vec<libc::sock_filter>>,
@@ -109,12 +109,15 @@ impl Namespaces {
         };
         let spawners = match &cgroups {
             Some(slots) => {
-                let spawners = spawner::Spawner::start_many(slots.len())
-                    .map_err(|e| SandboxError::Os("starting the slot spawners", e))?;
-                for (sp, cg) in spawners.iter().zip(slots) {
-                    cg.adopt(sp.pid())?;
-                }
-                spawners
+                let start = |(i, cg): (usize, &cgroup::SlotCgroup)| {
+                    spawner::SlotSpawner::start(i, cg.procs_files()?).map(Arc::new)
+                };
+                slots
+                    .iter()
+                    .enumerate()
+                    .map(start)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| SandboxError::Os("starting the slot spawners", e))?
             }
             None => vec![],
         };

@@ -20,6 +20,12 @@
 //! (one run per slot at a time). Only the run's own processes, in memory of
 //! their own after `execve`, are left for the OOM killer to choose from.
 //! Lowering `oom_score_adj` instead would need CAP_SYS_RESOURCE.
+//!
+//! A spawner answers through a pipe, and one that died or was stopped would
+//! never answer: requests wait on a blocking thread (never the runtime's),
+//! poll the spawner's pidfd beside the answer, and give up after
+//! [`ANSWER_TIMEOUT`]. [`SlotSpawner`] then reaps it, logs its status, and
+//! starts the slot a new one; the request in flight fails, later ones work.
 
 use super::child::{self, ChildPlan, Stack};
 use super::sys;
@@ -27,6 +33,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
 
 /// What the spawner reads from its request pipe.
 #[repr(C)]
@@ -68,9 +75,14 @@ extern "C" fn spawner_main(arg: *mut libc::c_void) -> libc::c_int {
             // SAFETY: Request is plain data of this size.
             std::slice::from_raw_parts_mut(&mut req as *mut Request as *mut u8, std::mem::size_of::<Request>())
         };
+        // Requests are written whole (far below PIPE_BUF); anything else means
+        // the executor closed or lost our pipe: nothing will ask again.
         match sys::read(st.req_r, buf) {
             Ok(n) if n == buf.len() => {}
-            _ => sys::exit(0),
+            Err(libc::EINTR) => continue,
+            Ok(0) => sys::exit(0),
+            Ok(_) => sys::exit(2),
+            Err(_) => sys::exit(3),
         }
         // SAFETY: the plan stays alive in the executor until the init is reaped.
         let plan = unsafe { &*(req.plan as *const ChildPlan) };
@@ -93,12 +105,33 @@ extern "C" fn spawner_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
+/// How long a healthy spawner takes at most to answer a request: its init
+/// answers first thing after `clone`, which is milliseconds even when the
+/// kernel is slow to make a network namespace. Past it the spawner counts as
+/// stopped (SIGSTOP, a frozen cgroup) and is replaced.
+pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a request to a spawner failed.
+#[derive(Debug)]
+enum Failure {
+    /// `clone` itself failed (the spawner is fine): its errno.
+    Clone(std::io::Error),
+    /// The spawner is dead, stuck, or its channel broke: it must be replaced.
+    Broken(String),
+}
+
 /// A slot's spawner process.
 #[derive(Debug)]
 pub(crate) struct Spawner {
     pid: i32,
-    channel: Mutex<(std::fs::File, std::fs::File)>,
+    /// Polled for the spawner's exit; signals go through it (never a pid that may be reused).
+    pidfd: OwnedFd,
+    req_w: std::fs::File,
+    resp_r: std::fs::File,
     resp_w: i32,
+    reaped: bool,
+    /// Dropped after the spawner is reaped: lets its thread go (see `start`).
+    _release: std::sync::mpsc::Sender<()>,
     _stack: Stack,
     _ends: (OwnedFd, OwnedFd),
 }
@@ -106,24 +139,25 @@ pub(crate) struct Spawner {
 impl Spawner {
     /// Starts a spawner from a thread of its own, which waits for it (vfork)
     /// for as long as it lives; the caller then moves [`Spawner::pid`] into
-    /// the slot's cgroup.
+    /// the slot's cgroup. Blocks up to [`ANSWER_TIMEOUT`]: not on a runtime thread.
     fn start() -> std::io::Result<Self> {
         let (req_r, req_w) = super::pipe()?;
         let (resp_r, resp_w) = super::pipe()?;
         let stack = Stack::new(64 * 1024)?;
-        // Leaked (a few bytes per slot) so that it can never dangle.
+        // Leaked (a few bytes per spawner) so that it can never dangle.
         let st: &'static SpawnerState = Box::leak(Box::new(SpawnerState {
             req_r: req_r.as_raw_fd(),
             resp_w: resp_w.as_raw_fd(),
             pid: AtomicI32::new(0),
         }));
         let top = stack.top() as usize;
+        let (release, held) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("sandpool-spawner".into())
             .spawn(move || {
                 let flags = libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_VFORK | libc::CLONE_PARENT_SETTID;
                 // SAFETY: the spawner runs on its own stack (kept by the Spawner,
-                // which kills it before unmapping) and reads only `st`.
+                // which kills and reaps it before unmapping) and reads only `st`.
                 let pid = unsafe {
                     libc::clone(
                         spawner_main,
@@ -140,28 +174,57 @@ impl Spawner {
                         std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
                     );
                 }
-                // Otherwise the spawner has exited: this thread's work is done.
+                // Otherwise the spawner has exited. This thread is the parent of
+                // the inits it cloned (CLONE_PARENT) and they die with it
+                // (PDEATHSIG): it stays until the Spawner is dropped, which is
+                // after the slot's run in flight has ended.
+                let _ = held.recv();
             })?;
         let mut resp_r = std::fs::File::from(resp_r);
-        let mut ready = [0u8; 8];
-        resp_r.read_exact(&mut ready)?;
-        let pid = i32::from_ne_bytes([ready[0], ready[1], ready[2], ready[3]]);
+        let ready = match wait_readable(&resp_r, None, ANSWER_TIMEOUT) {
+            Readable::Yes => read_answer(&mut resp_r)?,
+            _ => {
+                // The clone happened or will; the pid is in `st` once it did.
+                let pid = st.pid.load(Ordering::SeqCst);
+                if pid > 0 {
+                    // SAFETY: killing and reaping our own child.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                        libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
+                    }
+                }
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "a new spawner did not answer",
+                ));
+            }
+        };
+        let (pid, errno) = ready;
         if pid <= 0 {
-            let errno = i32::from_ne_bytes([ready[4], ready[5], ready[6], ready[7]]);
             return Err(std::io::Error::from_raw_os_error(errno));
         }
+        let pidfd = match pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                // SAFETY: killing and reaping our own child before its stack goes.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
+                }
+                return Err(e);
+            }
+        };
         Ok(Spawner {
             pid,
-            channel: Mutex::new((std::fs::File::from(req_w), resp_r)),
+            pidfd,
+            req_w: std::fs::File::from(req_w),
+            resp_r,
             resp_w: resp_w.as_raw_fd(),
+            reaped: false,
+            _release: release,
             _stack: stack,
             _ends: (req_r, resp_w),
         })
-    }
-
-    /// Starts `n` spawners.
-    pub fn start_many(n: usize) -> std::io::Result<Vec<Self>> {
-        (0..n).map(|_| Spawner::start()).collect()
     }
 
     /// The spawner's pid.
@@ -169,14 +232,13 @@ impl Spawner {
         self.pid
     }
 
-    /// The descriptor the init answers a spawn request on (see `init_main`).
-    pub fn response_fd(&self) -> i32 {
-        self.resp_w
+    /// True once the spawner has exited (it is then a zombie until [`Spawner::stop`]).
+    fn exited(&self) -> bool {
+        matches!(wait_readable(&self.pidfd, None, Duration::ZERO), Readable::Yes)
     }
 
-    /// Clones an init running `plan` on `stack` with `flags` (CLONE_PARENT,
-    /// CLONE_VFORK and CLONE_PARENT_SETTID are added; CLONE_PIDFD must not be).
-    pub fn spawn(&self, plan: &ChildPlan, stack: &Stack, flags: libc::c_int) -> std::io::Result<(i32, OwnedFd)> {
+    /// Clones an init through the spawner; blocks up to [`ANSWER_TIMEOUT`].
+    fn request(&self, plan: &ChildPlan, stack: &Stack, flags: libc::c_int) -> Result<(i32, OwnedFd), Failure> {
         let req = Request {
             plan: plan as *const ChildPlan as usize,
             stack_top: stack.top() as usize,
@@ -185,43 +247,239 @@ impl Spawner {
         // SAFETY: Request is plain data.
         let bytes =
             unsafe { std::slice::from_raw_parts(&req as *const Request as *const u8, std::mem::size_of::<Request>()) };
-        let mut ch = self
-            .channel
-            .lock()
-            .map_err(|_| std::io::Error::other("spawner lock poisoned"))?;
-        ch.0.write_all(bytes)?;
-        let mut resp = [0u8; 8];
-        ch.1.read_exact(&mut resp)?;
-        let pid = i32::from_ne_bytes([resp[0], resp[1], resp[2], resp[3]]);
-        let errno = i32::from_ne_bytes([resp[4], resp[5], resp[6], resp[7]]);
+        // One request at a time per spawner, far below PIPE_BUF: the write never blocks,
+        // and never fails with EPIPE while we hold the read end (`_ends`).
+        (&self.req_w)
+            .write_all(bytes)
+            .map_err(|e| Failure::Broken(format!("its request pipe failed: {e}")))?;
+        match wait_readable(&self.resp_r, Some(&self.pidfd), ANSWER_TIMEOUT) {
+            Readable::Yes => {}
+            Readable::Exited => return Err(Failure::Broken("exited".into())),
+            Readable::TimedOut => {
+                return Err(Failure::Broken(format!(
+                    "did not answer within {}s (stopped or stuck)",
+                    ANSWER_TIMEOUT.as_secs()
+                )));
+            }
+            Readable::Failed(e) => return Err(Failure::Broken(format!("could not be polled: {e}"))),
+        }
+        let (pid, errno) = read_answer(&mut &self.resp_r).map_err(|e| Failure::Broken(format!("its answer: {e}")))?;
         if pid <= 0 {
-            return Err(std::io::Error::from_raw_os_error(errno));
+            return Err(Failure::Clone(std::io::Error::from_raw_os_error(errno)));
         }
         // The init is our child (CLONE_PARENT) and only we reap it, so the pid
         // cannot be reused before this.
-        // SAFETY: pidfd_open on that pid.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: killing and reaping our own child, which must not outlive its plan.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
+        match pidfd_open(pid) {
+            Ok(fd) => Ok((pid, fd)),
+            Err(e) => {
+                // SAFETY: killing and reaping our own child, which must not outlive its plan.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
+                }
+                Err(Failure::Clone(e))
             }
-            return Err(e);
         }
-        // SAFETY: a fresh descriptor we own; pidfd_open sets close-on-exec.
-        Ok((pid, unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+    }
+
+    /// Kills and reaps the spawner; returns its wait status. Blocks (briefly).
+    fn stop(mut self) -> i32 {
+        self.reap()
+    }
+
+    fn reap(&mut self) -> i32 {
+        if self.reaped {
+            return 0;
+        }
+        // SAFETY: pidfd_send_signal on a descriptor we hold; harmless once it exited.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                0usize,
+                0u32,
+            )
+        };
+        let mut status = 0;
+        loop {
+            // SAFETY: reaping our own child (the spawner's thread never waits for it).
+            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::__WALL) };
+            if r == self.pid || (r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)) {
+                break;
+            }
+        }
+        self.reaped = true;
+        status
     }
 }
 
 impl Drop for Spawner {
     fn drop(&mut self) {
-        // SAFETY: killing and reaping our own child.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            let mut status = 0;
-            libc::waitpid(self.pid, &mut status, libc::__WALL);
+        self.reap();
+    }
+}
+
+/// A slot's spawner, replaced when it dies or stops answering: a request in
+/// flight then fails (SANDBOX_ERROR), and the slot's next run gets a new one.
+#[derive(Debug)]
+pub(crate) struct SlotSpawner {
+    slot: usize,
+    current: Mutex<Option<Spawner>>,
+    /// The slot cgroup's `cgroup.procs`, to move a replacement in.
+    procs: Vec<std::fs::File>,
+}
+
+impl SlotSpawner {
+    /// Starts the spawner of `slot` and moves it into the cgroup whose `cgroup.procs` are `procs`.
+    pub fn start(slot: usize, procs: Vec<OwnedFd>) -> std::io::Result<Self> {
+        let s = SlotSpawner {
+            slot,
+            current: Mutex::new(None),
+            procs: procs.into_iter().map(std::fs::File::from).collect(),
+        };
+        let first = s.fresh()?;
+        *s.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(first);
+        Ok(s)
+    }
+
+    /// A new spawner, in the slot's cgroup.
+    fn fresh(&self) -> std::io::Result<Spawner> {
+        let sp = Spawner::start()?;
+        for mut f in &self.procs {
+            // The spawner and its memory are dropped (killed, reaped) on error.
+            f.write_all(sp.pid().to_string().as_bytes())?;
+        }
+        Ok(sp)
+    }
+
+    /// Clones an init running `plan` on `stack` with `flags` (CLONE_PARENT,
+    /// CLONE_VFORK and CLONE_PARENT_SETTID are added; CLONE_PIDFD must not be).
+    ///
+    /// Blocks up to [`ANSWER_TIMEOUT`] (twice when the spawner is replaced
+    /// first): call it on a blocking thread. When it fails, no init of
+    /// `plan` is left running.
+    pub fn spawn(&self, plan: &mut ChildPlan, stack: &Stack, flags: libc::c_int) -> std::io::Result<(i32, OwnedFd)> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(Spawner::exited)
+            && let Some(dead) = current.take()
+        {
+            let pid = dead.pid();
+            let status = dead.stop();
+            tracing::error!(slot = self.slot, pid, status = %describe_status(status), "the slot's spawner had exited; replacing it");
+        }
+        let sp = match current.as_ref() {
+            Some(sp) => sp,
+            None => current.insert(self.fresh()?),
+        };
+        // The init answers its spawner first thing (see `init_main`).
+        plan.spawn_resp_fd = sp.resp_w;
+        let why = match sp.request(plan, stack, flags) {
+            Ok(spawned) => return Ok(spawned),
+            Err(Failure::Clone(e)) => return Err(e),
+            Err(Failure::Broken(why)) => why,
+        };
+        let Some(broken) = current.take() else {
+            return Err(std::io::Error::other("the slot's spawner is gone"));
+        };
+        let pid = broken.pid();
+        let status = broken.stop();
+        tracing::error!(slot = self.slot, pid, status = %describe_status(status), "the slot's spawner {why}; replacing it");
+        // An init it cloned before it died or stalled is ours (CLONE_PARENT):
+        // killed and reaped before the caller may free its plan.
+        let init = plan.spawned_pid.load(Ordering::SeqCst);
+        if init > 0 {
+            // SAFETY: killing and reaping our own unreaped child.
+            unsafe {
+                libc::kill(init, libc::SIGKILL);
+                libc::waitpid(init, std::ptr::null_mut(), libc::__WALL);
+            }
+        }
+        match self.fresh() {
+            Ok(sp) => *current = Some(sp),
+            Err(e) => {
+                tracing::error!(slot = self.slot, error = %e, "could not replace the slot's spawner; the next run tries again")
+            }
+        }
+        Err(std::io::Error::other(format!("the slot's spawner {why}")))
+    }
+}
+
+/// A wait status as a person reads it.
+fn describe_status(status: i32) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exited with {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("wait status {status}")
+    }
+}
+
+enum Readable {
+    Yes,
+    /// The process behind the pidfd exited first.
+    Exited,
+    TimedOut,
+    Failed(std::io::Error),
+}
+
+/// Waits until `fd` is readable, `exit` (a pidfd) says its process exited, or `timeout` passes.
+fn wait_readable(fd: &impl AsRawFd, exit: Option<&OwnedFd>, timeout: Duration) -> Readable {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: exit.map_or(-1, |e| e.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: poll on two valid pollfd entries (a negative fd is ignored).
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Readable::Failed(e);
+        }
+        // An answer written just before the exit still counts.
+        if fds[0].revents != 0 {
+            return Readable::Yes;
+        }
+        if fds[1].revents != 0 {
+            return Readable::Exited;
+        }
+        if r == 0 && std::time::Instant::now() >= deadline {
+            return Readable::TimedOut;
         }
     }
+}
+
+/// Reads one `(pid, errno)` answer.
+fn read_answer(r: &mut impl Read) -> std::io::Result<(i32, i32)> {
+    let mut resp = [0u8; 8];
+    r.read_exact(&mut resp)?;
+    Ok((
+        i32::from_ne_bytes([resp[0], resp[1], resp[2], resp[3]]),
+        i32::from_ne_bytes([resp[4], resp[5], resp[6], resp[7]]),
+    ))
+}
+
+fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open on a pid we have not reaped.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own; pidfd_open sets close-on-exec.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }

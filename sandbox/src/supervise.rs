@@ -49,7 +49,7 @@ pub struct RunOutcome {
 /// Shared per-run inputs from the sandbox.
 pub(crate) struct Context<'a> {
     /// Clones inits inside the slot's cgroup (absent without cgroups).
-    pub spawner: Option<&'a super::spawner::Spawner>,
+    pub spawner: Option<&'a Arc<super::spawner::SlotSpawner>>,
     /// The slot's mount namespace.
     pub mnt_ns: &'a Arc<OwnedFd>,
     /// The slot's namespace is this run's until the guard drops: after the
@@ -140,7 +140,8 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildP
     keep_fds.dedup();
     Ok(ChildPlan {
         spawned_pid: std::sync::atomic::AtomicI32::new(0),
-        spawn_resp_fd: ctx.spawner.map_or(-1, |s| s.response_fd()),
+        // Set by the spawner that clones the init (see `SlotSpawner::spawn`).
+        spawn_resp_fd: -1,
         keep_fds,
         mounts,
         mnt_ns_fd,
@@ -321,7 +322,7 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         _ => None,
     };
     let rlimits = prepared.plan.rlimits.clone();
-    let running = match spawn(ctx.mnt_ns.clone(), ctx.slot_guard, ctx.spawner, prepared, spec)? {
+    let running = match spawn(ctx.mnt_ns.clone(), ctx.slot_guard, ctx.spawner, prepared, spec).await? {
         Ok(r) => r,
         Err(no_room) => return Ok(no_room),
     };
@@ -428,10 +429,15 @@ struct Running {
 
 /// Clones the init (through the slot's spawner when there is one) and starts
 /// reading its output. `Err(outcome)`: no memory left in the slot to start it.
-fn spawn(
+///
+/// A spawner answers through a pipe, and a dead or stopped one would never
+/// answer: that wait happens on a blocking thread, with a time-out, never on
+/// the runtime's. The init comes back owned by a [`Child`], so a run future
+/// dropped meanwhile still has it killed and reaped before its plan is freed.
+async fn spawn(
     mnt_ns: Arc<OwnedFd>,
     slot_guard: tokio::sync::OwnedMutexGuard<()>,
-    spawner: Option<&super::spawner::Spawner>,
+    spawner: Option<&Arc<super::spawner::SlotSpawner>>,
     p: Prepared,
     spec: &RunSpec,
 ) -> Result<Result<Running, RunOutcome>, SandboxError> {
@@ -448,9 +454,43 @@ fn spawn(
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::SIGCHLD;
+    let Prepared {
+        baseline,
+        out_r,
+        err_r,
+        rep_r,
+        child_ends,
+        plan,
+        stack,
+        enomem_is_mle,
+    } = p;
+    let slot = SlotHold {
+        mnt_ns,
+        _guard: slot_guard,
+    };
     let started = Instant::now();
-    let spawned = match spawner {
-        Some(sp) => sp.spawn(&p.plan, &p.stack, flags),
+    let clone_init = move |spawned: std::io::Result<(i32, OwnedFd)>, plan, stack| {
+        // The init holds its own copies now (and the namespace, once it entered it).
+        drop(child_ends);
+        spawned.map(|(pid, pidfd)| Child {
+            pid,
+            handle: KillHandle::new(pidfd),
+            pidfd: None,
+            keep: Some((plan, stack)),
+            slot: Some(slot),
+        })
+    };
+    let kid = match spawner {
+        Some(sp) => {
+            let sp = sp.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut plan = plan;
+                let spawned = sp.spawn(&mut plan, &stack, flags);
+                clone_init(spawned, plan, stack)
+            })
+            .await
+            .map_err(|e| SandboxError::Other(format!("the spawn task failed: {e}")))?
+        }
         None => {
             let mut pidfd: libc::c_int = -1;
             // SAFETY: the init runs on its own stack and reads the plan, both kept
@@ -458,49 +498,38 @@ fn spawn(
             let pid = unsafe {
                 libc::clone(
                     child::init_main,
-                    p.stack.top(),
+                    stack.top(),
                     flags | libc::CLONE_PIDFD,
-                    &*p.plan as *const ChildPlan as *mut libc::c_void,
+                    &*plan as *const ChildPlan as *mut libc::c_void,
                     &mut pidfd as *mut libc::c_int,
                 )
             };
-            if pid < 0 {
+            let spawned = if pid < 0 {
                 Err(std::io::Error::last_os_error())
             } else {
                 // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
                 Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
-            }
+            };
+            clone_init(spawned, plan, stack)
         }
     };
-    let (pid, pidfd) = match spawned {
-        Ok(p) => p,
+    let mut kid = match kid {
+        Ok(kid) => kid,
         // The init's kernel stack and tables are charged to the slot's cgroup.
-        Err(e) if p.enomem_is_mle && e.raw_os_error() == Some(libc::ENOMEM) => return Ok(Err(no_room_to_start(&e))),
+        Err(e) if enomem_is_mle && e.raw_os_error() == Some(libc::ENOMEM) => return Ok(Err(no_room_to_start(&e))),
         Err(e) => return Err(SandboxError::Os("spawning the init", e)),
     };
-    let handle = KillHandle::new(pidfd);
-    let mut kid = Child {
-        pid,
-        handle: handle.clone(),
-        pidfd: None,
-        keep: Some((p.plan, p.stack)),
-        slot: Some(SlotHold {
-            mnt_ns,
-            _guard: slot_guard,
-        }),
-    };
+    let handle = kid.handle.clone();
     kid.pidfd = Some(handle.watch()?);
-    // The init holds its own copies now (and the namespace, once it entered it).
-    drop(p.child_ends);
     // The readers may outlive the supervisor (a dropped run): they hold the descriptor too.
-    let output = Output::read(p.out_r, p.err_r, spec.limits.output, handle);
+    let output = Output::read(out_r, err_r, spec.limits.output, handle);
     Ok(Ok(Running {
         kid,
         started,
-        baseline: p.baseline,
+        baseline,
         output,
-        rep_r: p.rep_r,
-        enomem_is_mle: p.enomem_is_mle,
+        rep_r,
+        enomem_is_mle,
     }))
 }
 
