@@ -8,7 +8,8 @@
 //! - [`namespaces`]: mode `namespaces`, fresh namespaces per run (needs root or `CAP_SYS_ADMIN`).
 //! - [`restricted`]: mode `restricted`, for unprivileged pods (Landlock, seccomp, rlimits).
 //! - [`probe`]: what the kernel allows, reported to clients as features.
-//! - [`rootfs`]: the read-only root template; [`workdir`]: each run's `/work`.
+//! - [`rootfs`]: the read-only root template; [`workdir`]: each run's `/work`;
+//!   [`workroot`]: the executor's work root, locked to one executor.
 //! - [`cgroup`]: slot cgroups; [`seccomp`]: the filter; [`limits`]: what a run is held to.
 //! - internal: `netns` (network namespaces made ahead of runs), `slotns` (per-slot
 //!   mount namespaces), `spawner` (clones inits inside a slot's cgroup), `child` and
@@ -34,6 +35,7 @@ mod spawner;
 mod supervise;
 mod sys;
 pub mod workdir;
+pub mod workroot;
 pub mod zygote;
 
 pub use limits::Limits;
@@ -104,6 +106,8 @@ pub enum SandboxError {
     Seccomp(#[from] seccomp::SeccompError),
     #[error(transparent)]
     WorkDir(#[from] WorkDirError),
+    #[error(transparent)]
+    WorkRoot(#[from] workroot::WorkRootError),
     #[error("{0}: {1}")]
     Os(&'static str, std::io::Error),
     #[error("sandbox setup failed while {stage}: {errno}")]

@@ -7,7 +7,7 @@
 use crate::runner::{BoxFuture, Runner};
 use crate::{
     Features, IsolationMode, RunOutcome, RunSpec, SandboxConfig, SandboxError, WorkDir, cgroup, cgroup_name, mounts,
-    netns, probe, rootfs, seccomp, slotns, spawner, supervise, workdir,
+    netns, probe, rootfs, seccomp, slotns, spawner, supervise, workdir, workroot,
 };
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct Namespaces {
     cfg: SandboxConfig,
+    /// Released (by dropping) only after everything else here is gone.
+    _lock: workroot::WorkRootLock,
     /// Per slot: a mount namespace rooted at the read-only template.
     slot_ns: Vec<Arc<OwnedFd>>,
     /// Per slot, on GPU executors: the same with the GPU device nodes.
@@ -53,39 +55,31 @@ impl Namespaces {
         if let Some(missing) = features.missing_for_namespaces() {
             return Err(SandboxError::ModeUnavailable("namespaces", missing));
         }
-        std::fs::create_dir_all(&cfg.work_root).map_err(|e| SandboxError::Os("creating the work root", e))?;
+        // Before anything is reclaimed: a live executor's leftovers are not leftovers.
+        let lock = workroot::WorkRootLock::acquire(&cfg.work_root)?;
         // Clear what a crashed executor left, then keep our mounts from
-        // propagating to the host's other namespaces.
-        mounts::detach_all(&cfg.work_root);
-        mounts::mount(Some(&cfg.work_root), &cfg.work_root, None, libc::MS_BIND, None)
-            .and_then(|_| mounts::mount(None, &cfg.work_root, None, libc::MS_PRIVATE, None))
-            .map_err(|e| SandboxError::Os("making the work root a private mount", e))?;
+        // propagating to the host's other namespaces. Only below the root:
+        // the root itself may be a mount (a pod's emptyDir) that is not ours.
+        let mnt = workroot::mounts_dir(&cfg.work_root);
+        mounts::detach_all(&mnt);
+        std::fs::create_dir_all(&mnt).map_err(|e| SandboxError::Os("creating the mounts dir", e))?;
+        mounts::mount(Some(&mnt), &mnt, None, libc::MS_BIND, None)
+            .and_then(|_| mounts::mount(None, &mnt, None, libc::MS_PRIVATE, None))
+            .map_err(|e| SandboxError::Os("making the mounts dir a private mount", e))?;
 
         let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots);
         let base_devices: Vec<PathBuf> = rootfs::BASE_DEVICES.iter().map(PathBuf::from).collect();
-        let root = rootfs::build(
-            &cfg.work_root.join("root"),
-            &cfg.ro_paths,
-            &base_devices,
-            &passwd,
-            &group,
-        )?;
+        let root = rootfs::build(&mnt.join("root"), &cfg.ro_paths, &base_devices, &passwd, &group)?;
         let slot_ns = Self::slot_namespaces(&root.path, cfg.slots)?;
         let gpu_slot_ns = if cfg.gpu_devices.is_empty() {
             vec![]
         } else {
             let devices: Vec<PathBuf> = base_devices.iter().chain(&cfg.gpu_devices).cloned().collect();
-            let gpu = rootfs::build(
-                &cfg.work_root.join("root-gpu"),
-                &cfg.ro_paths,
-                &devices,
-                &passwd,
-                &group,
-            )?;
+            let gpu = rootfs::build(&mnt.join("root-gpu"), &cfg.ro_paths, &devices, &passwd, &group)?;
             Self::slot_namespaces(&gpu.path, cfg.slots)?
         };
         // The slot namespaces hold their own copies: the host keeps nothing.
-        mounts::detach_all(&cfg.work_root);
+        mounts::detach_all(&mnt);
         let staging = workdir::Staging::if_needed(&cfg.work_root.join("attached"))
             .map_err(|e| SandboxError::Os("preparing work dir mounts", e))?
             .map(std::sync::Arc::new);
@@ -138,6 +132,7 @@ impl Namespaces {
         }
         let cfg_slots = cfg.slots;
         let sandbox = Namespaces {
+            _lock: lock,
             slot_locks: (0..cfg.slots).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
             cfg,
             slot_ns,
@@ -299,7 +294,7 @@ impl Drop for Namespaces {
             slots.iter().for_each(cgroup::SlotCgroup::kill_all);
             h.remove(slots.len());
         }
-        mounts::detach_all(&self.cfg.work_root);
+        mounts::detach_all(&workroot::mounts_dir(&self.cfg.work_root));
     }
 }
 

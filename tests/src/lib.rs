@@ -68,6 +68,10 @@ pub struct Options {
     pub http: bool,
     /// The isolation mode, and with it how the executor is started.
     pub isolation: Isolation,
+    /// Shell commands run in a private mount namespace of the executor's own
+    /// just before it starts there (`$WORK_ROOT` is its work root): to give it
+    /// the filesystem a pod would, e.g. a read-only `/` and volumes.
+    pub mount_setup: Option<String>,
 }
 
 /// How a test's executor isolates runs, and what privileges it starts with.
@@ -179,6 +183,21 @@ impl Executor {
             cmd.env("SANDPOOL_HTTP_LISTEN", a);
         }
         cmd.args(&opts.extra_args);
+        if let Some(setup) = &opts.mount_setup {
+            let inner = cmd;
+            cmd = Command::new("unshare");
+            cmd.args(["--mount", "--propagation", "private", "--", "sh", "-euc"])
+                .arg(format!("{setup}\nexec \"$@\""))
+                .arg("sh")
+                .arg(inner.get_program())
+                .args(inner.get_args())
+                .env("WORK_ROOT", work_root.path());
+            for (k, v) in inner.get_envs() {
+                if let Some(v) = v {
+                    cmd.env(k, v);
+                }
+            }
+        }
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }

@@ -40,6 +40,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct Restricted {
     cfg: SandboxConfig,
+    /// No other executor uses the work root while this one lives.
+    _lock: crate::workroot::WorkRootLock,
     features: Features,
     landlock_abi: i32,
     filters: Arc<Vec<Vec<libc::sock_filter>>>,
@@ -84,6 +86,8 @@ impl Restricted {
         // SAFETY: geteuid/getpid have no memory effects.
         let (euid, pid) = unsafe { (libc::geteuid(), libc::getpid()) };
         let slot_uids = euid == 0;
+        // Before the runs dir is emptied: a live executor's runs are not leftovers.
+        let lock = crate::workroot::WorkRootLock::acquire(&cfg.work_root)?;
         let runs_dir = cfg.work_root.join("runs");
         prepare_runs_dir(&runs_dir, slot_uids).map_err(|e| {
             unavailable(format!(
@@ -194,6 +198,7 @@ impl Restricted {
             ),
         ]);
         let r = Restricted {
+            _lock: lock,
             cfg,
             features,
             landlock_abi: abi,
