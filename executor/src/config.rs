@@ -208,6 +208,10 @@ pub struct ServerArgs {
     /// gRPC: connections served at once; more wait to be accepted.
     #[arg(long, env = "SANDPOOL_GRPC_MAX_CONNECTIONS", default_value_t = 1024)]
     pub grpc_max_connections: usize,
+    /// Exit (status 70, with a termination message) when the async runtime has not run for
+    /// this long, seconds: a wedged executor answers no probe, so it ends. 0: never.
+    #[arg(long, env = "SANDPOOL_WATCHDOG_STALL_SECS", default_value_t = 30)]
+    pub watchdog_stall_secs: u64,
     /// gRPC: a connection whose client sends nothing (not even the HTTP/2 preface) within this is closed, ms.
     #[arg(long, env = "SANDPOOL_GRPC_SILENT_TIMEOUT_MS", default_value_t = 10_000)]
     pub grpc_silent_timeout_ms: u64,

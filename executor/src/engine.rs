@@ -112,6 +112,8 @@ pub struct Engine {
     pub assert_prelude: bool,
     /// Identical requests answered without running (off unless configured).
     pub cache: Option<crate::result_cache::ResultCache>,
+    /// Every run in flight, for the liveness check (see [`crate::watchdog`]).
+    pub watchdog: Arc<crate::watchdog::Watchdog>,
 }
 
 /// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
@@ -222,6 +224,7 @@ impl Engine {
             work_dir_bytes: cfg.work_dir_bytes,
             capture: cfg.capture,
             warm: BTreeMap::new(),
+            watchdog: crate::watchdog::Watchdog::new(),
             sessions: cfg.sessions,
             assert_prelude: cfg.assert_prelude,
             cache,
@@ -432,6 +435,7 @@ impl Engine {
     /// Runs one phase in `work`; sandbox failures become a SANDBOX_ERROR phase.
     pub async fn run_phase(&self, slot: &SlotGuard, work: &WorkDir, spec: &RunSpec, phase: Phase) -> Phased {
         let t = Instant::now();
+        let _tracked = self.watchdog.track(spec.limits.wall);
         let res = self.sandbox.run(slot.index(), work, spec).await;
         self.metrics.observe(phase, t.elapsed().as_secs_f64());
         match res {

@@ -17,6 +17,7 @@
 //! - [`result_cache`]: opt-in answers to identical requests without running them.
 //! - [`capture`]: opt-in on-disk record of requests with chosen verdicts.
 //! - [`metrics`]: Prometheus metrics.
+//! - [`watchdog`]: stuck runs turn liveness NOT_SERVING; a wedged runtime or an unheeded SIGTERM ends the process.
 //! - [`config`]: flags and environment.
 
 pub mod admission;
@@ -39,6 +40,7 @@ pub mod service;
 pub mod session;
 pub mod validate;
 pub mod verdict;
+pub mod watchdog;
 
 pub use engine::Engine;
 pub use sandpool_proto::v1 as proto;

@@ -56,6 +56,12 @@ fn termination_message(msg: &str) {
 async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let token = args.token()?;
     let engine = Arc::new(args.executor.build_engine().await?);
+    // Outside the runtime: what ends a wedged executor cannot run on it.
+    engine.watchdog.guard_process(
+        std::time::Duration::from_secs(args.watchdog_stall_secs),
+        args.drain_timeout() + std::time::Duration::from_secs(15),
+        termination_message,
+    )?;
     let opts = ServeOptions {
         listen: args.listen,
         metrics_listen: args.metrics_listen,

@@ -60,7 +60,7 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
 }
 
-/// Health service name that stays SERVING while the process lives (for liveness probes).
+/// Health service name for liveness probes: SERVING unless a run is stuck (see [`crate::watchdog`]).
 pub const LIVENESS: &str = "liveness";
 
 /// Rewrites tonic's OUT_OF_RANGE for oversize requests into RESOURCE_EXHAUSTED naming the limit.
@@ -179,6 +179,7 @@ pub async fn serve_with_http(
     health.set_service_status("", ready).await;
     health.set_service_status("sandpool.v1.Executor", ready).await;
     health.set_service_status(LIVENESS, ServingStatus::Serving).await;
+    engine.watchdog.spawn_liveness(health.clone(), LIVENESS);
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)

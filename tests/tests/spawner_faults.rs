@@ -8,7 +8,7 @@
 //! namespaces-mode executor these tests start.
 
 use sandpool_proto::v1 as pb;
-use sandpool_tests::{Executor, Isolation, Options, describe, request, verdict};
+use sandpool_tests::{Executor, Isolation, Options, binary, describe, request, verdict};
 use std::time::{Duration, Instant};
 
 /// (pid, state) of the executor's spawner children.
@@ -248,4 +248,43 @@ async fn a_stopped_spawner_times_out_is_replaced_and_sigterm_still_works() {
     assert_eq!(now.len(), 1, "{:?}", spawners(ex.pid()));
     assert_ne!(now, sp, "replaced");
     assert_exits_on_sigterm(ex);
+}
+
+/// The executor's watchdog (`sandpool_executor::watchdog`) on a process whose
+/// runtime is wedged for real: `examples/wedge.rs` blocks its only runtime
+/// thread, or ignores SIGTERM; the watchdog thread must end it.
+#[test]
+fn the_watchdog_ends_a_wedged_runtime_and_an_unheeded_sigterm() {
+    let exe = binary("sandpool-executor").with_file_name("examples").join("wedge");
+    assert!(exe.exists(), "{} (built by cargo test)", exe.display());
+    for (mode, says) in [("stall", "wedged"), ("term", "asked to stop")] {
+        let mut child = std::process::Command::new(&exe)
+            .arg(mode)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("wedge");
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).expect("ready");
+        assert_eq!(line.trim(), "ready");
+        let t = Instant::now();
+        if mode == "term" {
+            sandpool_tests::signal(child.id(), libc::SIGTERM);
+        }
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("try_wait") {
+                break s;
+            }
+            if t.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("{mode}: the watchdog did not end the process");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("stderr");
+        assert_eq!(status.code(), Some(70), "{mode}: {err}");
+        assert!(err.contains("last words") && err.contains(says), "{mode}: {err}");
+    }
 }

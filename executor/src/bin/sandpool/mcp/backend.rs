@@ -181,12 +181,17 @@ impl Backend {
                 self.forget(session_id);
                 s
             }
-            tonic::Code::Unavailable => Status::unavailable(format!(
-                "the executor holding this session ({}) cannot be reached: {}. If it died, the session is \
+            // A connection the executor's death cut mid-call reads as UNKNOWN "transport error".
+            tonic::Code::Unavailable | tonic::Code::Unknown
+                if s.code() == tonic::Code::Unavailable || s.message().contains("transport error") =>
+            {
+                Status::unavailable(format!(
+                    "the executor holding this session ({}) cannot be reached: {}. If it died, the session is \
                  lost (its files and state are gone): create a new one",
-                route.address,
-                s.message()
-            )),
+                    route.address,
+                    s.message()
+                ))
+            }
             _ => s,
         }
     }
