@@ -212,9 +212,13 @@ pub struct ServerArgs {
     /// this long, seconds: a wedged executor answers no probe, so it ends. 0: never.
     #[arg(long, env = "SANDPOOL_WATCHDOG_STALL_SECS", default_value_t = 30)]
     pub watchdog_stall_secs: u64,
-    /// gRPC: a connection whose client sends nothing (not even the HTTP/2 preface) within this is closed, ms.
+    /// gRPC: a connection whose client has not sent the HTTP/2 preface and its first frame
+    /// header within this is closed, ms (a socket that sends one byte, then nothing, included).
     #[arg(long, env = "SANDPOOL_GRPC_SILENT_TIMEOUT_MS", default_value_t = 10_000)]
     pub grpc_silent_timeout_ms: u64,
+    /// gRPC: calls in flight at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, env = "SANDPOOL_GRPC_MAX_STREAMS", default_value_t = 1024)]
+    pub grpc_max_streams: u32,
     /// "host:port" a session's create response names as its executor, for clients to
     /// send the session's later calls to (default: $POD_IP with the --listen port, else
     /// the --listen address; an unspecified listen IP becomes the host name).

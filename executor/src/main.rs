@@ -71,6 +71,7 @@ async fn run(args: ServerArgs) -> anyhow::Result<()> {
         token,
         grpc_max_connections: args.grpc_max_connections.max(1),
         grpc_silent_timeout: std::time::Duration::from_millis(args.grpc_silent_timeout_ms.max(1)),
+        grpc_max_streams: args.grpc_max_streams.max(1),
         advertise: Some(args.advertise()),
     };
     let listener = tokio::net::TcpListener::bind(opts.listen)

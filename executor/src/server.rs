@@ -25,8 +25,10 @@ pub struct ServeOptions {
     pub token: Option<Token>,
     /// gRPC connections served at once; more wait to be accepted.
     pub grpc_max_connections: usize,
-    /// A gRPC connection whose client sends nothing within this is closed.
+    /// A gRPC connection whose client has not sent its side of the HTTP/2 handshake within this is closed.
     pub grpc_silent_timeout: Duration,
+    /// Calls in flight at once on one gRPC connection.
+    pub grpc_max_streams: u32,
     /// "host:port" session create responses name (None: the bound gRPC address).
     pub advertise: Option<String>,
 }
@@ -44,6 +46,7 @@ impl ServeOptions {
             token: None,
             grpc_max_connections: 1024,
             grpc_silent_timeout: Duration::from_secs(10),
+            grpc_max_streams: 1024,
             advertise: None,
         }
     }
@@ -254,6 +257,12 @@ pub async fn serve_with_http(
         let _ = drained_tx.send(());
     };
     let server = tonic::transport::Server::builder()
+        // Peers that vanish (a killed client, a dropped route) are noticed and their
+        // connection permits freed; a client's calls in flight are bounded per connection.
+        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
+        .tcp_keepalive(Some(GRPC_KEEPALIVE_INTERVAL))
+        .max_concurrent_streams(Some(opts.grpc_max_streams))
         .layer(tower::util::MapResponseLayer::new(oversize_to_resource_exhausted(
             opts.max_request_bytes,
         )))
@@ -298,6 +307,11 @@ pub async fn serve_with_http(
     Ok(())
 }
 
+/// HTTP/2 PING every this often on an open gRPC connection (and TCP keepalive).
+const GRPC_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// A PING unanswered for this long closes the connection.
+const GRPC_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// How long a drained server keeps serving, after its last run ended, for the responses
 /// still on their way out.
 const DRAIN_FLUSH: Duration = Duration::from_secs(1);
@@ -310,13 +324,22 @@ async fn runs_finished(admission: &crate::admission::Admission) {
     }
 }
 
+/// What a gRPC client sends first: the HTTP/2 preface (24 bytes) and its
+/// SETTINGS frame's header (9). Until all of it arrived the connection is
+/// still in its handshake, and the handshake has a deadline: one byte and
+/// then silence held a connection permit forever.
+const HANDSHAKE_BYTES: usize = 24 + 9;
+
 /// A connection that holds one of the server's connection permits while open, and is
-/// dropped if its client sends nothing at all in time (a slot held by a silent socket).
+/// dropped if its client has not finished its side of the handshake in time
+/// (a permit held by a silent or trickling socket).
 struct Counted {
     tcp: tokio::net::TcpStream,
     _permit: tokio::sync::OwnedSemaphorePermit,
-    /// Until the first byte arrives: when the client must have said something.
+    /// Until the handshake's bytes arrived: when they must have.
     silent_until: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// Bytes received so far, counted up to [`HANDSHAKE_BYTES`].
+    received: usize,
 }
 
 impl tonic::transport::server::Connected for Counted {
@@ -338,13 +361,16 @@ impl tokio::io::AsyncRead for Counted {
         let before = buf.filled().len();
         match std::pin::Pin::new(&mut me.tcp).poll_read(cx, buf) {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
-                me.silent_until = None;
+                me.received = me.received.saturating_add(buf.filled().len() - before);
+                if me.received >= HANDSHAKE_BYTES {
+                    me.silent_until = None;
+                }
                 Poll::Ready(Ok(()))
             }
             Poll::Pending => {
                 let expired = me.silent_until.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready());
                 if expired {
-                    let why = "the client sent nothing after connecting";
+                    let why = "the client did not finish the HTTP/2 handshake in time";
                     return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why)));
                 }
                 Poll::Pending
@@ -388,7 +414,7 @@ impl tokio::io::AsyncWrite for Counted {
 
 /// Accepts at most `max` connections at once; the rest wait in the kernel's accept queue,
 /// holding no descriptor of ours.
-/// A connection that sends nothing within `silent` is dropped.
+/// A connection whose client has not sent its handshake within `silent` is dropped.
 fn capped(
     incoming: tonic::transport::server::TcpIncoming,
     max: usize,
@@ -402,6 +428,7 @@ fn capped(
             tcp,
             _permit: permit,
             silent_until: Some(Box::pin(tokio::time::sleep(silent))),
+            received: 0,
         });
         Some((conn, (incoming, permits)))
     })

@@ -292,6 +292,22 @@ async fn silent_grpc_connections_are_dropped() {
         let mut silent = TcpStream::connect(&addr).expect("connect");
         let (closed, _) = closed_within(&mut silent, Duration::from_secs(15));
         assert!(closed, "a gRPC client that sent nothing is still connected after 15 s");
+        // One byte, then nothing (issue 24 item 4): the handshake has a deadline too.
+        let mut one = TcpStream::connect(&addr).expect("connect");
+        one.write_all(b"P").expect("one byte");
+        let (closed, _) = closed_within(&mut one, Duration::from_secs(15));
+        assert!(closed, "a gRPC client that sent one byte is still connected after 15 s");
+        // Most of the preface, trickled: still not a handshake.
+        let mut partial = TcpStream::connect(&addr).expect("connect");
+        for b in b"PRI * HTTP/2.0\r\n\r\nSM\r\n" {
+            partial.write_all(&[*b]).expect("a byte");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (closed, _) = closed_within(&mut partial, Duration::from_secs(15));
+        assert!(
+            closed,
+            "a gRPC client that sent only the preface is still connected after 15 s"
+        );
     })
     .await
     .expect("silent client");
