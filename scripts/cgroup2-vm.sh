@@ -137,7 +137,14 @@ guest() {
   mkdir -p /dev/shm /dev/pts
   mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
   mount -t tmpfs tmpfs /run
+  # A checkout under /tmp (CI's clone may be there) must stay visible under the guest's own
+  # /tmp: its binaries and this script are read from it.
+  local repo; repo=$(dirname "$(dirname "$SELF")")
+  mkdir -p /run/host-tmp && mount --bind /tmp /run/host-tmp
   mount -t tmpfs tmpfs /tmp
+  case "$repo" in
+    /tmp/*) mkdir -p "$repo" && mount --bind "/run/host-tmp/${repo#/tmp/}" "$repo" ;;
+  esac
   mkdir -p /run/out
   mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 out /run/out
   busybox ip link set lo up

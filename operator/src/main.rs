@@ -129,10 +129,10 @@ struct RunArgs {
     /// Elect a leader with a Lease so several replicas are safe.
     #[arg(long, env = "SANDPOOL_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
-    /// Namespace of the leader Lease (defaults to the watched namespace).
+    /// Namespace of the leader Lease (defaults to the watched namespace, then the kubeconfig context's).
     #[arg(long, env = "POD_NAMESPACE")]
     lease_namespace: Option<String>,
-    /// This replica's identity in the Lease (defaults to the host name).
+    /// This replica's identity in the Lease (defaults to HOSTNAME, then the host name and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
     /// Log format.
@@ -178,16 +178,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // An empty WATCH_NAMESPACE (as a chart renders it for cluster-wide installs) means all.
     let namespace = args.namespace.filter(|ns| !ns.is_empty());
     let leader = if args.leader_elect {
-        let namespace = args
-            .lease_namespace
-            .filter(|ns| !ns.is_empty())
-            .or_else(|| namespace.clone())
-            .context("leader election needs --lease-namespace (POD_NAMESPACE) or --namespace")?;
-        let identity = match args.identity {
-            Some(identity) => identity,
-            None => std::env::var("HOSTNAME").context("leader election needs --identity (POD_NAME) or HOSTNAME")?,
+        // Outside a pod (a laptop's kubeconfig) the context's namespace and the host name do.
+        let kubeconfig_ns = match (&args.lease_namespace, &namespace) {
+            (Some(ns), _) | (None, Some(ns)) if !ns.is_empty() => None,
+            _ => Some(
+                kube::Config::infer()
+                    .await
+                    .context("leader election needs a namespace for its Lease: --lease-namespace, --namespace or a kubeconfig")?
+                    .default_namespace,
+            ),
         };
-        Some((namespace, identity))
+        let lease_ns = lease_namespace(args.lease_namespace, namespace.as_deref(), kubeconfig_ns)
+            .context("leader election needs --lease-namespace (POD_NAMESPACE) or --namespace")?;
+        let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok());
+        let identity = identity(args.identity, std::env::var("HOSTNAME").ok(), host, std::process::id())
+            .context("leader election needs --identity (POD_NAME), HOSTNAME or a host name")?;
+        Some((lease_ns, identity))
     } else {
         None
     };
@@ -228,5 +234,45 @@ async fn main() -> anyhow::Result<()> {
             print!("{out}");
             Ok(())
         }
+    }
+}
+
+/// The Lease's namespace: the flag, else the watched namespace, else the kubeconfig context's.
+fn lease_namespace(flag: Option<String>, watched: Option<&str>, kubeconfig: Option<String>) -> Option<String> {
+    let some = |ns: &String| !ns.is_empty();
+    flag.filter(some)
+        .or_else(|| watched.map(str::to_owned).filter(some))
+        .or_else(|| kubeconfig.filter(some))
+}
+
+/// This replica's name in the Lease: the flag (POD_NAME), else HOSTNAME (a pod's name),
+/// else the host name with the pid (two replicas started on one laptop stay apart).
+fn identity(flag: Option<String>, hostname_env: Option<String>, host: Option<String>, pid: u32) -> Option<String> {
+    let some = |s: &String| !s.is_empty();
+    flag.filter(some)
+        .or_else(|| hostname_env.filter(some))
+        .or_else(|| host.filter(some).map(|h| format!("{h}-{pid}")))
+}
+
+#[cfg(test)]
+mod leader_args_tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_namespace_falls_back_to_the_watched_one_then_the_kubeconfigs() {
+        let s = |v: &str| Some(v.to_owned());
+        assert_eq!(lease_namespace(s("lease"), Some("watched"), s("ctx")), s("lease"));
+        assert_eq!(lease_namespace(None, Some("watched"), s("ctx")), s("watched"));
+        assert_eq!(lease_namespace(s(""), None, s("ctx")), s("ctx"));
+        assert_eq!(lease_namespace(None, None, None), None);
+    }
+
+    #[test]
+    fn the_identity_falls_back_to_hostname_then_the_host_name_with_the_pid() {
+        let s = |v: &str| Some(v.to_owned());
+        assert_eq!(identity(s("pod-a"), s("h"), s("laptop"), 7), s("pod-a"));
+        assert_eq!(identity(None, s("pod-b"), s("laptop"), 7), s("pod-b"));
+        assert_eq!(identity(None, None, s("laptop"), 7), s("laptop-7"));
+        assert_eq!(identity(None, s(""), None, 7), None);
     }
 }
