@@ -24,7 +24,6 @@
 //! send `CACHE_POLICY_BYPASS`.
 
 use crate::engine::ExecError;
-use crate::judge::evaluate::SKIPPED_AT_TOTAL_TIMEOUT;
 use crate::limits::{Limits, to_proto};
 use crate::metrics::Metrics;
 use lru::LruCache;
@@ -37,9 +36,6 @@ use tokio::sync::watch;
 
 /// What each stored entry costs beyond its response's encoded size (key, list links, Arc).
 const ENTRY_OVERHEAD: u64 = 160;
-
-/// The message a test stopped by a limit-ended special judge carries (see the judge).
-const SPECIAL_JUDGE_ENDED: &str = "special judge ended with ";
 
 /// Result cache settings (from the executor's flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -376,8 +372,8 @@ pub fn classify_evaluate(r: &pb::EvaluateResponse) -> Class {
     }
     let test_limited = |t: &pb::TestResult| {
         limit_verdict(verdict(t.verdict))
-            || t.message == SKIPPED_AT_TOTAL_TIMEOUT
-            || t.message.starts_with(SPECIAL_JUDGE_ENDED)
+            // The judge says so in a typed field: a skip at total_timeout, a special judge at its limits.
+            || t.limit_ended
             || t.run.as_ref().is_some_and(limit_phase)
     };
     let compile_killed = r.compile.as_ref().is_some_and(|p| p.signal != 0 || limit_phase(p));
@@ -697,11 +693,17 @@ mod tests {
             classify_evaluate(&resp(vec![wa.clone(), t(pb::Verdict::SandboxError, "x")])),
             Class::Never
         );
+        // The judge's typed flag decides, whatever its message says (issue 24 item 9).
+        let limited = |v: pb::Verdict, msg: &str| pb::TestResult {
+            limit_ended: true,
+            ..t(v, msg)
+        };
         assert_eq!(
-            classify_evaluate(&resp(vec![
-                wa.clone(),
-                t(pb::Verdict::Skipped, SKIPPED_AT_TOTAL_TIMEOUT)
-            ])),
+            classify_evaluate(&resp(vec![wa.clone(), limited(pb::Verdict::Skipped, "reworded skip")])),
+            Class::LimitDependent
+        );
+        assert_eq!(
+            classify_evaluate(&resp(vec![limited(pb::Verdict::WrongAnswer, "checker stopped")])),
             Class::LimitDependent
         );
         assert_eq!(
@@ -709,7 +711,8 @@ mod tests {
                 pb::Verdict::WrongAnswer,
                 "special judge ended with TIME_LIMIT_EXCEEDED: "
             )])),
-            Class::LimitDependent
+            Class::Stable,
+            "a message alone no longer says anything"
         );
         assert_eq!(
             classify_evaluate(&resp(vec![wa, t(pb::Verdict::MemoryLimitExceeded, "")])),

@@ -74,6 +74,24 @@ fn test_result(index: usize, verdict: pb::Verdict, message: impl Into<String>) -
     }
 }
 
+/// What the judge decided of one test's output.
+struct Decision {
+    verdict: pb::Verdict,
+    message: String,
+    /// A limit (the special judge's own) decided it, not the output alone.
+    limit_ended: bool,
+}
+
+impl Decision {
+    fn new(verdict: pb::Verdict, message: impl Into<String>) -> Self {
+        Decision {
+            verdict,
+            message: message.into(),
+            limit_ended: false,
+        }
+    }
+}
+
 impl Judge {
     /// A judge on `engine`.
     pub fn new(engine: Arc<Engine>) -> Self {
@@ -409,17 +427,20 @@ impl Judge {
 
     /// Runs test `i` and decides its verdict.
     async fn run_test(&self, runs: &Runs<'_>, i: usize, case: &Case) -> Result<pb::TestResult, ExecError> {
+        // (why, whether a limit decided it)
         let stop_reason = || {
             if runs.stopped.load(Ordering::SeqCst) {
-                Some("skipped: an earlier test failed and run_all_cases is false")
+                Some(("skipped: an earlier test failed and run_all_cases is false", false))
             } else if runs.total_deadline.is_some_and(|d| Instant::now() >= d) {
-                Some(SKIPPED_AT_TOTAL_TIMEOUT)
+                Some((SKIPPED_AT_TOTAL_TIMEOUT, true))
             } else {
                 None
             }
         };
-        if let Some(why) = stop_reason() {
-            return Ok(test_result(i, pb::Verdict::Skipped, why));
+        if let Some((why, limit_ended)) = stop_reason() {
+            let mut t = test_result(i, pb::Verdict::Skipped, why);
+            t.limit_ended = limit_ended;
+            return Ok(t);
         }
         // Draining refuses only a request that never ran: it gets UNAVAILABLE as a whole.
         let held = match self.hold(runs.deadline, runs.admitted).await {
@@ -429,8 +450,10 @@ impl Judge {
             }
             Err(e) => return Err(e),
         };
-        if let Some(why) = stop_reason() {
-            return Ok(test_result(i, pb::Verdict::Skipped, why));
+        if let Some((why, limit_ended)) = stop_reason() {
+            let mut t = test_result(i, pb::Verdict::Skipped, why);
+            t.limit_ended = limit_ended;
+            return Ok(t);
         }
         let work = match build::prepare(&self.engine, &held.slot, &runs.build, vec![]).await {
             Ok(w) => w,
@@ -450,8 +473,10 @@ impl Judge {
         let mut run = phased.result;
         let mut t = match phased.verdict {
             pb::Verdict::Ok => {
-                let (v, msg) = self.judge_output(runs, case, &run).await?;
-                test_result(i, v, msg)
+                let d = self.judge_output(runs, case, &run).await?;
+                let mut t = test_result(i, d.verdict, d.message);
+                t.limit_ended = d.limit_ended;
+                t
             }
             pb::Verdict::SandboxError => test_result(i, pb::Verdict::SandboxError, phased.error.unwrap_or_default()),
             v => test_result(i, v, ""),
@@ -467,16 +492,13 @@ impl Judge {
     }
 
     /// The verdict of a run that exited 0; never from anything but the judge's own checks.
-    async fn judge_output(
-        &self,
-        runs: &Runs<'_>,
-        case: &Case,
-        run: &pb::PhaseResult,
-    ) -> Result<(pb::Verdict, String), ExecError> {
-        let wrong = |m: &str| Ok((pb::Verdict::WrongAnswer, m.to_owned()));
+    async fn judge_output(&self, runs: &Runs<'_>, case: &Case, run: &pb::PhaseResult) -> Result<Decision, ExecError> {
+        let wrong = |m: &str| Ok(Decision::new(pb::Verdict::WrongAnswer, m));
         match &case.expect {
             Expect::Stdout(expected) => match &runs.checker {
-                None if runs.program.comparison.matches(&run.stdout, expected) => Ok((pb::Verdict::Ok, String::new())),
+                None if runs.program.comparison.matches(&run.stdout, expected) => {
+                    Ok(Decision::new(pb::Verdict::Ok, ""))
+                }
                 None => wrong("output differs from the expected output"),
                 Some(c) => self.special_judge(runs, c, case, &run.stdout).await,
             },
@@ -485,16 +507,16 @@ impl Judge {
                     return wrong("the function's result was not reported (did the program exit early?)");
                 };
                 match serde_json::from_slice::<serde_json::Value>(line) {
-                    Ok(v) if super::compare::json_matches(&v, expected) => Ok((pb::Verdict::Ok, String::new())),
+                    Ok(v) if super::compare::json_matches(&v, expected) => Ok(Decision::new(pb::Verdict::Ok, "")),
                     Ok(v) => wrong(&format!("returned {}", truncate(&v.to_string(), 200))),
                     Err(_) => wrong("the function's result is not JSON"),
                 }
             }
             Expect::Sentinel if program::sentinel_seen(&run.stdout, &runs.program.nonce) => {
-                Ok((pb::Verdict::Ok, String::new()))
+                Ok(Decision::new(pb::Verdict::Ok, ""))
             }
             Expect::Sentinel => wrong("exited 0 before every test ran (completion marker missing)"),
-            Expect::ExitZero => Ok((pb::Verdict::Ok, String::new())),
+            Expect::ExitZero => Ok(Decision::new(pb::Verdict::Ok, "")),
         }
     }
 
@@ -505,11 +527,11 @@ impl Judge {
         checker: &Checker<'_>,
         case: &Case,
         answer: &[u8],
-    ) -> Result<(pb::Verdict, String), ExecError> {
+    ) -> Result<Decision, ExecError> {
         let held = match self.hold(runs.deadline, runs.admitted).await {
             Ok(h) => h,
             Err(e @ ExecError::Admission(AdmissionError::QueueFull { .. })) => {
-                return Ok((pb::Verdict::SandboxError, format!("special judge: {e}")));
+                return Ok(Decision::new(pb::Verdict::SandboxError, format!("special judge: {e}")));
             }
             Err(e) => return Err(e),
         };
@@ -520,7 +542,7 @@ impl Judge {
         ];
         let work = match build::prepare(&self.engine, &held.slot, &checker.build, extra).await {
             Ok(w) => w,
-            Err(e) => return Ok((pb::Verdict::SandboxError, format!("special judge: {e}"))),
+            Err(e) => return Ok(Decision::new(pb::Verdict::SandboxError, format!("special judge: {e}"))),
         };
         let spec = RunSpec {
             argv: checker.lang.run.clone(),
@@ -535,12 +557,12 @@ impl Judge {
         drop(held);
         let stderr = String::from_utf8_lossy(&p.result.stderr);
         Ok(match p.verdict {
-            pb::Verdict::Ok => (pb::Verdict::Ok, String::new()),
-            pb::Verdict::SandboxError => (
+            pb::Verdict::Ok => Decision::new(pb::Verdict::Ok, ""),
+            pb::Verdict::SandboxError => Decision::new(
                 pb::Verdict::SandboxError,
                 format!("special judge: {}", p.error.unwrap_or_default()),
             ),
-            pb::Verdict::RuntimeError if p.result.signal == 0 => (
+            pb::Verdict::RuntimeError if p.result.signal == 0 => Decision::new(
                 pb::Verdict::WrongAnswer,
                 format!(
                     "special judge rejected the answer (exit {}): {}",
@@ -548,14 +570,17 @@ impl Judge {
                     truncate(stderr.trim(), 500)
                 ),
             ),
-            v => (
-                pb::Verdict::WrongAnswer,
-                format!(
-                    "special judge ended with {}: {}",
-                    v.as_str_name(),
-                    truncate(stderr.trim(), 500)
-                ),
-            ),
+            v => Decision {
+                limit_ended: true,
+                ..Decision::new(
+                    pb::Verdict::WrongAnswer,
+                    format!(
+                        "special judge ended with {}: {}",
+                        v.as_str_name(),
+                        truncate(stderr.trim(), 500)
+                    ),
+                )
+            },
         })
     }
 }

@@ -104,6 +104,12 @@ async fn total_timeout_skips_the_tests_not_started_in_time() {
     // Tests start at 0, 100 and 200 ms; at 300 ms the 250 ms budget is spent.
     assert_eq!(verdicts(&r), ["OK", "OK", "OK", "SKIPPED", "SKIPPED"]);
     assert_eq!(r.tests[3].message, SKIPPED_AT_TOTAL_TIMEOUT);
+    let limited: Vec<bool> = r.tests.iter().map(|t| t.limit_ended).collect();
+    assert_eq!(
+        limited,
+        [false, false, false, true, true],
+        "the skips say a limit decided them"
+    );
     assert_eq!(calls.of("fake-run").len(), 3);
     assert_eq!(verdict(&r), "SKIPPED", "a request cut short is not accepted");
     assert!(!r.accepted);
@@ -156,6 +162,10 @@ async fn special_judges_decide_each_stdio_test() {
             .starts_with("special judge ended with TIME_LIMIT_EXCEEDED"),
         "{}",
         r.tests[2].message
+    );
+    assert!(
+        r.tests[2].limit_ended && !r.tests[1].limit_ended,
+        "only the checker at its limit is limit-ended"
     );
     assert!(
         r.tests[3].message.contains("checker sandbox broke"),

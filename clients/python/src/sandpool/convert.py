@@ -192,6 +192,7 @@ def evaluate_result(m: pb.EvaluateResponse, attempts: int = 1, id: Optional[str]
                 input=t.input,
                 expected=t.expected,
                 message=t.message,
+                limit_ended=t.limit_ended,
             )
             for t in m.tests
         ],

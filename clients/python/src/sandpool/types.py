@@ -211,6 +211,9 @@ class TestResult:
     input: bytes
     expected: bytes
     message: str
+    #: A limit decided this test (skipped at total_timeout, a special judge at its limits),
+    #: not the program's output alone: it may differ under other limits.
+    limit_ended: bool = False
 
 
 @dataclass
