@@ -87,7 +87,14 @@ impl Restricted {
         let (euid, pid) = unsafe { (libc::geteuid(), libc::getpid()) };
         let slot_uids = euid == 0;
         // Before the runs dir is emptied: a live executor's runs are not leftovers.
-        let lock = crate::workroot::WorkRootLock::acquire(&cfg.work_root)?;
+        use crate::workroot::{WorkRootError, WorkRootLock};
+        let lock = WorkRootLock::acquire(&cfg.work_root).map_err(|e| match e {
+            WorkRootError::Create(..) | WorkRootError::Open(..) => unavailable(format!(
+                "the work root {} must be a directory uid {euid} can write (in a pod: an emptyDir): {e}",
+                cfg.work_root.display()
+            )),
+            e => e.into(),
+        })?;
         let runs_dir = cfg.work_root.join("runs");
         prepare_runs_dir(&runs_dir, slot_uids).map_err(|e| {
             unavailable(format!(
