@@ -386,3 +386,53 @@ async def test_mcp_routes_session_calls_to_their_executor_and_says_when_it_is_lo
             assert "session is lost" in msg, msg
     finally:
         server.close()
+
+
+def test_mcp_http_trickled_bodies_are_cut_off_and_lock_no_one_out(executor):
+    # Issue 24 item 7: clients trickling a body held every connection. With a 1 s body
+    # deadline and 4 connections, 4 tricklers get 408 and the server still serves.
+    server = HttpServer(
+        ["--endpoint", executor.address, "--http-max-connections", "4"],
+        {
+            "SANDPOOL_MCP_TOKEN": "mcp-secret",
+            "SANDPOOL_TOKEN": "executor-secret",
+            "SANDPOOL_TOKEN_FILE": None,
+            "SANDPOOL_MCP_BODY_TIMEOUT_MS": "1000",
+        },
+    )
+    try:
+        import socket
+        from urllib.parse import urlparse
+
+        u = urlparse(server.url)
+        head = (
+            f"POST {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nAuthorization: Bearer mcp-secret\r\n"
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            "Content-Length: 100000\r\n\r\n{"
+        ).encode()
+        socks = []
+        for _ in range(4):
+            s = socket.create_connection((u.hostname, u.port), timeout=20)
+            s.sendall(head)
+            socks.append(s)
+        t = time.monotonic()
+        for s in socks:
+            reply = s.recv(4096).decode(errors="replace")
+            assert reply.startswith("HTTP/1.1 408"), reply
+            s.close()
+        assert time.monotonic() - t < 15, "cut off at the body deadline"
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+        }
+        with httpx2.Client(timeout=30) as http:
+            r = http.post(
+                server.url,
+                json=init,
+                headers={"Accept": "application/json, text/event-stream", "Authorization": "Bearer mcp-secret"},
+            )
+        assert r.status_code == 200, r.text
+    finally:
+        server.close()

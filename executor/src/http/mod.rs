@@ -82,8 +82,13 @@ fn detail(code: StatusCode, msg: &str) -> Response {
 }
 
 /// Reads the whole body within the timeout before any handler sees it: a client that
-/// sends its body slowly or never holds a connection for at most that long.
-async fn read_body_in_time(State(opts): State<Arc<HttpOptions>>, req: axum::extract::Request, next: Next) -> Response {
+/// sends its body slowly or never holds a connection for at most that long. Used by
+/// every HTTP server of ours (the API here, `sandpool mcp`), with `from_fn_with_state`.
+pub async fn read_body_in_time(
+    State(opts): State<Arc<HttpOptions>>,
+    req: axum::extract::Request,
+    next: Next,
+) -> Response {
     let (parts, body) = req.into_parts();
     let read = axum::body::to_bytes(body, opts.max_body_bytes);
     let mut resp = match tokio::time::timeout(opts.body_timeout, read).await {

@@ -27,6 +27,8 @@ pub struct Options {
     pub token: Option<Token>,
     pub max_request_bytes: usize,
     pub max_connections: usize,
+    /// A request's whole body must arrive within this.
+    pub body_timeout: Duration,
 }
 
 /// The token HTTP callers must present: the file's content (trimmed) or `env_value`.
@@ -93,7 +95,15 @@ pub async fn serve(state: Arc<State>, o: Options) -> anyhow::Result<()> {
         LocalSessionManager::default().into(),
         config,
     );
-    let mut router = axum::Router::new().nest_service("/mcp", service);
+    // The body is read whole, in time, before the MCP service sees it (and after the token check).
+    let mut body = sandpool_executor::http::HttpOptions::new(o.max_request_bytes);
+    body.body_timeout = o.body_timeout;
+    let mut router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(body),
+            sandpool_executor::http::read_body_in_time,
+        ));
     match o.token {
         Some(t) => {
             let t = Arc::new(t);

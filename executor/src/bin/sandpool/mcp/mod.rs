@@ -35,6 +35,10 @@ pub struct McpArgs {
     /// HTTP: largest request body, bytes (413 past it).
     #[arg(long, env = "SANDPOOL_MCP_MAX_REQUEST_BYTES", default_value_t = 16 << 20)]
     pub http_max_request_bytes: usize,
+    /// HTTP: a request's whole body must arrive within this, ms; otherwise 408 and the
+    /// connection closes (a client trickling its body holds a connection no longer).
+    #[arg(long, env = "SANDPOOL_MCP_BODY_TIMEOUT_MS", default_value_t = 60_000)]
+    pub http_body_timeout_ms: u64,
     /// HTTP: connections served at once; more wait to be accepted.
     #[arg(long, env = "SANDPOOL_MCP_MAX_CONNECTIONS", default_value_t = 256)]
     pub http_max_connections: usize,
@@ -88,6 +92,7 @@ pub async fn run(a: McpArgs) -> anyhow::Result<i32> {
                 token,
                 max_request_bytes: a.http_max_request_bytes,
                 max_connections: a.http_max_connections,
+                body_timeout: std::time::Duration::from_millis(a.http_body_timeout_ms.max(1)),
             };
             http::serve(state.clone(), opts).await?;
         }
