@@ -149,7 +149,7 @@ s = socket.socket(); s.bind(("127.0.0.1", 45679)); print("bound")
 
 async fn concurrent_runs_cannot_see_each_other(mode: Isolation) {
     let exe = executor(mode).await;
-    // Run A plants files, an abstract socket and a TCP listener, then waits.
+    // Run A plants files, an abstract and a pathname unix socket and a TCP listener, then waits.
     // What its mode refuses it outright is refused to B as well.
     let a = r#"
 import os, socket, time
@@ -159,7 +159,10 @@ open(W + "/secret-a", "w").write("A-SECRET")
 open(T + "/secret-a", "w").write("A-SECRET")
 try: open("/dev/shm/secret-a", "w").write("A-SECRET")
 except OSError as e: print("shm refused", e.errno)
-u = socket.socket(socket.AF_UNIX); u.bind("\0sandpool-test-a"); u.listen(1)
+try:
+    u = socket.socket(socket.AF_UNIX); u.bind("\0sandpool-test-a"); u.listen(1)
+    p = socket.socket(socket.AF_UNIX); p.bind(W + "/sock-a"); p.listen(1)
+except OSError as e: print("unix refused", e.errno)
 try: t = socket.socket(); t.bind(("127.0.0.1", 45678)); t.listen(1)
 except OSError as e: print("tcp refused", e.errno)
 import ctypes
@@ -175,6 +178,9 @@ for d in [os.getcwd(), os.environ["TMPDIR"], "/dev/shm"] + sys.stdin.read().spli
     try: found += [d + "/" + f for f in os.listdir(d) if "secret" in f]
     except OSError: pass
     try: found.append(open(d + "/secret-a").read())
+    except OSError: pass
+    try:
+        s = socket.socket(socket.AF_UNIX); s.connect(d + "/sock-a"); found.append("unix socket in " + d)
     except OSError: pass
 pids = [p for p in os.listdir("/proc") if p.isdigit()]
 try:
@@ -206,7 +212,7 @@ print("found", found, "pids", len(pids))
     assert!(out.contains("found []"), "{}", describe(&rb));
     if mode == Isolation::Restricted {
         // What has no namespace here is refused to A outright.
-        for refused in ["shm refused 13", "tcp refused 1", "sysv refused"] {
+        for refused in ["shm refused 13", "tcp refused 1", "sysv refused", "unix refused 1"] {
             assert!(stdout(&ra).contains(refused), "{refused}: {}", describe(&ra));
         }
         exe.not_promised(

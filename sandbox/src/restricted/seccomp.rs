@@ -1,6 +1,6 @@
 //! The filter `restricted` mode adds to the namespaces mode's (see
-//! [`crate::seccomp`]): without a network namespace only unix sockets are
-//! allowed; without a pid namespace a run may not leave its process group
+//! [`crate::seccomp`]): without a network namespace no socket may be made
+//! but a `socketpair` of unix sockets; without a pid namespace a run may not leave its process group
 //! (that group is how the whole tree is found and killed) nor use System V
 //! IPC (no IPC namespace: the pod's objects are shared); and on kernels
 //! whose Landlock cannot scope signals, a run may not signal the executor or
@@ -69,7 +69,10 @@ fn extra(executor_pid: i32, scoped_signals: bool) -> Result<BpfProgram, FilterEr
         ])
         .map_err(err)
     };
-    denied.insert(libc::SYS_socket, vec![not_unix()?]);
+    // No socket(2) at all: a unix socket's path (another run's work dir, a sidecar's socket)
+    // is reachable by connect(2) whatever Landlock allows of the file, and seccomp cannot
+    // read the address. socketpair(2) makes connected sockets nobody else can reach.
+    denied.insert(libc::SYS_socket, vec![]);
     denied.insert(libc::SYS_socketpair, vec![not_unix()?]);
     for (_, nr) in LEAVE_GROUP.iter().chain(SYSV_IPC) {
         denied.insert(*nr, vec![]);
@@ -126,7 +129,7 @@ mod tests {
     const EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
 
     #[test]
-    fn only_unix_sockets_no_sysv_ipc_and_no_leaving_the_group() {
+    fn only_unix_socketpairs_no_sysv_ipc_and_no_leaving_the_group() {
         let f = build_filters(4242, true).unwrap();
         for domain in [
             libc::AF_INET,
@@ -148,10 +151,14 @@ mod tests {
             );
         }
         let unix = libc::AF_UNIX as u64;
-        assert_eq!(verdict(&f, libc::SYS_socket, [unix, 1, 0, 0, 0, 0]), ALLOW);
+        // A unix socket of its own could connect to any path (issue 24 item 1); a pair reaches no one.
+        assert_eq!(verdict(&f, libc::SYS_socket, [unix, 1, 0, 0, 0, 0]), EPERM);
         assert_eq!(verdict(&f, libc::SYS_socketpair, [unix, 1, 0, 0, 0, 0]), ALLOW);
         // Upper bits of an int argument do not turn AF_UNIX into something the filter passes wrongly.
-        assert_eq!(verdict(&f, libc::SYS_socket, [unix | (1 << 32), 1, 0, 0, 0, 0]), ALLOW);
+        assert_eq!(
+            verdict(&f, libc::SYS_socketpair, [unix | (1 << 32), 1, 0, 0, 0, 0]),
+            ALLOW
+        );
         for (name, nr) in LEAVE_GROUP.iter().chain(SYSV_IPC) {
             assert_eq!(verdict(&f, *nr, [0; 6]), EPERM, "{name}");
         }
