@@ -18,11 +18,13 @@ async fn runs_ok(ex: &Executor, n: usize) {
     }
 }
 
-/// A pod's filesystem: `/` read-only, the work root and `/tmp` volumes (emptyDirs) of their own.
+/// A pod's filesystem: `/` read-only, the work root a volume (emptyDir) of its own, and a
+/// writable temporary directory (a pod's `/tmp` emptyDir; here inside that volume, since
+/// mounting over `/tmp` would hide a checkout that lives there).
 const POD_LIKE: &str = r#"
-mount -t tmpfs -o size=64m tmpfs /tmp
 mkdir -p "$WORK_ROOT"
 mount -t tmpfs -o size=256m,mode=0755 emptydir "$WORK_ROOT"
+mkdir -p "$WORK_ROOT/.tmp" && export TMPDIR="$WORK_ROOT/.tmp"
 mount -o remount,bind,ro /
 "#;
 
