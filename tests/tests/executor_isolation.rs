@@ -194,18 +194,27 @@ if ctypes.CDLL(None).shmget(0x5a5a, 0, 0) >= 0: found.append("sysv shm")
 print("found", found, "pids", len(pids))
 "#;
     let (mut ca, mut cb) = (exe.client(), exe.client());
-    // In restricted mode A's directories have host paths; B is told them (by
-    // a run of the same mode, guessing them would be easy: they are numbered).
-    let guess = if mode == Isolation::Restricted {
+    let run_a = tokio::spawn(async move { ca.execute(request("python", a, "")).await });
+    // In restricted mode A's directories have host paths, with a random part no run can
+    // guess; B is told them anyway (read from outside while A runs): Landlock must hold.
+    let told = if mode == Isolation::Restricted {
         let root = exe.work_root.path().join("runs");
-        (0..40).map(|i| format!("{0}/w{i} {0}/t{i} ", root.display())).collect()
+        let t = std::time::Instant::now();
+        loop {
+            let dirs: Vec<String> = std::fs::read_dir(&root)
+                .map(|d| d.flatten().map(|e| e.path().display().to_string()).collect())
+                .unwrap_or_default();
+            if dirs.len() >= 2 {
+                break dirs.join(" ");
+            }
+            assert!(t.elapsed() < std::time::Duration::from_secs(30), "run A never started");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     } else {
         String::new()
     };
-    let (ra, rb) = tokio::join!(
-        ca.execute(request("python", a, "")),
-        cb.execute(request("python", b, &guess))
-    );
+    let rb = cb.execute(request("python", b, &told)).await;
+    let ra = run_a.await.expect("join");
     let (ra, rb) = (ra.unwrap().into_inner(), rb.unwrap().into_inner());
     assert!(stdout(&ra).contains("ready"), "{}", describe(&ra));
     let out = stdout(&rb);

@@ -228,9 +228,15 @@ impl Restricted {
         }
     }
 
+    /// A run's directory: numbered (unique) and with a random part, so that no run can
+    /// guess a concurrent run's path (Landlock keeps it out anyway; a path is still a lead).
     fn fresh_path(&self, prefix: &str) -> PathBuf {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        self.runs_dir.join(format!("{prefix}{n}"))
+        let salt = getrandom::u64().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "no random source for a run's directory name");
+            0
+        });
+        self.runs_dir.join(format!("{prefix}{n}-{salt:016x}"))
     }
 }
 
