@@ -166,6 +166,17 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
 }
 
+/// A pidfd for `pid`, a child of ours not yet reaped (so the pid is still its).
+fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open on a pid; checked for failure below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own; pidfd_open sets close-on-exec.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) })
+}
+
 /// The cgroup directory name of the executor using `work_root`: distinct
 /// executors on one machine (tests, several pods' worth) need distinct ones.
 pub fn cgroup_name(work_root: &Path) -> String {

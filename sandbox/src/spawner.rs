@@ -30,7 +30,7 @@
 use super::child::{self, ChildPlan, Stack};
 use super::sys;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
@@ -185,14 +185,7 @@ impl Spawner {
             Readable::Yes => read_answer(&mut resp_r)?,
             _ => {
                 // The clone happened or will; the pid is in `st` once it did.
-                let pid = st.pid.load(Ordering::SeqCst);
-                if pid > 0 {
-                    // SAFETY: killing and reaping our own child.
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                        libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
-                    }
-                }
+                kill_and_reap(st.pid.load(Ordering::SeqCst));
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "a new spawner did not answer",
@@ -203,17 +196,7 @@ impl Spawner {
         if pid <= 0 {
             return Err(std::io::Error::from_raw_os_error(errno));
         }
-        let pidfd = match pidfd_open(pid) {
-            Ok(fd) => fd,
-            Err(e) => {
-                // SAFETY: killing and reaping our own child before its stack goes.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                    libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
-                }
-                return Err(e);
-            }
-        };
+        let pidfd = super::pidfd_open(pid).inspect_err(|_| kill_and_reap(pid))?;
         Ok(Spawner {
             pid,
             pidfd,
@@ -269,17 +252,11 @@ impl Spawner {
         }
         // The init is our child (CLONE_PARENT) and only we reap it, so the pid
         // cannot be reused before this.
-        match pidfd_open(pid) {
-            Ok(fd) => Ok((pid, fd)),
-            Err(e) => {
-                // SAFETY: killing and reaping our own child, which must not outlive its plan.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                    libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
-                }
-                Err(Failure::Clone(e))
-            }
-        }
+        // An init without a pidfd must not outlive its plan.
+        super::pidfd_open(pid).map(|fd| (pid, fd)).map_err(|e| {
+            kill_and_reap(pid);
+            Failure::Clone(e)
+        })
     }
 
     /// Kills and reaps the spawner; returns its wait status. Blocks (briefly).
@@ -387,14 +364,7 @@ impl SlotSpawner {
         tracing::error!(slot = self.slot, pid, status = %describe_status(status), "the slot's spawner {why}; replacing it");
         // An init it cloned before it died or stalled is ours (CLONE_PARENT):
         // killed and reaped before the caller may free its plan.
-        let init = plan.spawned_pid.load(Ordering::SeqCst);
-        if init > 0 {
-            // SAFETY: killing and reaping our own unreaped child.
-            unsafe {
-                libc::kill(init, libc::SIGKILL);
-                libc::waitpid(init, std::ptr::null_mut(), libc::__WALL);
-            }
-        }
+        kill_and_reap(plan.spawned_pid.load(Ordering::SeqCst));
         match self.fresh() {
             Ok(sp) => *current = Some(sp),
             Err(e) => {
@@ -425,40 +395,30 @@ enum Readable {
 }
 
 /// Waits until `fd` is readable, `exit` (a pidfd) says its process exited, or `timeout` passes.
-fn wait_readable(fd: &impl AsRawFd, exit: Option<&OwnedFd>, timeout: Duration) -> Readable {
+fn wait_readable(fd: &impl AsFd, exit: Option<&OwnedFd>, timeout: Duration) -> Readable {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: exit.map_or(-1, |e| e.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
+        let mut fds: Vec<PollFd> = std::iter::once(fd.as_fd())
+            .chain(exit.map(|e| e.as_fd()))
+            .map(|f| PollFd::new(f, PollFlags::POLLIN))
+            .collect();
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let ms = left.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: poll on two valid pollfd entries (a negative fd is ignored).
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Readable::Failed(e);
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        match poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Readable::Failed(e.into()),
+            Ok(_) => {}
         }
+        let ready = |p: &PollFd| p.revents().is_some_and(|r| !r.is_empty());
         // An answer written just before the exit still counts.
-        if fds[0].revents != 0 {
+        if ready(&fds[0]) {
             return Readable::Yes;
         }
-        if fds[1].revents != 0 {
+        if fds.get(1).is_some_and(ready) {
             return Readable::Exited;
         }
-        if r == 0 && std::time::Instant::now() >= deadline {
+        if std::time::Instant::now() >= deadline {
             return Readable::TimedOut;
         }
     }
@@ -474,12 +434,13 @@ fn read_answer(r: &mut impl Read) -> std::io::Result<(i32, i32)> {
     ))
 }
 
-fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
-    // SAFETY: pidfd_open on a pid we have not reaped.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
+/// SIGKILLs and reaps our own unreaped child `pid` (nothing for 0: no child was made).
+fn kill_and_reap(pid: i32) {
+    if pid > 0 {
+        // SAFETY: kill and waitpid on a child of ours nobody else reaps, so the pid is still its.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
+        }
     }
-    // SAFETY: a fresh descriptor we own; pidfd_open sets close-on-exec.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }

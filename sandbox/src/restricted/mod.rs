@@ -30,7 +30,6 @@ use crate::runner::{BoxFuture, Runner};
 use crate::supervise::KillHandle;
 use crate::{Features, IsolationMode, RunOutcome, RunSpec, SandboxConfig, SandboxError, Termination, WorkDir};
 
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -469,13 +468,8 @@ impl Restricted {
         // std's handle would reap with waitpid; the tree's code reaps with wait4.
         drop(child);
         let mut tree = Tree { leader, done: false };
-        // SAFETY: pidfd_open on our unreaped child.
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, leader, 0) };
-        if pidfd < 0 {
-            return Err(SandboxError::Os("pidfd_open", std::io::Error::last_os_error()));
-        }
-        // SAFETY: a fresh descriptor we own.
-        let handle = KillHandle::new(unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
+        let pidfd = crate::pidfd_open(leader).map_err(|e| SandboxError::Os("pidfd_open", e))?;
+        let handle = KillHandle::new(pidfd);
         let exited = handle.watch()?;
         let output = Output::read(out_r, err_r, spec.limits.output, handle.clone());
 
