@@ -82,7 +82,9 @@ impl Watchdog {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .filter_map(|(start, allowed)| now.checked_duration_since(*start + *allowed + STUCK_AFTER))
+            // An allowance past Instant's range (a huge ceiling) is never stuck: no overflow panic here.
+            .filter_map(|(start, allowed)| start.checked_add(allowed.saturating_add(STUCK_AFTER)))
+            .filter_map(|due| now.checked_duration_since(due))
             .max()
     }
 
@@ -196,6 +198,9 @@ mod tests {
         assert_eq!(dog.stuck_for(), None);
         drop(fine);
         assert!(dog.runs.lock().unwrap().is_empty());
+        // A ceiling set to "forever" is an allowance, not a panic in the liveness task.
+        let _forever = dog.track(Duration::MAX);
+        assert_eq!(dog.stuck_for(), None);
     }
 
     #[tokio::test]
