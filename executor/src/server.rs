@@ -361,9 +361,11 @@ impl tokio::io::AsyncRead for Counted {
         let before = buf.filled().len();
         match std::pin::Pin::new(&mut me.tcp).poll_read(cx, buf) {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
-                me.received = me.received.saturating_add(buf.filled().len() - before);
-                if me.received >= HANDSHAKE_BYTES {
-                    me.silent_until = None;
+                if me.silent_until.is_some() {
+                    me.received += buf.filled().len() - before;
+                    if me.received >= HANDSHAKE_BYTES {
+                        me.silent_until = None;
+                    }
                 }
                 Poll::Ready(Ok(()))
             }

@@ -427,19 +427,21 @@ impl Judge {
 
     /// Runs test `i` and decides its verdict.
     async fn run_test(&self, runs: &Runs<'_>, i: usize, case: &Case) -> Result<pb::TestResult, ExecError> {
-        // (why, whether a limit decided it)
-        let stop_reason = || {
-            if runs.stopped.load(Ordering::SeqCst) {
-                Some(("skipped: an earlier test failed and run_all_cases is false", false))
+        // The test skipped, if the request stopped (a limit decides only the total_timeout skip).
+        let skipped = || {
+            let (why, limit_ended) = if runs.stopped.load(Ordering::SeqCst) {
+                ("skipped: an earlier test failed and run_all_cases is false", false)
             } else if runs.total_deadline.is_some_and(|d| Instant::now() >= d) {
-                Some((SKIPPED_AT_TOTAL_TIMEOUT, true))
+                (SKIPPED_AT_TOTAL_TIMEOUT, true)
             } else {
-                None
-            }
+                return None;
+            };
+            Some(pb::TestResult {
+                limit_ended,
+                ..test_result(i, pb::Verdict::Skipped, why)
+            })
         };
-        if let Some((why, limit_ended)) = stop_reason() {
-            let mut t = test_result(i, pb::Verdict::Skipped, why);
-            t.limit_ended = limit_ended;
+        if let Some(t) = skipped() {
             return Ok(t);
         }
         // Draining refuses only a request that never ran: it gets UNAVAILABLE as a whole.
@@ -450,9 +452,7 @@ impl Judge {
             }
             Err(e) => return Err(e),
         };
-        if let Some((why, limit_ended)) = stop_reason() {
-            let mut t = test_result(i, pb::Verdict::Skipped, why);
-            t.limit_ended = limit_ended;
+        if let Some(t) = skipped() {
             return Ok(t);
         }
         let work = match build::prepare(&self.engine, &held.slot, &runs.build, vec![]).await {
@@ -474,9 +474,10 @@ impl Judge {
         let mut t = match phased.verdict {
             pb::Verdict::Ok => {
                 let d = self.judge_output(runs, case, &run).await?;
-                let mut t = test_result(i, d.verdict, d.message);
-                t.limit_ended = d.limit_ended;
-                t
+                pb::TestResult {
+                    limit_ended: d.limit_ended,
+                    ..test_result(i, d.verdict, d.message)
+                }
             }
             pb::Verdict::SandboxError => test_result(i, pb::Verdict::SandboxError, phased.error.unwrap_or_default()),
             v => test_result(i, v, ""),

@@ -181,17 +181,12 @@ impl Backend {
                 self.forget(session_id);
                 s
             }
-            // A connection the executor's death cut mid-call reads as UNKNOWN "transport error".
-            tonic::Code::Unavailable | tonic::Code::Unknown
-                if s.code() == tonic::Code::Unavailable || s.message().contains("transport error") =>
-            {
-                Status::unavailable(format!(
-                    "the executor holding this session ({}) cannot be reached: {}. If it died, the session is \
+            _ if unreachable(&s) => Status::unavailable(format!(
+                "the executor holding this session ({}) cannot be reached: {}. If it died, the session is \
                  lost (its files and state are gone): create a new one",
-                    route.address,
-                    s.message()
-                ))
-            }
+                route.address,
+                s.message()
+            )),
             _ => s,
         }
     }
@@ -264,5 +259,15 @@ impl Backend {
             let _ = tokio::time::timeout(Duration::from_secs(5), r.client.clone().close_session(req)).await;
         });
         futures::future::join_all(closing).await;
+    }
+}
+
+/// True when `s` says the executor could not be reached: UNAVAILABLE, or the UNKNOWN
+/// "transport error" of a connection its death cut mid-call.
+fn unreachable(s: &Status) -> bool {
+    match s.code() {
+        tonic::Code::Unavailable => true,
+        tonic::Code::Unknown => s.message().contains("transport error"),
+        _ => false,
     }
 }
