@@ -58,18 +58,19 @@ fn holder(root: &Path) -> String {
     let Ok(meta) = std::fs::metadata(root) else {
         return "unknown".into();
     };
+    // "1: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF", device numbers in hex.
+    let file = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(meta.dev()),
+        libc::minor(meta.dev()),
+        meta.ino()
+    );
     std::fs::read_to_string("/proc/locks")
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.contains("FLOCK"))
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            // "1: FLOCK ADVISORY WRITE <pid> <maj>:<min>:<inode> 0 EOF"
-            let (pid, dev_ino) = (f.get(4)?, f.get(5)?);
-            // Inode numbers are decimal in /proc/locks.
-            let ino = dev_ino.rsplit(':').next()?;
-            (ino == meta.ino().to_string()).then(|| pid.to_string())
-        })
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&file.as_str()))
+        .and_then(|f| f.get(4).map(|pid| pid.to_string()))
         .unwrap_or_else(|| "unknown".into())
 }
 

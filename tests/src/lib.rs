@@ -300,6 +300,15 @@ impl Executor {
         }
     }
 
+    /// Sends `req` in a task of its own: a run in flight while the test does something to the executor.
+    pub fn execute_in_background(
+        &self,
+        req: pb::ExecuteRequest,
+    ) -> tokio::task::JoinHandle<Result<pb::ExecuteResponse, tonic::Status>> {
+        let mut c = self.client();
+        tokio::spawn(async move { c.execute(req).await.map(|r| r.into_inner()) })
+    }
+
     /// Sum of `sandpool_runs_total` samples on the executor's /metrics: the runs it finished.
     pub fn runs_total(&self) -> f64 {
         self.metric("sandpool_runs_total")

@@ -364,12 +364,7 @@ async fn a_toolchain_removed_while_running_fails_that_language_cleanly() {
     let r = ex.run(request("vanishing", "print('here')", "")).await;
     assert_eq!(verdict(r.verdict), "OK", "{}", describe(&r));
     // One run in flight when the interpreter goes: it keeps its open executable and finishes.
-    let mut c = ex.client();
-    let inflight = tokio::spawn(async move {
-        c.execute(request("vanishing", "import time; time.sleep(1.5); print('done')", ""))
-            .await
-            .map(|r| r.into_inner())
-    });
+    let inflight = ex.execute_in_background(request("vanishing", "import time; time.sleep(1.5); print('done')", ""));
     tokio::time::sleep(Duration::from_millis(700)).await;
     std::fs::remove_file(&python).expect("removing the interpreter");
     let r = inflight.await.expect("join").expect("the in-flight run is answered");

@@ -198,12 +198,7 @@ async fn killed_spawners_are_reaped_replaced_and_the_executor_keeps_serving() {
 async fn a_spawner_killed_during_a_run_leaves_that_run_alone() {
     let ex = start(1).await;
     let sp = live_spawners(ex.pid());
-    let mut c = ex.client();
-    let run = tokio::spawn(async move {
-        c.execute(request("python", "import time; time.sleep(1.5); print('done')", ""))
-            .await
-            .map(|r| r.into_inner())
-    });
+    let run = ex.execute_in_background(request("python", "import time; time.sleep(1.5); print('done')", ""));
     tokio::time::sleep(Duration::from_millis(700)).await;
     for p in &sp {
         sandpool_tests::signal(*p as u32, libc::SIGKILL);
@@ -223,16 +218,13 @@ async fn a_stopped_spawner_times_out_is_replaced_and_sigterm_still_works() {
     sandpool_tests::signal(sp[0] as u32, libc::SIGSTOP);
     // The request that meets the stopped spawner: SANDBOX_ERROR after the answer time-out,
     // not a hang to its deadline and beyond; health answers meanwhile.
-    let mut c = ex.client();
     let t = Instant::now();
-    let stuck = tokio::spawn(async move {
-        let mut req = request("python", "print(1)", "");
-        req.limits = Some(pb::Limits {
-            wall_time_ms: 60_000,
-            ..Default::default()
-        });
-        c.execute(req).await.map(|r| r.into_inner())
+    let mut req = request("python", "print(1)", "");
+    req.limits = Some(pb::Limits {
+        wall_time_ms: 60_000,
+        ..Default::default()
     });
+    let stuck = ex.execute_in_background(req);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(health(&ex, "liveness").await, 1, "health answers while a spawn waits");
     let r = tokio::time::timeout(Duration::from_secs(30), stuck)

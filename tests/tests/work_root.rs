@@ -89,7 +89,7 @@ async fn a_second_executor_on_a_live_work_root_is_refused_and_the_first_keeps_se
                 c
             }
         };
-        let mut cmd = cmd
+        let mut second = cmd
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", free_port()))
             .arg("--work-root")
@@ -105,17 +105,17 @@ async fn a_second_executor_on_a_live_work_root_is_refused_and_the_first_keeps_se
             .expect("second executor");
         let t = Instant::now();
         let status = loop {
-            if let Some(s) = cmd.try_wait().expect("try_wait") {
+            if let Some(s) = second.try_wait().expect("try_wait") {
                 break s;
             }
             if t.elapsed() > Duration::from_secs(20) {
-                let _ = cmd.kill();
-                let _ = cmd.wait();
+                let _ = second.kill();
+                let _ = second.wait();
                 panic!("a second executor started on a live work root");
             }
             std::thread::sleep(Duration::from_millis(50));
         };
-        let out = cmd.wait_with_output().expect("stderr");
+        let out = second.wait_with_output().expect("stderr");
         assert!(!status.success(), "refused to start: {status}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
