@@ -596,6 +596,25 @@ async fn sigterm_finishes_running_work_and_refuses_queued_work_at_once() {
         }
         queued_done.push(at);
     }
+    // A new call while the run is still draining: the listener is closed, so a new
+    // connection is refused and the client goes elsewhere; were it accepted, the call must
+    // be UNAVAILABLE. (Asked while the run is in flight: once it ends the process exits, and
+    // a call racing that exit sees its connection cut, which says nothing about draining.)
+    assert!(
+        !running.is_finished(),
+        "the 4 s run ended before the late call could be made"
+    );
+    match exe.fresh_client().await {
+        Err(_refused) => {}
+        Ok(mut c) => {
+            let late = c.execute(request("python", "print(1)", "")).await;
+            assert!(
+                matches!(&late, Err(s) if s.code() == tonic::Code::Unavailable),
+                "a new call while draining got {}",
+                code_of(&late)
+            );
+        }
+    }
     let (r, running_done) = running.await.expect("task");
     let r = r.expect("the running request").into_inner();
     assert_eq!(stdout(&r), "done\n", "{}", describe(&r));
@@ -605,12 +624,6 @@ async fn sigterm_finishes_running_work_and_refuses_queued_work_at_once() {
             "a queued request was answered at {at:?}, after the running one finished at {running_done:?} (SIGTERM at {signalled:?})"
         );
     }
-    let late = exe.client().execute(request("python", "print(1)", "")).await;
-    assert!(
-        matches!(&late, Err(s) if s.code() == tonic::Code::Unavailable),
-        "a new call while draining got {}",
-        code_of(&late)
-    );
     let status = tokio::task::block_in_place(|| exe.wait_exit(Duration::from_secs(30)));
     let status = status.expect("still running 30 s after SIGTERM (drain timeout 60 s)");
     assert!(status.success(), "{status}");
