@@ -17,6 +17,7 @@ in_each_mode!(
     loopback_works_inside_one_run,
     each_run_gets_a_fresh_network_namespace,
     concurrent_runs_cannot_see_each_other,
+    host_unix_sockets_under_read_only_binds_are_unreachable,
     daemonised_grandchild_is_gone_after_the_response,
     executor_environment_and_files_are_invisible,
     writes_outside_the_work_dir_fail,
@@ -238,6 +239,35 @@ print("found", found, "pids", len(pids))
     let c = "import os\nshm = sorted(os.listdir('/dev/shm')) if os.access('/dev/shm', os.R_OK) and os.getcwd() == '/work' else []\nprint(sorted(os.listdir('.')), sorted(os.listdir(os.environ['TMPDIR'])), shm)\n";
     let rc = py(&exe, c).await;
     assert_eq!(stdout(&rc).trim(), "['main.py'] [] []", "{}", describe(&rc));
+}
+
+/// A unix socket that an image or a node agent leaves under a read-only bind (`/opt`
+/// here) is out of a run's reach: a read-only mount does not stop connect(2), which needs
+/// only write permission on the socket file, so runs may not make unix sockets at all
+/// (`socketpair` still works).
+async fn host_unix_sockets_under_read_only_binds_are_unreachable(mode: Isolation) {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = executor(mode).await;
+    // Made after the executor started: the binds show the host's directories live.
+    let dir = tempfile::Builder::new()
+        .prefix("sandpool-agent-")
+        .tempdir_in("/opt")
+        .expect("a directory in /opt");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    let path = dir.path().join("agent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind the agent's socket");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).expect("chmod socket");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let code = format!(
+        "import socket\ntry:\n    s = socket.socket(socket.AF_UNIX)\n    s.connect({:?})\n    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)\na, b = socket.socketpair()\na.send(b'x')\nprint('socketpair', b.recv(1))\n",
+        path.display().to_string()
+    );
+    let r = py(&exe, &code).await;
+    assert_eq!(stdout(&r), "refused 1\nsocketpair b'x'\n", "{}", describe(&r));
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the run reached the agent's socket"
+    );
 }
 
 /// uids of every process on the host.
