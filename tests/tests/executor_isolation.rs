@@ -18,6 +18,7 @@ in_each_mode!(
     each_run_gets_a_fresh_network_namespace,
     concurrent_runs_cannot_see_each_other,
     host_unix_sockets_under_read_only_binds_are_unreachable,
+    another_runs_command_line,
     daemonised_grandchild_is_gone_after_the_response,
     executor_environment_and_files_are_invisible,
     writes_outside_the_work_dir_fail,
@@ -268,6 +269,42 @@ async fn host_unix_sockets_under_read_only_binds_are_unreachable(mode: Isolation
         matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "the run reached the agent's socket"
     );
+}
+
+/// Another run's command line carries its caller's `args`. Hidden by the run's pid
+/// namespace; restricted mode has none and cannot mount `/proc` with `hidepid`, so there a
+/// run reads concurrent runs' command lines, as the README's isolation table says (and
+/// callers are told to pass secrets on stdin or in files, never in `args`).
+async fn another_runs_command_line(mode: Isolation) {
+    let exe = executor(mode).await;
+    let mut a = request("python", "import time\nprint('ready', flush=True)\ntime.sleep(3)\n", "");
+    a.args = vec!["sandpool-callers-arg-7f3a".into()];
+    let mut ca = exe.client();
+    let run_a = tokio::spawn(async move { ca.execute(a).await });
+    let b = r#"
+import os, time
+time.sleep(1)
+seen = []
+for p in os.listdir("/proc"):
+    try:
+        if b"sandpool-callers-arg" in open("/proc/%s/cmdline" % p, "rb").read(): seen.append("cmdline")
+    except OSError: pass
+    try:
+        if b"SANDPOOL_TEST_SECRET" in open("/proc/%s/environ" % p, "rb").read(): seen.append("environ")
+    except OSError: pass
+print(sorted(set(seen)))
+"#;
+    let rb = py(&exe, b).await;
+    let ra = run_a.await.expect("join").expect("run A").into_inner();
+    assert!(stdout(&ra).contains("ready"), "{}", describe(&ra));
+    if mode == Isolation::Restricted {
+        // Pinned as documented: the command line shows, the environment does not.
+        assert_eq!(stdout(&rb), "['cmdline']\n", "{}", describe(&rb));
+        exe.not_promised("pid_namespace", "a run reads other processes' command lines")
+            .await;
+    } else {
+        assert_eq!(stdout(&rb), "[]\n", "{}", describe(&rb));
+    }
 }
 
 /// uids of every process on the host.
