@@ -457,3 +457,37 @@ async fn zygotes_start_with_the_executor() {
     // Still the same two: the run used one of them (no numpy named, no second kind).
     assert_eq!(zygotes(), 2);
 }
+
+/// Attack round 2, item 11: what a program can tell apart warm and cold, pinned as
+/// docs/warm-starts.md lists it: only `getppid()` (0 warm, 1 cold). Both are pid 2 and lead
+/// their own session and process group, neither sees pid 1 (the init is root's, hidden by
+/// `hidepid=2`), and `kill(0, SIGSTOP)` stops the program's own group alike: the run ends at
+/// its wall limit.
+#[tokio::test]
+async fn what_a_program_can_tell_apart_warm_and_cold_is_what_the_docs_list() {
+    let exe = executor().await;
+    let probe = "import os\nprint(os.getppid(), os.path.exists('/proc/1'), os.getpgrp() == os.getpid(), os.getsid(0) == os.getpid(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))";
+    let warm = exe.run(req(probe, "", &[], &[], false)).await;
+    let cold = exe.run(req(probe, "", &[], &[], true)).await;
+    assert!(run(&warm).warm && !run(&cold).warm);
+    assert_eq!(stdout(&warm), "0 False True True [2]\n", "{}", describe(&warm));
+    assert_eq!(stdout(&cold), "1 False True True [2]\n", "{}", describe(&cold));
+    let stop = "import os, signal\nprint('before', flush=True)\nos.kill(0, signal.SIGSTOP)\nprint('after')";
+    let limited = |cold| {
+        let mut r = req(stop, "", &[], &[], cold);
+        r.limits = Some(pb::Limits {
+            wall_time_ms: 1500,
+            ..Default::default()
+        });
+        r
+    };
+    for cold in [false, true] {
+        let r = exe.run(limited(cold)).await;
+        assert_eq!(run(&r).warm, !cold);
+        assert_eq!(r.verdict, pb::Verdict::WallTimeLimitExceeded as i32, "{}", describe(&r));
+        assert_eq!(stdout(&r), "before\n", "{}", describe(&r));
+    }
+    // The slot is fine afterwards.
+    let r = exe.run(req("print('ok')", "", &[], &[], false)).await;
+    assert_eq!(stdout(&r), "ok\n", "{}", describe(&r));
+}
