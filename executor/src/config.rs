@@ -64,6 +64,12 @@ pub struct ExecutorArgs {
     /// Most bytes returned through fetch_files in one response, all files together.
     #[arg(long, env = "SANDPOOL_FETCH_TOTAL_BYTES", default_value_t = 64 * MIB)]
     pub fetch_total_bytes: u64,
+    /// Bytes held in memory for callers at once, all requests together: request bodies as
+    /// they arrive (before decoding), requests an EvaluateStream has read, files read for
+    /// replies. Past it calls get RESOURCE_EXHAUSTED (HTTP 503) at once. At least
+    /// --max-request-bytes, or the largest request allowed could never be taken.
+    #[arg(long, env = "SANDPOOL_MAX_INFLIGHT_BYTES", default_value_t = 128 * MIB)]
+    pub max_inflight_bytes: u64,
     /// Record requests that end with chosen verdicts (with their responses) as JSONL here.
     /// Off unless set. The records hold user code and inputs.
     #[arg(long, env = "SANDPOOL_CAPTURE_DIR")]
@@ -216,6 +222,11 @@ pub struct ServerArgs {
     /// header within this is closed, ms (a socket that sends one byte, then nothing, included).
     #[arg(long, env = "SANDPOOL_GRPC_SILENT_TIMEOUT_MS", default_value_t = 10_000)]
     pub grpc_silent_timeout_ms: u64,
+    /// gRPC: a call's request (every call but EvaluateStream's) must have arrived whole
+    /// within this, ms; a client that sends part of one and stalls holds its share of
+    /// --max-inflight-bytes that long at most.
+    #[arg(long, env = "SANDPOOL_GRPC_BODY_TIMEOUT_MS", default_value_t = 60_000)]
+    pub grpc_body_timeout_ms: u64,
     /// gRPC: calls in flight at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
     #[arg(long, env = "SANDPOOL_GRPC_MAX_STREAMS", default_value_t = 1024)]
     pub grpc_max_streams: u32,
@@ -268,6 +279,8 @@ impl ServerArgs {
             body_timeout: Duration::from_millis(self.http_body_timeout_ms.max(1)),
             max_connections: self.http_max_connections.max(1),
             token,
+            // The engine's, filled in when the server starts (crate::http::serve_on).
+            budget: None,
         }
     }
 }
@@ -408,6 +421,7 @@ impl ExecutorArgs {
             queue_capacity: self.queue.unwrap_or(4 * slots),
             fetch_file_bytes: self.fetch_file_bytes,
             fetch_total_bytes: self.fetch_total_bytes,
+            inflight_bytes: self.max_inflight_bytes,
             work_dir_bytes: self.work_dir_bytes,
             identity: Identity {
                 name,

@@ -3,13 +3,14 @@
 //! embedded CLI all call it.
 
 use crate::admission::{Admission, AdmissionError, Admit, SlotGuard};
+use crate::budget::Charge;
+use crate::call::Call;
 use crate::languages::{Availability, Language, LanguageTable, version_line};
 use crate::limits::{LimitError, LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
-use crate::{result_cache, validate, verdict};
+use crate::{fetch, result_cache, validate, verdict};
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
-use sandpool_sandbox::workdir::FetchError;
 use sandpool_sandbox::{RunSpec, Runner, WorkDir};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +27,9 @@ pub enum ExecError {
     Admission(#[from] AdmissionError),
     #[error("deadline exceeded while running")]
     DeadlineExceeded,
+    /// The executor holds its byte budget's worth for other callers (see [`crate::budget`]).
+    #[error(transparent)]
+    Budget(#[from] crate::budget::Exhausted),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -74,6 +78,8 @@ pub struct EngineConfig {
     pub fetch_file_bytes: u64,
     /// Most bytes returned by `fetch_files` in one response, all files together.
     pub fetch_total_bytes: u64,
+    /// The byte budget's size (see [`crate::budget`]).
+    pub inflight_bytes: u64,
     /// Size of a run's work dir: what a request's files may hold in all.
     pub work_dir_bytes: u64,
     pub identity: Identity,
@@ -104,6 +110,8 @@ pub struct Engine {
     fetch_file_bytes: u64,
     fetch_total_bytes: u64,
     work_dir_bytes: u64,
+    /// Bytes held for callers at once, every request together (see [`crate::budget`]).
+    pub budget: crate::budget::ByteBudget,
     pub capture: Option<crate::capture::Capture>,
     /// Per language with warm starts on: its zygote's configuration.
     warm: BTreeMap<String, WarmConfigs>,
@@ -132,30 +140,6 @@ pub async fn until<T>(deadline: Option<tokio::time::Instant>, fut: impl Future<O
             .map_err(|_| ExecError::DeadlineExceeded),
         None => Ok(fut.await),
     }
-}
-
-/// Reads `paths` (already deduplicated) from `work`: each at most `file_cap` bytes, all
-/// together at most `total_cap`; what is not returned gets one message each.
-fn fetch_files(work: &WorkDir, paths: &[String], file_cap: u64, total_cap: u64) -> (Vec<pb::File>, Vec<String>) {
-    let (mut files, mut errors, mut total) = (Vec::new(), Vec::new(), 0u64);
-    for p in paths {
-        let left = total_cap.saturating_sub(total);
-        match work.read_file(p, file_cap.min(left)) {
-            Ok(content) => {
-                total += content.len() as u64;
-                files.push(pb::File {
-                    path: p.clone(),
-                    content,
-                    executable: false,
-                });
-            }
-            Err(FetchError::TooLarge(_)) if left < file_cap => errors.push(format!(
-                "fetch {p}: not returned: the files fetched would exceed {total_cap} bytes in all"
-            )),
-            Err(e) => errors.push(format!("fetch {p}: {e}")),
-        }
-    }
-    (files, errors)
 }
 
 /// A sandbox failure's message without host paths (cgroup directories, the work root):
@@ -222,6 +206,7 @@ impl Engine {
             fetch_file_bytes: cfg.fetch_file_bytes,
             fetch_total_bytes: cfg.fetch_total_bytes,
             work_dir_bytes: cfg.work_dir_bytes,
+            budget: crate::budget::ByteBudget::new(cfg.inflight_bytes),
             capture: cfg.capture,
             warm: BTreeMap::new(),
             watchdog: crate::watchdog::Watchdog::new(),
@@ -362,8 +347,11 @@ impl Engine {
     }
 
     /// The largest file, and the most bytes in all, one response returns from a work dir.
-    pub fn fetch_caps(&self) -> (u64, u64) {
-        (self.fetch_file_bytes, self.fetch_total_bytes)
+    pub fn fetch_caps(&self) -> crate::fetch::Caps {
+        crate::fetch::Caps {
+            file: self.fetch_file_bytes,
+            total: self.fetch_total_bytes,
+        }
     }
 
     /// Availability of every language.
@@ -429,6 +417,9 @@ impl Engine {
     pub fn metrics_text(&self) -> String {
         self.metrics.busy_slots.set(self.admission.busy() as i64);
         self.metrics.queue_length.set(self.admission.queued() as i64);
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.metrics.inflight_bytes.set(gauge(self.budget.in_use()));
+        self.metrics.inflight_bytes_limit.set(gauge(self.budget.total()));
         self.metrics.encode()
     }
 
@@ -474,8 +465,13 @@ impl Engine {
     pub async fn execute(
         &self,
         req: pb::ExecuteRequest,
-        deadline: Option<tokio::time::Instant>,
+        call: impl Into<Call>,
     ) -> Result<pb::ExecuteResponse, ExecError> {
+        let Call {
+            deadline,
+            caller,
+            charge,
+        } = call.into();
         let _in_progress = self.admission.request();
         let (table_lang, version) = self.language(&req.language, "language")?;
         // Java: named after the code's public class.
@@ -498,7 +494,8 @@ impl Engine {
         let (req, key) = blocking(move || {
             let mut req = req;
             req.fetch_files = validate::execute(&req, &source, budget)?;
-            let key = usage.map(|_| result_cache::execute_key(&mut req, &name, &toolchain, run_limits, compile_limits));
+            let key = usage
+                .map(|_| result_cache::execute_key(&mut req, &caller, &name, &toolchain, run_limits, compile_limits));
             Ok::<_, ExecError>((req, key))
         })
         .await??;
@@ -517,7 +514,8 @@ impl Engine {
         let captured = self.capture.as_ref().map(|_| req.clone());
 
         let slot = self.acquire(deadline).await?;
-        let fut = self.execute_in_slot(&slot, lang, version, req, run_limits, compile_limits);
+        let limits = (run_limits, compile_limits);
+        let fut = self.execute_in_slot(&slot, lang, version, req, limits, charge);
         let res = match deadline {
             Some(d) => tokio::time::timeout_at(d, fut)
                 .await
@@ -544,8 +542,8 @@ impl Engine {
         lang: &Language,
         version: &str,
         req: pb::ExecuteRequest,
-        run_limits: Limits,
-        compile_limits: Limits,
+        (run_limits, compile_limits): (Limits, Limits),
+        charge: Option<Charge>,
     ) -> pb::ExecuteResponse {
         let mut resp = pb::ExecuteResponse {
             executor: Some(self.info(version)),
@@ -621,14 +619,13 @@ impl Engine {
             resp.message = e;
         }
         if !req.fetch_files.is_empty() {
-            let (file_cap, total_cap) = (self.fetch_file_bytes, self.fetch_total_bytes);
-            let fetch = req.fetch_files;
-            match blocking(move || fetch_files(&work, &fetch, file_cap, total_cap)).await {
-                Ok((files, errors)) => {
+            let (caps, fetch) = (self.fetch_caps(), req.fetch_files);
+            match blocking(move || fetch::read(&work, fetch, caps, charge.as_ref())).await {
+                Ok((files, refused)) => {
                     resp.files = files;
-                    for e in errors {
+                    for (path, why) in refused {
                         let sep = if resp.message.is_empty() { "" } else { "; " };
-                        resp.message = format!("{}{sep}{e}", resp.message);
+                        resp.message = format!("{}{sep}fetch {path}: {why}", resp.message);
                     }
                 }
                 Err(e) => resp.message = e.to_string(),

@@ -295,6 +295,7 @@ pub async fn engine_with(runner: FakeRunner, cache: Option<crate::result_cache::
         assert_prelude: true,
         fetch_file_bytes: 1 << 20,
         fetch_total_bytes: 1 << 20,
+        inflight_bytes: 64 << 20,
         work_dir_bytes: 1 << 24,
         identity: Identity {
             name: "fake".into(),

@@ -8,7 +8,10 @@
 //! - [`validate`]: caps on a request's shape (paths, files, args, fetches).
 //! - [`verdict`]: from what a run did to a verdict.
 //! - [`admission`]: run slots and the wait queue.
+//! - [`budget`]: one budget of bytes held for callers at once (request bodies, replies' files).
+//! - [`call`]: what the transport knows about a call: deadline, caller, its budget charge.
 //! - [`engine`]: the above put together to execute requests.
+//! - [`fetch`]: files read out of a work dir for a reply, capped and charged.
 //! - [`judge`]: verdicts for completions against tests (Evaluate).
 //! - [`http`]: the SandboxFusion/ScaleBox-compatible HTTP API.
 //! - [`session`]: stateful sessions, a sandbox whose /work lives across calls.
@@ -22,11 +25,14 @@
 
 pub mod admission;
 pub mod auth;
+pub mod budget;
+pub mod call;
 pub mod capture;
 pub mod config;
 pub mod engine;
 #[cfg(test)]
 pub(crate) mod fake_runner;
+pub mod fetch;
 pub mod http;
 pub mod judge;
 pub mod languages;

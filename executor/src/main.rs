@@ -55,6 +55,13 @@ fn termination_message(msg: &str) {
 
 async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let token = args.token()?;
+    if args.executor.max_inflight_bytes < args.max_request_bytes as u64 {
+        anyhow::bail!(
+            "--max-inflight-bytes ({}) is below --max-request-bytes ({}): the largest request allowed could never be taken",
+            args.executor.max_inflight_bytes,
+            args.max_request_bytes
+        );
+    }
     let engine = Arc::new(args.executor.build_engine().await?);
     // Outside the runtime: what ends a wedged executor cannot run on it.
     engine.watchdog.guard_process(
@@ -71,6 +78,7 @@ async fn run(args: ServerArgs) -> anyhow::Result<()> {
         token,
         grpc_max_connections: args.grpc_max_connections.max(1),
         grpc_silent_timeout: std::time::Duration::from_millis(args.grpc_silent_timeout_ms.max(1)),
+        grpc_body_timeout: std::time::Duration::from_millis(args.grpc_body_timeout_ms.max(1)),
         grpc_max_streams: args.grpc_max_streams.max(1),
         advertise: Some(args.advertise()),
     };

@@ -35,6 +35,9 @@ pub struct Metrics {
     pub slots: Gauge,
     /// Stateful sessions alive (each holds a slot).
     pub sessions: Gauge,
+    /// Bytes charged to the byte budget now, and its size (see `crate::budget`).
+    pub inflight_bytes: Gauge,
+    pub inflight_bytes_limit: Gauge,
     cache_hits: Family<CacheLabels, Counter>,
     cache_misses: Family<CacheLabels, Counter>,
     cache_evictions: Counter,
@@ -74,6 +77,17 @@ impl Metrics {
             "Stateful sessions alive, each holding a run slot",
             sessions.clone(),
         );
+        let (inflight_bytes, inflight_bytes_limit) = (Gauge::default(), Gauge::default());
+        registry.register(
+            "inflight_bytes",
+            "Bytes held for callers now: request bodies, streamed requests, files read for replies",
+            inflight_bytes.clone(),
+        );
+        registry.register(
+            "inflight_bytes_limit",
+            "Most bytes held for callers at once (--max-inflight-bytes)",
+            inflight_bytes_limit.clone(),
+        );
         let (cache_hits, cache_misses) = (Family::default(), Family::default());
         let (cache_evictions, cache_entries, cache_bytes) = (Counter::default(), Gauge::default(), Gauge::default());
         registry.register(
@@ -109,6 +123,8 @@ impl Metrics {
             queue_length,
             slots,
             sessions,
+            inflight_bytes,
+            inflight_bytes_limit,
             cache_hits,
             cache_misses,
             cache_evictions,

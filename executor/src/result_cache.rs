@@ -23,6 +23,7 @@
 //! reads the clock or a random source gets the first run's answer; such callers
 //! send `CACHE_POLICY_BYPASS`.
 
+use crate::call::Caller;
 use crate::engine::ExecError;
 use crate::limits::{Limits, to_proto};
 use crate::metrics::Metrics;
@@ -384,10 +385,18 @@ pub fn classify_evaluate(r: &pb::EvaluateResponse) -> Class {
     }
 }
 
-fn digest(domain: &str, language: &str, toolchain: &str, encoded: &[u8]) -> Key {
+fn digest(domain: &str, caller: &Caller, language: &str, toolchain: &str, encoded: &[u8]) -> Key {
     let mut h = Sha256::new();
-    // Length-prefixed parts: no two different tuples hash the same bytes.
-    for part in [domain.as_bytes(), language.as_bytes(), toolchain.as_bytes(), encoded] {
+    // Length-prefixed parts: no two different tuples hash the same bytes. The caller is
+    // part of the key, so one caller's answers are never another's (nor is the fact that
+    // someone ran this program).
+    for part in [
+        domain.as_bytes(),
+        caller.as_bytes(),
+        language.as_bytes(),
+        toolchain.as_bytes(),
+        encoded,
+    ] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part);
     }
@@ -397,7 +406,14 @@ fn digest(domain: &str, language: &str, toolchain: &str, encoded: &[u8]) -> Key 
 /// The key of an Execute request, with its limits resolved to `run` and `compile`.
 ///
 /// Clears (and restores) what cannot change the result; encodes the rest.
-pub fn execute_key(req: &mut pb::ExecuteRequest, language: &str, toolchain: &str, run: Limits, compile: Limits) -> Key {
+pub fn execute_key(
+    req: &mut pb::ExecuteRequest,
+    caller: &Caller,
+    language: &str,
+    toolchain: &str,
+    run: Limits,
+    compile: Limits,
+) -> Key {
     let id = std::mem::take(&mut req.request_id);
     let cache = std::mem::take(&mut req.cache);
     let limits = req.limits.replace(to_proto(run));
@@ -407,13 +423,14 @@ pub fn execute_key(req: &mut pb::ExecuteRequest, language: &str, toolchain: &str
     req.cache = cache;
     req.limits = limits;
     req.compile_limits = compile_limits;
-    digest("sandpool.v1.ExecuteRequest", language, toolchain, &encoded)
+    digest("sandpool.v1.ExecuteRequest", caller, language, toolchain, &encoded)
 }
 
 /// The key of an Evaluate request, with its limits resolved to `run` and `compile`;
 /// `toolchain` names every toolchain the request uses (the special judge's too).
 pub fn evaluate_key(
     req: &mut pb::EvaluateRequest,
+    caller: &Caller,
     language: &str,
     toolchain: &str,
     run: Limits,
@@ -436,7 +453,7 @@ pub fn evaluate_key(
     } else {
         req.options = None;
     }
-    digest("sandpool.v1.EvaluateRequest", language, toolchain, &encoded)
+    digest("sandpool.v1.EvaluateRequest", caller, language, toolchain, &encoded)
 }
 
 #[cfg(test)]
@@ -553,7 +570,9 @@ mod tests {
             request_id: "a".into(),
             ..Default::default()
         };
-        let key = |r: &pb::ExecuteRequest, l: Limits| execute_key(&mut r.clone(), "python", "Python 3", l, limits());
+        let key = |r: &pb::ExecuteRequest, l: Limits| {
+            execute_key(&mut r.clone(), &Caller::default(), "python", "Python 3", l, limits())
+        };
         let k = key(&base, limits());
         let same = pb::ExecuteRequest {
             request_id: "b".into(),
@@ -578,12 +597,25 @@ mod tests {
         };
         assert_ne!(key(&base, more_memory), k);
         assert_ne!(
-            execute_key(&mut base.clone(), "python", "Python 3.12", limits(), limits()),
+            execute_key(
+                &mut base.clone(),
+                &Caller::default(),
+                "python",
+                "Python 3.12",
+                limits(),
+                limits()
+            ),
+            k
+        );
+        // Another caller's identical request is another entry.
+        let other = Caller::from_authorization(Some(b"Bearer someone-else"));
+        assert_ne!(
+            execute_key(&mut base.clone(), &other, "python", "Python 3", limits(), limits()),
             k
         );
         // Keying restores what it cleared.
         let mut r = base.clone();
-        execute_key(&mut r, "python", "Python 3", limits(), limits());
+        execute_key(&mut r, &Caller::default(), "python", "Python 3", limits(), limits());
         assert_eq!(r, base);
     }
 
@@ -596,13 +628,16 @@ mod tests {
             ..Default::default()
         };
         let mut r = base.clone();
-        let k = evaluate_key(&mut r, "python", "v", limits(), limits());
+        let k = evaluate_key(&mut r, &Caller::default(), "python", "v", limits(), limits());
         assert_eq!(r, base);
         let mut other_id = pb::EvaluateRequest {
             id: "2".into(),
             ..base.clone()
         };
-        assert_eq!(evaluate_key(&mut other_id, "python", "v", limits(), limits()), k);
+        assert_eq!(
+            evaluate_key(&mut other_id, &Caller::default(), "python", "v", limits(), limits()),
+            k
+        );
         let mut with_opts = pb::EvaluateRequest {
             options: Some(pb::EvaluateOptions {
                 run_all_cases: true,
@@ -611,7 +646,10 @@ mod tests {
             ..base.clone()
         };
         let before = with_opts.clone();
-        assert_ne!(evaluate_key(&mut with_opts, "python", "v", limits(), limits()), k);
+        assert_ne!(
+            evaluate_key(&mut with_opts, &Caller::default(), "python", "v", limits(), limits()),
+            k
+        );
         assert_eq!(with_opts, before);
     }
 

@@ -27,6 +27,8 @@ pub struct ServeOptions {
     pub grpc_max_connections: usize,
     /// A gRPC connection whose client has not sent its side of the HTTP/2 handshake within this is closed.
     pub grpc_silent_timeout: Duration,
+    /// A call's request (not EvaluateStream's) must have arrived whole within this.
+    pub grpc_body_timeout: Duration,
     /// Calls in flight at once on one gRPC connection.
     pub grpc_max_streams: u32,
     /// "host:port" session create responses name (None: the bound gRPC address).
@@ -46,6 +48,7 @@ impl ServeOptions {
             token: None,
             grpc_max_connections: 1024,
             grpc_silent_timeout: Duration::from_secs(10),
+            grpc_body_timeout: Duration::from_secs(60),
             grpc_max_streams: 1024,
             advertise: None,
         }
@@ -266,6 +269,10 @@ pub async fn serve_with_http(
         .layer(tower::util::MapResponseLayer::new(oversize_to_resource_exhausted(
             opts.max_request_bytes,
         )))
+        .layer(crate::budget::grpc::BudgetLayer::new(
+            engine.budget.clone(),
+            opts.grpc_body_timeout,
+        ))
         .add_service(health_svc)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -1,6 +1,8 @@
 //! The gRPC service `sandpool.v1.Executor`: a thin layer over the [`Engine`](crate::engine::Engine).
 
 use crate::admission::AdmissionError;
+use crate::budget::Charge;
+use crate::call::{Call, Caller};
 use crate::engine::ExecError;
 use crate::judge::{Judge, stream::judge_stream};
 use crate::session::{SessionError, SessionManager};
@@ -42,18 +44,18 @@ pub fn session_status(e: SessionError) -> Status {
     }
 }
 
-/// Who is calling, as far as a session's owner check goes: the `authorization`
-/// metadata, with the scheme's case and surrounding blanks normalised.
-fn caller<T>(req: &Request<T>) -> Vec<u8> {
-    let Some(h) = req.metadata().get("authorization") else {
-        return Vec::new();
-    };
-    let h = h.as_bytes().trim_ascii();
-    match h.split_at_checked(7) {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"bearer ") => {
-            [b"Bearer ".as_slice(), rest.trim_ascii()].concat()
-        }
-        _ => h.to_vec(),
+/// Who is calling (see [`Caller`]).
+fn caller<T>(req: &Request<T>) -> Caller {
+    Caller::from_authorization(req.metadata().get("authorization").map(|v| v.as_bytes()))
+}
+
+/// The call's context: its deadline, caller and byte-budget charge (put there by
+/// [`crate::budget::grpc`]).
+fn call<T>(req: &Request<T>) -> Call {
+    Call {
+        deadline: deadline(req),
+        caller: caller(req),
+        charge: req.extensions().get::<Charge>().cloned(),
     }
 }
 
@@ -71,7 +73,9 @@ pub fn status(e: ExecError) -> Status {
     match &e {
         ExecError::InvalidArgument { .. } => Status::invalid_argument(e.to_string()),
         ExecError::Unavailable(..) => Status::failed_precondition(e.to_string()),
-        ExecError::Admission(AdmissionError::QueueFull { .. }) => Status::resource_exhausted(e.to_string()),
+        ExecError::Admission(AdmissionError::QueueFull { .. }) | ExecError::Budget(_) => {
+            Status::resource_exhausted(e.to_string())
+        }
         ExecError::Admission(AdmissionError::Deadline) | ExecError::DeadlineExceeded => {
             Status::deadline_exceeded(e.to_string())
         }
@@ -105,12 +109,12 @@ type EvalStream = Pin<Box<dyn futures::Stream<Item = Result<pb::EvaluateResponse
 #[tonic::async_trait]
 impl pb::executor_server::Executor for ExecutorService {
     async fn execute(&self, req: Request<pb::ExecuteRequest>) -> Result<Response<pb::ExecuteResponse>, Status> {
-        let deadline = deadline(&req);
+        let call = call(&req);
         let req = req.into_inner();
         let span = tracing::info_span!("execute", language = %req.language, request_id = %req.request_id);
         let _e = span.enter();
         drop(_e);
-        let resp = self.judge.engine().execute(req, deadline).await.map_err(status)?;
+        let resp = self.judge.engine().execute(req, call).await.map_err(status)?;
         Ok(Response::new(resp))
     }
 
@@ -122,10 +126,10 @@ impl pb::executor_server::Executor for ExecutorService {
     }
 
     async fn evaluate(&self, req: Request<pb::EvaluateRequest>) -> Result<Response<pb::EvaluateResponse>, Status> {
-        let deadline = deadline(&req);
+        let call = call(&req);
         let req = req.into_inner();
         tracing::debug!(id = %req.id, language = %req.language, "evaluate");
-        let resp = self.judge.evaluate(req, deadline).await.map_err(status)?;
+        let resp = self.judge.evaluate(req, call).await.map_err(status)?;
         Ok(Response::new(resp))
     }
 
@@ -135,7 +139,7 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<tonic::Streaming<pb::EvaluateRequest>>,
     ) -> Result<Response<EvalStream>, Status> {
-        let deadline = deadline(&req);
+        let call = call(&req);
         // A broken inbound stream ends the input; requests already read are still answered.
         let input = req.into_inner().scan((), |_, item| {
             futures::future::ready(match item {
@@ -148,7 +152,7 @@ impl pb::executor_server::Executor for ExecutorService {
                 }
             })
         });
-        let rx = judge_stream(self.judge.clone(), Box::pin(input), deadline, request_error);
+        let rx = judge_stream(self.judge.clone(), Box::pin(input), call, request_error);
         let out = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok);
         Ok(Response::new(Box::pin(out)))
     }
@@ -157,7 +161,7 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
-        let (deadline, who) = (deadline(&req), caller(&req));
+        let (deadline, who) = (deadline(&req), caller(&req).into_bytes());
         let resp = self
             .sessions
             .create(req.into_inner(), who, deadline)
@@ -170,7 +174,7 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::RunInSessionRequest>,
     ) -> Result<Response<pb::RunInSessionResponse>, Status> {
-        let who = caller(&req);
+        let who = caller(&req).into_bytes();
         let resp = self
             .sessions
             .run(req.into_inner(), &who)
@@ -183,7 +187,7 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::PutSessionFilesRequest>,
     ) -> Result<Response<pb::PutSessionFilesResponse>, Status> {
-        let who = caller(&req);
+        let who = caller(&req).into_bytes();
         let resp = self
             .sessions
             .put_files(req.into_inner(), &who)
@@ -196,10 +200,10 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::GetSessionFilesRequest>,
     ) -> Result<Response<pb::GetSessionFilesResponse>, Status> {
-        let who = caller(&req);
+        let Call { caller, charge, .. } = call(&req);
         let resp = self
             .sessions
-            .get_files(req.into_inner(), &who)
+            .get_files(req.into_inner(), caller.as_bytes(), charge)
             .await
             .map_err(session_status)?;
         Ok(Response::new(resp))
@@ -209,7 +213,7 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        let who = caller(&req);
+        let who = caller(&req).into_bytes();
         let resp = self
             .sessions
             .close(req.into_inner(), &who)

@@ -344,6 +344,12 @@ impl WorkDir {
 
     /// Reads regular file `rel` if it is at most `cap` bytes; never follows links.
     pub fn read_file(&self, rel: &str, cap: u64) -> Result<Vec<u8>, FetchError> {
+        self.open_file(rel)?.read(cap)
+    }
+
+    /// Opens regular file `rel` for reading, never following links: its size can be
+    /// weighed (charged, say) before it is read.
+    pub fn open_file(&self, rel: &str) -> Result<OpenFile, FetchError> {
         validate_rel_path(rel).map_err(|e| FetchError::Other(e.to_string()))?;
         let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
         let fd = match openat2(self.mount.as_raw_fd(), rel, flags, 0) {
@@ -354,16 +360,39 @@ impl WorkDir {
             }
             Err(e) => return Err(FetchError::Other(e.to_string())),
         };
-        let mut f = fs::File::from(fd);
-        let meta = f.metadata().map_err(|e| FetchError::Other(e.to_string()))?;
+        let file = fs::File::from(fd);
+        let meta = file.metadata().map_err(|e| FetchError::Other(e.to_string()))?;
         if !meta.is_file() {
             return Err(FetchError::NotRegular);
         }
-        if meta.len() > cap {
+        Ok(OpenFile { file, len: meta.len() })
+    }
+}
+
+/// A regular file of a work dir, open for reading.
+#[derive(Debug)]
+pub struct OpenFile {
+    file: fs::File,
+    len: u64,
+}
+
+impl OpenFile {
+    /// Its size when it was opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its content, if at most `cap` bytes (also if it grew since it was opened).
+    pub fn read(mut self, cap: u64) -> Result<Vec<u8>, FetchError> {
+        if self.len > cap {
             return Err(FetchError::TooLarge(cap));
         }
-        let mut buf = Vec::with_capacity(meta.len() as usize);
-        (&mut f)
+        let mut buf = Vec::with_capacity(self.len as usize);
+        (&mut self.file)
             .take(cap + 1)
             .read_to_end(&mut buf)
             .map_err(|e| FetchError::Other(e.to_string()))?;

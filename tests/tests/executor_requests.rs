@@ -671,3 +671,147 @@ async fn an_idle_client_connection_does_not_hold_a_drained_executor() {
     assert!(status.success(), "{status}");
     drop(stalled);
 }
+
+/// Attack round 2, item 5: request bodies were held whole before admission, across every
+/// connection (ten stalled 20 MiB HTTP bodies took 200 MiB; 16 parallel 48 MiB gRPC
+/// requests 760 MiB). One byte budget bounds both APIs: bodies are charged as they
+/// arrive, and past the budget a call is refused at once, HTTP 503 (with Retry-After) and
+/// gRPC RESOURCE_EXHAUSTED, while health checks still answer; the bytes come back when the
+/// connections holding them go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn request_bytes_held_at_once_are_bounded_across_connections_and_apis() {
+    const MIB: usize = 1 << 20;
+    let exe = python(
+        true,
+        &[
+            ("SANDPOOL_MAX_INFLIGHT_BYTES", &(64 * MIB).to_string()),
+            ("SANDPOOL_MAX_REQUEST_BYTES", &(32 * MIB).to_string()),
+        ],
+    )
+    .await;
+    exe.run(request("python", "print(1)", "")).await;
+    let before = exe.status_kib("VmHWM");
+    let http_addr = exe.http_addr.clone().expect("http");
+    assert_eq!(exe.metric("sandpool_inflight_bytes_limit"), (64 * MIB) as f64);
+
+    // Four clients each promise 16 MiB, send 12 and stall: room for their whole bodies is
+    // taken when they say their length, and the budget is full.
+    let headers = format!(
+        "POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        16 * MIB
+    );
+    let chunk = vec![b' '; MIB];
+    let mut stalled = Vec::new();
+    for i in 1..=4 {
+        let mut conn = TcpStream::connect(&http_addr).expect("connect");
+        conn.write_all(headers.as_bytes()).expect("headers");
+        for _ in 0..12 {
+            conn.write_all(&chunk).expect("a body the budget has room for");
+        }
+        eventually("the stalled body charged", || {
+            exe.metric("sandpool_inflight_bytes") >= (16 * MIB * i) as f64
+        })
+        .await;
+        stalled.push(conn);
+    }
+    // A fifth is refused as soon as it says its length, before any of its body is read.
+    let mut fifth = TcpStream::connect(&http_addr).expect("connect");
+    fifth.write_all(headers.as_bytes()).expect("headers");
+    let (closed, answer) = closed_within(&mut fifth, Duration::from_secs(10));
+    assert!(closed, "a body past the budget was waited for: {answer}");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("retry-after: 1"), "{answer}");
+    assert!(answer.contains("--max-inflight-bytes"), "{answer}");
+    // A small gRPC call is refused as clearly while the budget is spent; health still answers.
+    let refused = exe.client().execute(request("python", "print(1)", "")).await;
+    match &refused {
+        Err(s) if s.code() == tonic::Code::ResourceExhausted && s.message().contains("--max-inflight-bytes") => {}
+        other => panic!("a call past the budget got {}", code_of(other)),
+    }
+    let health = tonic_health::pb::health_client::HealthClient::new(exe.channel.clone())
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .expect("health answers while the budget is spent");
+    assert_eq!(health.into_inner().status, 1, "SERVING");
+    // The stalled clients go; their bytes come back.
+    drop(stalled);
+    eventually("the budget freed", || exe.metric("sandpool_inflight_bytes") == 0.0).await;
+    exe.run(request("python", "print(1)", "")).await;
+
+    // Sixteen parallel 24 MiB gRPC requests: what fits runs, the rest are refused at once.
+    let code = "import sys\nprint(len(sys.stdin.buffer.read()))";
+    let big = "x".repeat(24 * MIB);
+    let calls = (0..16).map(|_| {
+        let mut c = exe.client();
+        let req = request("python", code, &big);
+        async move { c.execute(req).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    let exhausted = results
+        .iter()
+        .filter(|r| matches!(r, Err(s) if s.code() == tonic::Code::ResourceExhausted))
+        .count();
+    assert!(ok >= 1 && exhausted >= 1, "{ok} ran, {exhausted} refused of 16");
+    assert_eq!(
+        ok + exhausted,
+        16,
+        "{:?}",
+        results.iter().map(code_of).collect::<Vec<_>>()
+    );
+    for r in results.iter().flatten() {
+        assert_eq!(
+            stdout(r.get_ref()),
+            format!("{}\n", 24 * MIB),
+            "{}",
+            describe(r.get_ref())
+        );
+    }
+    let grown_mib = exe.status_kib("VmHWM").saturating_sub(before) / 1024;
+    assert!(grown_mib < 256, "the executor's peak RSS grew by {grown_mib} MiB");
+}
+
+/// Attack round 2, item 5, gRPC's side: a unary call's request that says its length and
+/// then stalls is charged its whole length at once, and is cut off at the body deadline
+/// (DEADLINE_EXCEEDED naming the flag), giving its bytes back; nothing else waits on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_request_that_stalls_part_way_is_cut_off_and_gives_its_bytes_back() {
+    use futures::StreamExt;
+    use tower::ServiceExt;
+    const MIB: u32 = 1 << 20;
+    let exe = python(false, &[("SANDPOOL_GRPC_BODY_TIMEOUT_MS", "2000")]).await;
+    // A 5-byte gRPC prefix promising 8 MiB, 10 bytes of it, then nothing more.
+    let mut start = vec![0u8];
+    start.extend_from_slice(&(8 * MIB).to_be_bytes());
+    start.extend_from_slice(&[0x0a, 0x06, b'p', b'y', b't', b'h', b'o', b'n', 0x12, 0x00]);
+    let frames =
+        futures::stream::once(async move { Ok::<_, tonic::Status>(http_body::Frame::data(bytes::Bytes::from(start))) })
+            .chain(futures::stream::pending());
+    let body = tonic::body::Body::new(http_body_util::StreamBody::new(frames));
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{}/sandpool.v1.Executor/Execute", exe.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .expect("request");
+    let t = Instant::now();
+    let call = tokio::spawn(exe.channel.clone().oneshot(req));
+    eventually("the stalled request charged whole", || {
+        exe.metric("sandpool_inflight_bytes") >= f64::from(8 * MIB)
+    })
+    .await;
+    // Others are served meanwhile.
+    let r = exe.run(request("python", "print('ok')", "")).await;
+    assert_eq!(stdout(&r), "ok\n", "{}", describe(&r));
+    let resp = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("the stalled call was answered")
+        .expect("join")
+        .expect("a response");
+    let status = tonic::Status::from_header_map(resp.headers()).expect("a trailers-only status");
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(status.message().contains("--grpc-body-timeout-ms"), "{status:?}");
+    assert!(t.elapsed() < Duration::from_secs(15), "cut off after {:?}", t.elapsed());
+    eventually("its bytes given back", || exe.metric("sandpool_inflight_bytes") == 0.0).await;
+}

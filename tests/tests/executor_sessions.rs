@@ -885,3 +885,62 @@ found
     .await;
     assert_eq!(r.display, "(['.sandpool'], ['.sandpool'], [])", "{r:?}");
 }
+
+/// Attack round 2, item 6: `GetSessionFiles` takes no slot and its cap was per call, so 20
+/// parallel reads of one session's big file took the executor from 17 MiB to 1.3 GiB.
+/// File reads are charged to the one byte budget before they are made: what fits is
+/// returned, the rest is named as not returned, and the executor's peak stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_session_file_reads_share_the_byte_budget() {
+    const MIB: u64 = 1 << 20;
+    let ex = executor(
+        2,
+        &[
+            "--max-inflight-bytes",
+            &(96 * MIB).to_string(),
+            "--fetch-file-bytes",
+            &(48 * MIB).to_string(),
+            "--fetch-total-bytes",
+            &(48 * MIB).to_string(),
+            "--max-request-bytes",
+            &(32 * MIB).to_string(),
+        ],
+    )
+    .await;
+    let mut c = ex.client();
+    let s = create(&mut c, "python", None).await;
+    let r = run(
+        &mut c,
+        code(&s.session_id, "_ = open('big', 'wb').write(b'z' * (40 << 20))"),
+    )
+    .await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    let before = ex.status_kib("VmHWM");
+    let reads = (0..16).map(|_| {
+        let mut c = ex.client();
+        let id = s.session_id.clone();
+        async move {
+            c.get_session_files(pb::GetSessionFilesRequest {
+                session_id: id,
+                paths: vec!["big".into()],
+            })
+            .await
+            .expect("GetSessionFiles")
+            .into_inner()
+        }
+    });
+    let got = futures::future::join_all(reads).await;
+    let grown_mib = ex.status_kib("VmHWM").saturating_sub(before) / 1024;
+    let returned = got.iter().filter(|g| g.files.len() == 1).count();
+    let refused: Vec<_> = got.iter().flat_map(|g| &g.errors).collect();
+    assert!(returned >= 1, "none returned: {refused:?}");
+    assert!(!refused.is_empty(), "all 16 reads of 40 MiB fit in a 96 MiB budget?");
+    assert_eq!(returned + refused.len(), 16);
+    for e in &refused {
+        assert!(e.message.contains("--max-inflight-bytes"), "{e:?}");
+    }
+    for g in got.iter().filter(|g| !g.files.is_empty()) {
+        assert_eq!(g.files[0].content.len() as u64, 40 * MIB);
+    }
+    assert!(grown_mib < 384, "the executor's peak RSS grew by {grown_mib} MiB");
+}

@@ -386,3 +386,72 @@ async fn identical_requests_in_flight_together_run_once() {
     );
     assert_eq!(exe.runs_total(), runs + 1.0);
 }
+
+/// Attack round 2, item 10: with auth off the cache was shared across callers that
+/// sessions keep apart, so one caller learned that another had run exactly this program
+/// (a `cached` answer, another's random bytes). Answers are scoped by the caller's
+/// `authorization` value, on Execute, Evaluate and streams alike.
+#[tokio::test]
+async fn one_callers_cached_answers_are_not_anothers() {
+    let exe = start(64, &[]).await;
+    let as_caller = |who: &str, r: pb::ExecuteRequest| {
+        let mut req = tonic::Request::new(r);
+        if !who.is_empty() {
+            req.metadata_mut()
+                .insert("authorization", who.parse().expect("metadata value"));
+        }
+        req
+    };
+    let mut c = exe.client();
+    let alice = c
+        .execute(as_caller("Bearer alice", request("python", RANDOM, "x")))
+        .await
+        .expect("alice")
+        .into_inner();
+    assert!(!alice.cached);
+    for who in ["Bearer bob", ""] {
+        let other = c
+            .execute(as_caller(who, request("python", RANDOM, "x")))
+            .await
+            .expect("another caller")
+            .into_inner();
+        assert!(!other.cached, "{who:?} was answered from alice's entry");
+        assert_ne!(stdout(&other), stdout(&alice), "{who:?} saw alice's random bytes");
+    }
+    // Alice herself, however she spells the scheme, still hits her own entry.
+    let again = c
+        .execute(as_caller("bearer  alice", request("python", RANDOM, "x")))
+        .await
+        .expect("alice again")
+        .into_inner();
+    assert!(again.cached, "{}", describe(&again));
+    assert_eq!(stdout(&again), stdout(&alice));
+
+    let eval_as = |who: &str, id: &str| {
+        let mut req = tonic::Request::new(evaluate_request(id));
+        req.metadata_mut()
+            .insert("authorization", who.parse().expect("metadata value"));
+        req
+    };
+    assert!(
+        !c.evaluate(eval_as("Bearer alice", "e1"))
+            .await
+            .expect("evaluate")
+            .into_inner()
+            .cached
+    );
+    assert!(
+        !c.evaluate(eval_as("Bearer bob", "e2"))
+            .await
+            .expect("evaluate")
+            .into_inner()
+            .cached
+    );
+    assert!(
+        c.evaluate(eval_as("Bearer bob", "e3"))
+            .await
+            .expect("evaluate")
+            .into_inner()
+            .cached
+    );
+}

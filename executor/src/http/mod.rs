@@ -12,6 +12,8 @@ pub mod shapes;
 
 use crate::admission::AdmissionError;
 use crate::auth::Token;
+use crate::budget::{ByteBudget, Charge};
+use crate::call::{Call, Caller};
 use crate::engine::ExecError;
 use crate::judge::Judge;
 use axum::body::Body;
@@ -21,7 +23,7 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +33,7 @@ fn error_response(e: ExecError) -> Response {
         ExecError::InvalidArgument { .. } => StatusCode::BAD_REQUEST,
         ExecError::Unavailable(..) => StatusCode::BAD_REQUEST,
         ExecError::Admission(AdmissionError::QueueFull { .. }) => StatusCode::TOO_MANY_REQUESTS,
-        ExecError::Admission(AdmissionError::Draining) => StatusCode::SERVICE_UNAVAILABLE,
+        ExecError::Admission(AdmissionError::Draining) | ExecError::Budget(_) => StatusCode::SERVICE_UNAVAILABLE,
         ExecError::Admission(AdmissionError::Deadline) | ExecError::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
         ExecError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
@@ -62,6 +64,8 @@ pub struct HttpOptions {
     pub max_connections: usize,
     /// Bearer token required on the API routes (not on `/v1/ping`).
     pub token: Option<Token>,
+    /// The executor's byte budget, which request bodies are charged to (None: uncharged).
+    pub budget: Option<ByteBudget>,
 }
 
 impl HttpOptions {
@@ -73,6 +77,7 @@ impl HttpOptions {
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
             token: None,
+            budget: None,
         }
     }
 }
@@ -84,28 +89,43 @@ fn detail(code: StatusCode, msg: &str) -> Response {
 /// Reads the whole body within the timeout before any handler sees it: a client that
 /// sends its body slowly or never holds a connection for at most that long. Used by
 /// every HTTP server of ours (the API here, `sandpool mcp`), with `from_fn_with_state`.
+///
+/// With a byte budget, the body is charged as it arrives and the charge is held until the
+/// response is made; handlers find the request's [`Call`] (caller, charge) in its
+/// extensions.
 pub async fn read_body_in_time(
     State(opts): State<Arc<HttpOptions>>,
     req: axum::extract::Request,
     next: Next,
 ) -> Response {
-    let (parts, body) = req.into_parts();
-    let read = axum::body::to_bytes(body, opts.max_body_bytes);
+    let (mut parts, body) = req.into_parts();
+    let charge = opts.budget.as_ref().map(|b| b.charge());
+    let read = read_charged(body, opts.max_body_bytes, charge.as_ref());
     let mut resp = match tokio::time::timeout(opts.body_timeout, read).await {
         Ok(Ok(bytes)) => {
-            return next
+            let caller = parts.headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+            parts.extensions.insert(Call {
+                deadline: None,
+                caller: Caller::from_authorization(caller),
+                charge: charge.clone(),
+            });
+            let resp = next
                 .run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
                 .await;
+            drop(charge);
+            return resp;
         }
-        Ok(Err(e)) => {
-            let too_big = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            if too_big {
-                let msg = format!("body larger than {} bytes (--max-request-bytes)", opts.max_body_bytes);
-                detail(StatusCode::PAYLOAD_TOO_LARGE, &msg)
-            } else {
-                detail(StatusCode::BAD_REQUEST, &format!("reading the body: {e}"))
-            }
+        Ok(Err(BodyError::TooLarge)) => {
+            let msg = format!("body larger than {} bytes (--max-request-bytes)", opts.max_body_bytes);
+            detail(StatusCode::PAYLOAD_TOO_LARGE, &msg)
         }
+        Ok(Err(BodyError::Budget(e))) => {
+            let mut r = detail(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+            r
+        }
+        Ok(Err(BodyError::Read(e))) => detail(StatusCode::BAD_REQUEST, &format!("reading the body: {e}")),
         Err(_) => detail(
             StatusCode::REQUEST_TIMEOUT,
             &format!(
@@ -118,6 +138,46 @@ pub async fn read_body_in_time(
     resp.headers_mut()
         .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
     resp
+}
+
+/// Why a body was not read whole.
+enum BodyError {
+    TooLarge,
+    Budget(crate::budget::Exhausted),
+    Read(axum::Error),
+}
+
+/// Reads `body` whole, at most `limit` bytes, charged to `charge`: all at once when its
+/// length is declared (so a request has room for all of itself or none, refused before
+/// any of it is read), each chunk as it arrives otherwise.
+async fn read_charged(mut body: Body, limit: usize, charge: Option<&Charge>) -> Result<bytes::Bytes, BodyError> {
+    use http_body_util::BodyExt;
+    let declared = http_body::Body::size_hint(&body).exact();
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut ahead = declared.unwrap_or(0);
+    if let Some(c) = charge {
+        c.take(ahead).map_err(BodyError::Budget)?;
+    }
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
+            continue; // trailers
+        };
+        if buf.len() + data.len() > limit {
+            return Err(BodyError::TooLarge);
+        }
+        // Within what was declared, already charged; past it (no length given), charged now.
+        let n = data.len() as u64;
+        let uncharged = n.saturating_sub(ahead);
+        ahead = ahead.saturating_sub(n);
+        if let Some(c) = charge {
+            c.take(uncharged).map_err(BodyError::Budget)?;
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf.freeze())
 }
 
 /// Refuses API calls without the bearer token, before their body is read.
@@ -143,12 +203,14 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
         .route(
             "/run_code",
             post(
-                |State(j): State<Judge>, req: Result<Json<run_code::RunCodeRequest>, JsonRejection>| async move {
+                |State(j): State<Judge>,
+                 call: Option<Extension<Call>>,
+                 req: Result<Json<run_code::RunCodeRequest>, JsonRejection>| async move {
                     let Json(req) = match req {
                         Ok(r) => r,
                         Err(e) => return body_error(e),
                     };
-                    match run_code::run_code(j.engine(), req).await {
+                    match run_code::run_code(j.engine(), req, call.map(|c| c.0).unwrap_or_default()).await {
                         Ok(r) => Json(r).into_response(),
                         Err(e) => error_response(e),
                     }
@@ -158,12 +220,14 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
         .route(
             "/common_evaluate_batch",
             post(
-                |State(j): State<Judge>, body: Result<Json<scalebox::EvaluateBody>, JsonRejection>| async move {
+                |State(j): State<Judge>,
+                 call: Option<Extension<Call>>,
+                 body: Result<Json<scalebox::EvaluateBody>, JsonRejection>| async move {
                     let Json(body) = match body {
                         Ok(b) => b,
                         Err(e) => return body_error(e),
                     };
-                    match scalebox::evaluate(&j, body).await {
+                    match scalebox::evaluate(&j, body, call.map(|c| c.0).unwrap_or_default()).await {
                         Ok(r) => Json(r).into_response(),
                         Err(e) => error_response(e),
                     }
@@ -191,6 +255,8 @@ pub async fn serve_on(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving SandboxFusion-compatible HTTP");
     }
+    let mut opts = opts;
+    opts.budget.get_or_insert_with(|| judge.engine().budget.clone());
     let opts = Arc::new(opts);
     let app = router(judge, opts.clone());
     let graceful = accept_loop(listener, app, opts.max_connections, opts.header_timeout, shutdown).await;

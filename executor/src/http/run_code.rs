@@ -1,6 +1,7 @@
 //! SandboxFusion's `POST /run_code`: run one program.
 
 use super::shapes::{RunResponse, command_result, run_status};
+use crate::call::Call;
 use crate::engine::{Engine, ExecError};
 use base64::Engine as _;
 use sandpool_proto::v1 as pb;
@@ -49,7 +50,7 @@ pub fn time_limits(engine: &Engine, seconds: Option<f64>) -> Option<pb::Limits> 
 }
 
 /// Runs `req` through the engine.
-pub async fn run_code(engine: &Engine, req: RunCodeRequest) -> Result<RunResponse, ExecError> {
+pub async fn run_code(engine: &Engine, req: RunCodeRequest, call: Call) -> Result<RunResponse, ExecError> {
     let mut files = Vec::new();
     for (path, content) in &req.files {
         let bytes = base64::engine::general_purpose::STANDARD
@@ -89,7 +90,7 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest) -> Result<RunRespons
         cold_start: false,
         cache: pb::CachePolicy::Default as i32,
     };
-    let resp = engine.execute(exec, None).await.map_err(http_field)?;
+    let resp = engine.execute(exec, call).await.map_err(http_field)?;
     let status = run_status(resp.compile.as_ref(), resp.run.as_ref());
     Ok(RunResponse {
         status,

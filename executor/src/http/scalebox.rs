@@ -3,6 +3,7 @@
 
 use super::run_code::time_limits;
 use super::shapes::{RunResponse, command_result, run_status};
+use crate::call::Call;
 use crate::engine::{Engine, ExecError};
 use crate::judge::Judge;
 use crate::judge::evaluate::SKIPPED_AT_TOTAL_TIMEOUT;
@@ -208,10 +209,10 @@ fn scalebox_field(e: ExecError) -> ExecError {
 }
 
 /// Judges `body`.
-pub async fn evaluate(judge: &Judge, body: EvaluateBody) -> Result<EvaluateReply, ExecError> {
+pub async fn evaluate(judge: &Judge, body: EvaluateBody, call: Call) -> Result<EvaluateReply, ExecError> {
     let req = to_request(judge.engine(), &body)?;
     let kind = body.config.provided_data.test_cases.kind.clone();
-    let resp = judge.evaluate(req, None).await.map_err(scalebox_field)?;
+    let resp = judge.evaluate(req, call).await.map_err(scalebox_field)?;
     let tc = &body.config.provided_data.test_cases;
     let pod = resp.executor.as_ref().map(|e| e.name.clone());
     let mut tests = Vec::new();

@@ -4,6 +4,7 @@
 use super::build::{self, Build, Compiled, SourceFile};
 use super::program::{self, Case, Expect, Program};
 use crate::admission::{AdmissionError, Admit, SlotGuard};
+use crate::call::{Call, Caller};
 use crate::engine::{Engine, ExecError};
 use crate::languages::Language;
 use crate::limits::Limits;
@@ -136,9 +137,10 @@ impl Judge {
     pub async fn evaluate(
         &self,
         req: pb::EvaluateRequest,
-        deadline: Option<Instant>,
+        call: impl Into<Call>,
     ) -> Result<pb::EvaluateResponse, ExecError> {
-        let (req, cached) = self.cache_key(req).await?;
+        let Call { deadline, caller, .. } = call.into();
+        let (req, cached) = self.cache_key(req, &caller).await?;
         // While an identical request runs, this one waits for its answer (up to its deadline).
         let leader = match &cached {
             Some((c, u, k)) => match crate::engine::until(deadline, c.begin_evaluate(*k, *u, &req.id)).await? {
@@ -171,6 +173,7 @@ impl Judge {
     async fn cache_key(
         &self,
         req: pb::EvaluateRequest,
+        caller: &Caller,
     ) -> Result<(pb::EvaluateRequest, Option<CacheUse<'_>>), ExecError> {
         let engine = &*self.engine;
         // Checked even with the cache off: an unknown policy is a mistake either way.
@@ -202,9 +205,10 @@ impl Judge {
             return Ok((req, None));
         };
         // Hashes up to the whole request: off the runtime.
+        let caller = caller.clone();
         let (req, key) = crate::engine::blocking(move || {
             let mut req = req;
-            let key = result_cache::evaluate_key(&mut req, &name, &toolchain, run, compile);
+            let key = result_cache::evaluate_key(&mut req, &caller, &name, &toolchain, run, compile);
             (req, key)
         })
         .await?;

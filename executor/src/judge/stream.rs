@@ -6,12 +6,12 @@
 //! flow control pushes back on the client.
 
 use super::Judge;
+use crate::call::Call;
 use crate::engine::ExecError;
 use futures::{Stream, StreamExt};
 use sandpool_proto::v1 as pb;
 use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc};
-use tokio::time::Instant;
 
 /// Requests of one stream held at once: enough to keep every slot busy.
 pub fn in_flight(judge: &Judge) -> usize {
@@ -19,13 +19,16 @@ pub fn in_flight(judge: &Judge) -> usize {
     (2 * a.slots() + a.queue_capacity()).max(2)
 }
 
-/// Judges every request of `input`; the responses arrive on the returned channel, tagged by id.
+/// Judges every request of `input` as `call` (the stream's deadline and caller); the
+/// responses arrive on the returned channel, tagged by id.
 ///
+/// Each request is charged to the byte budget from when it is read until its answer is
+/// queued: one past the budget is answered with `to_error` at once, unjudged.
 /// `to_error` turns a rejected request's error into the response's `error`.
 pub fn judge_stream<S>(
     judge: Judge,
     mut input: S,
-    deadline: Option<Instant>,
+    call: Call,
     to_error: fn(ExecError) -> pb::RequestError,
 ) -> mpsc::Receiver<pb::EvaluateResponse>
 where
@@ -46,12 +49,21 @@ where
                 break;
             }
             let (judge, tx) = (judge.clone(), tx.clone());
+            let charge = judge.engine().budget.charge();
+            let call = Call {
+                charge: Some(charge.clone()),
+                ..call.clone()
+            };
             tokio::spawn(async move {
                 let id = req.id.clone();
+                let taken = charge.take(prost::Message::encoded_len(&req) as u64);
                 // A client that went away cancels its work: dropping the future kills the runs.
-                let res = tokio::select! {
-                    r = judge.evaluate(req, deadline) => r,
-                    _ = tx.closed() => return,
+                let res = match taken {
+                    Err(e) => Err(e.into()),
+                    Ok(()) => tokio::select! {
+                        r = judge.evaluate(req, call) => r,
+                        _ = tx.closed() => return,
+                    },
                 };
                 let resp = match res {
                     Ok(r) => r,
@@ -65,6 +77,7 @@ where
                 // stops reading stops the stream from being read.
                 let _ = tx.send(resp).await;
                 drop(permit);
+                drop(charge);
             });
         }
     });

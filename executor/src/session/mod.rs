@@ -243,36 +243,6 @@ fn write_files(work: &WorkDir, files: &[pb::File]) -> Result<(), SessionError> {
     Ok(())
 }
 
-/// Reads `paths` (checked, deduplicated) from `work`: each at most `file_cap` bytes, all
-/// together at most `total_cap`; each path not returned gets an error saying why.
-fn read_files(work: &WorkDir, paths: Vec<String>, file_cap: u64, total_cap: u64) -> pb::GetSessionFilesResponse {
-    let mut resp = pb::GetSessionFilesResponse::default();
-    let mut total = 0u64;
-    for path in paths {
-        let left = total_cap.saturating_sub(total);
-        match work.read_file(&path, file_cap.min(left)) {
-            Ok(content) => {
-                total += content.len() as u64;
-                resp.files.push(pb::File {
-                    path,
-                    content,
-                    executable: false,
-                });
-            }
-            Err(e) => {
-                let message = match e {
-                    crate::sandbox::FetchError::TooLarge(_) if left < file_cap => {
-                        format!("not returned: the files read would exceed {total_cap} bytes in all")
-                    }
-                    e => e.to_string(),
-                };
-                resp.errors.push(pb::SessionFileError { path, message });
-            }
-        }
-    }
-    resp
-}
-
 /// Bytes in use in `work`.
 fn disk_used(work: &WorkDir) -> u64 {
     work.bytes_used()
@@ -751,6 +721,7 @@ impl SessionManager {
         &self,
         req: pb::GetSessionFilesRequest,
         auth: &[u8],
+        charge: Option<crate::budget::Charge>,
     ) -> Result<pb::GetSessionFilesResponse, SessionError> {
         let _in_progress = self.engine.admission.request();
         let s = self.find(&req.session_id, auth)?;
@@ -762,8 +733,15 @@ impl SessionManager {
             e => e,
         })?;
         let work = s.work.clone();
-        let (file_cap, total_cap) = self.engine.fetch_caps();
-        Ok(blocking(move || read_files(&work, paths, file_cap, total_cap)).await?)
+        let caps = self.engine.fetch_caps();
+        let (files, refused) = blocking(move || crate::fetch::read(&work, paths, caps, charge.as_ref())).await?;
+        Ok(pb::GetSessionFilesResponse {
+            files,
+            errors: refused
+                .into_iter()
+                .map(|(path, message)| pb::SessionFileError { path, message })
+                .collect(),
+        })
     }
 
     /// Ends a session; returns how many calls it served.
