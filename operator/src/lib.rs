@@ -6,6 +6,8 @@
 //!   ServiceAccount and PodDisruptionBudget.
 //! - [`apply`]: server-side apply of one child, skipped when nothing would change.
 //! - [`status`]: the pool's status and its Ready/Progressing/Degraded conditions.
+//! - [`diagnose`]: why executors are not running (crash loop, OOM, image, scheduling,
+//!   probes, refused pods, deadline), from the Deployment and its pods, for the conditions.
 //! - [`reconcile`]: the reconcile loop and its error policy.
 //! - [`metrics`]: Prometheus metrics of the loop.
 //! - [`controller`]: the `run` subcommand: watches, leader election, shutdown.
@@ -24,6 +26,7 @@ pub mod build;
 pub mod controller;
 pub mod crd;
 pub mod defaults;
+pub mod diagnose;
 pub mod http;
 pub mod labels;
 pub mod leader;
