@@ -54,6 +54,7 @@ async fn api(State(fake): State<Fake>, method: Method, uri: Uri, body: Bytes) ->
             "serviceaccounts",
             "networkpolicies",
             "poddisruptionbudgets",
+            "pods",
         ]
         .iter()
         .any(|kind| path.ends_with(&format!("/{kind}")));
@@ -245,6 +246,16 @@ async fn run_reconciles_an_existing_pool_and_serves_health() {
             "{kind} is watched through a label: {seen:?}"
         );
     }
+
+    // Executor pods are watched by label: their failures reconcile the pool, and no other
+    // pod of the namespace is cached.
+    assert!(
+        seen.iter().any(|(m, p)| m == Method::GET
+            && p.starts_with("/api/v1/namespaces/evals/pods?")
+            && p.contains("watch=true")
+            && p.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsandpool-operator%2Csandpool.dev%2Fpool")),
+        "executor pods are not watched by label: {seen:?}"
+    );
 
     let (status, _) = http_get(health, "/readyz").await;
     assert_eq!(status, 200);
