@@ -2,15 +2,16 @@
 //!
 //! A pure mapping from the pool's Deployment (whose `ReplicaFailure` condition the
 //! Deployment controller copies from the ReplicaSet: a `FailedCreate` such as a Pod Security
-//! refusal, with the ReplicaSet's message) and its pods (container states, restart counts,
-//! termination messages, the scheduler's verdict) to the one [`Problem`] the pool's
+//! refusal, with the ReplicaSet's message), its pods (container states, restart counts,
+//! termination messages, the scheduler's verdict) and the kubelet's `Unhealthy` Events about
+//! them (a probe's answer is written nowhere else) to the one [`Problem`] the pool's
 //! conditions name, with the others it found summarised in the message. No problem: `None`,
 //! and the conditions go back to their plain reasons.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The ReplicaSet cannot create pods (admission, quota): the Deployment's `ReplicaFailure`.
@@ -33,20 +34,55 @@ pub const CONTAINER_EXITED: &str = "ContainerExited";
 pub const EVICTED: &str = "Evicted";
 /// No node can take a pod (the scheduler's `PodScheduled=False` message says why).
 pub const UNSCHEDULABLE: &str = "Unschedulable";
-/// The executor runs and started, but its readiness probe keeps failing.
+/// The executor runs and started, but its readiness probe keeps failing (the kubelet's
+/// Event reason, whose message is the probe's answer).
 pub const UNHEALTHY: &str = "Unhealthy";
 /// The Deployment gave up waiting for its rollout (`progressDeadlineSeconds`).
 pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 
 /// Waiting reasons of a container that is on its way, not stuck.
 const NORMAL_WAITING: [&str; 2] = ["ContainerCreating", "PodInitializing"];
-/// How long a started container may stay unready before its probe is called failing: the
-/// readiness probe runs every 5 s and needs one success, so this is several misses.
+/// How long a readiness probe must have kept failing (one Event's first to last time, which
+/// the kubelet counts up while the answer stays the same) before it is a problem: the probe
+/// runs every 5 s, and an executor may answer NOT_SERVING for a moment after it started.
 pub const UNHEALTHY_AFTER_SECONDS: i64 = 30;
+/// The same, as a count of failures, for Events without both times.
+const UNHEALTHY_AFTER_FAILURES: i32 = 6;
+/// A probe Event older than this no longer describes the pod.
+const PROBE_EVENT_FRESH_SECONDS: i64 = 120;
 /// Longest quoted line (an executor error, a scheduler verdict).
 const MAX_QUOTE_CHARS: usize = 600;
 /// Longest whole message; the API server allows 32768 bytes, people read far less.
 pub const MAX_MESSAGE_CHARS: usize = 2000;
+
+/// What the reconcile read about a pool's pods: the pods its selector matches, and the
+/// `Unhealthy` Events in their namespace (read only when [`wants_probe_events`]).
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// The pool's pods (any ReplicaSet's).
+    pub pods: Vec<Pod>,
+    /// core/v1 Events with reason `Unhealthy` (probe failures), about any object.
+    pub probe_events: Vec<Event>,
+}
+
+/// Whether a pod's state calls for the kubelet's probe Events: a container that runs and
+/// started but is not ready (readiness failing?), or that was restarted after exiting 0
+/// (the executor exits 0 only when stopped: by the kubelet, for a failing liveness or
+/// startup probe).
+pub fn wants_probe_events(pods: &[Pod]) -> bool {
+    pods.iter()
+        .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .flatten()
+        .any(|c| {
+            let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
+            let stopped_cleanly = c
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0);
+            !c.ready && ((running && c.started == Some(true)) || (c.restart_count > 0 && stopped_cleanly))
+        })
+}
 
 /// What the pool's conditions say is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,16 +127,78 @@ fn rank(reason: &str) -> u8 {
 /// The problem to report for a pool, from its live Deployment and the pods its selector
 /// matches (any ReplicaSet's), at `now`. `None` when nothing is wrong that a pod or the
 /// Deployment says (pods still starting are not a problem).
-pub fn diagnose(deployment: &Deployment, pods: &[Pod], now: &Time) -> Option<Problem> {
+pub fn diagnose(deployment: &Deployment, observed: &Observed, now: &Time) -> Option<Problem> {
     let mut findings = deployment_findings(deployment);
-    for pod in pods {
+    for pod in &observed.pods {
         // A pod being deleted (a rollout's old pod, a scale-down) is on its way out.
         if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        findings.extend(pod_finding(pod, now));
+        let probes = ProbeFailures::of(pod, &observed.probe_events, now);
+        findings.extend(pod_finding(pod, &probes));
     }
     choose(findings)
+}
+
+/// The kubelet's recent probe failures for one pod: `Unhealthy` Events about it, newest
+/// first, with how long each has been going on.
+struct ProbeFailures<'a> {
+    /// (message, seconds from the first failure to the last, count)
+    events: Vec<(&'a str, i64, i32)>,
+}
+
+impl<'a> ProbeFailures<'a> {
+    fn of(pod: &Pod, events: &'a [Event], now: &Time) -> Self {
+        let name = pod.metadata.name.as_deref();
+        let now = now.0.as_second();
+        let mut found: Vec<(i64, &str, i64, i32)> = events
+            .iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(UNHEALTHY)
+                    && e.involved_object.kind.as_deref() == Some("Pod")
+                    && e.involved_object.name.as_deref() == name
+            })
+            .filter_map(|e| {
+                let last = e
+                    .last_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_second())
+                    .or_else(|| e.event_time.as_ref().map(|t| t.0.as_second()))?;
+                let first = e.first_timestamp.as_ref().map_or(last, |t| t.0.as_second());
+                let fresh = now.saturating_sub(last) <= PROBE_EVENT_FRESH_SECONDS;
+                fresh.then(|| {
+                    (
+                        last,
+                        e.message.as_deref().unwrap_or_default(),
+                        last.saturating_sub(first),
+                        e.count.unwrap_or(1),
+                    )
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        Self {
+            events: found.into_iter().map(|(_, m, span, n)| (m, span, n)).collect(),
+        }
+    }
+
+    /// The newest failure of the readiness probe that has gone on long enough to matter.
+    fn readiness(&self) -> Option<&'a str> {
+        self.events
+            .iter()
+            .find(|(m, span, n)| {
+                m.starts_with("Readiness probe") && (*span >= UNHEALTHY_AFTER_SECONDS || *n >= UNHEALTHY_AFTER_FAILURES)
+            })
+            .map(|(m, _, _)| *m)
+    }
+
+    /// The newest liveness or startup probe failure (why the kubelet stops a container).
+    fn restart_cause(&self) -> Option<&'a str> {
+        self.events
+            .iter()
+            .find(|(m, _, _)| m.starts_with("Liveness probe") || m.starts_with("Startup probe"))
+            .map(|(m, _, _)| *m)
+    }
 }
 
 fn deployment_findings(deployment: &Deployment) -> Vec<Finding> {
@@ -134,7 +232,7 @@ fn deployment_findings(deployment: &Deployment) -> Vec<Finding> {
 }
 
 /// The worst problem of one pod, if it has one.
-fn pod_finding(pod: &Pod, now: &Time) -> Option<Finding> {
+fn pod_finding(pod: &Pod, probes: &ProbeFailures<'_>) -> Option<Finding> {
     let name = pod.metadata.name.as_deref().unwrap_or("(unnamed)");
     let status = pod.status.as_ref()?;
     if status.reason.as_deref() == Some(EVICTED) {
@@ -147,7 +245,7 @@ fn pod_finding(pod: &Pod, now: &Time) -> Option<Finding> {
     let containers = status.container_statuses.as_deref().unwrap_or_default();
     let worst = containers
         .iter()
-        .filter_map(|c| container_finding(pod, name, c, now))
+        .filter_map(|c| container_finding(pod, name, c, probes))
         .min_by_key(|f| f.rank);
     if worst.is_some() {
         return worst;
@@ -174,7 +272,7 @@ fn finding(reason: &str, message: String, restarts: i32) -> Finding {
     }
 }
 
-fn container_finding(pod: &Pod, pod_name: &str, c: &ContainerStatus, now: &Time) -> Option<Finding> {
+fn container_finding(pod: &Pod, pod_name: &str, c: &ContainerStatus, probes: &ProbeFailures<'_>) -> Option<Finding> {
     let who = format!("pod {pod_name}: container {}", c.name);
     let restarts = c.restart_count;
     let state = c.state.as_ref();
@@ -197,7 +295,9 @@ fn container_finding(pod: &Pod, pod_name: &str, c: &ContainerStatus, now: &Time)
             if let Some(end) = exit.filter(|e| e.reason.as_deref() == Some(OOM_KILLED)) {
                 return Some(oom(&who, pod, &c.name, end, restarts));
             }
-            let how = exit.map(describe_exit).unwrap_or_else(|| "exited".to_owned());
+            let how = exit
+                .map(|e| describe_exit(e, probes))
+                .unwrap_or_else(|| "exited".to_owned());
             return Some(finding(
                 CRASH_LOOP,
                 format!("{who} keeps exiting ({}; {how}){}", times(restarts), last_words(exit)),
@@ -229,43 +329,26 @@ fn container_finding(pod: &Pod, pod_name: &str, c: &ContainerStatus, now: &Time)
             CONTAINER_EXITED,
             format!(
                 "{who} {} ({}){}",
-                describe_exit(end),
+                describe_exit(end, probes),
                 times(restarts),
                 last_words(Some(end))
             ),
             restarts,
         ));
     }
-    if let Some(running) = state.and_then(|s| s.running.as_ref())
+    let running = state.is_some_and(|s| s.running.is_some());
+    if running
         && c.started == Some(true)
         && !c.ready
+        && let Some(answer) = probes.readiness()
     {
-        // The readiness probe needs a few periods before a miss means anything.
-        let since = ready_since(pod).or(running.started_at.as_ref())?;
-        let seconds = now.0.as_second().saturating_sub(since.0.as_second());
-        if seconds >= UNHEALTHY_AFTER_SECONDS {
-            return Some(finding(
-                UNHEALTHY,
-                format!(
-                    "{who} has run for {seconds}s but its readiness probe fails (gRPC health on the executor's port); `kubectl describe pod {pod_name}` shows the probe's answer"
-                ),
-                restarts,
-            ));
-        }
+        return Some(finding(
+            UNHEALTHY,
+            format!("{who} runs but is not ready: {}", clean(answer)),
+            restarts,
+        ));
     }
     None
-}
-
-/// When the pod's Ready condition last changed (to False, for an unready pod).
-fn ready_since(pod: &Pod) -> Option<&Time> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "Ready" && c.status == "False")?
-        .last_transition_time
-        .as_ref()
 }
 
 fn oom(who: &str, pod: &Pod, container: &str, end: &ContainerStateTerminated, restarts: i32) -> Finding {
@@ -294,10 +377,16 @@ fn times(restarts: i32) -> String {
     }
 }
 
-/// "exited with code 1", "was killed by signal 9 (SIGKILL)".
-fn describe_exit(end: &ContainerStateTerminated) -> String {
+/// "exited with code 1", "was killed by signal 9 (SIGKILL)", "exited with code 0 (stopped by
+/// the kubelet: Liveness probe failed: ...)".
+fn describe_exit(end: &ContainerStateTerminated, probes: &ProbeFailures<'_>) -> String {
     let code = end.exit_code;
     let signal = end.signal.or_else(|| (code > 128).then(|| code - 128));
+    // The kubelet stops a container whose liveness or startup probe fails: SIGTERM, on
+    // which the executor drains and exits 0, then SIGKILL after the grace period.
+    let stopped_by_kubelet = probes
+        .restart_cause()
+        .map(|m| format!(" (stopped by the kubelet: {})", clean(m)));
     match signal {
         Some(s) => {
             let name = match s {
@@ -307,13 +396,14 @@ fn describe_exit(end: &ContainerStateTerminated) -> String {
                 15 => " (SIGTERM)",
                 _ => "",
             };
-            format!("was killed by signal {s}{name}, exit code {code}")
+            let why = stopped_by_kubelet.filter(|_| matches!(s, 9 | 15)).unwrap_or_default();
+            format!("was killed by signal {s}{name}, exit code {code}{why}")
         }
-        // The executor exits 0 only when asked to stop: the kubelet does that when the
-        // liveness or startup probe fails.
-        None if code == 0 => {
-            "exited with code 0 (stopped by the kubelet: a failing liveness or startup probe?)".to_owned()
-        }
+        None if code == 0 => format!(
+            "exited with code 0{}",
+            stopped_by_kubelet
+                .unwrap_or_else(|| " (stopped by the kubelet: a failing liveness or startup probe?)".to_owned())
+        ),
         None => format!("exited with code {code}"),
     }
 }

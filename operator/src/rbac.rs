@@ -90,6 +90,9 @@ pub const RULES: &[Rule] = &[
     // controller: watch executor pods (label selector) so their failures reach the pool;
     // reconcile::executor_pods: list a pool's pods to say why they are not ready. No `get`.
     rule("", "pods", &["list", "watch"], Scope::Manage),
+    // reconcile::observe_pods: the kubelet's probe failures (reason=Unhealthy), read only
+    // when a pod's container runs unready or was stopped cleanly. core/v1, not events.k8s.io.
+    rule("", "events", &["list"], Scope::Manage),
     // reconcile_pool: the namespace's labels, for --managed-namespace-selector.
     rule("", "namespaces", &["get"], Scope::NamespaceSelector),
     // leader::Leadership (kube-lease-manager): read, create and renew the Lease.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -23,6 +23,7 @@ use crate::apply::{self, ApplyError, Outcome};
 use crate::build::{self, Children};
 use crate::crd::{SandboxPool, SandboxPoolStatus};
 use crate::defaults::PoolDefaults;
+use crate::diagnose::{self, Observed};
 use crate::labels::{self, FIELD_MANAGER};
 use crate::metrics::{Metrics, WriteLabels};
 use crate::resolve::{self, InvalidSpec, ResolvedPool};
@@ -227,16 +228,16 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
     }
 
     // A Deployment just created has no pods yet, and a settled one has none worth reading.
-    let pods = if applied.created || status::settled(&applied.deployment, resolved.replicas) {
-        Vec::new()
+    let observed = if applied.created || status::settled(&applied.deployment, resolved.replicas) {
+        Observed::default()
     } else {
-        executor_pods(ctx, &namespace, &resolved.name).await
+        observe_pods(ctx, &namespace, &resolved.name).await
     };
     let new_status = status::from_deployment(
         pool,
         &resolved,
         &applied.deployment,
-        &pods,
+        &observed,
         &ctx.defaults.cluster_domain,
         &now,
     );
@@ -275,20 +276,38 @@ fn progressing_reason(status: Option<&SandboxPoolStatus>) -> Option<&str> {
         .map(|c| c.reason.as_str())
 }
 
-/// The pool's executor pods (the Deployment's selector), to say why they are not ready. A
-/// failure to list them is logged, not fatal: the status then says what the Deployment says.
-async fn executor_pods(ctx: &Context, namespace: &str, pool: &str) -> Vec<Pod> {
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    match api
+/// The pool's executor pods (the Deployment's selector), and when one may be failing a
+/// probe, the kubelet's `Unhealthy` Events in the namespace (the probe's answer is nowhere
+/// else). A failure to list either is logged, not fatal: the status then says what the
+/// Deployment and the pods say.
+async fn observe_pods(ctx: &Context, namespace: &str, pool: &str) -> Observed {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let pods = match pods
         .list(&ListParams::default().labels(&labels::selector_string(pool)))
         .await
     {
         Ok(list) => list.items,
         Err(error) => {
             tracing::warn!(error = %crate::error_chain(&error), "cannot list the pool's pods; reporting from the Deployment alone");
-            Vec::new()
+            return Observed::default();
         }
-    }
+    };
+    let probe_events = if diagnose::wants_probe_events(&pods) {
+        let events: Api<CoreEvent> = Api::namespaced(ctx.client.clone(), namespace);
+        match events
+            .list(&ListParams::default().fields(&format!("reason={}", diagnose::UNHEALTHY)))
+            .await
+        {
+            Ok(list) => list.items,
+            Err(error) => {
+                tracing::warn!(error = %crate::error_chain(&error), "cannot list probe Events");
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    Observed { pods, probe_events }
 }
 
 /// The (reason, message) of a `Degraded=True` the last status did not have with this reason:

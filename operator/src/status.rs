@@ -2,12 +2,11 @@
 //! from the pool, its live Deployment, its pods and the previous status.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use crate::crd::{SandboxPool, SandboxPoolStatus};
-use crate::diagnose::{self, Problem};
+use crate::diagnose::{self, Observed, Problem};
 use crate::labels;
 use crate::resolve::{InvalidSpec, ResolvedPool};
 
@@ -144,19 +143,19 @@ pub fn settled(deployment: &Deployment, desired: i32) -> bool {
         .all(|n| n.unwrap_or(0) == desired)
 }
 
-/// Status for a pool whose objects were applied, from its live Deployment and its pods
-/// (empty when they were not listed: see [`settled`]). A problem the pods or the Deployment
+/// Status for a pool whose objects were applied, from its live Deployment and what was read
+/// about its pods (nothing when they were not listed: see [`settled`]). A problem the pods or the Deployment
 /// show ([`diagnose::diagnose`]) becomes the reason of `Degraded` and, while executors are
 /// missing, of `Ready`, so `kubectl get sbp` says `CrashLoopBackOff`, not `ReplicasNotReady`.
 pub fn from_deployment(
     pool: &SandboxPool,
     resolved: &ResolvedPool,
     deployment: &Deployment,
-    pods: &[Pod],
+    observed: &Observed,
     cluster_domain: &str,
     now: &Time,
 ) -> SandboxPoolStatus {
-    let problem = diagnose::diagnose(deployment, pods, now);
+    let problem = diagnose::diagnose(deployment, observed, now);
     with_problem(pool, resolved, deployment, problem, cluster_domain, now)
 }
 

@@ -1,6 +1,8 @@
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
+use k8s_openapi::api::core::v1::Event;
+
 use super::*;
 
 fn time(s: &str) -> Time {
@@ -52,7 +54,26 @@ fn crash_loop(name: &str, restarts: i32, last: Value) -> Pod {
 }
 
 fn diagnosed(deployment: &Deployment, pods: &[Pod]) -> Option<(String, String)> {
-    diagnose(deployment, pods, &time(NOW)).map(|p| (p.reason, p.message))
+    diagnosed_with(deployment, pods, &[])
+}
+
+fn diagnosed_with(deployment: &Deployment, pods: &[Pod], events: &[Event]) -> Option<(String, String)> {
+    let observed = Observed {
+        pods: pods.to_vec(),
+        probe_events: events.to_vec(),
+    };
+    diagnose(deployment, &observed, &time(NOW)).map(|p| (p.reason, p.message))
+}
+
+/// The kubelet's `Unhealthy` Event about `pod`, first and last seen at those times.
+fn probe_event(pod: &str, message: &str, first: &str, last: &str, count: i32) -> Event {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("{pod}.1"), "namespace": "evals"},
+        "involvedObject": {"kind": "Pod", "name": pod, "namespace": "evals"},
+        "reason": "Unhealthy", "type": "Warning", "message": message,
+        "firstTimestamp": first, "lastTimestamp": last, "count": count,
+    }))
+    .expect("test event deserializes")
 }
 
 fn pod_security_refusal() -> Deployment {
@@ -199,19 +220,6 @@ fn each_failure_shape_has_its_reason_and_quotes_its_cause() {
             vec!["untolerated taint {gpu: true}"],
         ),
         (
-            "readiness probe failing for a minute after start-up",
-            no_conditions(),
-            vec![with_container(
-                "python-a",
-                json!({"started": true, "state": {"running": {"startedAt": "2026-01-01T00:09:00Z"}}}),
-            )],
-            "Unhealthy",
-            vec![
-                "pod python-a: container executor has run for 60s but its readiness probe fails",
-                "kubectl describe pod python-a",
-            ],
-        ),
-        (
             "liveness probe restarts: the executor drains and exits 0",
             no_conditions(),
             vec![with_container(
@@ -286,6 +294,118 @@ fn each_failure_shape_has_its_reason_and_quotes_its_cause() {
             "{what}: {message:?}"
         );
     }
+}
+
+const NOT_SERVING: &str = "Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")";
+
+/// A container that started and runs, but is not ready.
+fn started_unready(name: &str) -> Pod {
+    with_container(
+        name,
+        json!({"started": true, "state": {"running": {"startedAt": "2026-01-01T00:05:00Z"}}}),
+    )
+}
+
+#[test]
+fn a_failing_probe_is_quoted_from_the_kubelets_events() {
+    let pods = [started_unready("python-a")];
+    // A minute of NOT_SERVING: the probe's answer is the message.
+    let failing = probe_event(
+        "python-a",
+        NOT_SERVING,
+        "2026-01-01T00:09:00Z",
+        "2026-01-01T00:09:58Z",
+        12,
+    );
+    assert_eq!(
+        diagnosed_with(&no_conditions(), &pods, &[failing]),
+        Some((
+            "Unhealthy".to_owned(),
+            format!("pod python-a: container executor runs but is not ready: {NOT_SERVING}")
+        ))
+    );
+    // Not a problem: a moment of NOT_SERVING after start-up, an old Event, another pod's,
+    // no Event at all, or a container whose startup probe has not passed yet.
+    let brief = probe_event(
+        "python-a",
+        NOT_SERVING,
+        "2026-01-01T00:09:50Z",
+        "2026-01-01T00:09:55Z",
+        2,
+    );
+    let stale = probe_event(
+        "python-a",
+        NOT_SERVING,
+        "2026-01-01T00:01:00Z",
+        "2026-01-01T00:05:00Z",
+        50,
+    );
+    let other = probe_event(
+        "python-b",
+        NOT_SERVING,
+        "2026-01-01T00:09:00Z",
+        "2026-01-01T00:09:58Z",
+        12,
+    );
+    for (what, events) in [
+        ("brief", vec![brief]),
+        ("stale", vec![stale]),
+        ("another pod's", vec![other]),
+        ("none", vec![]),
+    ] {
+        assert_eq!(diagnosed_with(&no_conditions(), &pods, &events), None, "{what}");
+    }
+    let starting = [with_container(
+        "python-a",
+        json!({"started": false, "state": {"running": {"startedAt": "2026-01-01T00:09:00Z"}}}),
+    )];
+    let startup = probe_event(
+        "python-a",
+        "Startup probe failed: service unhealthy",
+        "2026-01-01T00:09:00Z",
+        "2026-01-01T00:09:58Z",
+        29,
+    );
+    assert_eq!(
+        diagnosed_with(&no_conditions(), &starting, &[startup]),
+        None,
+        "startup probe failures are how every start begins"
+    );
+
+    // A container the kubelet stopped for its liveness probe says so.
+    let restarted = [with_container(
+        "python-a",
+        json!({"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+               "lastState": {"terminated": {"exitCode": 0, "reason": "Completed"}}}),
+    )];
+    let liveness = probe_event(
+        "python-a",
+        "Liveness probe failed: timeout: failed to connect service \":50051\" within 1s",
+        "2026-01-01T00:08:00Z",
+        "2026-01-01T00:09:30Z",
+        6,
+    );
+    let (reason, message) = diagnosed_with(&no_conditions(), &restarted, &[liveness]).expect("problem");
+    assert_eq!(reason, "CrashLoopBackOff");
+    assert!(
+        message.contains("exited with code 0 (stopped by the kubelet: Liveness probe failed: timeout: failed to connect service \":50051\" within 1s)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn probe_events_are_read_only_for_pods_that_need_them() {
+    let crash = crash_loop("python-a", 2, json!({"exitCode": 1}));
+    let clean_exit = crash_loop("python-a", 2, json!({"exitCode": 0}));
+    let ready = with_container(
+        "python-a",
+        json!({"ready": true, "started": true, "state": {"running": {}}}),
+    );
+    let pending = pod("python-a", json!({"phase": "Pending"}));
+    assert!(wants_probe_events(&[started_unready("python-a")]));
+    assert!(wants_probe_events(&[ready.clone(), clean_exit]));
+    assert!(!wants_probe_events(&[crash, ready, pending]));
+    assert!(!wants_probe_events(&[]));
 }
 
 #[test]

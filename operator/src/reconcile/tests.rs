@@ -17,6 +17,7 @@ const PDB: &str = "/apis/policy/v1/namespaces/evals/poddisruptionbudgets/python"
 const DEPLOY: &str = "/apis/apps/v1/namespaces/evals/deployments/python";
 const STATUS: &str = "/apis/sandpool.dev/v1alpha1/namespaces/evals/sandboxpools/python/status";
 const PODS: &str = "/api/v1/namespaces/evals/pods";
+const CORE_EVENTS: &str = "/api/v1/namespaces/evals/events";
 
 /// One request the fake API server expects, and its answer.
 struct Reply {
@@ -382,7 +383,7 @@ fn settled_status(pool: &SandboxPool, replicas: i32) -> SandboxPoolStatus {
     let resolved = resolve::resolve(pool, &PoolDefaults::default(), "evals").expect("valid");
     let deployment: Deployment = serde_json::from_value(live_children(pool, replicas)[4].clone()).expect("deployment");
     let now = Time("2026-01-01T00:00:00Z".parse().expect("timestamp"));
-    status::from_deployment(pool, &resolved, &deployment, &[], "cluster.local", &now)
+    status::from_deployment(pool, &resolved, &deployment, &Default::default(), "cluster.local", &now)
 }
 
 #[tokio::test]
@@ -1143,6 +1144,63 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
         )
     );
     assert!(event_summary(&events).iter().all(|e| e.0 != "Warning"), "{events:?}");
+}
+
+#[tokio::test]
+async fn a_failing_readiness_probe_is_quoted_from_the_kubelets_events() {
+    let (pool, [sa, np, svc, pdb, deploy]) = pool_with_ready(2);
+    let unready = json!({
+        "metadata": {"name": "python-7d9-abc", "namespace": "evals"},
+        "status": {"phase": "Running", "containerStatuses": [{
+            "name": "executor", "image": "e:1", "imageID": "", "ready": false, "started": true,
+            "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+    });
+    let now = Timestamp::now();
+    let ago = |s: i64| {
+        now.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(s))
+            .expect("time")
+            .to_string()
+    };
+    let unhealthy = json!({
+        "metadata": {"name": "python-7d9-abc.1", "namespace": "evals"},
+        "involvedObject": {"kind": "Pod", "name": "python-7d9-abc", "namespace": "evals"},
+        "reason": "Unhealthy", "type": "Warning",
+        "message": "Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")",
+        "firstTimestamp": ago(60), "lastTimestamp": ago(2), "count": 12
+    });
+    let (result, seen, events, _ctx) = run_with_events(
+        pool,
+        vec![
+            get(SA, sa),
+            get(NP, np),
+            get(SVC, svc),
+            get(PDB, pdb),
+            get(DEPLOY, deploy),
+            list_pods(vec![unready]),
+            get(
+                CORE_EVENTS,
+                json!({"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": [unhealthy]}),
+            ),
+            apply(STATUS),
+        ],
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    assert!(
+        seen[6].query.contains("fieldSelector=reason%3DUnhealthy"),
+        "only probe failures are read: {}",
+        seen[6].query
+    );
+    let (_, reason, message) = condition(&seen[7].body["status"], "Ready");
+    assert_eq!(reason, "Unhealthy");
+    assert!(
+        message.ends_with(
+            "runs but is not ready: Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")"
+        ),
+        "{message}"
+    );
+    assert_eq!(event_summary(&events)[0].1, "Unhealthy");
 }
 
 #[tokio::test]

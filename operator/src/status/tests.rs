@@ -1,5 +1,7 @@
 use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
 use k8s_openapi::api::core::v1::Pod;
+
+use crate::diagnose::Observed;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
@@ -56,7 +58,7 @@ fn a_rolled_out_pool_is_ready() {
     let p = pool(None);
     let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
     let now = time("2026-01-01T00:00:00Z");
-    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), &[], "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &now);
     assert_eq!((s.replicas, s.ready_replicas, s.observed_generation), (3, 3, Some(4)));
     assert_eq!(
         s.endpoint.as_deref(),
@@ -89,7 +91,7 @@ fn transition_times_survive_unchanged_conditions() {
         &p,
         &r,
         &deployment(rolled_out(3)),
-        &[],
+        &none(),
         "cluster.local",
         &time("2026-01-01T00:00:00Z"),
     );
@@ -98,13 +100,13 @@ fn transition_times_survive_unchanged_conditions() {
         &p,
         &r,
         &deployment(rolled_out(3)),
-        &[],
+        &none(),
         "cluster.local",
         &time("2026-01-02T00:00:00Z"),
     );
     assert_eq!(again, first, "nothing changed, so the status must be identical");
     let later = time("2026-01-03T00:00:00Z");
-    let lost_one = from_deployment(&p, &r, &deployment(lost_pods(2)), &[], "cluster.local", &later);
+    let lost_one = from_deployment(&p, &r, &deployment(lost_pods(2)), &none(), "cluster.local", &later);
     assert_eq!(
         summary(&lost_one),
         [
@@ -128,7 +130,7 @@ fn rollouts_and_failures_are_reported() {
     let mut rolling = rolled_out(3);
     rolling.updated_replicas = Some(1);
     rolling.replicas = Some(4);
-    let s = from_deployment(&p, &r, &deployment(rolling), &[], "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(rolling), &none(), "cluster.local", &now);
     assert_eq!(
         summary(&s),
         [
@@ -153,7 +155,7 @@ fn rollouts_and_failures_are_reported() {
             ..Default::default()
         },
     ]);
-    let s = from_deployment(&p, &r, &deployment(stuck), &[], "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(stuck), &none(), "cluster.local", &now);
     assert_eq!(
         summary(&s),
         [
@@ -170,6 +172,17 @@ fn rollouts_and_failures_are_reported() {
         "{}",
         s.conditions[0].message
     );
+}
+
+fn none() -> Observed {
+    Observed::default()
+}
+
+fn pods(pod: Pod) -> Observed {
+    Observed {
+        pods: vec![pod],
+        ..Default::default()
+    }
 }
 
 fn crash_looping_pod(restarts: i32) -> Pod {
@@ -195,7 +208,7 @@ fn a_crash_loop_is_the_reason_kubectl_get_shows_until_it_clears() {
         &p,
         &r,
         &deployment(starting.clone()),
-        &[crash_looping_pod(3)],
+        &pods(crash_looping_pod(3)),
         "cluster.local",
         &now,
     );
@@ -220,7 +233,7 @@ fn a_crash_loop_is_the_reason_kubectl_get_shows_until_it_clears() {
         &p,
         &r,
         &deployment(starting),
-        &[crash_looping_pod(4)],
+        &pods(crash_looping_pod(4)),
         "cluster.local",
         &later,
     );
@@ -232,7 +245,7 @@ fn a_crash_loop_is_the_reason_kubectl_get_shows_until_it_clears() {
 
     // Fixed: the pods turn ready and the conditions go back to their plain reasons.
     let p = pool(Some(again));
-    let fixed = from_deployment(&p, &r, &deployment(rolled_out(3)), &[], "cluster.local", &later);
+    let fixed = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &later);
     assert_eq!(
         summary(&fixed),
         [
@@ -254,7 +267,7 @@ fn a_crashing_surge_pod_degrades_a_pool_that_still_serves() {
         &p,
         &r,
         &deployment(rolling),
-        &[crash_looping_pod(2)],
+        &pods(crash_looping_pod(2)),
         "cluster.local",
         &time("2026-01-01T00:00:00Z"),
     );
@@ -284,7 +297,7 @@ fn a_passed_deadline_is_the_ready_reason_too() {
         &p,
         &r,
         &deployment(stuck),
-        &[],
+        &none(),
         "cluster.local",
         &time("2026-01-01T00:00:00Z"),
     );
@@ -379,13 +392,13 @@ fn a_pool_that_loses_pods_after_its_rollout_is_degraded() {
         &p,
         &r,
         &deployment(rolled_out(3)),
-        &[],
+        &none(),
         "cluster.local",
         &time("2026-01-01T00:00:00Z"),
     );
     let p = pool(Some(done));
     let now = time("2026-01-02T00:00:00Z");
-    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), &[], "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), &none(), "cluster.local", &now);
     assert_eq!(
         summary(&s),
         [
@@ -400,10 +413,10 @@ fn a_pool_that_loses_pods_after_its_rollout_is_degraded() {
     );
     // It stays degraded (not "rolling out") until the pods are back.
     let p = pool(Some(s));
-    let s = from_deployment(&p, &r, &deployment(lost_pods(1)), &[], "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(lost_pods(1)), &none(), "cluster.local", &now);
     assert_eq!(summary(&s)[2], c("Degraded", "True", "ReplicasUnavailable"));
     let p = pool(Some(s));
-    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), &[], "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &now);
     assert_eq!(summary(&s)[2], c("Degraded", "False", "AsExpected"));
 }
 
@@ -420,10 +433,10 @@ fn the_deployments_own_verdict_marks_a_finished_rollout() {
         ..Default::default()
     }]);
     let now = time("2026-01-01T00:00:00Z");
-    let s = from_deployment(&p, &r, &deployment(status), &[], "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(status), &none(), "cluster.local", &now);
     assert_eq!(summary(&s)[2], c("Degraded", "True", "ReplicasUnavailable"));
     // A first rollout whose pods are still starting is only progressing.
-    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), &[], "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), &none(), "cluster.local", &now);
     assert_eq!(
         summary(&s)[1..],
         [
