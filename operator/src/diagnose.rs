@@ -28,7 +28,7 @@ pub const IMAGE_PULL_REASONS: [&str; 4] = [
 pub const OOM_KILLED: &str = "OOMKilled";
 /// The executor keeps exiting and the kubelet waits longer before each restart.
 pub const CRASH_LOOP: &str = "CrashLoopBackOff";
-/// The executor exited and is being restarted (before the kubelet calls it a crash loop).
+/// The executor exited for the first time (not yet restarted: after that it is a crash loop).
 pub const CONTAINER_EXITED: &str = "ContainerExited";
 /// The kubelet evicted a pod (node pressure).
 pub const EVICTED: &str = "Evicted";
@@ -295,14 +295,7 @@ fn container_finding(pod: &Pod, pod_name: &str, c: &ContainerStatus, probes: &Pr
             if let Some(end) = exit.filter(|e| e.reason.as_deref() == Some(OOM_KILLED)) {
                 return Some(oom(&who, pod, &c.name, end, restarts));
             }
-            let how = exit
-                .map(|e| describe_exit(e, probes))
-                .unwrap_or_else(|| "exited".to_owned());
-            return Some(finding(
-                CRASH_LOOP,
-                format!("{who} keeps exiting ({}; {how}){}", times(restarts), last_words(exit)),
-                restarts,
-            ));
+            return Some(crash_loop(&who, exit, restarts, probes));
         }
         if !reason.is_empty() && !NORMAL_WAITING.contains(&reason) {
             let said = clean(reason);
@@ -324,7 +317,13 @@ fn container_finding(pod: &Pod, pod_name: &str, c: &ContainerStatus, probes: &Pr
             return Some(oom(&who, pod, &c.name, end, restarts));
         }
     }
-    if let Some(end) = exit.filter(|_| !c.ready && (current_end.is_some() || restarts > 0)) {
+    // A crash loop passes through running (restarted, not yet ready) and terminated between
+    // the kubelet's back-offs: one reason for all three, so the pool's REASON and Events do
+    // not flap with each restart. Only the very first exit is told apart.
+    if !c.ready && restarts > 0 && exit.is_some() {
+        return Some(crash_loop(&who, exit, restarts, probes));
+    }
+    if let Some(end) = exit.filter(|_| !c.ready && current_end.is_some()) {
         return Some(finding(
             CONTAINER_EXITED,
             format!(
@@ -349,6 +348,22 @@ fn container_finding(pod: &Pod, pod_name: &str, c: &ContainerStatus, probes: &Pr
         ));
     }
     None
+}
+
+fn crash_loop(
+    who: &str,
+    exit: Option<&ContainerStateTerminated>,
+    restarts: i32,
+    probes: &ProbeFailures<'_>,
+) -> Finding {
+    let how = exit
+        .map(|e| describe_exit(e, probes))
+        .unwrap_or_else(|| "exited".to_owned());
+    finding(
+        CRASH_LOOP,
+        format!("{who} keeps exiting ({}; {how}){}", times(restarts), last_words(exit)),
+        restarts,
+    )
 }
 
 fn oom(who: &str, pod: &Pod, container: &str, end: &ContainerStateTerminated, restarts: i32) -> Finding {

@@ -228,7 +228,7 @@ fn each_failure_shape_has_its_reason_and_quotes_its_cause() {
                        "state": {"running": {"startedAt": "2026-01-01T00:09:55Z"}},
                        "lastState": {"terminated": {"exitCode": 0, "reason": "Completed"}}}),
             )],
-            "ContainerExited",
+            "CrashLoopBackOff",
             vec!["exited with code 0 (stopped by the kubelet: a failing liveness or startup probe?)"],
         ),
         (
@@ -236,7 +236,7 @@ fn each_failure_shape_has_its_reason_and_quotes_its_cause() {
             no_conditions(),
             vec![with_container(
                 "python-a",
-                json!({"restartCount": 1, "state": {"terminated": {"exitCode": 139, "reason": "Error"}}}),
+                json!({"restartCount": 0, "state": {"terminated": {"exitCode": 139, "reason": "Error"}}}),
             )],
             "ContainerExited",
             vec!["was killed by signal 11 (SIGSEGV), exit code 139"],
@@ -390,6 +390,32 @@ fn a_failing_probe_is_quoted_from_the_kubelets_events() {
     assert!(
         message.contains("exited with code 0 (stopped by the kubelet: Liveness probe failed: timeout: failed to connect service \":50051\" within 1s)"),
         "{message}"
+    );
+}
+
+#[test]
+fn a_crash_loop_keeps_its_reason_through_every_state_of_its_cycle() {
+    let last = json!({"exitCode": 1, "reason": "Error", "message": "fatal: no cgroup"});
+    let cycle = [
+        json!({"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": {"terminated": last}}),
+        json!({"restartCount": 3, "started": false, "state": {"running": {"startedAt": "2026-01-01T00:09:59Z"}},
+               "lastState": {"terminated": last}}),
+        json!({"restartCount": 3, "state": {"terminated": last}, "lastState": {"terminated": last}}),
+    ];
+    for state in cycle {
+        let (reason, message) =
+            diagnosed(&no_conditions(), &[with_container("python-a", state.clone())]).expect("problem");
+        assert_eq!(reason, "CrashLoopBackOff", "{state}");
+        assert!(
+            message.ends_with("; exited with code 1): fatal: no cgroup"),
+            "{message}"
+        );
+    }
+    // Only a first exit, before any restart, is told apart.
+    let first = with_container("python-a", json!({"restartCount": 0, "state": {"terminated": last}}));
+    assert_eq!(
+        diagnosed(&no_conditions(), &[first]).expect("problem").0,
+        "ContainerExited"
     );
 }
 
