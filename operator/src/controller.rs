@@ -169,7 +169,7 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
         .for_each(|result| async move {
             match result {
                 Ok((pool, _)) => tracing::debug!(pool = %pool, "reconciled"),
-                Err(error) => tracing::debug!(%error, "reconcile did not complete"),
+                Err(error) => tracing::debug!(error = %crate::error_chain(&error), "reconcile did not complete"),
             }
         })
         .await;

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use sandpool_operator::controller::{self, RunConfig};
 use sandpool_operator::crd::IsolationMode;
 use sandpool_operator::defaults::{PoolDefaults, default_executor_image};
+use sandpool_operator::error_chain;
 use sandpool_operator::policy::Policy;
 
 #[derive(Parser)]
@@ -223,8 +224,9 @@ async fn main() -> ExitCode {
         return match run(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                // One line with the whole chain ("{:#}"), not anyhow's multi-line report.
-                tracing::error!("{error:#}");
+                // One line with the whole chain, each cause said once (kube's errors quote
+                // their sources), not anyhow's multi-line report.
+                tracing::error!("{}", error_chain(error.as_ref()));
                 ExitCode::FAILURE
             }
         };
@@ -232,7 +234,7 @@ async fn main() -> ExitCode {
     match command(cli.command).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("sandpool-operator: {error:#}");
+            eprintln!("sandpool-operator: {}", error_chain(error.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -341,7 +341,7 @@ async fn publish(ctx: &Context, pool: &SandboxPool, type_: EventType, reason: &s
         secondary: None,
     };
     if let Err(error) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
-        tracing::warn!(%error, %reason, "cannot publish an Event");
+        tracing::warn!(error = %crate::error_chain(&error), %reason, "cannot publish an Event");
     }
 }
 
