@@ -657,7 +657,7 @@ async fn a_pool_whose_pods_no_node_can_take_says_why_then_recovers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_looping_executor_is_named_with_its_last_error_then_recovers() {
+async fn a_crash_looping_oom_killed_or_imageless_executor_is_named_then_recovers() {
     let Some(setup) = Setup::new("e2e-crash", privileged()).await else {
         return;
     };
@@ -735,6 +735,72 @@ async fn a_crash_looping_executor_is_named_with_its_last_error_then_recovers() {
         condition(&pool, "Degraded").map(|c| (c.status.as_str(), c.reason.as_str())),
         Some(("False", "AsExpected"))
     );
+
+    // Two more shapes a real node gives, each named, each gone with its pod: an executor
+    // killed for memory, and an image the node does not have (imagePullPolicy: Never).
+    let shapes = [
+        (
+            json!({"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                   "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                       "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}}}),
+            "OOMKilled",
+            "was killed for using more than its memory limit of 1Gi",
+        ),
+        (
+            json!({"restartCount": 0, "state": {"waiting": {"reason": "ErrImageNeverPull",
+                   "message": "Container image \"ghcr.io/sandpool/executor:0.1.0\" is not present with pull policy of Never"}}}),
+            "ErrImageNeverPull",
+            "is not present with pull policy of Never",
+        ),
+    ];
+    for (container, reason, words) in shapes {
+        let victim = pods
+            .list(&ListParams::default().labels("sandpool.dev/pool=e2e"))
+            .await
+            .expect("pods list")
+            .items
+            .into_iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none())
+            .expect("a pod")
+            .name_any();
+        let mut status = json!({
+            "name": "executor", "image": "ghcr.io/sandpool/executor:0.1.0", "imageID": "",
+            "ready": false, "started": false,
+        });
+        for (k, v) in container.as_object().expect("object") {
+            status[k] = v.clone();
+        }
+        let patch = json!({"status": {
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+            ],
+            "containerStatuses": [status]
+        }});
+        setup.cluster.kubectl(&[
+            "patch",
+            "pod",
+            &victim,
+            "-n",
+            &setup.ns.name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ]);
+        wait_for(&format!("the pool to name {reason}"), SAYS_WHY_WITHIN, || async {
+            pools
+                .get("e2e")
+                .await
+                .is_ok_and(|p| condition(&p, "Ready").is_some_and(|c| c.reason == reason && c.message.contains(words)))
+        })
+        .await;
+        wait_for_warning(&setup, "e2e", reason, words).await;
+        pods.delete(&victim, &DeleteParams::default())
+            .await
+            .expect("pod deletes");
+        setup.wait_ready("e2e", 1, &operator).await;
+    }
     drop(operator);
 }
 
