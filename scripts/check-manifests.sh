@@ -9,7 +9,8 @@
 #   - the chart's Roles/ClusterRoles grant exactly the calls the operator makes
 #     (`sandpool-operator rbac`, from operator/src/rbac.rs), in both watch modes
 #     (scripts/check-rbac.py compares them);
-#   - the chart refuses unsafe values (replicas without leader election, duplicate labels).
+#   - the chart refuses unsafe values (replicas without leader election, duplicate labels)
+#     and takes numeric image tags (`--set image.tag=1`).
 # Objects are validated with `kubernetes-validate --strict` against Kubernetes $KUBE_VERSION.
 #
 # Run from anywhere after `cargo build --workspace` (needs python3 with venv, and network
@@ -232,6 +233,31 @@ for bad in "watch.clusterWide=maybe" "executor.isolation=none" "replicaCount=-1"
     ok "values.schema.json refuses --set $bad"
   fi
 done
+
+# A number is a valid image tag (`--set image.tag=1` makes an integer, a values file a float):
+# the chart must take it and print it as the tag, whole, never in exponent form.
+accept_tag() {
+  local why="$1" operator_image="$2" executor_image="$3" out; shift 3
+  if ! out="$("$HELM" template x "$CHART" "$@" 2>&1)"; then
+    fail "chart refuses $why"
+    indent <<< "$out"
+  elif ! grep -qF "image: \"$operator_image\"" <<< "$out" \
+      || ! grep -A1 -F "name: SANDPOOL_EXECUTOR_IMAGE" <<< "$out" | grep -qF "value: \"$executor_image\""; then
+    fail "chart with $why does not render images $operator_image and $executor_image"
+  else
+    ok "chart takes $why"
+  fi
+}
+accept_tag "numeric image tags from --set" ghcr.io/sandpool/operator:1 ghcr.io/sandpool/executor:20241201 \
+  --set image.tag=1 --set executor.image.tag=20241201
+printf 'image: {tag: 20241201}\nexecutor: {image: {repository: r/e, tag: 0}}\n' > "$WORK/numeric-tags.yaml"
+accept_tag "numeric image tags from a values file" ghcr.io/sandpool/operator:20241201 r/e:0 \
+  -f "$WORK/numeric-tags.yaml"
+if "$HELM" template x "$CHART" -f <(printf 'image: {tag: 1.5}\n') > /dev/null 2>&1; then
+  fail "values.schema.json accepts image.tag: 1.5 (YAML makes it a number, not the tag \"1.5\")"
+else
+  ok "values.schema.json refuses a fractional image.tag"
+fi
 
 # Values the templates must refuse (checks the schema cannot express).
 refuse_values() {

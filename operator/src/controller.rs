@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 use crate::crd::SandboxPool;
 use crate::defaults::PoolDefaults;
 use crate::http::{self, Health};
+use crate::labels::{FIELD_MANAGER, POOL_LABEL};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::reconcile::{self, Context};
@@ -134,21 +136,40 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
     };
 
     tracing::info!(namespace = ?config.namespace, "watching SandboxPools");
+    let pod_namespaces = pod_watch_namespaces(config.namespace.as_deref(), &config.defaults.policy.namespaces);
     let ctx = Arc::new(Context::new(client.clone(), config.defaults, metrics.clone()));
     let owned = child_watch_config();
     let ns = config.namespace.as_deref();
-    Controller::new(pools, watcher::Config::default())
+    let mut controller = Controller::new(pools, watcher::Config::default())
         .owns(api::<Deployment>(&client, ns), owned.clone())
         .owns(api::<Service>(&client, ns), owned.clone())
         .owns(api::<NetworkPolicy>(&client, ns), owned.clone())
         .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
-        .owns(api::<ServiceAccount>(&client, ns), owned)
+        .owns(api::<ServiceAccount>(&client, ns), owned);
+    // A pod that crashes, is refused a node or fails its probe changes no child of the pool,
+    // only its own status: watch executor pods too, so the pool says why within seconds.
+    // A watch the API server refuses would back off every trigger of the controller (they
+    // share one stream), so pods are watched only where a list is allowed: an operator
+    // newer than its chart's Role still reconciles, just without naming pod failures.
+    for pod_ns in &pod_namespaces {
+        let pods = api::<Pod>(&client, pod_ns.as_deref());
+        let probe = ListParams::default().labels(&pod_selector()).limit(1);
+        match pods.list(&probe).await {
+            Ok(_) => controller = controller.watches(pods, pod_watch_config(), pool_of_pod),
+            Err(error) => tracing::warn!(
+                namespace = ?pod_ns,
+                error = %crate::error_chain(&error),
+                "cannot list executor pods (does the operator's Role grant pods list/watch?); pools will not say why their pods fail"
+            ),
+        }
+    }
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((pool, _)) => tracing::debug!(pool = %pool, "reconciled"),
-                Err(error) => tracing::debug!(%error, "reconcile did not complete"),
+                Err(error) => tracing::debug!(error = %crate::error_chain(&error), "reconcile did not complete"),
             }
         })
         .await;
@@ -173,6 +194,33 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
 /// resync, and the owner reference is what decides whose child it is.
 pub fn child_watch_config() -> watcher::Config {
     watcher::Config::default()
+}
+
+/// How executor pods are watched: only pods the operator's Deployments made (their
+/// template's labels), so the cache holds no other workload of the namespace.
+pub fn pod_watch_config() -> watcher::Config {
+    watcher::Config::default().labels(&pod_selector())
+}
+
+fn pod_selector() -> String {
+    format!("app.kubernetes.io/managed-by={FIELD_MANAGER},{POOL_LABEL}")
+}
+
+/// The pool whose reconcile a pod's change triggers: its pool label, in its namespace.
+pub fn pool_of_pod(pod: Pod) -> Option<ObjectRef<SandboxPool>> {
+    let pool = pod.metadata.labels.as_ref()?.get(POOL_LABEL)?;
+    let namespace = pod.metadata.namespace.as_deref()?;
+    Some(ObjectRef::new(pool).within(namespace))
+}
+
+/// Where executor pods are watched: the watched namespace; in cluster-wide mode each managed
+/// namespace when a list is set (the operator may read pods only there), else everywhere.
+pub fn pod_watch_namespaces(watched: Option<&str>, managed: &[String]) -> Vec<Option<String>> {
+    match watched {
+        Some(ns) => vec![Some(ns.to_owned())],
+        None if !managed.is_empty() => managed.iter().cloned().map(Some).collect(),
+        None => vec![None],
+    }
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>

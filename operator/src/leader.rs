@@ -53,8 +53,10 @@ impl Leadership {
         drop(self.state);
         match tokio::time::timeout(std::time::Duration::from_secs(5), self.task).await {
             Ok(Ok(Ok(_))) => tracing::info!("released the leader lease"),
-            Ok(Ok(Err(error))) => tracing::warn!(%error, "could not release the leader lease"),
-            Ok(Err(error)) => tracing::warn!(%error, "leader election task failed"),
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(error = %crate::error_chain(&error), "could not release the leader lease")
+            }
+            Ok(Err(error)) => tracing::warn!(error = %crate::error_chain(&error), "leader election task failed"),
             Err(_) => tracing::warn!("timed out releasing the leader lease; it will expire"),
         }
     }

@@ -6,6 +6,8 @@
 //!   ServiceAccount and PodDisruptionBudget.
 //! - [`apply`]: server-side apply of one child, skipped when nothing would change.
 //! - [`status`]: the pool's status and its Ready/Progressing/Degraded conditions.
+//! - [`diagnose`]: why executors are not running (crash loop, OOM, image, scheduling,
+//!   probes, refused pods, deadline), from the Deployment and its pods, for the conditions.
 //! - [`reconcile`]: the reconcile loop and its error policy.
 //! - [`metrics`]: Prometheus metrics of the loop.
 //! - [`controller`]: the `run` subcommand: watches, leader election, shutdown.
@@ -24,6 +26,7 @@ pub mod build;
 pub mod controller;
 pub mod crd;
 pub mod defaults;
+pub mod diagnose;
 pub mod http;
 pub mod labels;
 pub mod leader;
@@ -35,3 +38,35 @@ pub mod render;
 pub mod resolve;
 pub mod status;
 pub mod units;
+
+/// An error and its causes on one line, each said once (many errors already quote their
+/// source), for logs a person reads: `reconcile failed: Deployment python: ApiError: ...`.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !out.contains(&said) {
+            out.push_str(": ");
+            out.push_str(&said);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod error_chain_tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] Middle);
+    #[derive(Debug, thiserror::Error)]
+    #[error("middle: {0}")]
+    struct Middle(#[source] std::io::Error);
+
+    #[test]
+    fn each_cause_is_said_once_on_one_line() {
+        let e = Outer(Middle(std::io::Error::other("disk on fire")));
+        assert_eq!(super::error_chain(&e), "outer: middle: disk on fire");
+    }
+}

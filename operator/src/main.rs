@@ -3,6 +3,7 @@
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -10,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use sandpool_operator::controller::{self, RunConfig};
 use sandpool_operator::crd::IsolationMode;
 use sandpool_operator::defaults::{PoolDefaults, default_executor_image};
+use sandpool_operator::error_chain;
 use sandpool_operator::policy::Policy;
 
 #[derive(Parser)]
@@ -162,10 +164,18 @@ fn parse_isolation(s: &str) -> Result<IsolationMode, String> {
     }
 }
 
+/// Whether log lines may carry colour: only for a person at a terminal (a pod's log, which
+/// `kubectl logs` shows raw, must not), and never with `NO_COLOR` set (no-color.org).
+fn log_colour(stdout_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stdout_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 fn init_tracing(format: &str) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let ansi = log_colour(std::io::stdout().is_terminal(), std::env::var_os("NO_COLOR"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi);
     if format == "json" {
         builder.json().init();
     } else {
@@ -174,7 +184,6 @@ fn init_tracing(format: &str) {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_tracing(&args.log_format);
     // An empty WATCH_NAMESPACE (as a chart renders it for cluster-wide installs) means all.
     let namespace = args.namespace.filter(|ns| !ns.is_empty());
     let leader = if args.leader_elect {
@@ -208,9 +217,32 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    if let Command::Run(args) = cli.command {
+        init_tracing(&args.log_format);
+        return match run(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                // One line with the whole chain, each cause said once (kube's errors quote
+                // their sources), not anyhow's multi-line report.
+                tracing::error!("{}", error_chain(error.as_ref()));
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match command(cli.command).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("sandpool-operator: {}", error_chain(error.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The subcommands that print what they make (stdout is their output, so no log there).
+async fn command(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Run(args) => run(args).await,
         Command::Rbac => {
             println!("{}", sandpool_operator::rbac::rules_json()?);
@@ -257,6 +289,14 @@ fn identity(flag: Option<String>, hostname_env: Option<String>, host: Option<Str
 #[cfg(test)]
 mod leader_args_tests {
     use super::*;
+
+    #[test]
+    fn logs_are_coloured_only_at_a_terminal_without_no_color() {
+        assert!(log_colour(true, None));
+        assert!(!log_colour(false, None), "a pod's log must be plain text");
+        assert!(!log_colour(true, Some("1".into())));
+        assert!(log_colour(true, Some("".into())), "an empty NO_COLOR is unset");
+    }
 
     #[test]
     fn the_lease_namespace_falls_back_to_the_watched_one_then_the_kubeconfigs() {

@@ -12,7 +12,8 @@ pub enum Scope {
     /// Reading and reporting: in every watched namespace (cluster-wide in cluster-wide mode,
     /// so pools outside the managed namespaces can still be told why they are refused).
     Watch,
-    /// Writing children: only in managed namespaces.
+    /// Writing children, and reading the pods their Deployments make: only in managed
+    /// namespaces.
     Manage,
     /// Cluster-scoped reads, only for the managed-namespace selector.
     NamespaceSelector,
@@ -86,6 +87,12 @@ pub const RULES: &[Rule] = &[
     ),
     // reconcile::ensure_auth_secret: create only; Secrets are never read or overwritten.
     rule("", "secrets", &["create"], Scope::Manage),
+    // controller: watch executor pods (label selector) so their failures reach the pool;
+    // reconcile::executor_pods: list a pool's pods to say why they are not ready. No `get`.
+    rule("", "pods", &["list", "watch"], Scope::Manage),
+    // reconcile::observe_pods: the kubelet's probe failures (reason=Unhealthy), read only
+    // when a pod's container runs unready or was stopped cleanly. core/v1, not events.k8s.io.
+    rule("", "events", &["list"], Scope::Manage),
     // reconcile_pool: the namespace's labels, for --managed-namespace-selector.
     rule("", "namespaces", &["get"], Scope::NamespaceSelector),
     // leader::Leadership (kube-lease-manager): read, create and renew the Lease.

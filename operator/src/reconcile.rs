@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -23,7 +23,8 @@ use crate::apply::{self, ApplyError, Outcome};
 use crate::build::{self, Children};
 use crate::crd::{SandboxPool, SandboxPoolStatus};
 use crate::defaults::PoolDefaults;
-use crate::labels::FIELD_MANAGER;
+use crate::diagnose::{self, Observed};
+use crate::labels::{self, FIELD_MANAGER};
 use crate::metrics::{Metrics, WriteLabels};
 use crate::resolve::{self, InvalidSpec, ResolvedPool};
 use crate::status;
@@ -133,7 +134,7 @@ pub async fn reconcile(pool: Arc<SandboxPool>, ctx: Arc<Context>) -> Result<Acti
 pub fn error_policy(pool: Arc<SandboxPool>, error: &Error, ctx: Arc<Context>) -> Action {
     let failures = ctx.fail(key(&pool));
     let delay = backoff(failures);
-    tracing::warn!(pool = %key(&pool), %error, failures, ?delay, "reconcile failed; will retry");
+    tracing::warn!(pool = %key(&pool), error = %crate::error_chain(error), failures, ?delay, "reconcile failed; will retry");
     Action::requeue(delay)
 }
 
@@ -226,10 +227,27 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
         publish(ctx, pool, EventType::Normal, reason, reason, note).await;
     }
 
-    let new_status = status::from_deployment(pool, &resolved, &applied.deployment, &ctx.defaults.cluster_domain, &now);
+    // A Deployment just created has no pods yet, and a settled one has none worth reading.
+    let observed = if applied.created || status::settled(&applied.deployment, resolved.replicas) {
+        Observed::default()
+    } else {
+        observe_pods(ctx, &namespace, &resolved.name).await
+    };
+    let new_status = status::from_deployment(
+        pool,
+        &resolved,
+        &applied.deployment,
+        &observed,
+        &ctx.defaults.cluster_domain,
+        &now,
+    );
     if rollout_just_finished(pool, &new_status) {
         let note = format!("{} executors run the current spec", resolved.replicas);
         publish(ctx, pool, EventType::Normal, "RolloutComplete", "Rollout", &note).await;
+    }
+    if let Some((reason, message)) = newly_degraded(pool.status.as_ref(), &new_status) {
+        tracing::warn!(%reason, %message, "pool degraded");
+        publish(ctx, pool, EventType::Warning, reason, "Reconcile", message).await;
     }
     write_status(&pools, pool, new_status, ctx).await?;
     Ok(Action::requeue(RESYNC))
@@ -258,6 +276,54 @@ fn progressing_reason(status: Option<&SandboxPoolStatus>) -> Option<&str> {
         .map(|c| c.reason.as_str())
 }
 
+/// The pool's executor pods (the Deployment's selector), and when one may be failing a
+/// probe, the kubelet's `Unhealthy` Events in the namespace (the probe's answer is nowhere
+/// else). A failure to list either is logged, not fatal: the status then says what the
+/// Deployment and the pods say.
+async fn observe_pods(ctx: &Context, namespace: &str, pool: &str) -> Observed {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let pods = match pods
+        .list(&ListParams::default().labels(&labels::selector_string(pool)))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(error) => {
+            tracing::warn!(error = %crate::error_chain(&error), "cannot list the pool's pods; reporting from the Deployment alone");
+            return Observed::default();
+        }
+    };
+    let probe_events = if diagnose::wants_probe_events(&pods) {
+        let events: Api<CoreEvent> = Api::namespaced(ctx.client.clone(), namespace);
+        match events
+            .list(&ListParams::default().fields(&format!("reason={}", diagnose::UNHEALTHY)))
+            .await
+        {
+            Ok(list) => list.items,
+            Err(error) => {
+                tracing::warn!(error = %crate::error_chain(&error), "cannot list probe Events");
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    Observed { pods, probe_events }
+}
+
+/// The (reason, message) of a `Degraded=True` the last status did not have with this reason:
+/// one Warning Event per problem, not one per reconcile (a crash loop's restart count changes
+/// the message, not the reason).
+fn newly_degraded<'a>(old: Option<&SandboxPoolStatus>, new: &'a SandboxPoolStatus) -> Option<(&'a str, &'a str)> {
+    fn degraded(s: &SandboxPoolStatus) -> Option<&Condition> {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == status::DEGRADED && c.status == "True")
+    }
+    let now = degraded(new)?;
+    let before = old.and_then(degraded).map(|c| c.reason.as_str());
+    (before != Some(now.reason.as_str())).then_some((now.reason.as_str(), now.message.as_str()))
+}
+
 fn rollout_just_finished(pool: &SandboxPool, new_status: &SandboxPoolStatus) -> bool {
     progressing_reason(pool.status.as_ref()) == Some("RollingOut")
         && progressing_reason(Some(new_status)) == Some("RolloutComplete")
@@ -275,13 +341,15 @@ async fn publish(ctx: &Context, pool: &SandboxPool, type_: EventType, reason: &s
         secondary: None,
     };
     if let Err(error) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
-        tracing::warn!(%error, %reason, "cannot publish an Event");
+        tracing::warn!(error = %crate::error_chain(&error), %reason, "cannot publish an Event");
     }
 }
 
 /// What applying the children did: the live Deployment and Events worth telling.
 struct Applied {
     deployment: Deployment,
+    /// The Deployment did not exist before this reconcile.
+    created: bool,
     /// (reason, note) of Normal Events.
     events: Vec<(&'static str, String)>,
 }
@@ -346,6 +414,7 @@ async fn apply_children(ctx: &Context, pool: &ResolvedPool, owner_uid: Option<&s
     }
     Ok(Applied {
         deployment: live,
+        created: outcome == Outcome::Created,
         events,
     })
 }

@@ -1,11 +1,12 @@
 //! Pool status and its KEP-1623 conditions (Ready, Progressing, Degraded), computed purely
-//! from the pool, its live Deployment and the previous status.
+//! from the pool, its live Deployment, its pods and the previous status.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use crate::crd::{SandboxPool, SandboxPoolStatus};
+use crate::diagnose::{self, Observed, Problem};
 use crate::labels;
 use crate::resolve::{InvalidSpec, ResolvedPool};
 
@@ -115,11 +116,54 @@ fn rollout_finished_for(pool: &SandboxPool) -> bool {
     })
 }
 
-/// Status for a pool whose objects were applied, from its live Deployment.
+/// Whether the Deployment has every desired executor running the current spec, ready and
+/// available, and no more: then there is nothing in its pods to diagnose, and the reconcile
+/// does not list them.
+pub fn settled(deployment: &Deployment, desired: i32) -> bool {
+    let Some(status) = deployment.status.as_ref() else {
+        return false;
+    };
+    let seen_latest = match (deployment.metadata.generation, status.observed_generation) {
+        (Some(generation), Some(observed)) => observed >= generation,
+        (None, _) => true,
+        (Some(_), None) => false,
+    };
+    let failing = status.conditions.iter().flatten().any(|c| {
+        (c.type_ == "ReplicaFailure" && c.status == "True") || (c.type_ == "Progressing" && c.status == "False")
+    });
+    seen_latest
+        && !failing
+        && [
+            status.replicas,
+            status.ready_replicas,
+            status.updated_replicas,
+            status.available_replicas,
+        ]
+        .iter()
+        .all(|n| n.unwrap_or(0) == desired)
+}
+
+/// Status for a pool whose objects were applied, from its live Deployment and what was read
+/// about its pods (nothing when they were not listed: see [`settled`]). A problem the pods or the Deployment
+/// show ([`diagnose::diagnose`]) becomes the reason of `Degraded` and, while executors are
+/// missing, of `Ready`, so `kubectl get sbp` says `CrashLoopBackOff`, not `ReplicasNotReady`.
 pub fn from_deployment(
     pool: &SandboxPool,
     resolved: &ResolvedPool,
     deployment: &Deployment,
+    observed: &Observed,
+    cluster_domain: &str,
+    now: &Time,
+) -> SandboxPoolStatus {
+    let problem = diagnose::diagnose(deployment, observed, now);
+    with_problem(pool, resolved, deployment, problem, cluster_domain, now)
+}
+
+fn with_problem(
+    pool: &SandboxPool,
+    resolved: &ResolvedPool,
+    deployment: &Deployment,
+    problem: Option<Problem>,
     cluster_domain: &str,
     now: &Time,
 ) -> SandboxPoolStatus {
@@ -142,9 +186,6 @@ pub fn from_deployment(
                 .clone()
                 .unwrap_or_else(|| "progress deadline exceeded".to_owned())
         });
-    let replica_failure = deployment_condition("ReplicaFailure")
-        .filter(|c| c.status == "True")
-        .map(|c| c.message.clone().unwrap_or_else(|| "pods cannot be created".to_owned()));
     // Every pod runs the current template; not yet that they are all available.
     let template_current = seen_latest && updated == desired;
     let rolled_out = template_current && replicas == desired && available == desired;
@@ -165,6 +206,13 @@ pub fn from_deployment(
             status: true,
             reason: "AllReplicasReady",
             message: ready_message,
+        }
+    } else if let Some(problem) = &problem {
+        Want {
+            type_: READY,
+            status: false,
+            reason: &problem.reason,
+            message: format!("{ready_message}: {}", problem.message),
         }
     } else {
         Want {
@@ -194,14 +242,15 @@ pub fn from_deployment(
             message: format!("{updated}/{desired} executors run the current spec"),
         },
     };
-    let degraded_want = if let Some(message) = replica_failure {
+    let degraded_want = if let Some(problem) = &problem {
         Want {
             type_: DEGRADED,
             status: true,
-            reason: "ReplicaFailure",
-            message,
+            reason: &problem.reason,
+            message: problem.message.clone(),
         }
     } else if let Some(message) = deadline_exceeded {
+        // A Progressing=False the Deployment gave another reason than its deadline.
         Want {
             type_: DEGRADED,
             status: true,

@@ -21,6 +21,8 @@ type Log = Arc<Mutex<Vec<(Method, String)>>>;
 struct Fake {
     log: Log,
     lease: Arc<Mutex<Option<Value>>>,
+    /// Answer 403 to every pods request, as a Role without pods would.
+    refuse_pods: bool,
 }
 
 fn pool() -> Value {
@@ -46,6 +48,13 @@ async fn api(State(fake): State<Fake>, method: Method, uri: Uri, body: Bytes) ->
     if path.contains("/leases") {
         return lease(&fake, method, &body);
     }
+    if fake.refuse_pods && path.ends_with("/pods") {
+        return json_response(
+            StatusCode::FORBIDDEN,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "pods is forbidden", "reason": "Forbidden", "code": 403}),
+        );
+    }
     let is_pool_collection = path.ends_with("/sandboxpools");
     let is_collection = is_pool_collection
         || [
@@ -54,6 +63,7 @@ async fn api(State(fake): State<Fake>, method: Method, uri: Uri, body: Bytes) ->
             "serviceaccounts",
             "networkpolicies",
             "poddisruptionbudgets",
+            "pods",
         ]
         .iter()
         .any(|kind| path.ends_with(&format!("/{kind}")));
@@ -161,7 +171,18 @@ async fn run_until_status(
     SocketAddr,
     tokio::task::JoinHandle<Result<(), sandpool_operator::controller::RunError>>,
 ) {
-    let fake = Fake::default();
+    run_until_status_with(Fake::default(), leader).await
+}
+
+/// [`run_until_status`] against the given fake API server.
+async fn run_until_status_with(
+    fake: Fake,
+    leader: Option<(String, String)>,
+) -> (
+    Fake,
+    SocketAddr,
+    tokio::task::JoinHandle<Result<(), sandpool_operator::controller::RunError>>,
+) {
     let log = fake.log.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
     let api_addr = listener.local_addr().expect("address");
@@ -246,6 +267,16 @@ async fn run_reconciles_an_existing_pool_and_serves_health() {
         );
     }
 
+    // Executor pods are watched by label: their failures reconcile the pool, and no other
+    // pod of the namespace is cached.
+    assert!(
+        seen.iter().any(|(m, p)| m == Method::GET
+            && p.starts_with("/api/v1/namespaces/evals/pods?")
+            && p.contains("watch=true")
+            && p.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsandpool-operator%2Csandpool.dev%2Fpool")),
+        "executor pods are not watched by label: {seen:?}"
+    );
+
     let (status, _) = http_get(health, "/readyz").await;
     assert_eq!(status, 200);
     let (status, metrics) = http_get(health, "/metrics").await;
@@ -270,5 +301,42 @@ async fn run_reconciles_only_after_taking_the_lease() {
     assert!(first_lease < first_child, "reconciled before leading: {seen:?}");
     let (_, metrics) = http_get(health, "/metrics").await;
     assert!(metrics.contains("sandpool_operator_leader 1"), "{metrics}");
+    operator.abort();
+}
+
+#[tokio::test]
+async fn without_pods_permission_the_operator_still_reconciles_and_watches_its_children() {
+    // An operator newer than its chart's Role: pods are refused, so their watch is not
+    // started (a failing watcher retries for ever, and its errors back off the triggers the
+    // children's watches share), and the children are watched and the pool reconciled.
+    let fake = Fake {
+        refuse_pods: true,
+        ..Fake::default()
+    };
+    let (fake, _health, operator) = run_until_status_with(fake, None).await;
+    // Give every watch its chance to start.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let watched = |seen: &[(Method, String)], kind: &str| {
+        seen.iter().any(|(m, p)| {
+            m == Method::GET && p.contains(&format!("/namespaces/evals/{kind}?")) && p.contains("watch=true")
+        })
+    };
+    loop {
+        let seen = fake.log.lock().map(|l| l.clone()).unwrap_or_default();
+        if watched(&seen, "deployments") && watched(&seen, "services") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "children not watched: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The one refused list at start-up is all: no watcher retrying pods (and backing off the
+    // controller's triggers with it).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let seen = fake.log.lock().map(|l| l.clone()).unwrap_or_default();
+    let pods: Vec<_> = seen
+        .iter()
+        .filter(|(_, p)| p.contains("/namespaces/evals/pods?"))
+        .collect();
+    assert_eq!(pods.len(), 1, "{pods:?}");
     operator.abort();
 }

@@ -15,6 +15,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -535,6 +536,271 @@ async fn a_namespace_whose_pod_security_level_refuses_the_pods_degrades_the_pool
             .is_empty(),
         "no pod was admitted"
     );
+    // The REASON column and a Warning Event say it too, not "ReplicasNotReady".
+    let pool = pools.get("e2e").await.expect("pool reads");
+    assert_eq!(
+        condition(&pool, "Ready").map(|c| c.reason.as_str()),
+        Some("ReplicaFailure")
+    );
+    wait_for_warning(&setup, "e2e", "ReplicaFailure", "violates PodSecurity").await;
+    drop(operator);
+}
+
+/// Waits for one Warning Event about pool `pool` with `reason` whose note contains `words`,
+/// and returns how many such Events there are.
+async fn wait_for_warning(setup: &Setup, pool: &str, reason: &str, words: &str) -> usize {
+    let events: Api<Event> = setup.api();
+    let matching = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("events list")
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pool)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some(reason)
+                    && e.note.as_deref().is_some_and(|n| n.contains(words))
+            })
+            .count()
+    };
+    wait_for(&format!("a Warning {reason} Event about {pool}"), TIMEOUT, || async {
+        matching().await > 0
+    })
+    .await;
+    matching().await
+}
+
+/// Whether `kubectl get sbp NAME` (its printer columns) shows `reason`.
+fn get_sbp_shows(setup: &Setup, pool: &str, reason: &str) -> bool {
+    let line = setup
+        .cluster
+        .kubectl(&["get", "sbp", pool, "-n", &setup.ns.name, "--no-headers"]);
+    line.split_whitespace().any(|w| w == reason)
+}
+
+/// How long the issue allows between a failure and the pool saying so (issue 31).
+const SAYS_WHY_WITHIN: Duration = Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_whose_pods_no_node_can_take_says_why_then_recovers() {
+    let Some(setup) = Setup::new("e2e-no-gpu", privileged()).await else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    // The kwok nodes have no GPUs: the scheduler says so, and the pool must quote it.
+    let mut spec = pool_spec(1);
+    spec["gpu"] = json!({"count": 1});
+    setup.create_pool("e2e", spec).await;
+    let pools = setup.api::<SandboxPool>();
+    wait_for("the pool to say no node has a GPU", SAYS_WHY_WITHIN, || async {
+        pools.get("e2e").await.is_ok_and(|p| {
+            condition(&p, "Ready").is_some_and(|c| {
+                c.status == "False" && c.reason == "Unschedulable" && c.message.contains("Insufficient nvidia.com/gpu")
+            }) && condition(&p, "Degraded").is_some_and(|c| c.status == "True" && c.reason == "Unschedulable")
+        })
+    })
+    .await;
+    assert!(get_sbp_shows(&setup, "e2e", "Unschedulable"));
+    assert_eq!(
+        wait_for_warning(&setup, "e2e", "Unschedulable", "nvidia.com/gpu").await,
+        1,
+        "one Event for the problem, however often the pool is reconciled"
+    );
+
+    // The Deployment's own deadline (a field the operator leaves alone), made short: it
+    // passes, and the pool names it after the cause it is a consequence of.
+    let deadline = |seconds: u32| {
+        setup.cluster.kubectl(&[
+            "patch",
+            "deployment",
+            "e2e",
+            "-n",
+            &setup.ns.name,
+            "--type=merge",
+            "-p",
+            &json!({"spec": {"progressDeadlineSeconds": seconds}}).to_string(),
+        ]);
+    };
+    deadline(1);
+    wait_for("the pool to see the passed deadline", SAYS_WHY_WITHIN, || async {
+        pools.get("e2e").await.is_ok_and(|p| {
+            condition(&p, "Progressing").is_some_and(|c| c.status == "False" && c.reason == "ProgressDeadlineExceeded")
+                && condition(&p, "Ready").is_some_and(|c| {
+                    c.reason == "Unschedulable" && c.message.ends_with("; also ProgressDeadlineExceeded")
+                })
+        })
+    })
+    .await;
+    deadline(600);
+
+    // Without the GPU the pod is scheduled, and the problem is gone from the pool.
+    setup.cluster.kubectl(&[
+        "patch",
+        "sbp",
+        "e2e",
+        "-n",
+        &setup.ns.name,
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/gpu"}]"#,
+    ]);
+    setup.wait_ready("e2e", 1, &operator).await;
+    let pool = pools.get("e2e").await.expect("pool reads");
+    assert_eq!(
+        condition(&pool, "Degraded").map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some(("False", "AsExpected"))
+    );
+    assert!(get_sbp_shows(&setup, "e2e", "AllReplicasReady"));
+    drop(operator);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_looping_oom_killed_or_imageless_executor_is_named_then_recovers() {
+    let Some(setup) = Setup::new("e2e-crash", privileged()).await else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    setup.create_pool("e2e", pool_spec(1)).await;
+    setup.wait_ready("e2e", 1, &operator).await;
+
+    // kwok runs no container; it leaves a status it did not write alone, so the pod is made
+    // to look as a crash-looping executor's does on a real node (the executor's fatal error
+    // in the termination message: docs/operator.md, "When a pool is not Ready").
+    let pods: Api<Pod> = setup.api();
+    let victim = pods
+        .list(&ListParams::default().labels("sandpool.dev/pool=e2e"))
+        .await
+        .expect("pods list")
+        .items
+        .first()
+        .expect("a pod")
+        .name_any();
+    let crash = json!({"status": {
+        "conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Initialized", "status": "True"},
+            {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+        ],
+        "containerStatuses": [{
+            "name": "executor", "image": "ghcr.io/sandpool/executor:0.1.0", "imageID": "",
+            "ready": false, "started": false, "restartCount": 4,
+            "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                  "message": "back-off 1m20s restarting failed container=executor"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z",
+                "message": "isolation mode namespaces is not available here: mounting the sandbox root: Operation not permitted (os error 1)"}}
+        }]
+    }});
+    let crashed_at = Instant::now();
+    setup.cluster.kubectl(&[
+        "patch",
+        "pod",
+        &victim,
+        "-n",
+        &setup.ns.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &crash.to_string(),
+    ]);
+    let pools = setup.api::<SandboxPool>();
+    wait_for("the pool to name the crash loop", SAYS_WHY_WITHIN, || async {
+        pools.get("e2e").await.is_ok_and(|p| {
+            condition(&p, "Ready").is_some_and(|c| {
+                c.status == "False"
+                    && c.reason == "CrashLoopBackOff"
+                    && c.message.contains(&format!(
+                        "pod {victim}: container executor keeps exiting (restarted 4 times"
+                    ))
+                    && c.message
+                        .ends_with("mounting the sandbox root: Operation not permitted (os error 1)")
+            })
+        })
+    })
+    .await;
+    eprintln!("the pool named the crash loop {:?} after it", crashed_at.elapsed());
+    assert!(get_sbp_shows(&setup, "e2e", "CrashLoopBackOff"));
+    wait_for_warning(&setup, "e2e", "CrashLoopBackOff", "Operation not permitted").await;
+
+    // The pod replaced (as a fixed image would be), the pool is Ready again.
+    pods.delete(&victim, &DeleteParams::default())
+        .await
+        .expect("pod deletes");
+    setup.wait_ready("e2e", 1, &operator).await;
+    let pool = pools.get("e2e").await.expect("pool reads");
+    assert_eq!(
+        condition(&pool, "Degraded").map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some(("False", "AsExpected"))
+    );
+
+    // Two more shapes a real node gives, each named, each gone with its pod: an executor
+    // killed for memory, and an image the node does not have (imagePullPolicy: Never).
+    let shapes = [
+        (
+            json!({"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                   "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                       "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}}}),
+            "OOMKilled",
+            "was killed for using more than its memory limit of 1Gi",
+        ),
+        (
+            json!({"restartCount": 0, "state": {"waiting": {"reason": "ErrImageNeverPull",
+                   "message": "Container image \"ghcr.io/sandpool/executor:0.1.0\" is not present with pull policy of Never"}}}),
+            "ErrImageNeverPull",
+            "is not present with pull policy of Never",
+        ),
+    ];
+    for (container, reason, words) in shapes {
+        let victim = pods
+            .list(&ListParams::default().labels("sandpool.dev/pool=e2e"))
+            .await
+            .expect("pods list")
+            .items
+            .into_iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none())
+            .expect("a pod")
+            .name_any();
+        let mut status = json!({
+            "name": "executor", "image": "ghcr.io/sandpool/executor:0.1.0", "imageID": "",
+            "ready": false, "started": false,
+        });
+        for (k, v) in container.as_object().expect("object") {
+            status[k] = v.clone();
+        }
+        let patch = json!({"status": {
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+            ],
+            "containerStatuses": [status]
+        }});
+        setup.cluster.kubectl(&[
+            "patch",
+            "pod",
+            &victim,
+            "-n",
+            &setup.ns.name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ]);
+        wait_for(&format!("the pool to name {reason}"), SAYS_WHY_WITHIN, || async {
+            pools
+                .get("e2e")
+                .await
+                .is_ok_and(|p| condition(&p, "Ready").is_some_and(|c| c.reason == reason && c.message.contains(words)))
+        })
+        .await;
+        wait_for_warning(&setup, "e2e", reason, words).await;
+        pods.delete(&victim, &DeleteParams::default())
+            .await
+            .expect("pod deletes");
+        setup.wait_ready("e2e", 1, &operator).await;
+    }
     drop(operator);
 }
 

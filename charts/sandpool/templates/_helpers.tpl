@@ -17,7 +17,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "sandpool.commonLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/part-of: sandpool
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "sandpool.tag" (dict "tag" .Values.image.tag "default" .Chart.AppVersion) | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
@@ -33,10 +33,22 @@ app.kubernetes.io/component: operator
 {{- printf "%s-%s" .Release.Namespace (include "sandpool.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+An image tag as a string, else the default. `--set image.tag=1` makes a number (an integer;
+from a values file, a float64 that is whole, which the schema checks), and `1` is a tag: so
+numbers are printed as integers (never "1e+06" or "%!s(int64=1)"), and 0 is a tag too.
+*/}}
+{{- define "sandpool.tag" -}}
+{{- $tag := .tag -}}
+{{- if kindIs "invalid" $tag -}}{{- $tag = "" -}}{{- end -}}
+{{- if kindIs "float64" $tag -}}{{- $tag = int64 $tag -}}{{- end -}}
+{{- toString $tag | default .default -}}
+{{- end -}}
+
 {{- define "sandpool.operatorImage" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- printf "%s:%s" .Values.image.repository (include "sandpool.tag" (dict "tag" .Values.image.tag "default" .Chart.AppVersion)) -}}
 {{- end -}}
 
 {{- define "sandpool.executorImage" -}}
-{{- printf "%s:%s" .Values.executor.image.repository (.Values.executor.image.tag | default .Chart.AppVersion) -}}
+{{- printf "%s:%s" .Values.executor.image.repository (include "sandpool.tag" (dict "tag" .Values.executor.image.tag "default" .Chart.AppVersion)) -}}
 {{- end -}}

@@ -16,6 +16,8 @@ const SVC: &str = "/api/v1/namespaces/evals/services/python";
 const PDB: &str = "/apis/policy/v1/namespaces/evals/poddisruptionbudgets/python";
 const DEPLOY: &str = "/apis/apps/v1/namespaces/evals/deployments/python";
 const STATUS: &str = "/apis/sandpool.dev/v1alpha1/namespaces/evals/sandboxpools/python/status";
+const PODS: &str = "/api/v1/namespaces/evals/pods";
+const CORE_EVENTS: &str = "/api/v1/namespaces/evals/events";
 
 /// One request the fake API server expects, and its answer.
 struct Reply {
@@ -45,6 +47,14 @@ fn get_missing(path: &'static str) -> Reply {
                           "message": "not found", "reason": "NotFound", "code": 404}),
         ),
     }
+}
+
+/// The pool's pods, as a list answers.
+fn list_pods(items: Vec<Value>) -> Reply {
+    get(
+        PODS,
+        json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}, "items": items}),
+    )
 }
 
 fn apply(path: &'static str) -> Reply {
@@ -373,7 +383,7 @@ fn settled_status(pool: &SandboxPool, replicas: i32) -> SandboxPoolStatus {
     let resolved = resolve::resolve(pool, &PoolDefaults::default(), "evals").expect("valid");
     let deployment: Deployment = serde_json::from_value(live_children(pool, replicas)[4].clone()).expect("deployment");
     let now = Time("2026-01-01T00:00:00Z".parse().expect("timestamp"));
-    status::from_deployment(pool, &resolved, &deployment, "cluster.local", &now)
+    status::from_deployment(pool, &resolved, &deployment, &Default::default(), "cluster.local", &now)
 }
 
 #[tokio::test]
@@ -473,6 +483,7 @@ async fn spec_change_updates_only_what_changed() {
             get(PDB, pdb),
             get(DEPLOY, deploy),
             apply_returning(DEPLOY, rolled),
+            list_pods(vec![]),
             apply(STATUS),
         ],
     )
@@ -731,6 +742,7 @@ async fn scaling_and_rollouts_are_events() {
             get(PDB, pdb),
             get(DEPLOY, deploy.clone()),
             apply_returning(DEPLOY, deploy),
+            list_pods(vec![]),
             apply(STATUS),
         ],
         PoolDefaults::default(),
@@ -1003,4 +1015,280 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
 fn children_are_watched_by_owner_not_by_label() {
     let config = crate::controller::child_watch_config();
     assert_eq!(config.label_selector, None, "a removed label must not hide a child");
+}
+
+/// An executor pod of the pool that crash-loops with the executor's fatal error.
+fn crash_looping_pod(restarts: i32) -> Value {
+    json!({
+        "metadata": {"name": "python-7d9-abc", "namespace": "evals",
+                     "labels": {"sandpool.dev/pool": "python"}},
+        "spec": {"containers": [{"name": "executor"}]},
+        "status": {"phase": "Running", "containerStatuses": [{
+            "name": "executor", "image": "ghcr.io/sandpool/executor:0.1.0", "imageID": "",
+            "ready": false, "restartCount": restarts,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                "message": "cannot set up the sandbox root under /var/lib/sandpool/mnt: Operation not permitted (os error 1)"}}
+        }]}
+    })
+}
+
+/// A pool whose Deployment has `ready` of 3 executors ready, and that Deployment.
+fn pool_with_ready(ready: i32) -> (SandboxPool, [Value; 5]) {
+    let mut pool = pool(spec(), 1);
+    pool.status = Some(settled_status(&pool, 3));
+    let mut live = live_children(&pool, 3);
+    live[4]["status"]["readyReplicas"] = json!(ready);
+    live[4]["status"]["availableReplicas"] = json!(ready);
+    (pool, live)
+}
+
+#[tokio::test]
+async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
+    let (pool, [sa, np, svc, pdb, deploy]) = pool_with_ready(2);
+    let replies = |pods: Vec<Value>| {
+        vec![
+            get(SA, sa.clone()),
+            get(NP, np.clone()),
+            get(SVC, svc.clone()),
+            get(PDB, pdb.clone()),
+            get(DEPLOY, deploy.clone()),
+            list_pods(pods),
+            apply(STATUS),
+        ]
+    };
+    let (result, seen, events, _ctx) = run_with_events(
+        pool.clone(),
+        replies(vec![crash_looping_pod(3)]),
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    let list = &seen[5];
+    assert_eq!(list.method, Method::GET);
+    assert!(
+        list.query
+            .contains("labelSelector=app.kubernetes.io%2Finstance%3Dpython%2Capp.kubernetes.io%2Fname%3Dsandpool-executor%2Csandpool.dev%2Fpool%3Dpython"),
+        "only the pool's own pods are listed: {}",
+        list.query
+    );
+    let status = &seen[6].body["status"];
+    let (ready, reason, message) = condition(status, "Ready");
+    assert_eq!((ready.as_str(), reason.as_str()), ("False", "CrashLoopBackOff"));
+    assert!(
+        message.starts_with("2/3 executors ready: pod python-7d9-abc: "),
+        "{message}"
+    );
+    assert!(message.contains("restarted 3 times"), "{message}");
+    assert!(
+        message.ends_with(
+            ": cannot set up the sandbox root under /var/lib/sandpool/mnt: Operation not permitted (os error 1)"
+        ),
+        "{message}"
+    );
+    assert_eq!(condition(status, "Degraded").1, "CrashLoopBackOff");
+    let warnings: Vec<_> = event_summary(&events)
+        .into_iter()
+        .filter(|e| e.0 == "Warning")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].1, "CrashLoopBackOff");
+    assert!(warnings[0].2.contains("Operation not permitted"), "{}", warnings[0].2);
+
+    // The next restart: the status follows the count, but no second Event.
+    let mut crashing = pool.clone();
+    crashing.status = Some(serde_json::from_value(status.clone()).expect("status"));
+    let (result, seen, events, _ctx) = run_with_events(
+        crashing.clone(),
+        replies(vec![crash_looping_pod(4)]),
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    assert!(
+        condition(&seen[6].body["status"], "Ready")
+            .2
+            .contains("restarted 4 times")
+    );
+    assert!(
+        events.is_empty(),
+        "one Event per problem, not per reconcile: {events:?}"
+    );
+
+    // Fixed: the Deployment settles, the pods are not even listed, the conditions clear,
+    // and nothing warns.
+    let mut settled = deploy.clone();
+    settled["status"] = serde_json::to_value(rolled_out(3)).expect("serializes");
+    let (result, seen, events, _ctx) = run_with_events(
+        crashing,
+        vec![
+            get(SA, sa.clone()),
+            get(NP, np.clone()),
+            get(SVC, svc.clone()),
+            get(PDB, pdb.clone()),
+            get(DEPLOY, settled),
+            apply(STATUS),
+        ],
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    let status = &seen[5].body["status"];
+    assert_eq!(condition(status, "Ready").1, "AllReplicasReady");
+    assert_eq!(
+        condition(status, "Degraded"),
+        (
+            "False".to_owned(),
+            "AsExpected".to_owned(),
+            "no problems detected".to_owned()
+        )
+    );
+    assert!(event_summary(&events).iter().all(|e| e.0 != "Warning"), "{events:?}");
+}
+
+#[tokio::test]
+async fn a_failing_readiness_probe_is_quoted_from_the_kubelets_events() {
+    let (pool, [sa, np, svc, pdb, deploy]) = pool_with_ready(2);
+    let unready = json!({
+        "metadata": {"name": "python-7d9-abc", "namespace": "evals"},
+        "status": {"phase": "Running", "containerStatuses": [{
+            "name": "executor", "image": "e:1", "imageID": "", "ready": false, "started": true,
+            "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+    });
+    let now = Timestamp::now();
+    let ago = |s: i64| {
+        now.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(s))
+            .expect("time")
+            .to_string()
+    };
+    let unhealthy = json!({
+        "metadata": {"name": "python-7d9-abc.1", "namespace": "evals"},
+        "involvedObject": {"kind": "Pod", "name": "python-7d9-abc", "namespace": "evals"},
+        "reason": "Unhealthy", "type": "Warning",
+        "message": "Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")",
+        "firstTimestamp": ago(60), "lastTimestamp": ago(2), "count": 12
+    });
+    let (result, seen, events, _ctx) = run_with_events(
+        pool,
+        vec![
+            get(SA, sa),
+            get(NP, np),
+            get(SVC, svc),
+            get(PDB, pdb),
+            get(DEPLOY, deploy),
+            list_pods(vec![unready]),
+            get(
+                CORE_EVENTS,
+                json!({"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": [unhealthy]}),
+            ),
+            apply(STATUS),
+        ],
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    assert!(
+        seen[6].query.contains("fieldSelector=reason%3DUnhealthy"),
+        "only probe failures are read: {}",
+        seen[6].query
+    );
+    let (_, reason, message) = condition(&seen[7].body["status"], "Ready");
+    assert_eq!(reason, "Unhealthy");
+    assert!(
+        message.ends_with(
+            "runs but is not ready: Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")"
+        ),
+        "{message}"
+    );
+    assert_eq!(event_summary(&events)[0].1, "Unhealthy");
+}
+
+#[tokio::test]
+async fn a_passed_progress_deadline_is_a_warning_event_and_the_ready_reason() {
+    let (pool, [sa, np, svc, pdb, mut deploy]) = pool_with_ready(0);
+    deploy["status"]["conditions"] = json!([{"type": "Progressing", "status": "False",
+        "reason": "ProgressDeadlineExceeded", "message": "ReplicaSet \"python-7d9\" has timed out progressing."}]);
+    let (result, seen, events, _ctx) = run_with_events(
+        pool,
+        vec![
+            get(SA, sa),
+            get(NP, np),
+            get(SVC, svc),
+            get(PDB, pdb),
+            get(DEPLOY, deploy),
+            list_pods(vec![]),
+            apply(STATUS),
+        ],
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("reconcile succeeds");
+    let status = &seen[6].body["status"];
+    assert_eq!(condition(status, "Ready").1, "ProgressDeadlineExceeded");
+    assert_eq!(condition(status, "Degraded").1, "ProgressDeadlineExceeded");
+    assert_eq!(
+        event_summary(&events),
+        [(
+            "Warning".to_owned(),
+            "ProgressDeadlineExceeded".to_owned(),
+            "the rollout made no progress within its deadline: ReplicaSet \"python-7d9\" has timed out progressing."
+                .to_owned()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn pods_the_operator_may_not_list_leave_the_deployments_word() {
+    let (pool, [sa, np, svc, pdb, deploy]) = pool_with_ready(2);
+    let (result, seen, _events, _ctx) = run_with_events(
+        pool,
+        vec![
+            get(SA, sa),
+            get(NP, np),
+            get(SVC, svc),
+            get(PDB, pdb),
+            get(DEPLOY, deploy),
+            api_error(
+                Method::GET,
+                PODS,
+                403,
+                "Forbidden",
+                "pods is forbidden: User \"system:serviceaccount:x:y\" cannot list resource \"pods\"",
+            ),
+            apply(STATUS),
+        ],
+        PoolDefaults::default(),
+    )
+    .await;
+    result.expect("a pod list is not worth failing the reconcile for");
+    let status = &seen[6].body["status"];
+    assert_eq!(condition(status, "Ready").1, "ReplicasNotReady");
+    assert_eq!(condition(status, "Degraded").1, "ReplicasUnavailable");
+}
+
+#[test]
+fn executor_pods_are_watched_by_label_and_mapped_to_their_pool() {
+    use crate::controller::{pod_watch_config, pod_watch_namespaces, pool_of_pod};
+    assert_eq!(
+        pod_watch_config().label_selector.as_deref(),
+        Some("app.kubernetes.io/managed-by=sandpool-operator,sandpool.dev/pool"),
+        "only pods our Deployments made"
+    );
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(crash_looping_pod(1)).expect("pod deserializes");
+    assert_eq!(
+        pool_of_pod(pod.clone()),
+        Some(kube::runtime::reflector::ObjectRef::new("python").within("evals"))
+    );
+    let mut unlabelled = pod;
+    unlabelled.metadata.labels = None;
+    assert_eq!(pool_of_pod(unlabelled), None);
+
+    let s = |v: &str| Some(v.to_owned());
+    assert_eq!(pod_watch_namespaces(Some("evals"), &[]), [s("evals")]);
+    assert_eq!(
+        pod_watch_namespaces(None, &["a".to_owned(), "b".to_owned()]),
+        [s("a"), s("b")],
+        "pods are read only where the operator manages pools"
+    );
+    assert_eq!(pod_watch_namespaces(None, &[]), [None]);
 }

@@ -1,4 +1,7 @@
 use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::diagnose::Observed;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
@@ -55,7 +58,7 @@ fn a_rolled_out_pool_is_ready() {
     let p = pool(None);
     let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
     let now = time("2026-01-01T00:00:00Z");
-    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &now);
     assert_eq!((s.replicas, s.ready_replicas, s.observed_generation), (3, 3, Some(4)));
     assert_eq!(
         s.endpoint.as_deref(),
@@ -88,6 +91,7 @@ fn transition_times_survive_unchanged_conditions() {
         &p,
         &r,
         &deployment(rolled_out(3)),
+        &none(),
         "cluster.local",
         &time("2026-01-01T00:00:00Z"),
     );
@@ -96,12 +100,13 @@ fn transition_times_survive_unchanged_conditions() {
         &p,
         &r,
         &deployment(rolled_out(3)),
+        &none(),
         "cluster.local",
         &time("2026-01-02T00:00:00Z"),
     );
     assert_eq!(again, first, "nothing changed, so the status must be identical");
     let later = time("2026-01-03T00:00:00Z");
-    let lost_one = from_deployment(&p, &r, &deployment(lost_pods(2)), "cluster.local", &later);
+    let lost_one = from_deployment(&p, &r, &deployment(lost_pods(2)), &none(), "cluster.local", &later);
     assert_eq!(
         summary(&lost_one),
         [
@@ -125,7 +130,7 @@ fn rollouts_and_failures_are_reported() {
     let mut rolling = rolled_out(3);
     rolling.updated_replicas = Some(1);
     rolling.replicas = Some(4);
-    let s = from_deployment(&p, &r, &deployment(rolling), "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(rolling), &none(), "cluster.local", &now);
     assert_eq!(
         summary(&s),
         [
@@ -150,16 +155,193 @@ fn rollouts_and_failures_are_reported() {
             ..Default::default()
         },
     ]);
-    let s = from_deployment(&p, &r, &deployment(stuck), "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(stuck), &none(), "cluster.local", &now);
     assert_eq!(
         summary(&s),
         [
-            c("Ready", "False", "ReplicasNotReady"),
+            c("Ready", "False", "ReplicaFailure"),
             c("Progressing", "False", "ProgressDeadlineExceeded"),
             c("Degraded", "True", "ReplicaFailure")
         ]
     );
     assert!(s.conditions[2].message.contains("PodSecurity"));
+    assert!(
+        s.conditions[0]
+            .message
+            .starts_with("0/3 executors ready: the ReplicaSet cannot create executor pods"),
+        "{}",
+        s.conditions[0].message
+    );
+}
+
+fn none() -> Observed {
+    Observed::default()
+}
+
+fn pods(pod: Pod) -> Observed {
+    Observed {
+        pods: vec![pod],
+        ..Default::default()
+    }
+}
+
+fn crash_looping_pod(restarts: i32) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "python-abc-1", "namespace": "evals"},
+        "status": {"phase": "Running", "containerStatuses": [{
+            "name": "executor", "image": "e:1", "imageID": "", "ready": false, "restartCount": restarts,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "message": "cannot mount /var/lib/sandpool/mnt: EPERM"}}
+        }]}
+    }))
+    .expect("test pod deserializes")
+}
+
+#[test]
+fn a_crash_loop_is_the_reason_kubectl_get_shows_until_it_clears() {
+    let p = pool(None);
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    let now = time("2026-01-01T00:00:00Z");
+    let mut starting = rolled_out(0);
+    starting.available_replicas = Some(0);
+    let s = from_deployment(
+        &p,
+        &r,
+        &deployment(starting.clone()),
+        &pods(crash_looping_pod(3)),
+        "cluster.local",
+        &now,
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            c("Ready", "False", "CrashLoopBackOff"),
+            c("Progressing", "True", "RollingOut"),
+            c("Degraded", "True", "CrashLoopBackOff")
+        ]
+    );
+    assert_eq!(
+        s.conditions[0].message,
+        "0/3 executors ready: pod python-abc-1: container executor keeps exiting (restarted 3 times; exited with code 1): cannot mount /var/lib/sandpool/mnt: EPERM"
+    );
+    assert!(s.conditions[2].message.starts_with("pod python-abc-1: "));
+
+    // Another restart changes the message, not the transition time.
+    let p = pool(Some(s.clone()));
+    let later = time("2026-01-01T00:01:00Z");
+    let again = from_deployment(
+        &p,
+        &r,
+        &deployment(starting),
+        &pods(crash_looping_pod(4)),
+        "cluster.local",
+        &later,
+    );
+    assert!(again.conditions[2].message.contains("restarted 4 times"));
+    assert_eq!(
+        again.conditions[2].last_transition_time,
+        s.conditions[2].last_transition_time
+    );
+
+    // Fixed: the pods turn ready and the conditions go back to their plain reasons.
+    let p = pool(Some(again));
+    let fixed = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &later);
+    assert_eq!(
+        summary(&fixed),
+        [
+            c("Ready", "True", "AllReplicasReady"),
+            c("Progressing", "False", "RolloutComplete"),
+            c("Degraded", "False", "AsExpected")
+        ]
+    );
+}
+
+#[test]
+fn a_crashing_surge_pod_degrades_a_pool_that_still_serves() {
+    let p = pool(None);
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    let mut rolling = rolled_out(3);
+    rolling.updated_replicas = Some(1);
+    rolling.replicas = Some(4);
+    let s = from_deployment(
+        &p,
+        &r,
+        &deployment(rolling),
+        &pods(crash_looping_pod(2)),
+        "cluster.local",
+        &time("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            c("Ready", "True", "AllReplicasReady"),
+            c("Progressing", "True", "RollingOut"),
+            c("Degraded", "True", "CrashLoopBackOff")
+        ]
+    );
+}
+
+#[test]
+fn a_passed_deadline_is_the_ready_reason_too() {
+    let p = pool(None);
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    let mut stuck = rolled_out(0);
+    stuck.conditions = Some(vec![DeploymentCondition {
+        type_: "Progressing".to_owned(),
+        status: "False".to_owned(),
+        reason: Some("ProgressDeadlineExceeded".to_owned()),
+        message: Some("ReplicaSet \"python-abc\" has timed out progressing.".to_owned()),
+        ..Default::default()
+    }]);
+    let s = from_deployment(
+        &p,
+        &r,
+        &deployment(stuck),
+        &none(),
+        "cluster.local",
+        &time("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(
+        summary(&s),
+        [
+            c("Ready", "False", "ProgressDeadlineExceeded"),
+            c("Progressing", "False", "ProgressDeadlineExceeded"),
+            c("Degraded", "True", "ProgressDeadlineExceeded")
+        ]
+    );
+    // What the Deployment says stays in Progressing's message.
+    assert_eq!(
+        s.conditions[1].message,
+        "ReplicaSet \"python-abc\" has timed out progressing."
+    );
+}
+
+#[test]
+fn only_an_unsettled_deployment_has_pods_worth_reading() {
+    assert!(settled(&deployment(rolled_out(3)), 3));
+    assert!(!settled(&deployment(rolled_out(2)), 3), "one not ready");
+    assert!(!settled(&deployment(rolled_out(3)), 4), "scaling up");
+    let mut surge = rolled_out(3);
+    surge.replicas = Some(4);
+    assert!(!settled(&deployment(surge), 3), "a surge pod exists");
+    let mut stale = rolled_out(3);
+    stale.observed_generation = Some(6);
+    assert!(!settled(&deployment(stale), 3), "the controller has not seen the spec");
+    let mut refused = rolled_out(3);
+    refused.conditions = Some(vec![DeploymentCondition {
+        type_: "ReplicaFailure".to_owned(),
+        status: "True".to_owned(),
+        ..Default::default()
+    }]);
+    assert!(!settled(&deployment(refused), 3));
+    assert!(!settled(&Deployment::default(), 3), "no status yet");
+    assert!(settled(
+        &deployment(DeploymentStatus {
+            observed_generation: Some(7),
+            ..Default::default()
+        }),
+        0
+    ));
 }
 
 #[test]
@@ -210,12 +392,13 @@ fn a_pool_that_loses_pods_after_its_rollout_is_degraded() {
         &p,
         &r,
         &deployment(rolled_out(3)),
+        &none(),
         "cluster.local",
         &time("2026-01-01T00:00:00Z"),
     );
     let p = pool(Some(done));
     let now = time("2026-01-02T00:00:00Z");
-    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), &none(), "cluster.local", &now);
     assert_eq!(
         summary(&s),
         [
@@ -230,10 +413,10 @@ fn a_pool_that_loses_pods_after_its_rollout_is_degraded() {
     );
     // It stays degraded (not "rolling out") until the pods are back.
     let p = pool(Some(s));
-    let s = from_deployment(&p, &r, &deployment(lost_pods(1)), "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(lost_pods(1)), &none(), "cluster.local", &now);
     assert_eq!(summary(&s)[2], c("Degraded", "True", "ReplicasUnavailable"));
     let p = pool(Some(s));
-    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &now);
     assert_eq!(summary(&s)[2], c("Degraded", "False", "AsExpected"));
 }
 
@@ -250,10 +433,10 @@ fn the_deployments_own_verdict_marks_a_finished_rollout() {
         ..Default::default()
     }]);
     let now = time("2026-01-01T00:00:00Z");
-    let s = from_deployment(&p, &r, &deployment(status), "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(status), &none(), "cluster.local", &now);
     assert_eq!(summary(&s)[2], c("Degraded", "True", "ReplicasUnavailable"));
     // A first rollout whose pods are still starting is only progressing.
-    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), "cluster.local", &now);
+    let s = from_deployment(&p, &r, &deployment(lost_pods(2)), &none(), "cluster.local", &now);
     assert_eq!(
         summary(&s)[1..],
         [
