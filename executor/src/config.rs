@@ -469,6 +469,13 @@ pub enum StartError {
     Capture(#[from] crate::capture::CaptureError),
 }
 
+/// Whether log lines written to `out` get colour codes: only on a terminal, and never
+/// with `NO_COLOR` set (no-color.org). Logs a pod writes go to `kubectl logs` and the
+/// container's termination message, where escape codes are noise.
+pub fn colour(out: &impl std::io::IsTerminal) -> bool {
+    out.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::advertise_address;

@@ -9,14 +9,33 @@ fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(sandpool_executor::config::colour(&std::io::stderr()));
     if json { b.json().init() } else { b.init() }
+}
+
+/// A panic's message and place go where Kubernetes shows why the container stopped (the
+/// pool's condition quotes it), then the default report runs.
+fn report_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info.location().map(|l| format!(" at {l}")).unwrap_or_default();
+        termination_message(&format!("panic{at}: {payload}"));
+        default(info);
+    }));
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = ServerArgs::parse();
     init_tracing(args.log_json);
+    report_panics();
     match run(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -122,6 +122,8 @@ async fn a_second_executor_on_a_live_work_root_is_refused_and_the_first_keeps_se
             stderr.contains("in use by another executor") && stderr.contains(&format!("pid {}", ex.pid())),
             "says why and who: {stderr}"
         );
+        // Not a terminal (a pod's log, a termination message's tail): no colour codes.
+        assert!(!stderr.contains('\x1b'), "ANSI escapes in a piped log: {stderr:?}");
         assert!(t.elapsed() < Duration::from_secs(5));
         runs_ok(&ex, 6).await;
     }

@@ -24,7 +24,7 @@ BROKEN_TRANSPORT_CODES = frozenset(
     }
 )
 
-#: Back-pressure: the executor's queue was full.
+#: Back-pressure: the executor's queue was full, or it held its --max-inflight-bytes for others.
 BACK_PRESSURE_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 #: Statuses that say nothing about the code: the executor was away, full, or the transport broke.

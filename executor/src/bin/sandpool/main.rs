@@ -46,6 +46,7 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(sandpool_executor::config::colour(&std::io::stderr()))
         .init();
     target::set_token(cli.token_file.as_deref(), std::env::var("SANDPOOL_TOKEN").ok())?;
     let rt = tokio::runtime::Runtime::new()?;
