@@ -220,7 +220,10 @@ base="$(executor_base "$rootfs")"
 stage="$(mktemp -d "${TMPDIR:-/tmp}/sandpool-stage.XXXXXX")"
 trap 'unmount_all; rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin"
-install -m 0755 "$bin/sandpool-executor" "$bin/sandpool" "$stage/bin/"
+# Debug information is most of a debug build's size (symbols stay, for backtraces).
+for b in sandpool-executor sandpool; do
+  strip --strip-debug -o "$stage/bin/$b" "$bin/$b"
+done
 # Every library the binaries link must be in the image (the host is bookworm too, so the
 # same paths): fail here, not in a pod.
 for lib in $(libraries "$bin/sandpool-executor") $(libraries "$bin/sandpool"); do
@@ -235,7 +238,7 @@ log "executor: $(du -sm "$rootfs" | cut -f1) MiB unpacked"
 # static musl build on distroless; this one needs no musl toolchain).
 mkdir -p "$stage/operator/etc" "$stage/operator/tmp"
 chmod 1777 "$stage/operator/tmp"
-install -m 0755 "$bin/sandpool-operator" "$stage/operator/sandpool-operator"
+strip --strip-debug -o "$stage/operator/sandpool-operator" "$bin/sandpool-operator"
 for lib in $(libraries "$bin/sandpool-operator"); do
   install -D -m 0755 "$lib" "$stage/operator$lib"
 done
