@@ -160,12 +160,22 @@ spec:
         - name: eval
           image: $EXECUTOR_IMAGE
           imagePullPolicy: Never
+          env:
+            - {name: CONCURRENCY, value: "${CONCURRENCY:-8}"}
+            - {name: STUBS, value: "${STUBS:-1}"}
           command: [sh, -c]
           args:
             - >-
               sandpool eval /data/HumanEval.jsonl.gz --endpoint dns:///python.$ns.svc.cluster.local:50051
-              --output /tmp/results.jsonl --quiet --concurrency 8 &&
-              echo "ok=\$(grep -c '"accepted":true' /tmp/results.jsonl) lines=\$(wc -l < /tmp/results.jsonl)"
+              --output /tmp/results.jsonl --quiet --concurrency \$CONCURRENCY; rc=\$?;
+              echo "ok=\$(grep -c '"accepted":true' /tmp/results.jsonl) lines=\$(wc -l < /tmp/results.jsonl)";
+              grep -v '"accepted":true' /tmp/results.jsonl | head -n 3 | cut -c1-600;
+              [ \$rc = 0 ] && if [ "\$STUBS" = 1 ]; then
+              python3 -c 'import gzip, json; [print(json.dumps({"task_id": json.loads(l)["task_id"], "completion": "    return None\\n"})) for l in gzip.open("/data/HumanEval.jsonl.gz", "rt")]' > /tmp/stubs.jsonl &&
+              sandpool eval /tmp/stubs.jsonl --problems /data/HumanEval.jsonl.gz --endpoint dns:///python.$ns.svc.cluster.local:50051
+              --output /tmp/stubs.results.jsonl --quiet --concurrency 8 &&
+              echo "stubs_ok=\$(grep -c '"accepted":true' /tmp/stubs.results.jsonl) stubs_lines=\$(wc -l < /tmp/stubs.results.jsonl) stubs_sandbox_errors=\$(grep -c SANDBOX_ERROR /tmp/stubs.results.jsonl)";
+              fi
           securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
           resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}
           volumeMounts:
@@ -176,17 +186,30 @@ spec:
         - {name: tmp, emptyDir: {}}
 EOF
 }
+# job_done NS NAME: waits (10 min at most) until the Job succeeded or failed.
+job_done() {
+  local done
+  for _ in $(seq 1 600); do
+    done="$("$K" get job "$2" -n "$1" -o jsonpath='{.status.succeeded}{.status.failed}')"
+    [[ -n $done ]] && return 0
+    sleep 1
+  done
+  return 1
+}
 humaneval_through() {
   local ns="$1" out
   eval_job "$ns" humaneval true | "$K" apply -f - > /dev/null
-  "$K" wait --for=condition=Complete "job/humaneval" -n "$ns" --timeout=600s || true
+  job_done "$ns" humaneval || true
   out="$("$K" logs -n "$ns" job/humaneval 2>&1 || true)"
   echo "$out" | tail -n 15
-  grep -q "ok=$TOTAL lines=$TOTAL" <<< "$out"
+  # Every canonical solution accepted; every `return None` stub rejected, none by the sandbox.
+  grep -q "^ok=$TOTAL lines=$TOTAL$" <<< "$out" &&
+    grep -q "^stubs_ok=0 stubs_lines=$TOTAL stubs_sandbox_errors=0$" <<< "$out"
 }
 for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
   start=$SECONDS
-  check "HumanEval through dns:///python.$ns: $TOTAL/$TOTAL canonical solutions pass" humaneval_through "$ns"
+  check "HumanEval through dns:///python.$ns: $TOTAL/$TOTAL canonical solutions pass, 0/$TOTAL stubs" \
+    humaneval_through "$ns"
   log "HumanEval through $ns in $((SECONDS - start)) s"
 done
 
@@ -272,6 +295,63 @@ for t in "${targets[@]}"; do
   fi
   check "an executor pod cannot reach $what ($host:$port)" not from_executor "$host" "$port"
 done
+
+# --- disruption, deletion, uninstall ------------------------------------------------------------
+# An executor pod deleted while an eval is in flight: the client resends what it held to the
+# other executor; every record answered once, none lost.
+eval_through_deletion() {
+  local ns="$NS_POOL_NS" out victim phase
+  CONCURRENCY=2 STUBS=0 eval_job "$ns" humaneval-disrupted true | "$K" apply -f - > /dev/null
+  for _ in $(seq 1 120); do
+    phase="$("$K" get pods -n "$ns" -l job-name=humaneval-disrupted -o jsonpath='{.items[0].status.phase}')"
+    [[ $phase == Running ]] && break
+    sleep 0.5
+  done
+  sleep 3
+  victim="$("$K" get pods -n "$ns" -l sandpool.dev/pool=python -o jsonpath='{.items[0].metadata.name}')"
+  echo "deleting $victim while the Job is $phase"
+  "$K" delete pod "$victim" -n "$ns" --wait=false
+  job_done "$ns" humaneval-disrupted || true
+  out="$("$K" logs -n "$ns" job/humaneval-disrupted 2>&1 || true)"
+  echo "$out" | tail -n 15
+  # Still running when the pod went, and every record answered exactly once.
+  [[ $phase == Running ]] && grep -q "^ok=$TOTAL lines=$TOTAL$" <<< "$out"
+}
+check "an executor pod deleted mid-eval: $TOTAL/$TOTAL answered once, none lost" eval_through_deletion
+
+children() {
+  "$K" get deployments,replicasets,pods,services,networkpolicies,serviceaccounts,poddisruptionbudgets,secrets \
+    -n "$1" -l sandpool.dev/pool=python --no-headers 2> /dev/null
+}
+pool_deleted() {
+  local ns="$1" left
+  "$K" delete sbp python -n "$ns" --timeout=60s
+  for _ in $(seq 1 60); do
+    left="$(children "$ns")"
+    [[ -z $left ]] && return 0
+    sleep 1
+  done
+  echo "left: $left"
+  return 1
+}
+for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
+  check "deleting the pool in $ns removes every child" pool_deleted "$ns"
+done
+uninstalled() {
+  local left
+  "$H" uninstall sandpool -n "$RELEASE_NS" --wait --timeout 120s
+  for _ in $(seq 1 30); do
+    left="$("$K" get all,leases,roles,rolebindings,serviceaccounts,configmaps,secrets -n "$RELEASE_NS" --no-headers 2> /dev/null |
+      grep -v -e '^serviceaccount/default ' -e '^configmap/kube-root-ca.crt ' || true)"
+    left+="$("$K" get clusterroles,clusterrolebindings --no-headers 2> /dev/null | grep sandpool || true)"
+    [[ -z $left ]] && return 0
+    sleep 1
+  done
+  echo "left after helm uninstall:"
+  echo "$left"
+  return 1
+}
+check "helm uninstall leaves nothing of ours in $RELEASE_NS (the leader Lease included)" uninstalled
 
 echo "node-e2e: $PASSED passed, $FAILED failed"
 for f in "${FAILURES[@]}"; do
