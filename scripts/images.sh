@@ -107,9 +107,12 @@ EOF
     apt-get install -y -q --no-install-recommends $(packages) > "$tmp/apt.log" 2>&1 \
     || { tail -n 30 "$tmp/apt.log" >&2; unmount_all; rm -rf "$tmp"; die "apt-get in the image root failed"; }
   if $FULL; then
-    # npm packages benchmark harnesses require (as docker/executor.Dockerfile installs them).
-    chroot "$r" /usr/bin/env HOME=/root npm install --prefix /opt/sandpool/node --no-audit \
-      --no-fund --omit=dev lodash@4 js-md5@0.8 >> "$tmp/apt.log" 2>&1 \
+    # npm packages benchmark harnesses require (as docker/executor.Dockerfile installs them):
+    # plain JavaScript, installed by the machine's npm, whose TLS setup reaches the registry
+    # (the image's own CA bundle may not trust what is between here and the registry).
+    command -v npm > /dev/null || die "npm is not on PATH (needed for --full)"
+    npm install --prefix "$r/opt/sandpool/node" --no-audit --no-fund --omit=dev \
+      lodash@4 js-md5@0.8 >> "$tmp/apt.log" 2>&1 \
       || { tail -n 30 "$tmp/apt.log" >&2; unmount_all; rm -rf "$tmp"; die "npm in the image root failed"; }
     rm -rf "$r/root/.npm"
   fi
