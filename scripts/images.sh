@@ -25,7 +25,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${SANDPOOL_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sandpool-images}"
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# The Debian mirror: DEBIAN_MIRROR, else the one this machine's apt uses for the main archive.
+MIRROR="${DEBIAN_MIRROR:-$(awk '/^URIs:/ && $2 !~ /security/ { print $2; exit }' \
+  /etc/apt/sources.list.d/*.sources 2> /dev/null)}"
+MIRROR="${MIRROR:-$(awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }' /etc/apt/sources.list 2> /dev/null)}"
 SUITE=bookworm
 PACKAGES="$ROOT/docker/executor-packages.txt"
 VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$ROOT/charts/sandpool/Chart.yaml")"
@@ -48,6 +51,7 @@ done
 log() { echo "images: $*" >&2; }
 die() { log "$*"; exit 1; }
 
+[[ -n $MIRROR ]] || die "no Debian mirror in /etc/apt: set DEBIAN_MIRROR"
 for tool in debootstrap umoci jq; do
   command -v "$tool" > /dev/null || die "$tool is not on PATH (scripts/install-deps.sh installs it)"
 done
