@@ -16,33 +16,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && install -D -m 0755 target/release/sandpool-executor /out/sandpool-executor
 
 FROM debian:${DEBIAN_RELEASE}-slim
-# One package set per language of executor/languages.toml; keep the two in step.
-# Not in bookworm: julia (no Debian package). kotlin is 1.3, scala 2.11, rustc 1.63,
-# golang-go 1.19, node-typescript 4.8: the versions bookworm ships.
-RUN apt-get update \
+# The packages: docker/executor-packages.txt, one tier per line (slim: Python and C/C++;
+# full: the rest of executor/languages.toml). This image installs every tier;
+# scripts/images.sh builds the same list offline (--full) or only the slim tier (default).
+RUN --mount=type=bind,source=docker/executor-packages.txt,target=/tmp/executor-packages.txt \
+    apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        ca-certificates tini \
-        bash \
-        python3 python3-pytest \
-        python3-numpy python3-pandas python3-scipy python3-sympy python3-networkx \
-        python3-sortedcontainers python3-regex \
-        gcc g++ libboost-dev libssl-dev \
-        openjdk-17-jdk-headless junit4 \
-        nodejs npm node-typescript \
-        golang-go golang-github-stretchr-testify-dev \
-        rustc \
-        ruby \
-        php-cli \
-        perl \
-        lua5.4 \
-        r-base-core \
-        scala \
-        kotlin \
-        mono-mcs mono-runtime \
-        gdc \
-        racket \
-        iverilog \
-        sqlite3 \
+        $(awk '!/^#/ && NF { for (i = 2; i <= NF; i++) print $i }' /tmp/executor-packages.txt) \
     && rm -rf /var/lib/apt/lists/*
 
 # npm packages benchmark test harnesses require (the javascript and typescript entries'

