@@ -160,7 +160,9 @@ async fn read_charged(mut body: Body, limit: usize, charge: Option<&Charge>) -> 
     if let Some(c) = charge {
         c.take(ahead).map_err(BodyError::Budget)?;
     }
-    let mut buf = bytes::BytesMut::new();
+    // Sized once when declared: growing by doubling would copy the body and briefly hold
+    // up to twice what was charged.
+    let mut buf = bytes::BytesMut::with_capacity(usize::try_from(ahead).unwrap_or(0));
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
             continue; // trailers
