@@ -815,3 +815,24 @@ async fn a_grpc_request_that_stalls_part_way_is_cut_off_and_gives_its_bytes_back
     assert!(t.elapsed() < Duration::from_secs(15), "cut off after {:?}", t.elapsed());
     eventually("its bytes given back", || exe.metric("sandpool_inflight_bytes") == 0.0).await;
 }
+
+/// A budget smaller than the largest request allowed could never take that request: the
+/// executor refuses to start, naming both flags, before it builds anything.
+#[test]
+fn a_budget_below_the_request_cap_is_refused_at_start() {
+    let work = tempfile::tempdir().expect("work root");
+    let out = std::process::Command::new(binary("sandpool-executor"))
+        .args(["--listen", "127.0.0.1:0", "--max-request-bytes", "1048576"])
+        .args(["--max-inflight-bytes", "1024", "--work-root"])
+        .arg(work.path())
+        .env("SANDPOOL_LOG_JSON", "false")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run the executor");
+    assert!(!out.status.success(), "started with a budget below the request cap");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--max-inflight-bytes") && stderr.contains("--max-request-bytes"),
+        "{stderr}"
+    );
+}
