@@ -281,6 +281,63 @@ async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
     drop(a);
 }
 
+#[tokio::test]
+async fn eval_resends_what_a_draining_executor_refused_and_loses_nothing() {
+    let start = |name: &str| {
+        Executor::start(Options {
+            slots: 2,
+            languages: vec!["python"],
+            env: vec![("SANDPOOL_NAME".into(), name.into())],
+            ..Default::default()
+        })
+    };
+    let (a, b) = (start("drain-a").await, start("drain-b").await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("slow.jsonl");
+    let records: Vec<Value> = (0..40)
+        .map(|i| he(&format!("T{i}"), "    import time; time.sleep(0.3)\n    return a + b\n"))
+        .collect();
+    write_jsonl(&data, &records);
+    let out = dir.path().join("out.jsonl");
+    // Two streams of four on each executor of two slots: b holds queued requests when it drains.
+    let args = vec![
+        "eval".into(),
+        data.display().to_string(),
+        "--endpoint".into(),
+        format!("{},{}", a.addr, b.addr),
+        "--concurrency".into(),
+        "16".into(),
+        "--streams".into(),
+        "4".into(),
+        "--quiet".into(),
+        "--output".into(),
+        out.display().to_string(),
+    ];
+    let before = b.runs_total();
+    let run = tokio::spawn(sandpool(args));
+    let t = std::time::Instant::now();
+    while b.runs_total() < before + 2.0 {
+        assert!(t.elapsed().as_secs() < 60, "b never ran anything");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // SIGTERM: b finishes what runs and answers what is queued UNAVAILABLE ("draining").
+    sandpool_tests::signal(b.pid(), libc::SIGTERM);
+    let o = run.await.expect("join");
+    assert!(o.status.success(), "{}", show(&o));
+    let r = results(&out);
+    assert_eq!(r.len(), 40, "every record answered exactly once: {}", show(&o));
+    assert!(
+        r.iter().all(|r| r["verdict"] == "OK"),
+        "a draining executor's refusals are resent, not reported: {r:?}"
+    );
+    assert!(
+        r.iter()
+            .any(|r| r["attempts"].as_u64() > Some(1) && r["executor"] == "drain-a"),
+        "what b refused was resent to a: {r:?}"
+    );
+    drop(a);
+}
+
 /// One row per shape and language, canonical then stub: (row, stub completion).
 fn benchmark_rows() -> Vec<(Value, &'static str)> {
     let lcb_private = "eJxrYJlqywABPZbR1UqZeQWlJUpWCkqmMXlKOgpK+aUlUAFDA4hISWpxSUllQSpIrLgkJTNPqTZ2ih4ApoQUew==";

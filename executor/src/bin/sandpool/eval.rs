@@ -72,32 +72,38 @@ pub struct EvalArgs {
 pub struct Connection {
     /// For unary calls (balanced over every executor).
     pub client: crate::target::Client,
-    /// One per executor, for streams.
-    pub each: Vec<crate::target::Client>,
+    /// The executors, for streams (one each; a `dns:` endpoint is resolved again as streams reopen).
+    pub each: crate::target::Executors,
     /// Stops the embedded executor when the connection is dropped.
     _embedded: Option<Loopback>,
+}
+
+/// A client that sends requests of any size.
+fn unbounded(ch: Channel) -> crate::target::Client {
+    crate::target::client(ch).max_encoding_message_size(usize::MAX)
 }
 
 /// Connects to `endpoint`, or serves an embedded executor on a loopback port and connects to it
 /// (so both paths go through the same gRPC stream handling).
 pub async fn connect(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Result<Connection> {
-    let (channels, embedded) = match endpoint {
-        Some(e) => (crate::target::channels(e).await?, None),
+    Ok(match endpoint {
+        Some(e) => {
+            let channels = crate::target::channels(e).await?;
+            Connection {
+                client: unbounded(channels.balanced.clone()),
+                each: crate::target::Executors::new(e, &channels, unbounded),
+                _embedded: None,
+            }
+        }
         None => {
             let local = Loopback::start(Arc::new(args.build_engine().await?)).await?;
             let ch = local.channel.clone();
-            let channels = crate::target::Channels {
-                balanced: ch.clone(),
-                each: vec![ch],
-            };
-            (channels, Some(local))
+            Connection {
+                client: unbounded(ch.clone()),
+                each: crate::target::Executors::fixed(vec![unbounded(ch)]),
+                _embedded: Some(local),
+            }
         }
-    };
-    let client = |ch: Channel| crate::target::client(ch).max_encoding_message_size(usize::MAX);
-    Ok(Connection {
-        client: client(channels.balanced),
-        each: channels.each.into_iter().map(client).collect(),
-        _embedded: embedded,
     })
 }
 
@@ -384,7 +390,7 @@ pub async fn run(a: EvalArgs) -> anyhow::Result<i32> {
         retries: a.retries,
         reopen_attempts: 5,
     };
-    let unanswered = evaluate_all(&conn.each, &requests, spread, |i, resp, attempts| {
+    let unanswered = evaluate_all(conn.each, &requests, spread, |i, resp, attempts| {
         summary.add(&items[i], &resp);
         passed += usize::from(resp.accepted);
         let mut line = result_json(&items[i], &resp);

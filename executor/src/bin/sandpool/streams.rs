@@ -4,8 +4,12 @@
 //! executor k mod n, so a run spreads over every pod. A stream that breaks
 //! (a pod stopped, a connection reset) or ends early (a draining executor)
 //! hands its unanswered requests back to be sent on the others, and is
-//! reopened after a pause; a SANDBOX_ERROR answer is sent again. Nothing is
-//! dropped silently: what never got an answer is reported at the end.
+//! reopened after a pause, on the executors a `dns:` endpoint names now (a
+//! deleted pod's replacement has a new address). A SANDBOX_ERROR answer is
+//! sent again; so is a request an executor refused as draining or full
+//! (UNAVAILABLE, RESOURCE_EXHAUSTED: its own answers, not the request's fault),
+//! and a draining executor's stream is ended from this side so no more go to it.
+//! Nothing is dropped silently: what never got an answer is reported at the end.
 
 use anyhow::bail;
 use sandpool_executor::proto as pb;
@@ -14,6 +18,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 type Client = crate::target::Client;
+type Executors = crate::target::Executors;
+
+/// Resends of a request an executor refused as draining or full, beyond which its refusal is
+/// the answer: about a minute and a half of pauses, longer than a pod's drain.
+const REFUSED_RESENDS: u32 = 30;
 
 /// How a dataset is spread.
 #[derive(Debug, Clone, Copy)]
@@ -132,7 +141,7 @@ pub struct Unanswered {
 /// called once per request as its answer is final. An error when an executor refused a
 /// stream outright (e.g. UNIMPLEMENTED) or `on_result` failed.
 pub async fn evaluate_all(
-    clients: &[Client],
+    mut executors: Executors,
     requests: &[pb::EvaluateRequest],
     spread: Spread,
     mut on_result: impl FnMut(usize, pb::EvaluateResponse, u32) -> anyhow::Result<()>,
@@ -141,7 +150,7 @@ pub async fn evaluate_all(
     if index.len() != requests.len() {
         bail!("request ids must be distinct");
     }
-    if clients.is_empty() {
+    if executors.is_empty() {
         bail!("no executor to send to");
     }
     let n_streams = spread.streams.clamp(1, spread.concurrency.max(1));
@@ -149,12 +158,13 @@ pub async fn evaluate_all(
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let mut streams: Vec<Stream> = (0..n_streams)
         .map(|k| Stream {
-            tx: Some(open(&clients[k % clients.len()], k, per_stream, &events_tx)),
+            tx: Some(open(&executors.for_stream(k), k, per_stream, &events_tx)),
             ..Default::default()
         })
         .collect();
     let mut pending: VecDeque<usize> = (0..requests.len()).collect();
     let mut attempts = vec![0u32; requests.len()];
+    let mut refused = vec![0u32; requests.len()];
     let mut waiting = 0usize; // pausing before a resend
     let mut done = 0usize;
     let mut last_error: Option<tonic::Status> = None;
@@ -197,6 +207,28 @@ pub async fn evaluate_all(
                     bail!("EvaluateStream: unexpected or repeated id {:?}", resp.id);
                 }
                 streams[k].failures = 0;
+                let retryable_refusal = resp.error.as_ref().is_some_and(|e| {
+                    e.code == tonic::Code::Unavailable as i32 || e.code == tonic::Code::ResourceExhausted as i32
+                });
+                if retryable_refusal && refused[i] < REFUSED_RESENDS {
+                    if resp
+                        .error
+                        .as_ref()
+                        .is_some_and(|e| e.code == tonic::Code::Unavailable as i32)
+                    {
+                        // Draining: send it nothing more. It ends the stream once its own work is
+                        // done, and the stream reopens on whatever executors there are then.
+                        streams[k].tx = None;
+                    }
+                    refused[i] += 1;
+                    waiting += 1;
+                    let (events, p) = (events_tx.clone(), pause(refused[i]));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(p).await;
+                        let _ = events.send(Event::Resend(i));
+                    });
+                    continue;
+                }
                 if resp.verdict == pb::Verdict::SandboxError as i32 && attempts[i] <= spread.retries {
                     // Not the code's fault: send it again after a pause.
                     waiting += 1;
@@ -243,7 +275,8 @@ pub async fn evaluate_all(
                 pending.push_front(i);
             }
             Event::Reopen(k) => {
-                streams[k].tx = Some(open(&clients[k % clients.len()], k, per_stream, &events_tx));
+                executors.refresh().await;
+                streams[k].tx = Some(open(&executors.for_stream(k), k, per_stream, &events_tx));
             }
         }
     }

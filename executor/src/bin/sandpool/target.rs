@@ -116,12 +116,17 @@ pub struct Channels {
     /// One per executor, for long-lived streams: a balancer places each stream
     /// once, often all of them on whichever executor it connected to first.
     pub each: Vec<Channel>,
+    /// The executors' URIs, in the order of `each`.
+    pub uris: Vec<String>,
 }
 
 /// Connects to the executors `spec` names (see [`endpoint_uris`]).
 pub async fn channels(spec: &str) -> anyhow::Result<Channels> {
-    let uris = endpoint_uris(spec).await?;
-    if let [uri] = uris.as_slice() {
+    channels_for(&endpoint_uris(spec).await?).await
+}
+
+async fn channels_for(uris: &[String]) -> anyhow::Result<Channels> {
+    if let [uri] = uris {
         // One executor: connect now, so a wrong address fails here, plainly.
         let ch = Channel::from_shared(uri.clone())?
             .connect()
@@ -130,6 +135,7 @@ pub async fn channels(spec: &str) -> anyhow::Result<Channels> {
         return Ok(Channels {
             balanced: ch.clone(),
             each: vec![ch],
+            uris: uris.to_vec(),
         });
     }
     let endpoints = uris
@@ -140,7 +146,92 @@ pub async fn channels(spec: &str) -> anyhow::Result<Channels> {
     Ok(Channels {
         each: endpoints.iter().map(|e| e.connect_lazy()).collect(),
         balanced: Channel::balance_list(endpoints.into_iter()),
+        uris: uris.to_vec(),
     })
+}
+
+/// The executors streams go to. Built from a `dns:///` endpoint, it is resolved again when a
+/// stream is reopened, so pods that replaced a deleted or updated one are found.
+pub struct Executors {
+    /// The endpoint to resolve again; None for a fixed list.
+    spec: Option<String>,
+    clients: Vec<(String, Client)>,
+    resolved: std::time::Instant,
+    wrap: fn(Channel) -> Client,
+}
+
+impl Executors {
+    /// A list that never changes (e.g. an embedded executor).
+    pub fn fixed(clients: Vec<Client>) -> Self {
+        Self {
+            spec: None,
+            clients: clients.into_iter().map(|c| (String::new(), c)).collect(),
+            resolved: std::time::Instant::now(),
+            wrap: client,
+        }
+    }
+
+    /// The executors `channels` (from [`channels`] on `spec`) reach; `wrap` makes a channel a client.
+    pub fn new(spec: &str, channels: &Channels, wrap: fn(Channel) -> Client) -> Self {
+        Self {
+            spec: spec.trim().starts_with("dns:").then(|| spec.to_owned()),
+            clients: channels
+                .uris
+                .iter()
+                .cloned()
+                .zip(channels.each.iter().cloned().map(wrap))
+                .collect(),
+            resolved: std::time::Instant::now(),
+            wrap,
+        }
+    }
+
+    /// The client for stream `k` (streams go round the executors).
+    pub fn for_stream(&self, k: usize) -> Client {
+        self.clients[k % self.clients.len()].1.clone()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+
+    /// Resolves a `dns:` endpoint again (at most once a second), keeping the connections of
+    /// addresses still there. A failed or empty lookup keeps the list it had.
+    pub async fn refresh(&mut self) {
+        let Some(spec) = &self.spec else { return };
+        if self.resolved.elapsed() < std::time::Duration::from_secs(1) {
+            return;
+        }
+        self.resolved = std::time::Instant::now();
+        let uris = match endpoint_uris(spec).await {
+            Ok(u) if !u.is_empty() => u,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!("resolving {spec} again: {e:#}");
+                return;
+            }
+        };
+        let mut next = Vec::with_capacity(uris.len());
+        for uri in uris {
+            let kept = self.clients.iter().position(|(u, _)| *u == uri);
+            let c = match kept {
+                Some(i) => self.clients.swap_remove(i).1,
+                None => match tonic::transport::Endpoint::from_shared(uri.clone()) {
+                    Ok(e) => (self.wrap)(e.connect_lazy()),
+                    Err(_) => continue,
+                },
+            };
+            next.push((uri, c));
+        }
+        if next.is_empty() {
+            return;
+        }
+        let old: Vec<&str> = self.clients.iter().map(|(u, _)| u.as_str()).collect();
+        if !old.is_empty() {
+            tracing::info!(gone = ?old, executors = next.len(), "{spec} resolved again");
+        }
+        self.clients = next;
+    }
 }
 
 impl Target {
