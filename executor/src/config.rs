@@ -454,7 +454,32 @@ impl ExecutorArgs {
         let mut cfg = self.engine_config();
         cfg.capture = self.capture()?;
         let sandbox = sandpool_sandbox::open(sandbox_config)?;
-        Ok(crate::engine::Engine::new(sandbox, table, cfg).await)
+        let engine = crate::engine::Engine::new(sandbox, table, cfg).await;
+        enabled_languages_work(&self.enable_languages, &engine)?;
+        Ok(engine)
+    }
+}
+
+/// Languages named with `--enable-languages` (a pool's `spec.languages`) are a promise: one
+/// the table lacks or the image cannot run stops the executor with a message naming it and
+/// why, instead of serving a pool that answers "unavailable" to every request for it. The
+/// message is what `kubectl describe sbp` quotes from the crash-looping container.
+fn enabled_languages_work(enabled: &[String], engine: &crate::engine::Engine) -> Result<(), StartError> {
+    use crate::languages::Availability;
+    let mut missing = Vec::new();
+    for name in enabled {
+        let found = engine.languages.get(name).map(|l| engine.availability().get(&l.name));
+        match found {
+            None => missing.push(format!("{name}: not in the language table")),
+            Some(Some(Availability::Available { .. })) => {}
+            Some(Some(Availability::Unavailable { reason })) => missing.push(format!("{name}: {reason}")),
+            Some(None) => missing.push(format!("{name}: not probed")),
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(StartError::LanguagesUnavailable(missing.join("; ")))
     }
 }
 
@@ -467,6 +492,8 @@ pub enum StartError {
     Sandbox(#[from] sandpool_sandbox::SandboxError),
     #[error(transparent)]
     Capture(#[from] crate::capture::CaptureError),
+    #[error("--enable-languages names languages this executor cannot run: {0}")]
+    LanguagesUnavailable(String),
 }
 
 /// Whether log lines written to `out` get colour codes: only on a terminal, and never

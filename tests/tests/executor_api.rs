@@ -10,7 +10,7 @@ use tonic::codec::CompressionEncoding;
 async fn executor() -> Executor {
     Executor::start(Options {
         slots: 2,
-        languages: vec!["python", "c", "cuda"],
+        languages: vec!["python", "c"],
         ..Default::default()
     })
     .await
@@ -47,18 +47,25 @@ async fn unknown_language_is_invalid_argument_listing_known_ones() {
 
 #[tokio::test]
 async fn unavailable_language_is_failed_precondition_naming_it() {
-    if std::path::Path::new("/dev/nvidia0").exists() {
-        println!("skipped: this machine has a GPU, so cuda may be available");
-        return;
-    }
-    let exe = executor().await;
-    let err = exe
-        .client()
-        .execute(request("cuda", "int main(){}", ""))
-        .await
-        .unwrap_err();
+    // A table with a language whose toolchain is missing, none named with --enable-languages
+    // (naming it would stop the executor at start: `refuses_to_start_when_an_enabled_...`).
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("languages.toml");
+    std::fs::write(
+        &table,
+        "[bash]\nsource = \"main.sh\"\nrun = [\"bash\", \"main.sh\"]\nversion = [\"bash\", \"--version\"]\n\n\
+         [ghost]\nsource = \"main.gh\"\nrun = [\"/nonexistent/ghost\", \"main.gh\"]\nversion = [\"/nonexistent/ghost\", \"--version\"]\n",
+    )
+    .unwrap();
+    let exe = Executor::start(Options {
+        languages: vec![],
+        extra_args: vec!["--languages".into(), table.display().to_string()],
+        ..Default::default()
+    })
+    .await;
+    let err = exe.client().execute(request("ghost", "boo", "")).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    assert!(err.message().contains("cuda"), "{}", err.message());
+    assert!(err.message().contains("ghost"), "{}", err.message());
 }
 
 #[tokio::test]
@@ -455,4 +462,46 @@ async fn gpu_languages_get_the_gpu_only_on_gpu_machines() {
     assert!(stdout(&r).starts_with("True"), "{}", describe(&r));
     let r = exe.run(request("python", code, "")).await;
     assert_eq!(stdout(&r).trim(), "False None", "{}", describe(&r));
+}
+
+/// A pool's `spec.languages` becomes `--enable-languages`: a name the table lacks, or a language
+/// whose toolchain the image does not have, stops the executor with a message naming it (the
+/// termination message a crash-looping pod shows), rather than a Ready pool that refuses it.
+#[test]
+fn refuses_to_start_when_an_enabled_language_cannot_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("languages.toml");
+    std::fs::write(
+        &table,
+        "[bash]\nsource = \"main.sh\"\nrun = [\"bash\", \"main.sh\"]\nversion = [\"bash\", \"--version\"]\n\n\
+         [ghost]\nsource = \"main.gh\"\nrun = [\"/nonexistent/ghost\", \"main.gh\"]\nversion = [\"/nonexistent/ghost\", \"--version\"]\n",
+    )
+    .unwrap();
+    let start = |enable: &str| {
+        // Under `timeout`: an executor that starts anyway would serve until killed.
+        std::process::Command::new("timeout")
+            .arg("60")
+            .arg(sandpool_tests::binary("sandpool-executor"))
+            .args(["--listen", "127.0.0.1:0", "--work-root"])
+            .arg(dir.path().join("w"))
+            .arg("--languages")
+            .arg(&table)
+            .args(["--enable-languages", enable])
+            .env("SANDPOOL_SLOTS", "1")
+            .output()
+            .unwrap()
+    };
+    for (enable, says) in [
+        ("bash,ghost", "ghost: "),
+        ("bash,cobol", "cobol: not in the language table"),
+    ] {
+        let out = start(enable);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--enable-languages {enable} started: {err}");
+        assert!(
+            err.contains("--enable-languages names languages this executor cannot run") && err.contains(says),
+            "{err}"
+        );
+        assert!(!err.contains("bash:"), "bash works and is not named: {err}");
+    }
 }
