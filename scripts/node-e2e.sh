@@ -8,7 +8,8 @@
 #                                "node-e2e: N passed, N failed"; exits non-zero on any failure
 #
 # Knobs: HUMANEVAL_JSONL_GZ (the dataset; default: the workspace's .venv, as the Rust tests
-# find it), SANDPOOL_NODE_E2E_KEEP=1 (leave the release and namespaces for inspection).
+# find it), SANDPOOL_NODE_E2E_KEEP=1 (leave the release and namespaces for inspection),
+# SANDPOOL_NODE_E2E_VERBOSE=1 (print what each passing check saw, not only failing ones).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +39,8 @@ check() {
   shift
   if out="$("$@" 2>&1)"; then
     pass "$name"
+    [[ "${SANDPOOL_NODE_E2E_VERBOSE:-}" == 1 ]] && printf '%s\n' "$out" | tail -n 12 | sed 's/^/       /'
+    return 0
   else
     fail "$name"
     printf '%s\n' "$out" | tail -n 30 | sed 's/^/       /'
@@ -169,6 +172,8 @@ spec:
               sandpool eval /data/HumanEval.jsonl.gz --endpoint dns:///python.$ns.svc.cluster.local:50051
               --output /tmp/results.jsonl --quiet --concurrency \$CONCURRENCY; rc=\$?;
               echo "ok=\$(grep -c '"accepted":true' /tmp/results.jsonl) lines=\$(wc -l < /tmp/results.jsonl)";
+              echo "executors=\$(grep -o '"executor":"[^"]*"' /tmp/results.jsonl | sort -u | wc -l)";
+              echo "sandbox_errors=\$(grep -c SANDBOX_ERROR /tmp/results.jsonl)";
               grep -v '"accepted":true' /tmp/results.jsonl | head -n 3 | cut -c1-600;
               [ \$rc = 0 ] && if [ "\$STUBS" = 1 ]; then
               python3 -c 'import gzip, json; [print(json.dumps({"task_id": json.loads(l)["task_id"], "completion": "    return None\\n"})) for l in gzip.open("/data/HumanEval.jsonl.gz", "rt")]' > /tmp/stubs.jsonl &&
@@ -296,6 +301,67 @@ for t in "${targets[@]}"; do
   check "an executor pod cannot reach $what ($host:$port)" not from_executor "$host" "$port"
 done
 
+# A run inside each pool's sandbox reaches none of those targets either (namespaces mode: a
+# network namespace of its own; restricted: its seccomp filter refuses sockets). Sent by a
+# client pod through the pool's Service, so the program runs in the pod, in its sandbox.
+sandbox_prog() {
+  local t host port
+  echo "import socket"
+  for t in "${targets[@]}"; do
+    IFS='|' read -r _ host port <<< "$t"
+    echo "try:"
+    echo "    socket.create_connection(('$host', $port), timeout=3); print('connected $host:$port')"
+    echo "except OSError as e:"
+    echo "    print('blocked $host:$port', e)"
+  done
+}
+sandbox_reaches_nothing() {
+  local ns="$1" name="sandbox-net-$RANDOM" phase out
+  cat <<EOF | "$K" apply -f - > /dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: $ns, labels: {role: sandbox-user}}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: exec
+      image: $EXECUTOR_IMAGE
+      imagePullPolicy: Never
+      command: [sh, -c]
+      args:
+        - |
+          cat > /tmp/net.py <<'PROG'
+$(sandbox_prog | sed 's/^/          /')
+          PROG
+          # A new pod's address reaches the policy engine a moment after it starts: retry the connection.
+          for i in 1 2 3 4 5 6 7 8 9 10; do
+            sandpool exec /tmp/net.py --endpoint python.$ns.svc.cluster.local:50051 > /tmp/out 2>&1
+            grep -q "^blocked \|^connected " /tmp/out && break
+            sleep 2
+          done
+          cat /tmp/out
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+      resources: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 128Mi}}
+      volumeMounts: [{name: tmp, mountPath: /tmp}]
+  volumes: [{name: tmp, emptyDir: {}}]
+EOF
+  for _ in $(seq 1 120); do
+    phase="$("$K" get pod "$name" -n "$ns" -o jsonpath='{.status.phase}')"
+    [[ $phase == Succeeded || $phase == Failed ]] && break
+    sleep 1
+  done
+  out="$("$K" logs "$name" -n "$ns" 2>&1 || true)"
+  "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
+  echo "$out"
+  # It ran (one line per target), and every line says blocked.
+  [[ $(grep -c '^blocked ' <<< "$out") == "${#targets[@]}" ]] && not grep -q '^connected ' <<< "$out"
+}
+for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
+  check "a run in the sandbox of $ns reaches none of the ${#targets[@]} targets" sandbox_reaches_nothing "$ns"
+done
+
 # --- disruption, deletion, uninstall ------------------------------------------------------------
 # An executor pod deleted while an eval is in flight: the client resends what it held to the
 # other executor; every record answered once, none lost.
@@ -318,6 +384,109 @@ eval_through_deletion() {
   [[ $phase == Running ]] && grep -q "^ok=$TOTAL lines=$TOTAL$" <<< "$out"
 }
 check "an executor pod deleted mid-eval: $TOTAL/$TOTAL answered once, none lost" eval_through_deletion
+
+# A rolling update under load: a pool field changed while an eval runs. The old pods drain
+# (their queued requests are refused UNAVAILABLE and resent), the new ones take over; every
+# record is answered once, by old and new pods both, and none by a SANDBOX_ERROR.
+rolling_update_under_load() {
+  local ns="$NS_POOL_NS" out phase before after
+  before="$("$K" get pods -n "$ns" -l sandpool.dev/pool=python -o jsonpath='{.items[*].metadata.name}')"
+  CONCURRENCY=4 STUBS=0 eval_job "$ns" humaneval-rollout true | "$K" apply -f - > /dev/null
+  for _ in $(seq 1 120); do
+    phase="$("$K" get pods -n "$ns" -l job-name=humaneval-rollout -o jsonpath='{.items[0].status.phase}')"
+    [[ $phase == Running ]] && break
+    sleep 0.5
+  done
+  sleep 3
+  echo "changing spec.limits.wallTime while the Job is $phase (pods: $before)"
+  "$K" patch sbp python -n "$ns" --type=merge -p '{"spec": {"limits": {"wallTime": "11s"}}}'
+  "$K" rollout status deployment/python -n "$ns" --timeout=180s
+  job_done "$ns" humaneval-rollout || true
+  after="$("$K" get pods -n "$ns" -l sandpool.dev/pool=python -o jsonpath='{.items[*].metadata.name}')"
+  out="$("$K" logs -n "$ns" job/humaneval-rollout 2>&1 || true)"
+  echo "$out" | tail -n 15
+  echo "pods after: $after"
+  # The update happened during the eval (new pods, and more executors answered than a pool
+  # has at once), and every record was answered once, none by the sandbox failing.
+  [[ $phase == Running && -n $after && " $before " != *" ${after%% *} "* ]] &&
+    grep -q "^ok=$TOTAL lines=$TOTAL$" <<< "$out" &&
+    grep -q "^sandbox_errors=0$" <<< "$out" &&
+    awk -F= '/^executors=/ {n = $2} END {exit !(n >= 3)}' <<< "$out" &&
+    "$K" wait --for=condition=Ready sbp/python -n "$ns" --timeout=60s
+}
+check "a rolling update under load: $TOTAL/$TOTAL answered once, by old and new pods, no SANDBOX_ERROR" \
+  rolling_update_under_load
+
+# --- a pool says why its executors are not running (issue 31) --------------------------------
+# Each failure made to happen for real on the node, in a pool of its own: within 15 s of a pod
+# showing it, the pool's Ready condition names it with its cause, `kubectl get sbp` shows the
+# reason, a Warning Event says it; once the pool is fixed, it is Ready again and says so.
+failing_pool() {
+  local name="$1" languages="$2" memory="$3" extra="$4"
+  cat <<EOF
+apiVersion: sandpool.dev/v1alpha1
+kind: SandboxPool
+metadata: {name: $name, namespace: $NS_POOL_NS}
+spec:
+  replicas: 1
+  languages: $languages
+  resources: {requests: {cpu: 50m, memory: 200Mi}, limits: {cpu: "1", memory: $memory}}
+  isolation: {mode: namespaces}
+$extra
+EOF
+}
+# says_why POOL REASONS WORDS: the pool names one of REASONS (space-separated; its message
+# containing WORDS) within 15 s of one of its pods showing it (or at once, for a pool the
+# operator refuses and that has no pods).
+says_why() {
+  local pool="$1" reasons="$2" words="$3" seen="" said="" cond="" pods r t0=$SECONDS
+  while ((SECONDS - t0 < 240)) && [[ -z $said ]]; do
+    pods="$("$K" get pods -n "$NS_POOL_NS" -l "sandpool.dev/pool=$pool" -o json)"
+    cond="$("$K" get sbp "$pool" -n "$NS_POOL_NS" \
+      -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}|{.status.conditions[?(@.type=="Ready")].message}')"
+    for r in $reasons; do
+      [[ -z $seen ]] && grep -q "\"reason\": \"$r\"" <<< "$pods" && seen=$SECONDS
+      [[ ${cond%%|*} == "$r" && $cond == *"$words"* ]] && said=$SECONDS && REASON=$r
+    done
+    [[ -n $said ]] || sleep 1
+  done
+  echo "Ready: $cond"
+  [[ -n $said ]] || { echo "the pool never said one of $reasons with \"$words\""; return 1; }
+  echo "a pod showed it at +$((${seen:-$said} - t0)) s, the pool said $REASON at +$((said - t0)) s"
+  ((said - ${seen:-$said} <= 15)) || return 1
+  "$K" get sbp "$pool" -n "$NS_POOL_NS" --no-headers | tee /dev/stderr | grep -qw "$REASON" ||
+    { echo "not in the REASON column"; return 1; }
+  "$K" get events -n "$NS_POOL_NS" --field-selector "involvedObject.name=$pool,type=Warning" \
+    -o jsonpath='{range .items[*]}{.reason}: {.message}{"\n"}{end}' | tee /dev/stderr | grep -q "^$REASON: .*$words" ||
+    { echo "no Warning $REASON Event quoting \"$words\""; return 1; }
+}
+# recovers POOL PATCH: after the JSON patch, the pool is Ready, not Degraded, REASON AllReplicasReady.
+recovers() {
+  "$K" patch sbp "$1" -n "$NS_POOL_NS" --type=json -p "$2" > /dev/null
+  "$K" wait --for=condition=Ready "sbp/$1" -n "$NS_POOL_NS" --timeout=180s &&
+    [[ $("$K" get sbp "$1" -n "$NS_POOL_NS" -o jsonpath='{.status.conditions[?(@.type=="Degraded")].status}') == False ]] &&
+    "$K" get sbp "$1" -n "$NS_POOL_NS" --no-headers | tee /dev/stderr | grep -qw AllReplicasReady
+}
+# name ; languages ; memory ; extra spec line ; reasons ; words quoted ; the fix (a JSON patch).
+# - a language the (slim) image lacks: the executor exits naming it, the container crash-loops;
+# - an image the node does not have (and no registry it can reach);
+# - a GPU no node has: the scheduler's reason;
+# - a memory limit the executor would die of at start: refused before any pod is made.
+failures=(
+  'crash;[python, java];1536Mi;;CrashLoopBackOff;java: ;[{"op": "replace", "path": "/spec/languages", "value": ["python"]}]'
+  'imageless;[python];1536Mi;  image: ghcr.io/sandpool/executor:missing;ErrImagePull ImagePullBackOff;executor:missing;[{"op": "remove", "path": "/spec/image"}]'
+  'gpu;[python];1536Mi;  gpu: {count: 1};Unschedulable;nvidia.com/gpu;[{"op": "remove", "path": "/spec/gpu"}]'
+  'tiny;[python];200Mi;;InvalidSpec;headroom;[{"op": "replace", "path": "/spec/resources/limits/memory", "value": "1536Mi"}]'
+)
+for f in "${failures[@]}"; do
+  IFS=';' read -r name languages memory extra reasons words fix <<< "$f"
+  failing_pool "$name" "$languages" "$memory" "$extra" | "$K" apply -f - > /dev/null
+  REASON="${reasons// / or }"
+  check "the $name pool says why ($REASON) within 15 s, in REASON and a Warning Event" \
+    says_why "$name" "$reasons" "$words"
+  check "fixed, the $name pool is Ready again and says so" recovers "$name" "$fix"
+  "$K" delete sbp "$name" -n "$NS_POOL_NS" --wait=false > /dev/null
+done
 
 children() {
   "$K" get deployments,replicasets,pods,services,networkpolicies,serviceaccounts,poddisruptionbudgets,secrets \

@@ -2,7 +2,9 @@
 # Runs every test: unit tests, end-to-end tests against the real binaries
 # (they need root: the executor creates namespaces, cgroups and mounts),
 # the operator and chart end-to-end tests against a real Kubernetes control plane
-# (scripts/cluster.sh), the manifest checks, and the Python client's tests.
+# (scripts/cluster.sh), the manifest checks, the Python client's tests, and last the
+# executor and operator images on a real node (scripts/images.sh, cluster.sh up --node,
+# scripts/node-e2e.sh; docs/testing.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -26,6 +28,15 @@ if [ -x scripts/test-python.sh ]; then scripts/test-python.sh; fi
 cargo test --workspace --locked --no-fail-fast
 # The isolation and limits suites again with Python started cold (the run above is warm, the default).
 SANDPOOL_WARM_STARTS=false cargo test -p sandpool-tests --locked --no-fail-fast --test executor_isolation --test executor_limits
+
+# The real node: images of this build, the control plane again with a node that runs them, and
+# the pods' e2e. An image or a node that cannot be built fails the run; nothing here skips.
+scripts/cluster.sh down
+scripts/images.sh
+scripts/cluster.sh up --node
+scripts/node-e2e.sh
+
 echo "Kubernetes e2e: operator_e2e, chart_e2e and operator_policy_e2e ran against the real control plane" \
   "($("$(dirname "$SANDPOOL_E2E_KUBECTL")/kube-apiserver" --version), kwok nodes) and passed"
+echo "Real node: node-e2e ran this build's executor and operator images as pods (kubelet, containerd, runc, kube-router) and passed"
 echo "cgroup v2: executor_cgroup2_vm ran the executor in a QEMU guest on $(basename "$(ls /boot/vmlinuz-* | sort -V | tail -1)") and passed"
