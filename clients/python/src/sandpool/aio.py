@@ -221,7 +221,7 @@ class AsyncClient:
                     what, msg = source.next_to_send(lane, concurrency)
                     if what == "done":
                         return
-                    if what == "send":
+                    if msg is not None:  # "send"
                         yield msg
                     else:
                         await asyncio.sleep(_POLL_S)

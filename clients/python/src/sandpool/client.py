@@ -278,7 +278,7 @@ class Client:
                     what, msg = source.next_to_send(lane, concurrency)
                     if what == "done":
                         return
-                    if what == "send":
+                    if msg is not None:  # "send"
                         yield msg
                     else:
                         time.sleep(_POLL_S)

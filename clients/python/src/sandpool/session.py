@@ -105,7 +105,7 @@ def _files(files: Union[Mapping[str, Union[str, bytes]], list[File], None]) -> l
     if files is None:
         return []
     if isinstance(files, Mapping):
-        files = [File(path=p, content=c) for p, c in files.items()]
+        files = [File(path=p, content=convert._bytes(c)) for p, c in files.items()]
     return [convert.file_pb(f) for f in files]
 
 
