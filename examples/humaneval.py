@@ -36,15 +36,15 @@ def main() -> int:
     if bool(a.samples) == a.canonical:
         p.error("give exactly one of --samples and --canonical")
 
-    problems = sandpool.read_problems(a.problems)
+    problems = sandpool.eval.read_problems(a.problems)
     if a.limit:
         problems = dict(list(problems.items())[: a.limit])
     if a.canonical:
         samples = [{"task_id": t, "completion": pr["canonical_solution"]} for t, pr in problems.items()]
     else:
-        samples = [s for s in sandpool.read_jsonl(a.samples) if s["task_id"] in problems]
+        samples = [s for s in sandpool.eval.read_jsonl(a.samples) if s["task_id"] in problems]
     requests = (
-        sandpool.humaneval_request(problems[s["task_id"]], s["completion"], id=f"{n}:{s['task_id']}")
+        sandpool.eval.humaneval_request(problems[s["task_id"]], s["completion"], id=f"{n}:{s['task_id']}")
         for n, s in enumerate(samples)
     )
 
@@ -68,7 +68,7 @@ def main() -> int:
     most = max(Counter(t for t, _ in outcomes).values(), default=0)
     for k in (int(x) for x in a.k.split(",")):
         if k <= most:
-            print(f"pass@{k}: {sandpool.mean_pass_at_k(outcomes, k):.4f}")
+            print(f"pass@{k}: {sandpool.eval.mean_pass_at_k(outcomes, k):.4f}")
     return 0
 
 

@@ -3,6 +3,9 @@
 # tests start: needs root and `cargo build --workspace` first. Makes (or reuses)
 # the venv at $SANDPOOL_VENV (default .venv), installs the package with its
 # test extras (the build generates the gRPC stubs from proto/), runs pytest.
+# tests/test_package.py also type-checks the package (mypy, cache in the venv)
+# and builds its sdist and wheel, installing each into a fresh venv under /tmp
+# (pip fetches their dependencies and the sdist's build tools from PyPI).
 # Debian packages: python3, python3-venv.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -72,3 +72,29 @@ def start_fake(servicer: FaultyExecutor) -> tuple[grpc.Server, str]:
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     return server, f"127.0.0.1:{port}"
+
+
+class RefusingExecutor(pb_grpc.ExecutorServicer):
+    """Ends every unary call with `code` (as an executor or a proxy refusing it would); counts the calls."""
+
+    def __init__(self, code: grpc.StatusCode):
+        self.code = code
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def _refuse(self, context) -> None:
+        with self.lock:
+            self.calls += 1
+        context.abort(self.code, f"refused: {self.code.name}")
+
+    def Execute(self, request, context):  # noqa: N802 (gRPC's name)
+        self._refuse(context)
+
+    def Evaluate(self, request, context):  # noqa: N802
+        self._refuse(context)
+
+    def GetCapabilities(self, request, context):  # noqa: N802
+        self._refuse(context)
+
+    def CreateSession(self, request, context):  # noqa: N802
+        self._refuse(context)

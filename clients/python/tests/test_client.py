@@ -23,7 +23,7 @@ from sandpool import (
 
 @pytest.fixture(scope="module")
 def problems() -> list[dict]:
-    return list(sandpool.read_problems().values())[:12]
+    return list(sandpool.eval.read_problems().values())[:12]
 
 
 def test_execute_returns_typed_results(executor: Executor) -> None:
@@ -82,8 +82,8 @@ def test_evaluate_judges_each_test_kind(executor: Executor) -> None:
 
 
 def test_evaluate_many_humaneval_canonical_and_stubs(executor: Executor, problems: list[dict]) -> None:
-    good = [sandpool.humaneval_request(p, p["canonical_solution"], id=f"good:{p['task_id']}") for p in problems]
-    bad = [sandpool.humaneval_request(p, "    return None\n", id=f"bad:{p['task_id']}") for p in problems]
+    good = [sandpool.eval.humaneval_request(p, p["canonical_solution"], id=f"good:{p['task_id']}") for p in problems]
+    bad = [sandpool.eval.humaneval_request(p, "    return None\n", id=f"bad:{p['task_id']}") for p in problems]
     with Client(executor.address) as c:
         results = list(c.evaluate_many(good + bad, concurrency=4))
     ids = sorted(r.id for r in results)
@@ -130,10 +130,10 @@ async def test_async_client(executor: Executor, problems: list[dict]) -> None:
         r = await c.execute("python", "print(6 * 7)")
         assert r.verdict is Verdict.OK and r.stdout.strip() == "42"
         p = problems[0]
-        e = await c.evaluate(sandpool.humaneval_request(p, p["canonical_solution"]))
+        e = await c.evaluate(sandpool.eval.humaneval_request(p, p["canonical_solution"]))
         assert e.accepted and e.id == p["task_id"]
-        reqs = [sandpool.humaneval_request(p, p["canonical_solution"]) for p in problems[:6]]
-        reqs.append(sandpool.humaneval_request(problems[0], "    return None\n", id="stub"))
+        reqs = [sandpool.eval.humaneval_request(p, p["canonical_solution"]) for p in problems[:6]]
+        reqs.append(sandpool.eval.humaneval_request(problems[0], "    return None\n", id="stub"))
         got = {r.id: r async for r in c.evaluate_many(reqs, concurrency=3)}
         assert set(got) == {r.id for r in reqs}
         assert [k for k, v in got.items() if not v.accepted] == ["stub"]
@@ -146,7 +146,7 @@ def test_an_error_in_the_callers_requests_reaches_the_caller(executor: Executor)
         yield EvaluateRequest(
             id="fine", language="python", completion="print(1)", tests=StdioTests([StdioCase("", "1")])
         )
-        yield sandpool.record_request({"task_id": "broken", "code": "print(1)"})  # no tests: ValueError
+        yield sandpool.eval.record_request({"task_id": "broken", "code": "print(1)"})  # no tests: ValueError
 
     with Client(executor.address) as c:
         got = []
@@ -189,12 +189,12 @@ def test_benchmark_rows_judged_as_their_harnesses_mean(executor: Executor) -> No
         "completions": ["    return math.sqrt(x)\n\ndef root(x):\n    return 0\n", "    return 0.0\n"],
     }
     with Client(executor.address) as c:
-        got = {r.id: r for r in c.evaluate_many(sandpool.record_requests(row))}
+        got = {r.id: r for r in c.evaluate_many(sandpool.eval.record_requests(row))}
         assert got["HumanEval_0_root.0"].accepted and not got["HumanEval_0_root.1"].accepted
         # Without the prelude, the forgotten `import math` fails as in MultiPL-E's own harness.
-        bare = c.evaluate(sandpool.record_requests(row, prelude=False)[0])
+        bare = c.evaluate(sandpool.eval.record_requests(row, prelude=False)[0])
         assert bare.verdict is Verdict.RUNTIME_ERROR and b"NameError" in bare.tests[0].run.stderr
         he = {"task_id": "T", "prompt": "def sq(x):\n", "test": "def check(candidate):\n    assert candidate(2) == 4\n"}
         with pytest.raises(grpc.RpcError) as e:
-            c.evaluate(sandpool.record_request({**he, "completion": "    return None\n"}))
+            c.evaluate(sandpool.eval.record_request({**he, "completion": "    return None\n"}))
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "entry_point" in e.value.details()

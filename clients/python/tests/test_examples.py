@@ -69,9 +69,9 @@ def test_humaneval_recipe_scores_canonical_and_stub_samples(executor: Executor, 
     assert "pass@1: 1.0000" in canonical.stdout, canonical.stdout
     import sandpool
 
-    tasks = list(sandpool.read_problems())[:6]
+    tasks = list(sandpool.eval.read_problems())[:6]
     samples = tmp_path / "samples.jsonl"
-    problems = sandpool.read_problems()
+    problems = sandpool.eval.read_problems()
     lines = []
     for t in tasks:  # two samples per task: the reference and a stub
         lines.append({"task_id": t, "completion": problems[t]["canonical_solution"]})

@@ -6,8 +6,9 @@ import math
 import grpc
 import pytest
 import sandpool
-from sandpool import AssertTests, FunctionCallTests, StdioTests, Verdict, pass_at_k
+from sandpool import AssertTests, FunctionCallTests, StdioTests, Verdict
 from sandpool.convert import evaluate_request as evaluate_request_pb
+from sandpool.eval import pass_at_k
 from sandpool.v1 import executor_pb2 as pb
 
 
@@ -36,7 +37,7 @@ def test_pass_at_k_rejects_bad_arguments_naming_them() -> None:
 
 def test_mean_pass_at_k_averages_tasks() -> None:
     outcomes = [("a", True), ("a", False), ("b", False), ("b", False)]
-    assert sandpool.mean_pass_at_k(outcomes, 1) == pytest.approx(0.25)
+    assert sandpool.eval.mean_pass_at_k(outcomes, 1) == pytest.approx(0.25)
 
 
 def test_verdict_enum_matches_the_proto() -> None:
@@ -63,7 +64,7 @@ def test_pool_target_is_the_headless_service(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_record_shapes() -> None:
-    he = sandpool.record_request(
+    he = sandpool.eval.record_request(
         {
             "task_id": "T/0",
             "prompt": "def f():\n",
@@ -74,12 +75,12 @@ def test_record_shapes() -> None:
     )
     assert isinstance(he.tests, AssertTests) and he.tests.entry_point == "f"
     assert he.completion == "def f():\n  return 1"
-    mbpp = sandpool.record_request({"task_id": 2, "code": "x=1", "test_list": ["assert x == 1"]})
+    mbpp = sandpool.eval.record_request({"task_id": 2, "code": "x=1", "test_list": ["assert x == 1"]})
     assert isinstance(mbpp.tests, AssertTests) and "assert x == 1" in mbpp.tests.test_code and mbpp.id == "2"
-    stdio = sandpool.record_request({"task_id": "s", "code": "print(1)", "inputs": ["a"], "outputs": ["1"]})
+    stdio = sandpool.eval.record_request({"task_id": "s", "code": "print(1)", "inputs": ["a"], "outputs": ["1"]})
     assert isinstance(stdio.tests, StdioTests) and stdio.tests.cases[0].expected_stdout == "1"
     with pytest.raises(ValueError, match="tests"):
-        sandpool.record_request({"task_id": "x", "code": "print(1)"})
+        sandpool.eval.record_request({"task_id": "x", "code": "print(1)"})
 
 
 def test_benchmark_shapes_become_the_right_request_per_language() -> None:
@@ -92,7 +93,7 @@ def test_benchmark_shapes_become_the_right_request_per_language() -> None:
         "multipl-e": {"name": "HumanEval_0_add", "language": "js", "prompt": "function add(a, b){\n", "tests": "test();", "stop_tokens": ["\nfunction "]},
         "lcb": {"question_id": "q", "public_test_cases": '[{"input": "1\\n2", "output": "3", "testtype": "functional"}]', "metadata": '{"func_name": "addTwo"}'},
     }
-    formats = {k: sandpool.detect_format(r) for k, r in rows.items()}
+    formats = {k: sandpool.eval.detect_format(r) for k, r in rows.items()}
     assert formats == {
         "humaneval": "humaneval",
         "mbxp-java": "humaneval",
@@ -101,29 +102,29 @@ def test_benchmark_shapes_become_the_right_request_per_language() -> None:
         "multipl-e": "multipl-e",
         "lcb": "livecodebench",
     }
-    he = sandpool.record_request({**rows["humaneval"], "completion": "    return a + b\n"})
+    he = sandpool.eval.record_request({**rows["humaneval"], "completion": "    return a + b\n"})
     assert he.tests.entry_point == "add" and he.language == "python"
     # The test calls check itself: no second call.
-    called = sandpool.record_request({**rows["humaneval"], "test": check + "check(add)\n", "completion": "x"})
+    called = sandpool.eval.record_request({**rows["humaneval"], "test": check + "check(add)\n", "completion": "x"})
     assert called.tests.entry_point == ""
-    java = sandpool.record_request({**rows["mbxp-java"], "completion": "}"})
+    java = sandpool.eval.record_request({**rows["mbxp-java"], "completion": "}"})
     assert (java.language, java.tests.entry_point, java.completion) == ("java", "", "class A {\n}")
-    assert sandpool.record_request({**rows["mbxp-go"], "completion": "}"}).language == "go_test"
-    rust = sandpool.record_request({**rows["humaneval-x"], "completion": "    1\n}\n"})
+    assert sandpool.eval.record_request({**rows["mbxp-go"], "completion": "}"}).language == "go_test"
+    rust = sandpool.eval.record_request({**rows["humaneval-x"], "completion": "    1\n}\n"})
     assert (rust.language, rust.completion) == ("rust_test", "fn add() -> i32 {\n\n    1\n}\n")
-    mpe = sandpool.record_requests({**rows["multipl-e"], "completions": ["  return a + b;\n}\n", "  return 0;\n}\n"]})
+    mpe = sandpool.eval.record_requests({**rows["multipl-e"], "completions": ["  return a + b;\n}\n", "  return 0;\n}\n"]})
     assert [r.id for r in mpe] == ["HumanEval_0_add.0", "HumanEval_0_add.1"]
     assert mpe[0].language == "js" and mpe[0].tests.prompt == "function add(a, b){\n"
     assert mpe[0].tests.stop_tokens == ["\nfunction "] and mpe[0].completion == "  return a + b;\n}\n"
-    lcb = sandpool.record_request({**rows["lcb"], "completion": "class Solution: ..."}, prelude=False)
+    lcb = sandpool.eval.record_request({**rows["lcb"], "completion": "class Solution: ..."}, prelude=False)
     assert isinstance(lcb.tests, FunctionCallTests) and lcb.tests.fn_name == "addTwo" and lcb.tests.json_input
     # The typed fields reach the protobuf (whose oneof member `assert` is a Python keyword).
     m = evaluate_request_pb(mpe[0])
     assert getattr(m, "assert").prompt == "function add(a, b){\n"
     assert evaluate_request_pb(lcb).options.prelude == 2
-    assert sandpool.record_request({**rows["humaneval"], "completion": "x"}, prelude=True).options.prelude is True
+    assert sandpool.eval.record_request({**rows["humaneval"], "completion": "x"}, prelude=True).options.prelude is True
     with pytest.raises(ValueError, match="use record_requests"):
-        sandpool.record_request({**rows["multipl-e"], "completions": ["a", "b"]})
+        sandpool.eval.record_request({**rows["multipl-e"], "completions": ["a", "b"]})
 
 
 def test_livecodebench_private_cases_are_decoded() -> None:
@@ -133,7 +134,7 @@ def test_livecodebench_private_cases_are_decoded() -> None:
     import zlib
 
     private = base64.b64encode(zlib.compress(pickle.dumps(json.dumps([{"input": "5\n", "output": "10\n", "testtype": "stdin"}])))).decode()
-    r = sandpool.record_request(
+    r = sandpool.eval.record_request(
         {"question_id": "q", "public_test_cases": '[{"input": "2\\n", "output": "4\\n", "testtype": "stdin"}]', "private_test_cases": private, "completion": "x"}
     )
     assert isinstance(r.tests, StdioTests) and [c.stdin for c in r.tests.cases] == ["2\n", "5\n"]

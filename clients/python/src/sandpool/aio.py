@@ -14,6 +14,7 @@ from sandpool.v1 import executor_pb2_grpc as pb_grpc
 
 from . import convert
 from . import session as _session
+from .errors import from_rpc
 from .client import _deadline, _raise_for, _tagged
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .session import AsyncSession, SessionLimits
@@ -72,7 +73,7 @@ class AsyncClient:
                 r = await fn(left)
             except grpc.aio.AioRpcError as e:
                 if not retryable_status(e.code()) or not await self._may_retry(attempt, deadline):
-                    raise
+                    raise from_rpc(e) from e
                 continue
             if retryable_verdict(convert._verdict(verdict_of(r))) and await self._may_retry(attempt, deadline):
                 continue
@@ -131,7 +132,7 @@ class AsyncClient:
         return convert.execute_result(r, attempts=n)
 
     async def evaluate(self, request: EvaluateRequest, *, timeout: Optional[float] = None) -> EvaluateResult:
-        """Judges one completion. A rejected request raises grpc.aio.AioRpcError."""
+        """Judges one completion. A rejected request raises `errors.RequestRejected`."""
         req = convert.evaluate_request(request)
         r, n = await self._call(
             lambda left: self.stub.Evaluate(
@@ -220,7 +221,7 @@ class AsyncClient:
                     what, msg = source.next_to_send(lane, concurrency)
                     if what == "done":
                         return
-                    if what == "send":
+                    if msg is not None:  # "send"
                         yield msg
                     else:
                         await asyncio.sleep(_POLL_S)
@@ -241,7 +242,7 @@ class AsyncClient:
             except grpc.aio.AioRpcError as e:
                 # A failed send makes grpc.aio report INTERNAL whatever the server said: see retry.py.
                 if not retryable_status(e.code()):
-                    raise
+                    raise from_rpc(e) from e
                 last = (e.code(), e.details() or "")
             finally:
                 call.cancel()

@@ -15,6 +15,7 @@ from sandpool.v1 import executor_pb2_grpc as pb_grpc
 
 from . import convert
 from . import session as _session
+from .errors import from_rpc
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .session import Session, SessionLimits
 from .stream import Lane, Source
@@ -76,7 +77,7 @@ class Client:
                 r = fn()
             except grpc.RpcError as e:
                 if not retryable_status(e.code()) or not self._may_retry(attempt, deadline):
-                    raise
+                    raise from_rpc(e) from e
                 continue
             if retryable_verdict(convert._verdict(verdict_of(r))) and self._may_retry(attempt, deadline):
                 continue
@@ -141,7 +142,7 @@ class Client:
         return convert.execute_result(r, attempts=n)
 
     def evaluate(self, request: EvaluateRequest, *, timeout: Optional[float] = None) -> EvaluateResult:
-        """Judges one completion. A rejected request raises grpc.RpcError (INVALID_ARGUMENT names the field)."""
+        """Judges one completion. A refused request raises `errors.RequestRejected` (`InvalidArgument`: the field)."""
         req = convert.evaluate_request(request)
         t = timeout if timeout is not None else self.timeout
         deadline = _deadline(t)
@@ -211,7 +212,7 @@ class Client:
         after a backoff; SANDBOX_ERROR results are resent. Every request yields exactly one result: one
         that used `max_attempts` on broken streams yields an error result (`accepted` False, `error`
         the last status), and so does every request left when all streams broke `max_attempts`
-        times in a row. A refused call (UNAUTHENTICATED, INVALID_ARGUMENT, ...) raises grpc.RpcError.
+        times in a row. A refused call (UNAUTHENTICATED, INVALID_ARGUMENT, ...) raises `errors.RequestRejected`.
         `timeout` bounds each stream.
         """
         n = max(1, min(streams, concurrency))
@@ -277,7 +278,7 @@ class Client:
                     what, msg = source.next_to_send(lane, concurrency)
                     if what == "done":
                         return
-                    if what == "send":
+                    if msg is not None:  # "send"
                         yield msg
                     else:
                         time.sleep(_POLL_S)
@@ -301,7 +302,7 @@ class Client:
                 if cancelled():
                     return
                 if not retryable_status(e.code()):
-                    raise  # the call itself is refused: every retry would be too
+                    raise from_rpc(e) from e  # the call itself is refused: every retry would be too
                 last = (e.code(), e.details() or "")
             finally:
                 call.cancel()

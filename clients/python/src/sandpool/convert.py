@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 import grpc
 
@@ -74,7 +74,7 @@ def execute_request(
         args=args or [],
         fetch_files=fetch_files or [],
         request_id=request_id,
-        cache=int(cache),
+        cache=cast("pb.CachePolicy", int(cache)),
         cold_start=cold_start,
     )
 
@@ -82,14 +82,19 @@ def execute_request(
 def evaluate_request(r: EvaluateRequest, id: Optional[str] = None) -> pb.EvaluateRequest:
     """EvaluateRequest message; `id` overrides `r.id` (streams tag requests by index)."""
     m = pb.EvaluateRequest(
-        id=r.id if id is None else id, language=r.language, completion=r.completion, cache=int(r.cache)
+        id=r.id if id is None else id,
+        language=r.language,
+        completion=r.completion,
+        cache=cast("pb.CachePolicy", int(r.cache)),
     )
     t = r.tests
     if isinstance(t, StdioTests):
         m.stdio.CopyFrom(
             pb.StdioTests(
                 cases=[pb.StdioCase(stdin=_bytes(c.stdin), expected_stdout=_bytes(c.expected_stdout)) for c in t.cases],
-                comparison=pb.Comparison(mode=int(t.mode), abs_tol=t.abs_tol, rel_tol=t.rel_tol),
+                comparison=pb.Comparison(
+                    mode=cast("pb.Comparison.Mode", int(t.mode)), abs_tol=t.abs_tol, rel_tol=t.rel_tol
+                ),
             )
         )
     elif isinstance(t, FunctionCallTests):
@@ -124,7 +129,7 @@ def evaluate_request(r: EvaluateRequest, id: Optional[str] = None) -> pb.Evaluat
                 omit_test_io=o.omit_test_io,
                 raw_code=o.raw_code,
                 files=[file_pb(f) for f in o.files],
-                prelude={None: 0, True: 1, False: 2}[o.prelude],
+                prelude=cast("pb.EvaluateOptions.Prelude", {None: 0, True: 1, False: 2}[o.prelude]),
                 cold_start=o.cold_start,
             )
         )

@@ -3,7 +3,8 @@
 A session lives on one executor. `Client.session(...)` creates it and, by default, sends its later
 calls straight to the executor the create response names (`executor_address`), on a channel of its
 own. When that executor is gone (it died, restarted, or the session expired), calls raise
-`SessionLost`: a session is never silently replaced by a new, empty one.
+`SessionLost` (from `sandpool.errors`): a session is never silently replaced by a new, empty one.
+Any other failed call raises the `errors.CallError` its status maps to.
 """
 
 from __future__ import annotations
@@ -18,20 +19,9 @@ from sandpool.v1 import executor_pb2 as pb
 from sandpool.v1 import executor_pb2_grpc as pb_grpc
 
 from . import convert
+from .errors import SessionLost, from_rpc
 from .target import channel_options
 from .types import File, Limits, PhaseResult, Verdict
-
-
-class SessionLost(Exception):
-    """The session is gone: closed, expired (idle or lifetime), or its executor died or restarted.
-
-    Its files and state are lost with it; create a new session to go on.
-    """
-
-    def __init__(self, session_id: str, why: str):
-        super().__init__(f"session {session_id[:8]}... is lost: {why}")
-        self.session_id = session_id
-        self.why = why
 
 
 @dataclass
@@ -115,7 +105,7 @@ def _files(files: Union[Mapping[str, Union[str, bytes]], list[File], None]) -> l
     if files is None:
         return []
     if isinstance(files, Mapping):
-        files = [File(path=p, content=c) for p, c in files.items()]
+        files = [File(path=p, content=convert._bytes(c)) for p, c in files.items()]
     return [convert.file_pb(f) for f in files]
 
 
@@ -222,7 +212,7 @@ class Session(_Base):
             lost = _lost(self.id, self.executor_address, e)
             if lost is not None:
                 raise lost from e
-            raise
+            raise from_rpc(e) from e
 
     def run(
         self,
@@ -307,7 +297,7 @@ class AsyncSession(_Base):
             lost = _lost(self.id, self.executor_address, e)
             if lost is not None:
                 raise lost from e
-            raise
+            raise from_rpc(e) from e
 
     async def run(
         self,

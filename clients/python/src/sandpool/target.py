@@ -65,7 +65,7 @@ def channel_options(
     target: str, load_balancing: str = "round_robin", max_message_bytes: int = 256 << 20
 ) -> list[tuple[str, object]]:
     """Channel options: the load-balancing policy (spreads calls over every resolved address) and message caps."""
-    config = {"loadBalancingConfig": [{load_balancing: {}}]}
+    config: dict[str, object] = {"loadBalancingConfig": [{load_balancing: {}}]}
     authority = default_authority(target)
     extra: list[tuple[str, object]] = [("grpc.default_authority", authority)] if authority else []
     return extra + [
