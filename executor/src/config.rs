@@ -2,7 +2,7 @@
 
 use crate::engine::{EngineConfig, Identity};
 use crate::limits::{LimitPolicy, Limits};
-use sandpool_sandbox::{IsolationMode, SandboxConfig, rootfs};
+use sandpool_sandbox::{DEFAULT_RO_PATHS, IsolationMode, SandboxConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,7 +15,7 @@ pub struct ExecutorArgs {
     /// Isolation mode: `namespaces` (root or CAP_SYS_ADMIN) or `restricted` (any non-root uid, no
     /// capabilities; Landlock and seccomp). The executor refuses to start if the kernel or its
     /// privileges cannot provide it, saying why.
-    #[arg(long, env = "SANDPOOL_ISOLATION", value_enum, default_value = "namespaces")]
+    #[arg(long, env = "SANDPOOL_ISOLATION", default_value = "namespaces")]
     pub isolation: IsolationMode,
     /// Warm starts: runs of languages whose table entry has `warm` fork from a
     /// per-slot pre-initialised interpreter (docs/warm-starts.md); requests may opt out
@@ -39,7 +39,7 @@ pub struct ExecutorArgs {
     #[arg(long, env = "SANDPOOL_WORK_ROOT", default_value = "/var/lib/sandpool")]
     pub work_root: PathBuf,
     /// Host paths visible read-only inside the sandbox (comma-separated).
-    #[arg(long, env = "SANDPOOL_RO_PATHS", value_delimiter = ',', default_values_t = rootfs::DEFAULT_RO_PATHS.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
+    #[arg(long, env = "SANDPOOL_RO_PATHS", value_delimiter = ',', default_values_t = DEFAULT_RO_PATHS.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
     pub ro_paths: Vec<String>,
     /// Directories of Python packages (a venv or a site-packages directory) that runs see
     /// read-only and import first: added to PYTHONPATH of the table's Python entries (comma-separated).

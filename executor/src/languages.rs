@@ -421,7 +421,7 @@ impl LanguageTable {
                     ));
                 }
             }
-            sandpool_sandbox::workdir::validate_rel_path(&lang.source)
+            sandpool_sandbox::validate_rel_path(&lang.source)
                 .map_err(|e| TableError::Invalid(name.clone(), e.to_string()))?;
             if !lang.import_dirs.is_empty() && lang.import_path_env.is_none() {
                 return Err(TableError::Invalid(name, "import_dirs needs import_path_env".into()));

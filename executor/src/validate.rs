@@ -8,7 +8,7 @@
 
 use crate::engine::ExecError;
 use sandpool_proto::v1 as pb;
-use sandpool_sandbox::workdir::validate_rel_path;
+use sandpool_sandbox::validate_rel_path;
 
 /// Longest path a request may name, bytes (the kernel's `PATH_MAX`).
 pub const MAX_PATH_BYTES: usize = 4096;

@@ -1,6 +1,8 @@
-//! Small safe wrappers for what the executor, its tests and its benches do to
-//! host processes, so that their crates can `forbid(unsafe_code)`.
+//! Small safe wrappers for what the executor, its tests, its benches and the
+//! `sandpool-pod-seccomp` helper do to host processes, so that their crates
+//! (and that binary) need no `unsafe`.
 
+use crate::sys::{process, raw};
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
@@ -8,10 +10,11 @@ use std::time::Duration;
 /// as each sandboxed run is: with autogroup scheduling a session is a
 /// scheduling group, so fair comparisons need the same for bare runs.
 pub fn own_session(cmd: &mut std::process::Command) {
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // SAFETY: the closure makes one async-signal-safe system call and touches
+    // no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
-            libc::setsid();
+            let _ = raw::setsid();
             Ok(())
         });
     }
@@ -21,29 +24,24 @@ pub fn own_session(cmd: &mut std::process::Command) {
 /// signal ended it) and the CPU time (user + system) it and its reaped
 /// descendants used.
 pub fn wait_with_cpu(child: &std::process::Child) -> std::io::Result<(Option<i32>, Duration)> {
-    let mut status = 0;
-    // SAFETY: rusage is plain data; zeroed is valid.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: wait4 on our own child with valid pointers.
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    let (_, status, ru) = process::wait4(child.id() as i32, false)?;
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    Ok((code, tv(ru.ru_utime) + tv(ru.ru_stime)))
+    Ok((code, crate::runio::cpu_time(&ru)))
 }
 
 /// Sets the open-file limit (soft and hard) of process `pid` to `n`.
 pub fn set_fd_limit(pid: u32, n: u64) -> std::io::Result<()> {
-    let lim = libc::rlimit {
-        rlim_cur: n,
-        rlim_max: n,
-    };
-    // SAFETY: prlimit with a valid rlimit struct and a null old-limit pointer.
-    let r = unsafe { libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    process::set_limit(pid as i32, libc::RLIMIT_NOFILE, n)
+}
+
+/// Installs on the calling thread the seccomp filters every sandboxed run
+/// gets, then `extra`: what a container runtime's default profile refuses
+/// to an unprivileged pod, and more (see `sandpool-pod-seccomp`). Needs
+/// `no_new_privs` or `CAP_SYS_ADMIN`; threads started afterwards inherit them.
+pub fn install_run_filters(extra: &[seccompiler::BpfProgram]) -> std::io::Result<()> {
+    let base = crate::seccomp::build_filters().map_err(std::io::Error::other)?;
+    let filters: Vec<_> = base.iter().chain(extra).map(crate::seccomp::to_kernel).collect();
+    raw::install_filters(&filters)
+        .map(drop)
+        .map_err(std::io::Error::from_raw_os_error)
 }

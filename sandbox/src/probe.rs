@@ -1,5 +1,6 @@
 //! Start-up probe: which isolation features this kernel and these privileges allow.
 
+use crate::sys::{process, raw, stack::Stack};
 use std::fmt;
 
 /// One kernel feature the sandbox may use.
@@ -11,6 +12,16 @@ pub struct Feature {
     pub detail: String,
 }
 
+/// What mode `namespaces` cannot start without.
+pub(crate) const NAMESPACES_NEEDS: [&str; 6] = [
+    "pid_namespace",
+    "mount_namespace",
+    "net_namespace",
+    "ipc_namespace",
+    "uts_namespace",
+    "seccomp",
+];
+
 /// Every probed feature.
 #[derive(Debug, Clone)]
 pub struct Features(pub Vec<Feature>);
@@ -21,23 +32,15 @@ impl Features {
     }
 
     /// Marks a feature as used by the mode in force.
-    pub fn set_in_use(&mut self, name: &str, in_use: bool) {
+    pub(crate) fn set_in_use(&mut self, name: &str, in_use: bool) {
         if let Some(f) = self.0.iter_mut().find(|f| f.name == name) {
             f.in_use = in_use && f.available;
         }
     }
 
     /// What `namespaces` mode needs but cannot have, if anything.
-    pub fn missing_for_namespaces(&self) -> Option<String> {
-        let needed = [
-            "pid_namespace",
-            "mount_namespace",
-            "net_namespace",
-            "ipc_namespace",
-            "uts_namespace",
-            "seccomp",
-        ];
-        let missing: Vec<String> = needed
+    pub(crate) fn missing_for_namespaces(&self) -> Option<String> {
+        let missing: Vec<String> = NAMESPACES_NEEDS
             .iter()
             .filter_map(|n| self.get(n))
             .filter(|f| !f.available)
@@ -78,27 +81,23 @@ impl fmt::Display for Features {
 }
 
 extern "C" fn exit_now(_: *mut libc::c_void) -> libc::c_int {
-    super::sys::exit(0)
+    raw::exit(0)
 }
 
 /// Tries to create a namespace of one kind; returns the error if it fails.
 fn try_namespace(flag: libc::c_int) -> Result<(), std::io::Error> {
-    let stack = super::child::Stack::new(64 * 1024)?;
+    let stack = Stack::new(64 * 1024)?;
     // SAFETY: the child only calls the raw exit system call on its own stack.
     let pid = unsafe {
-        libc::clone(
+        process::clone(
             exit_now,
             stack.top(),
             flag | libc::CLONE_VM | libc::SIGCHLD,
             std::ptr::null_mut(),
+            std::ptr::null_mut(),
         )
-    };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut status = 0;
-    // SAFETY: reaping our own child.
-    unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+    }?;
+    let _ = process::waitpid(pid);
     Ok(())
 }
 
@@ -120,7 +119,7 @@ fn feature(name: &'static str, r: Result<String, String>) -> Feature {
 }
 
 /// Probes the kernel. Cheap: a few clones and file reads.
-pub fn probe() -> Features {
+pub(crate) fn probe() -> Features {
     let ns = |flag| {
         try_namespace(flag)
             .map(|_| "can create".to_owned())
@@ -134,8 +133,7 @@ pub fn probe() -> Features {
         .ok_or_else(|| "disabled".to_owned());
     let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let v1 = std::path::Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists();
-    // SAFETY: landlock_create_ruleset with LANDLOCK_CREATE_RULESET_VERSION only queries the ABI.
-    let landlock = unsafe { libc::syscall(444, std::ptr::null::<u8>(), 0usize, 1u32) };
+    let landlock = process::landlock_abi().unwrap_or(0);
     Features(vec![
         feature("pid_namespace", ns(libc::CLONE_NEWPID)),
         feature("mount_namespace", ns(libc::CLONE_NEWNS)),

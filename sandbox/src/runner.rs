@@ -4,7 +4,7 @@
 //! once at start-up ([`crate::open`]), and tests of judging logic can put a
 //! scripted runner in its place without root.
 
-use crate::{Features, IsolationMode, RunOutcome, RunSpec, SandboxError, WorkDir};
+use crate::{Features, IsolationMode, RunOutcome, RunSpec, SandboxError, WorkDir, ZygoteConfig};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -15,8 +15,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Runs programs under limits, one at a time per slot.
 ///
 /// Slots are numbered `0..slots()`; the caller (admission) guarantees a slot
-/// runs one program at a time. Implementations: [`crate::Namespaces`] (and
-/// `restricted` once available).
+/// runs one program at a time. Implementations: the `namespaces` and
+/// `restricted` modes ([`crate::open`]), and `testing::FakeRunner` (feature
+/// `testing`). `sandbox/tests/runner_contract.rs` holds each to this contract.
 pub trait Runner: Send + Sync + std::fmt::Debug {
     /// The isolation mode in force.
     fn mode(&self) -> IsolationMode;
@@ -39,7 +40,7 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     /// Starts each slot's zygote for each of `zygotes` in the background, so
     /// that no slot's first warm run waits for one (a run that comes first
     /// waits for it as it would have anyway).
-    fn start_zygotes(&self, zygotes: Vec<std::sync::Arc<crate::ZygoteConfig>>) {
+    fn start_zygotes(&self, zygotes: Vec<std::sync::Arc<ZygoteConfig>>) {
         let _ = zygotes;
     }
 

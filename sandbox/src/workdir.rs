@@ -8,10 +8,11 @@
 //! hard links) can redirect a read or a write, and clean-up is closing the
 //! descriptor: nothing is traversed at all.
 
+use crate::sys::mount;
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 /// Errors creating or using a work dir.
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +79,7 @@ pub struct WorkDir {
 /// EINVAL): a private bind mount under the executor's work root, so nothing
 /// attached there propagates to other mount namespaces. Detached on drop.
 #[derive(Debug)]
-pub struct Staging {
+pub(crate) struct Staging {
     dir: std::path::PathBuf,
     next: std::sync::atomic::AtomicU64,
 }
@@ -86,7 +87,7 @@ pub struct Staging {
 impl Staging {
     /// Returns None when this kernel clones detached mounts (nothing to stage), else
     /// makes `dir` a private mount (replacing what a crashed executor left there).
-    pub fn if_needed(dir: &std::path::Path) -> std::io::Result<Option<Self>> {
+    pub(crate) fn if_needed(dir: &std::path::Path) -> std::io::Result<Option<Self>> {
         let probe = WorkDir::create(4096, 0, 0).map_err(std::io::Error::other)?;
         match probe.clone_mount() {
             Ok(_) => return Ok(None),
@@ -94,13 +95,13 @@ impl Staging {
             Err(e) => return Err(e),
         }
         tracing::info!(dir = %dir.display(), "this kernel cannot clone detached mounts: work dirs are attached privately");
-        super::mounts::detach_all(dir);
+        mount::detach_all(dir);
         fs::create_dir_all(dir)?;
         // Runs' files are the runs' business: nobody else on the machine walks in.
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
-        super::mounts::mount(Some(dir), dir, None, libc::MS_BIND, None)?;
-        super::mounts::mount(None, dir, None, libc::MS_PRIVATE, None)?;
+        mount::mount(Some(dir), dir, None, libc::MS_BIND, None)?;
+        mount::mount(None, dir, None, libc::MS_PRIVATE, None)?;
         Ok(Some(Staging {
             dir: dir.to_owned(),
             next: std::sync::atomic::AtomicU64::new(0),
@@ -110,14 +111,14 @@ impl Staging {
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        super::mounts::detach_all(&self.dir);
+        mount::detach_all(&self.dir);
     }
 }
 
 impl Drop for WorkDir {
     fn drop(&mut self) {
         if let Some(p) = self.attached.get() {
-            super::mounts::detach_all(p);
+            mount::detach_all(p);
             let _ = fs::remove_dir(p);
         }
         if let Some(dir) = &self.dir {
@@ -129,39 +130,14 @@ impl Drop for WorkDir {
     }
 }
 
-fn check(r: libc::c_long) -> std::io::Result<libc::c_long> {
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-fn openat2(dir: i32, path: &str, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
-    let c = CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: open_how is plain data; zeroed is valid and future fields stay zero.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.mode = mode as u64;
-    how.resolve =
-        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_XDEV;
-    // SAFETY: openat2 with a valid dir fd, C string and open_how struct.
-    let fd = check(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            c.as_ptr(),
-            &how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    })?;
-    // SAFETY: a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+/// `openat2` beneath `dir` (see [`mount::openat2_beneath`]).
+fn openat2(dir: BorrowedFd<'_>, path: &str, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
+    mount::openat2_beneath(dir, path, flags, mode)
 }
 
 impl WorkDir {
     /// Creates a detached tmpfs of `size` bytes, owned by `uid:gid`, nosuid and nodev.
-    pub fn create(size: u64, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
+    pub(crate) fn create(size: u64, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
         let e = |what| {
             move |source| WorkDirError::Io {
                 path: "/work".into(),
@@ -169,65 +145,27 @@ impl WorkDir {
                 source,
             }
         };
-        // SAFETY: fsopen/fsconfig/fsmount with valid C strings; results checked.
-        unsafe {
-            let fs = check(libc::syscall(
-                libc::SYS_fsopen,
-                c"tmpfs".as_ptr(),
-                1, /* FSOPEN_CLOEXEC */
-            ))
-            .map_err(e("fsopen tmpfs"))?;
-            let fs = OwnedFd::from_raw_fd(fs as i32);
-            let opts = [
-                ("size", size.to_string()),
-                ("mode", "0755".into()),
-                ("uid", uid.to_string()),
-                ("gid", gid.to_string()),
-            ];
-            for (k, v) in opts {
-                let (k, v) = (CString::new(k).unwrap_or_default(), CString::new(v).unwrap_or_default());
-                check(libc::syscall(
-                    libc::SYS_fsconfig,
-                    fs.as_raw_fd(),
-                    1, /* SET_STRING */
-                    k.as_ptr(),
-                    v.as_ptr(),
-                    0,
-                ))
-                .map_err(e("configuring tmpfs"))?;
-            }
-            check(libc::syscall(
-                libc::SYS_fsconfig,
-                fs.as_raw_fd(),
-                6, /* CMD_CREATE */
-                0usize,
-                0usize,
-                0,
-            ))
-            .map_err(e("creating tmpfs"))?;
-            let attrs = 0x2 | 0x4; // MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
-            let m = check(libc::syscall(
-                libc::SYS_fsmount,
-                fs.as_raw_fd(),
-                1, /* FSMOUNT_CLOEXEC */
-                attrs,
-            ))
-            .map_err(e("fsmount"))?;
-            Ok(WorkDir {
-                mount: OwnedFd::from_raw_fd(m as i32),
-                dir: None,
-                uid,
-                gid,
-                staging: None,
-                attached: std::sync::OnceLock::new(),
-            })
-        }
+        let opts = [
+            ("size", size.to_string()),
+            ("mode", "0755".into()),
+            ("uid", uid.to_string()),
+            ("gid", gid.to_string()),
+        ];
+        let mount = mount::tmpfs_detached(&opts).map_err(|(what, source)| e(what)(source))?;
+        Ok(WorkDir {
+            mount,
+            dir: None,
+            uid,
+            gid,
+            staging: None,
+            attached: std::sync::OnceLock::new(),
+        })
     }
 
     /// Uses `path`, a directory that must not exist yet, as a work dir owned
     /// by `uid:gid` (mode 0700); the directory and everything in it are
     /// removed on drop. For runners that cannot mount (and tests).
-    pub fn directory(path: std::path::PathBuf, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
+    pub(crate) fn directory(path: std::path::PathBuf, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
         let e = |what| {
             move |source| WorkDirError::Io {
                 path: "/work".into(),
@@ -269,13 +207,13 @@ impl WorkDir {
     }
 
     /// Attaches the mount under `staging` when a clone needs it (old kernels).
-    pub fn staged(mut self, staging: Option<std::sync::Arc<Staging>>) -> Self {
+    pub(crate) fn staged(mut self, staging: Option<std::sync::Arc<Staging>>) -> Self {
         self.staging = staging;
         self
     }
 
     /// A detached clone of the mount, for one phase's init to attach at /work.
-    pub fn attachable(&self) -> std::io::Result<OwnedFd> {
+    pub(crate) fn attachable(&self) -> std::io::Result<OwnedFd> {
         if self.dir.is_some() {
             return Err(std::io::Error::other(
                 "a directory work dir cannot be attached as a mount",
@@ -288,20 +226,16 @@ impl WorkDir {
             let n = staging.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let path = staging.dir.join(n.to_string());
             fs::create_dir_all(&path)?;
-            let c = super::mounts::c_path(&path)?;
+            let c = mount::c_path(&path)?;
             // Our own mount fd stays valid and now names the attached mount.
-            super::sys::move_mount_fd(self.mount.as_raw_fd(), &c).map_err(std::io::Error::from_raw_os_error)?;
+            crate::sys::raw::move_mount_fd(self.mount.as_raw_fd(), &c).map_err(std::io::Error::from_raw_os_error)?;
             let _ = self.attached.set(path);
         }
         self.clone_mount()
     }
 
     fn clone_mount(&self) -> std::io::Result<OwnedFd> {
-        let flags = 1 /* OPEN_TREE_CLONE */ | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32;
-        // SAFETY: open_tree on our own mount descriptor with an empty path.
-        let fd = check(unsafe { libc::syscall(libc::SYS_open_tree, self.mount.as_raw_fd(), c"".as_ptr(), flags) })?;
-        // SAFETY: a fresh descriptor we own.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        mount::clone_mount(self.mount.as_fd())
     }
 
     /// Writes `content` at relative `rel`, creating parent directories, owned by the run's uid.
@@ -322,24 +256,20 @@ impl WorkDir {
             }
             prefix.push_str(comp);
             let c = CString::new(prefix.as_str()).map_err(|_| WorkDirError::InvalidPath(rel.to_owned()))?;
-            // SAFETY: mkdirat relative to our mount fd; EEXIST is fine.
-            let r = unsafe { libc::mkdirat(self.mount.as_raw_fd(), c.as_ptr(), 0o755) };
-            if r == 0 {
-                let d = openat2(self.mount.as_raw_fd(), &prefix, libc::O_DIRECTORY | libc::O_RDONLY, 0)
+            // EEXIST is fine: the directory is there already.
+            if mount::mkdirat(self.mount.as_fd(), &c, 0o755).is_ok() {
+                let d = openat2(self.mount.as_fd(), &prefix, libc::O_DIRECTORY | libc::O_RDONLY, 0)
                     .map_err(e("opening a directory"))?;
-                // SAFETY: fchown on a descriptor we own.
-                unsafe { libc::fchown(d.as_raw_fd(), self.uid, self.gid) };
+                let _ = std::os::unix::fs::fchown(&d, Some(self.uid), Some(self.gid));
             }
         }
         let mode = if executable { 0o755 } else { 0o644 };
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW;
-        let fd = openat2(self.mount.as_raw_fd(), rel, flags, mode).map_err(e("creating"))?;
-        // SAFETY: fchmod/fchown on a descriptor we own.
-        unsafe {
-            libc::fchown(fd.as_raw_fd(), self.uid, self.gid);
-            libc::fchmod(fd.as_raw_fd(), mode);
-        }
-        fs::File::from(fd).write_all(content).map_err(e("writing"))
+        let file = fs::File::from(openat2(self.mount.as_fd(), rel, flags, mode).map_err(e("creating"))?);
+        let _ = std::os::unix::fs::fchown(&file, Some(self.uid), Some(self.gid));
+        use std::os::unix::fs::PermissionsExt;
+        let _ = file.set_permissions(fs::Permissions::from_mode(mode));
+        (&file).write_all(content).map_err(e("writing"))
     }
 
     /// Reads regular file `rel` if it is at most `cap` bytes; never follows links.
@@ -352,7 +282,7 @@ impl WorkDir {
     pub fn open_file(&self, rel: &str) -> Result<OpenFile, FetchError> {
         validate_rel_path(rel).map_err(|e| FetchError::Other(e.to_string()))?;
         let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-        let fd = match openat2(self.mount.as_raw_fd(), rel, flags, 0) {
+        let fd = match openat2(self.mount.as_fd(), rel, flags, 0) {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(FetchError::NotFound),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::EXDEV)) => {
@@ -428,7 +358,7 @@ impl WorkDir {
     /// Walks `src` through descriptors with no-follow opens: symlinks, FIFOs,
     /// sockets and devices a program planted there are skipped, never followed.
     pub fn copy_from(&self, src: &WorkDir) -> Result<(), WorkDirError> {
-        let root = openat2(src.mount.as_raw_fd(), ".", libc::O_DIRECTORY | libc::O_RDONLY, 0).map_err(|source| {
+        let root = openat2(src.mount.as_fd(), ".", libc::O_DIRECTORY | libc::O_RDONLY, 0).map_err(|source| {
             WorkDirError::Io {
                 path: ".".into(),
                 what: "opening the source dir",
@@ -450,7 +380,6 @@ impl WorkDir {
                 source: std::io::Error::other("directories nested too deeply"),
             });
         }
-        let dir_fd = dir.as_raw_fd();
         let mut listing = nix::dir::Dir::from_fd(dir).map_err(|e| io(prefix, "listing")(e.into()))?;
         let mut entries = Vec::new();
         for entry in listing.iter() {
@@ -469,28 +398,33 @@ impl WorkDir {
                 format!("{prefix}/{name}")
             };
             // O_PATH|O_NOFOLLOW opens the entry itself, whatever it is, so fstat tells what it is.
-            let Ok(probe) = openat2(dir_fd, &name, libc::O_PATH | libc::O_NOFOLLOW, 0) else {
+            let Ok(probe) = openat2(listing.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0) else {
                 continue;
             };
             let meta = fs::File::from(probe).metadata().map_err(io(&rel, "inspecting"))?;
             let ft = meta.file_type();
             if ft.is_dir() {
                 let c = CString::new(rel.as_str()).map_err(|_| WorkDirError::InvalidPath(rel.clone()))?;
-                // SAFETY: mkdirat relative to our own dir fd.
-                let r = unsafe { libc::mkdirat(self.mount.as_raw_fd(), c.as_ptr(), 0o755) };
-                if r != 0 {
-                    return Err(io(&rel, "creating a directory")(std::io::Error::last_os_error()));
-                }
-                let d = openat2(self.mount.as_raw_fd(), &rel, libc::O_DIRECTORY | libc::O_RDONLY, 0)
+                mount::mkdirat(self.mount.as_fd(), &c, 0o755).map_err(io(&rel, "creating a directory"))?;
+                let d = openat2(self.mount.as_fd(), &rel, libc::O_DIRECTORY | libc::O_RDONLY, 0)
                     .map_err(io(&rel, "opening a directory"))?;
-                // SAFETY: fchown on a descriptor we own.
-                unsafe { libc::fchown(d.as_raw_fd(), self.uid, self.gid) };
-                let sub = openat2(dir_fd, &name, libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW, 0)
-                    .map_err(io(&rel, "opening a source directory"))?;
+                let _ = std::os::unix::fs::fchown(&d, Some(self.uid), Some(self.gid));
+                let sub = openat2(
+                    listing.as_fd(),
+                    &name,
+                    libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW,
+                    0,
+                )
+                .map_err(io(&rel, "opening a source directory"))?;
                 self.copy_dir(sub, &rel, depth + 1)?;
             } else if ft.is_file() {
-                let f = openat2(dir_fd, &name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
-                    .map_err(io(&rel, "opening a source file"))?;
+                let f = openat2(
+                    listing.as_fd(),
+                    &name,
+                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                    0,
+                )
+                .map_err(io(&rel, "opening a source file"))?;
                 let mut f = fs::File::from(f);
                 let mut content = Vec::with_capacity(meta.len() as usize);
                 f.read_to_end(&mut content).map_err(io(&rel, "reading"))?;
@@ -533,7 +467,7 @@ mod tests {
         dst.copy_from(&src).unwrap();
         assert_eq!(dst.read_file("a.txt", 100).unwrap(), b"alpha");
         assert_eq!(dst.read_file("d/e/bin", 100).unwrap(), b"#!/bin/sh\n");
-        let f = openat2(dst.mount.as_raw_fd(), "d/e/bin", libc::O_RDONLY, 0).unwrap();
+        let f = openat2(dst.mount.as_fd(), "d/e/bin", libc::O_RDONLY, 0).unwrap();
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::File::from(f).metadata().unwrap().permissions().mode();
         assert_ne!(mode & 0o111, 0, "executable bit kept");

@@ -24,43 +24,19 @@ fn main() -> std::process::ExitCode {
         eprintln!("usage: sandpool-pod-seccomp PROGRAM [ARGS...]");
         return std::process::ExitCode::from(2);
     };
-    let mut filters = match sandpool_sandbox::seccomp::build_filters() {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("sandpool-pod-seccomp: {e}");
-            return std::process::ExitCode::from(1);
-        }
-    };
+    let mut extra = vec![];
     if std::env::var_os("SANDPOOL_POD_SECCOMP_NO_LANDLOCK").is_some() {
         match no_landlock() {
-            Ok(f) => filters.push(f),
+            Ok(f) => extra.push(f),
             Err(e) => {
                 eprintln!("sandpool-pod-seccomp: {e}");
                 return std::process::ExitCode::from(1);
             }
         }
     }
-    for f in filters.iter().map(sandpool_sandbox::seccomp::to_kernel) {
-        let prog = libc::sock_fprog {
-            len: f.len() as libc::c_ushort,
-            filter: f.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: seccomp(SET_MODE_FILTER) with a program that outlives the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0u32,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        if r < 0 {
-            eprintln!(
-                "sandpool-pod-seccomp: installing the filter: {}",
-                std::io::Error::last_os_error()
-            );
-            return std::process::ExitCode::from(1);
-        }
+    if let Err(e) = sandpool_sandbox::host::install_run_filters(&extra) {
+        eprintln!("sandpool-pod-seccomp: installing the filter: {e}");
+        return std::process::ExitCode::from(1);
     }
     use std::os::unix::process::CommandExt;
     let e = std::process::Command::new(program).args(&args[1..]).exec();

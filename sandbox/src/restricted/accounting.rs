@@ -7,6 +7,7 @@
 //! children through `/proc/<pid>/task/<tid>/children`, never by scanning all
 //! of `/proc`, so the cost follows the run's size and not the machine's.
 
+use crate::sys::process;
 use std::time::Duration;
 
 /// What `/proc/<pid>/stat` says of one process.
@@ -81,15 +82,11 @@ pub struct Sample {
 }
 
 fn clock_ticks() -> u64 {
-    // SAFETY: sysconf has no memory effects.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as u64 } else { 100 }
+    process::sysconf(libc::_SC_CLK_TCK).unwrap_or(100)
 }
 
 fn page_size() -> u64 {
-    // SAFETY: sysconf has no memory effects.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 { p as u64 } else { 4096 }
+    process::sysconf(libc::_SC_PAGESIZE).unwrap_or(4096)
 }
 
 /// CPU time and memory of the group now.
@@ -138,8 +135,7 @@ pub fn tasks_of_uid(uid: u32) -> u64 {
 /// Sound only while the group's leader is unreaped (or some member lives):
 /// until then the number cannot name another group.
 pub fn kill_group(pgid: i32) {
-    // SAFETY: kill(2) has no memory effects.
-    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    process::sigkill(-pgid);
 }
 
 fn add(a: &mut libc::rusage, b: &libc::rusage) {
@@ -153,34 +149,13 @@ fn add(a: &mut libc::rusage, b: &libc::rusage) {
     a.ru_maxrss = a.ru_maxrss.max(b.ru_maxrss);
 }
 
-fn zero_rusage() -> libc::rusage {
-    // SAFETY: rusage is plain data; zeroed is valid.
-    unsafe { std::mem::zeroed() }
-}
-
-/// Waits for `pid` (our child) and returns its status and rusage.
-pub fn reap(pid: i32) -> Option<(i32, libc::rusage)> {
-    let mut ru = zero_rusage();
-    let mut status = 0;
-    loop {
-        // SAFETY: wait4 on our own child with valid pointers.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::__WALL, &mut ru) };
-        if r == pid {
-            return Some((status, ru));
-        }
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return None;
-        }
-    }
-}
-
 /// Kills every member of group `pgid` but `leader` (which the caller reaps
 /// last, so the group's number stays its own), reaps those that are the
 /// executor's children, and returns their summed rusage.
 ///
 /// Blocking: run off the async runtime.
 pub fn sweep(pgid: i32, leader: i32) -> libc::rusage {
-    let mut total = zero_rusage();
+    let mut total = process::zero_rusage();
     let me = std::process::id() as i32;
     let started = std::time::Instant::now();
     loop {
@@ -204,11 +179,10 @@ pub fn sweep(pgid: i32, leader: i32) -> libc::rusage {
             if !ours {
                 continue;
             }
-            let mut ru = zero_rusage();
-            let mut status = 0;
-            // SAFETY: wait4 on a child of ours with valid pointers; WNOHANG never blocks.
-            let r = unsafe { libc::wait4(pid, &mut status, libc::__WALL | libc::WNOHANG, &mut ru) };
-            if r == pid {
+            // WNOHANG never blocks.
+            if let Ok((r, _, ru)) = process::wait4(pid, true)
+                && r == pid
+            {
                 add(&mut total, &ru);
                 reaped = true;
             }

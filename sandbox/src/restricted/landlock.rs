@@ -20,12 +20,11 @@ const READ_ONLY: &[&str] = &["/proc", "/sys/devices/system/cpu", "/sys/fs/cgroup
 
 /// The kernel's Landlock ABI version, or why there is none.
 pub fn abi_version() -> Result<i32, String> {
-    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only queries the ABI.
-    let v = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32) };
-    if v > 0 {
-        return Ok(v as i32);
-    }
-    let e = std::io::Error::last_os_error();
+    let e = match crate::sys::process::landlock_abi() {
+        Ok(v) if v > 0 => return Ok(v),
+        Ok(v) => std::io::Error::other(format!("ABI {v}")),
+        Err(e) => e,
+    };
     Err(match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) => "Landlock is built in but disabled: add landlock to the kernel's lsm= boot parameter".into(),
         Some(libc::ENOSYS) => "Landlock is not available: the kernel lacks it (Linux 5.13+ with CONFIG_SECURITY_LANDLOCK) \

@@ -24,10 +24,11 @@ mod landlock;
 mod seccomp;
 mod spawn;
 
+use crate::error::os;
 use crate::probe::Feature;
-use crate::runio::{Captured, Output, resolve_exe, rlimit, stdin_memfd};
+use crate::runio::{Captured, KillHandle, Output, cpu_time, exit_and_signal, resolve_exe, rlimit, stdin_memfd};
 use crate::runner::{BoxFuture, Runner};
-use crate::supervise::KillHandle;
+use crate::sys::{self, process};
 use crate::{Features, IsolationMode, RunOutcome, RunSpec, SandboxConfig, SandboxError, Termination, WorkDir};
 
 use std::path::{Path, PathBuf};
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 
 /// The restricted runner: what start-up prepared, shared by all runs.
 #[derive(Debug)]
-pub struct Restricted {
+pub(crate) struct Restricted {
     cfg: SandboxConfig,
     /// No other executor uses the work root while this one lives.
     _lock: crate::workroot::WorkRootLock,
@@ -54,10 +55,6 @@ pub struct Restricted {
     spawner: spawn::Spawner,
 }
 
-fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
-    move |e| SandboxError::Os(what, e)
-}
-
 fn unavailable(why: String) -> SandboxError {
     SandboxError::ModeUnavailable("restricted", why)
 }
@@ -67,12 +64,7 @@ impl Restricted {
     /// depends on is missing (Landlock, seccomp, `no_new_privs`, a writable
     /// work root, the subreaper), saying which and why.
     pub fn new(cfg: SandboxConfig) -> Result<Self, SandboxError> {
-        if cfg.mode != IsolationMode::Restricted {
-            return Err(SandboxError::Other(format!(
-                "the restricted runner cannot run mode {}",
-                cfg.mode.name()
-            )));
-        }
+        cfg.expect_mode(IsolationMode::Restricted)?;
         let mut features = crate::probe::probe();
         let abi = landlock::abi_version().map_err(|why| {
             unavailable(format!(
@@ -82,8 +74,7 @@ impl Restricted {
         if !crate::seccomp::available() {
             return Err(unavailable("the kernel has no seccomp filters".into()));
         }
-        // SAFETY: geteuid/getpid have no memory effects.
-        let (euid, pid) = unsafe { (libc::geteuid(), libc::getpid()) };
+        let (euid, pid) = (nix::unistd::geteuid().as_raw(), std::process::id() as i32);
         let slot_uids = euid == 0;
         // Before the runs dir is emptied: a live executor's runs are not leftovers.
         use crate::workroot::{WorkRootError, WorkRootLock};
@@ -101,12 +92,8 @@ impl Restricted {
                 cfg.work_root.display()
             ))
         })?;
-        // SAFETY: prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } < 0 {
-            return Err(unavailable(format!(
-                "cannot become child subreaper: {}",
-                std::io::Error::last_os_error()
-            )));
+        if let Err(e) = process::set_child_subreaper() {
+            return Err(unavailable(format!("cannot become child subreaper: {e}")));
         }
         let filters = seccomp::build_filters(pid, abi >= 6).map_err(|e| SandboxError::Other(e.to_string()))?;
         let filters = Arc::new(filters);
@@ -349,7 +336,7 @@ impl Drop for Tree {
         accounting::kill_group(leader);
         std::thread::spawn(move || {
             accounting::sweep(leader, leader);
-            accounting::reap(leader);
+            process::reap(leader);
         });
     }
 }
@@ -434,8 +421,8 @@ impl Restricted {
             filters: self.filters.clone(),
             parent: std::process::id() as i32,
         };
-        let (out_r, out_w) = crate::pipe().map_err(os("pipe2"))?;
-        let (err_r, err_w) = crate::pipe().map_err(os("pipe2"))?;
+        let (out_r, out_w) = sys::pipe().map_err(os("pipe2"))?;
+        let (err_r, err_w) = sys::pipe().map_err(os("pipe2"))?;
         let stdin = stdin_memfd(&spec.stdin)?;
 
         use std::os::unix::process::CommandExt;
@@ -468,7 +455,7 @@ impl Restricted {
         // std's handle would reap with waitpid; the tree's code reaps with wait4.
         drop(child);
         let mut tree = Tree { leader, done: false };
-        let pidfd = crate::pidfd_open(leader).map_err(|e| SandboxError::Os("pidfd_open", e))?;
+        let pidfd = process::pidfd_open(leader).map_err(|e| SandboxError::Os("pidfd_open", e))?;
         let handle = KillHandle::new(pidfd);
         let exited = handle.watch()?;
         let output = Output::read(out_r, err_r, spec.limits.output, handle.clone());
@@ -507,7 +494,7 @@ impl Restricted {
         // still this run's: kill what is left of the tree, reap it, then the leader.
         let (status, ru) = tokio::task::spawn_blocking(move || {
             let mut total = accounting::sweep(leader, leader);
-            let (status, ru) = accounting::reap(leader).unwrap_or((libc::SIGKILL, unsafe_zero()));
+            let (status, ru) = process::reap(leader).unwrap_or((libc::SIGKILL, process::zero_rusage()));
             accounting::merge(&mut total, &ru);
             (status, total)
         })
@@ -526,15 +513,8 @@ impl Restricted {
         }
         drop(tmp);
 
-        let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
-        let cpu = (tv(ru.ru_utime) + tv(ru.ru_stime)).max(peak.cpu);
-        let (exit_code, signal) = if libc::WIFEXITED(status) {
-            (libc::WEXITSTATUS(status), 0)
-        } else if libc::WIFSIGNALED(status) {
-            (0, libc::WTERMSIG(status))
-        } else {
-            (0, libc::SIGKILL)
-        };
+        let cpu = cpu_time(&ru).max(peak.cpu);
+        let (exit_code, signal) = exit_and_signal(Some(status));
         let peak_memory = (ru.ru_maxrss as u64 * 1024).max(peak.rss);
         let failed = exit_code != 0 || signal != 0;
         // Resident memory, not the data size: runtimes reserve far more than they touch.
@@ -560,11 +540,6 @@ impl Restricted {
             warm: false,
         })
     }
-}
-
-fn unsafe_zero() -> libc::rusage {
-    // SAFETY: rusage is plain data; zeroed is valid.
-    unsafe { std::mem::zeroed() }
 }
 
 #[cfg(test)]

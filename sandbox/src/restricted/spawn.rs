@@ -8,6 +8,7 @@
 //! the seccomp filters, in that order (the filters last, so they never
 //! stand in the way of the steps before them).
 
+use crate::sys::raw;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -24,52 +25,36 @@ pub struct Confinement {
     pub parent: i32,
 }
 
-const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+
+/// A raw call's result as `io::Result` (the errno, nothing allocated).
+fn check(r: raw::Res) -> io::Result<()> {
+    r.map(drop).map_err(io::Error::from_raw_os_error)
+}
 
 impl Confinement {
-    /// Runs in the child between fork and exec: system calls only, no allocation.
+    /// Runs in the child between fork and exec: raw system calls on data that
+    /// outlives the fork (self is borrowed from the parent's Command); no
+    /// allocation, no locks, nothing that is unsafe between fork and exec.
     fn apply(&self) -> io::Result<()> {
-        let check = |r: libc::c_long| if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) };
-        // SAFETY: plain system calls on data that outlives the fork (self is
-        // borrowed from the parent's Command); no allocation, no locks,
-        // nothing that is unsafe between fork and exec.
-        unsafe {
-            // Dies with the executor: nothing of a run outlives it.
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) as _)?;
-            if libc::getppid() != self.parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            for (resource, limit) in &self.rlimits {
-                check(libc::setrlimit64(*resource, limit) as _)?;
-            }
-            // Within the pod the run, not the executor, is the OOM killer's choice.
-            let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd >= 0 {
-                libc::write(fd, b"1000".as_ptr().cast(), 4);
-                libc::close(fd);
-            }
-            // Descriptors without close-on-exec (a library's) must not reach the program.
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
-            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as _)?;
-            check(libc::syscall(
-                libc::SYS_landlock_restrict_self,
-                self.landlock.as_raw_fd(),
-                0u32,
-            ))?;
-            for f in self.filters.iter() {
-                let prog = libc::sock_fprog {
-                    len: f.len() as libc::c_ushort,
-                    filter: f.as_ptr() as *mut libc::sock_filter,
-                };
-                check(libc::syscall(
-                    libc::SYS_seccomp,
-                    libc::SECCOMP_SET_MODE_FILTER,
-                    0u32,
-                    &prog as *const libc::sock_fprog,
-                ))?;
-            }
+        // Dies with the executor: nothing of a run outlives it.
+        check(raw::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize))?;
+        if raw::getppid() != self.parent {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
-        Ok(())
+        for (resource, limit) in &self.rlimits {
+            check(raw::setrlimit(*resource, limit))?;
+        }
+        // Within the pod the run, not the executor, is the OOM killer's choice.
+        if let Ok(fd) = raw::open(c"/proc/self/oom_score_adj", libc::O_WRONLY | libc::O_CLOEXEC) {
+            let _ = raw::write(fd as i32, b"1000");
+            let _ = raw::close(fd as i32);
+        }
+        // Descriptors without close-on-exec (a library's) must not reach the program.
+        let _ = raw::close_range(3, u32::MAX, CLOSE_RANGE_CLOEXEC);
+        check(raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1))?;
+        check(raw::landlock_restrict_self(self.landlock.as_raw_fd()))?;
+        check(raw::install_filters(&self.filters))
     }
 
     /// Puts the confinement on `cmd` (consumed when the command spawns).
@@ -117,40 +102,20 @@ impl Spawner {
 /// thread of its own that exits afterwards: Landlock, seccomp and
 /// `no_new_privs` all apply to one thread, so the executor stays unconfined.
 pub fn self_test(c: &Confinement, outside: &std::path::Path) -> Result<(), String> {
-    let check = |what: &str, r: libc::c_long| {
-        if r < 0 {
-            Err(format!("{what}: {}", io::Error::last_os_error()))
-        } else {
-            Ok(())
-        }
+    let check = |what: &str, r: raw::Res| {
+        r.map(drop)
+            .map_err(|e| format!("{what}: {}", io::Error::from_raw_os_error(e)))
     };
-    // SAFETY: system calls on valid data; they confine only this thread.
-    unsafe {
-        check("no_new_privs", libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as _)?;
-        check(
-            "landlock_restrict_self",
-            libc::syscall(libc::SYS_landlock_restrict_self, c.landlock.as_raw_fd(), 0u32),
-        )?;
-        for f in c.filters.iter() {
-            let prog = libc::sock_fprog {
-                len: f.len() as libc::c_ushort,
-                filter: f.as_ptr() as *mut libc::sock_filter,
-            };
-            check(
-                "installing the seccomp filter",
-                libc::syscall(
-                    libc::SYS_seccomp,
-                    libc::SECCOMP_SET_MODE_FILTER,
-                    0u32,
-                    &prog as *const libc::sock_fprog,
-                ),
-            )?;
-        }
-        let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        if s >= 0 {
-            libc::close(s);
-            return Err("the seccomp filter let an AF_INET socket be created".into());
-        }
+    // These confine only this thread.
+    check("no_new_privs", raw::prctl(libc::PR_SET_NO_NEW_PRIVS, 1))?;
+    check(
+        "landlock_restrict_self",
+        raw::landlock_restrict_self(c.landlock.as_raw_fd()),
+    )?;
+    check("installing the seccomp filter", raw::install_filters(&c.filters))?;
+    if let Ok(s) = raw::socket(libc::AF_INET, libc::SOCK_STREAM, 0) {
+        let _ = raw::close(s as i32);
+        return Err("the seccomp filter let an AF_INET socket be created".into());
     }
     match std::fs::read_dir(outside) {
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => Ok(()),

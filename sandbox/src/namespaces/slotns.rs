@@ -7,8 +7,9 @@
 //! `setns`, attaches its own `/work`, `/tmp`, `/dev/shm` and `/proc`, and
 //! detaches them again when the run ends.
 
-use super::child::Stack;
-use super::sys;
+use crate::sys::raw as sys;
+use crate::sys::stack::Stack;
+use crate::sys::{mount, process};
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
@@ -48,7 +49,7 @@ extern "C" fn helper_main(arg: *mut libc::c_void) -> libc::c_int {
 
 /// Creates a mount namespace whose root is `template`, with nothing of the host mounted.
 pub fn create(template: &Path) -> std::io::Result<OwnedFd> {
-    let root = super::mounts::c_path(template)?;
+    let root = mount::c_path(template)?;
     let mut h = Helper {
         root,
         ns_fd: -1,
@@ -59,19 +60,15 @@ pub fn create(template: &Path) -> std::io::Result<OwnedFd> {
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::CLONE_NEWNS | libc::SIGCHLD;
     // SAFETY: the helper runs on its own stack while we are suspended.
     let pid = unsafe {
-        libc::clone(
+        process::clone(
             helper_main,
             stack.top(),
             flags,
             &mut h as *mut Helper as *mut libc::c_void,
+            std::ptr::null_mut(),
         )
-    };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut status = 0;
-    // SAFETY: reaping our own child.
-    unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+    }?;
+    let _ = process::waitpid(pid);
     let fd = (h.ns_fd >= 0).then(|| {
         // SAFETY: the helper opened this descriptor in our shared table.
         unsafe { OwnedFd::from_raw_fd(h.ns_fd) }
@@ -132,19 +129,15 @@ pub fn clear(ns: &OwnedFd) -> std::io::Result<()> {
     // SAFETY: the helper runs on its own stack while we are suspended and
     // touches only `c` and raw system calls.
     let pid = unsafe {
-        libc::clone(
+        process::clone(
             clearer_main,
             stack.top(),
             flags,
             &mut c as *mut Clearer as *mut libc::c_void,
+            std::ptr::null_mut(),
         )
-    };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut status = 0;
-    // SAFETY: reaping our own child.
-    unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+    }?;
+    let _ = process::waitpid(pid);
     if c.errno != 0 {
         return Err(std::io::Error::from_raw_os_error(c.errno));
     }

@@ -3,7 +3,9 @@
 //! The sandbox's init process shares the executor's memory (`CLONE_VM`), so it
 //! must not touch libc state: `errno` lives in the parent thread's TLS and the
 //! allocator's locks may be held by other threads. These wrappers issue the
-//! system call directly and return `-errno` instead of setting `errno`.
+//! system call directly and return `-errno` instead of setting `errno`. The
+//! restricted mode's confinement, between `fork` and `exec`, uses them too:
+//! they are async-signal-safe.
 
 use std::ffi::CStr;
 
@@ -171,6 +173,15 @@ pub fn dup_to(old: i32, new: i32) -> Res {
     sc!(libc::SYS_dup3, old as usize, new as usize, 0)
 }
 
+/// dup2(2) semantics on every architecture: `new` becomes a copy of `old`
+/// (dup3 without flags); when they are equal, only checks that `old` is open.
+pub fn dup2(old: i32, new: i32) -> Res {
+    if old == new {
+        return sc!(libc::SYS_fcntl, old as usize, libc::F_GETFD as usize).map(|_| new as usize);
+    }
+    sc!(libc::SYS_dup3, old as usize, new as usize, 0)
+}
+
 /// read(2) into `buf`.
 pub fn read(fd: i32, buf: &mut [u8]) -> Res {
     sc!(libc::SYS_read, fd as usize, buf.as_mut_ptr() as usize, buf.len())
@@ -225,13 +236,26 @@ pub fn prctl(option: i32, arg: usize) -> Res {
 ///
 /// # Safety
 /// `prog.filter` must point to `prog.len` valid instructions.
-pub unsafe fn seccomp_filter(prog: &libc::sock_fprog) -> Res {
+unsafe fn seccomp_filter(prog: &libc::sock_fprog) -> Res {
     sc!(
         libc::SYS_seccomp,
         1, /* SECCOMP_SET_MODE_FILTER */
         0,
         prog as *const _ as usize
     )
+}
+
+/// Installs seccomp `filters` (kernel layout) on the calling thread, in order.
+pub fn install_filters(filters: &[Vec<libc::sock_filter>]) -> Res {
+    for f in filters {
+        let prog = libc::sock_fprog {
+            len: f.len() as libc::c_ushort,
+            filter: f.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: `prog` points into `f`, alive and of `len` instructions.
+        unsafe { seccomp_filter(&prog) }?;
+    }
+    Ok(0)
 }
 
 /// execve(2); returns only on failure.
@@ -294,8 +318,25 @@ pub fn socket(domain: i32, ty: i32, proto: i32) -> Res {
 /// # Safety
 /// `arg` must be what request `req` expects (for pointer requests: a pointer
 /// to a live structure of the right type).
-pub unsafe fn ioctl(fd: i32, req: u64, arg: usize) -> Res {
+unsafe fn ioctl(fd: i32, req: u64, arg: usize) -> Res {
     sc!(libc::SYS_ioctl, fd as usize, req as usize, arg)
+}
+
+/// Brings up `lo` in the caller's network namespace; Err(errno) on failure.
+///
+/// Raw calls only: the init runs it after `clone`, the namespace factory on its own thread.
+pub(crate) fn loopback_up() -> Result<(), i32> {
+    let fd = socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)? as i32;
+    // SAFETY: ifreq is plain data; zeroed is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+        *d = *s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS reads an ifreq; `ifr` lives across the call.
+    let r = unsafe { ioctl(fd, libc::SIOCSIFFLAGS, &ifr as *const _ as usize) };
+    let _ = close(fd);
+    r.map(|_| ())
 }
 
 /// The most descriptors [`send_fds`] sends at once (a warm run's: stdio, the
@@ -402,4 +443,14 @@ pub fn wait_any_nohang(status: &mut i32) -> Res {
         (libc::__WALL | libc::WNOHANG) as usize,
         0
     )
+}
+
+/// getppid(2).
+pub fn getppid() -> i32 {
+    sc!(libc::SYS_getppid).map_or(0, |p| p as i32)
+}
+
+/// landlock_restrict_self(2): confines the calling thread to ruleset `fd`.
+pub fn landlock_restrict_self(fd: i32) -> Res {
+    sc!(libc::SYS_landlock_restrict_self, fd as usize, 0)
 }

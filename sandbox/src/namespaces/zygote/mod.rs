@@ -24,8 +24,9 @@
 //!    executor then tells the init to end, which kills whatever the run left.
 
 use crate::runio::resolve_exe;
+use crate::sys::socket::{self, send_with_fds, socketpair};
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -78,86 +79,6 @@ pub(crate) struct Zygote {
     pub failed: Vec<String>,
 }
 
-fn socketpair(kind: libc::c_int) -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: socketpair writes two descriptors into `fds`.
-    let r = unsafe { libc::socketpair(libc::AF_UNIX, kind | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh descriptors we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// sendmsg of `data` with `fds` attached (SCM_RIGHTS), all of it or an error.
-fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
-    match crate::sys::send_fds(sock.as_raw_fd(), data, fds) {
-        Ok(n) if n == data.len() => Ok(()),
-        Ok(_) => Err(std::io::Error::other("short send to the zygote")),
-        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
-    }
-}
-
-/// recvmsg of up to `data.len()` bytes and the descriptors attached
-/// (SCM_RIGHTS, at most 16), without blocking (EAGAIN when there is nothing).
-pub(crate) fn recv_with_fds(sock: BorrowedFd<'_>, data: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
-    const MAX: usize = 16;
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE((MAX * std::mem::size_of::<RawFd>()) as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: msghdr is plain data; zeroed is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = space;
-    // SAFETY: msg points at live buffers for the call.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut fds = Vec::new();
-    // SAFETY: the kernel filled the control buffer; the macros walk it within
-    // msg_controllen, and each SCM_RIGHTS payload is an array of descriptors
-    // now ours.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let payload = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let p = libc::CMSG_DATA(c) as *const RawFd;
-                for i in 0..payload / std::mem::size_of::<RawFd>() {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(p.add(i))));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
-        return Err(std::io::Error::other("descriptors were cut off"));
-    }
-    Ok((n as usize, fds))
-}
-
-/// Waits up to `timeout` for `fd` to be readable.
-fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> std::io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd, alive for the call.
-    let r = unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(r > 0)
-}
-
 impl Zygote {
     /// Starts a zygote in the mount namespace `mnt_ns` and waits until it
     /// has imported its modules (blocking: call it off the async runtime).
@@ -185,22 +106,17 @@ impl Zygote {
         let own_pid_ns = std::fs::File::open("/proc/self/ns/pid").map_err(start_err)?;
         let (ns, sock, pid_ns) = (mnt_ns.as_raw_fd(), theirs.as_raw_fd(), own_pid_ns.as_raw_fd());
         // SAFETY: between fork and exec the closure makes only async-signal-safe
-        // system calls (setns, dup2, prctl, chdir) on descriptors alive in the parent.
+        // system calls (setns, dup2, setsid, chdir) on descriptors alive in the parent.
         unsafe {
             cmd.pre_exec(move || {
-                let check = |r: libc::c_int| {
-                    if r < 0 {
-                        Err(std::io::Error::last_os_error())
-                    } else {
-                        Ok(())
-                    }
-                };
+                use crate::sys::raw;
+                let check = |r: raw::Res| r.map(drop).map_err(std::io::Error::from_raw_os_error);
                 // The slot's mount namespace: the root, sys.path and module
                 // files are exactly those a cold run sees.
-                check(libc::setns(ns, libc::CLONE_NEWNS))?;
-                check(libc::chdir(c"/".as_ptr()))?;
-                check(libc::dup2(sock, 3))?;
-                check(libc::dup2(pid_ns, 4))?;
+                check(raw::setns(ns, libc::CLONE_NEWNS))?;
+                check(raw::chdir(c"/"))?;
+                check(raw::dup2(sock, 3))?;
+                check(raw::dup2(pid_ns, 4))?;
                 // A session of its own, as each run has: with autogroup
                 // scheduling, forking runs then does not compete for the
                 // executor's share of a busy machine.
@@ -208,7 +124,7 @@ impl Zygote {
                 // exits (a retiring blocking-pool thread), which killed idle
                 // zygotes. The zygote exits when its control socket closes,
                 // which the executor's death does.
-                check(libc::setsid())
+                check(raw::setsid())
             });
         }
         let child = cmd.spawn().map_err(start_err)?;
@@ -219,15 +135,14 @@ impl Zygote {
             ctl: ours,
             failed: vec![],
         };
-        let ready = wait_readable(z.ctl.as_fd(), READY_TIMEOUT).map_err(start_err)?;
+        let ready = socket::wait_readable(z.ctl.as_fd(), READY_TIMEOUT).map_err(start_err)?;
         let mut buf = vec![0u8; 64 * 1024];
         let n = if ready {
-            // SAFETY: recv into our buffer, of its length.
-            unsafe { libc::recv(z.ctl.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) }
+            socket::recv(z.ctl.as_fd(), &mut buf).unwrap_or(0)
         } else {
-            -1
+            0
         };
-        let text = String::from_utf8_lossy(&buf[..n.max(0) as usize]).into_owned();
+        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
         let Some(failed) = text.strip_prefix("ready\n") else {
             let mut err = String::new();
             z.kill();
@@ -387,26 +302,7 @@ impl RunRequest<'_> {
 pub(crate) fn send_run(sock: &OwnedFd, body: &[u8], fds: &[RawFd]) -> Result<(), ZygoteError> {
     {
         send_with_fds(sock.as_fd(), &(body.len() as u32).to_le_bytes(), fds)?;
-        let mut rest = body;
-        while !rest.is_empty() {
-            // SAFETY: write from our buffer.
-            let n = unsafe {
-                libc::send(
-                    sock.as_raw_fd(),
-                    rest.as_ptr() as *const libc::c_void,
-                    rest.len(),
-                    libc::MSG_NOSIGNAL,
-                )
-            };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e.into());
-            }
-            rest = &rest[n as usize..];
-        }
+        socket::send_all(sock.as_fd(), body)?;
         Ok(())
     }
 }

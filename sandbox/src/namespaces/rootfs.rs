@@ -5,15 +5,10 @@
 //! run's init then mounts its own `/work`, `/tmp`, `/dev/shm` and `/proc` on
 //! top, inside its private mount namespace, and pivots into it.
 
-use super::mounts;
+use crate::sys::mount as mounts;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-
-/// Host paths visible (read-only) inside the sandbox by default.
-pub const DEFAULT_RO_PATHS: &[&str] = &[
-    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/opt",
-];
 
 /// Device nodes every run gets.
 pub const BASE_DEVICES: &[&str] = &[

@@ -1,9 +1,11 @@
 //! The supervisor side of a run: clone the init, feed it, watch it, reap it.
 
 use super::cgroup::{Baseline, SlotCgroup};
-use super::child::{self, ChildPlan, MountStep, Stack, cstr};
-use super::{RunSpec, SandboxError, WORK_DIR, WorkDir};
-use crate::runio::{Captured, Output, resolve_exe, rlimit, stdin_memfd};
+use super::child::{self, ChildPlan, MountStep, cstr};
+use crate::error::os;
+use crate::runio::{Captured, KillHandle, Output, cpu_time, exit_and_signal, resolve_exe, rlimit, stdin_memfd};
+use crate::sys::{self, stack::Stack};
+use crate::{RunOutcome, RunSpec, SandboxError, Termination, WORK_DIR, WorkDir};
 use std::ffi::{CStr, CString};
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -13,38 +15,6 @@ use tokio::io::unix::AsyncFd;
 
 mod warm;
 pub(crate) use warm::Slot as WarmSlot;
-
-/// Why the supervisor ended a run early.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Termination {
-    WallTime,
-    CpuTime,
-    Output,
-}
-
-/// Everything observed about one run.
-#[derive(Debug, Clone, Default)]
-pub struct RunOutcome {
-    /// Exit code when the program exited normally.
-    pub exit_code: i32,
-    /// Signal that killed the program, 0 if none.
-    pub signal: i32,
-    pub killed_by: Option<Termination>,
-    pub oom_killed: bool,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    pub wall: Duration,
-    pub cpu: Duration,
-    pub peak_memory: u64,
-    /// True when CPU time reached the limit (the cgroup's count, the kill at
-    /// the CPU limit, or SIGXCPU). Whether a wall-time kill counts as a time
-    /// limit too is the verdict's rule, not the sandbox's.
-    pub cpu_exceeded: bool,
-    /// True when a slot's zygote forked the program (a warm start).
-    pub warm: bool,
-}
 
 /// Shared per-run inputs from the sandbox.
 pub(crate) struct Context<'a> {
@@ -67,10 +37,6 @@ pub(crate) struct Context<'a> {
 }
 
 const STACK_BYTES: usize = 256 * 1024;
-
-fn os(what: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
-    move |e| SandboxError::Os(what, e)
-}
 
 fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildPlan, SandboxError> {
     let [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd, net_ns_fd] = fds;
@@ -169,47 +135,6 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildP
     })
 }
 
-/// The init's pidfd, shared by everything that may kill the run (the
-/// supervisor, the output readers): the descriptor stays open while any of
-/// them holds it, so its number can never come to name another process.
-#[derive(Debug, Clone)]
-pub(crate) struct KillHandle(Arc<OwnedFd>);
-
-impl KillHandle {
-    pub fn new(pidfd: OwnedFd) -> Self {
-        KillHandle(Arc::new(pidfd))
-    }
-
-    /// SIGKILLs the process; harmless once it has exited or been reaped.
-    pub fn kill(&self) {
-        // SAFETY: pidfd_send_signal on a pidfd we hold open.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.0.as_raw_fd(),
-                libc::SIGKILL,
-                0usize,
-                0u32,
-            )
-        };
-    }
-}
-
-impl KillHandle {
-    /// The process's exit, as the pidfd turning readable.
-    pub fn watch(&self) -> Result<AsyncFd<KillHandle>, SandboxError> {
-        // SAFETY: the handle keeps returning the same open descriptor while registered.
-        unsafe { AsyncFd::register_with_interest(self.clone(), tokio::io::Interest::READABLE) }
-            .map_err(|e| SandboxError::Os("watching the pidfd", e.into()))
-    }
-}
-
-impl AsRawFd for KillHandle {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
 /// What a run holds of its slot until its mounts are gone.
 struct SlotHold {
     mnt_ns: Arc<OwnedFd>,
@@ -241,16 +166,7 @@ impl Child {
 
     /// Reaps the exited init; returns its rusage.
     fn reap(&mut self) -> libc::rusage {
-        // SAFETY: rusage is plain data; zeroed is valid.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        let mut status = 0;
-        loop {
-            // SAFETY: wait4 on our own child with valid pointers.
-            let r = unsafe { libc::wait4(self.pid, &mut status, libc::__WALL, &mut ru) };
-            if r == self.pid || (r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)) {
-                break;
-            }
-        }
+        let ru = sys::process::reap(self.pid).map_or_else(sys::process::zero_rusage, |(_, ru)| ru);
         self.keep = None;
         self.pidfd = None;
         ru
@@ -274,9 +190,7 @@ impl Drop for Child {
         // Reap off the async runtime; only then may the shared memory go,
         // and the slot's mounts (the init never got to detach them).
         std::thread::spawn(move || {
-            let mut status = 0;
-            // SAFETY: blocking wait on our own child.
-            unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+            let _ = sys::process::waitpid(pid);
             drop((plan, stack));
             if let Some(slot) = slot
                 && let Err(e) = slot.clear()
@@ -388,9 +302,9 @@ fn setup(ctx: &Context<'_>, spec: &RunSpec) -> Result<Result<Prepared, RunOutcom
         }
         Some(Err(e)) => return Err(e.into()),
     };
-    let (out_r, out_w) = super::pipe().map_err(os("pipe2"))?;
-    let (err_r, err_w) = super::pipe().map_err(os("pipe2"))?;
-    let (rep_r, rep_w) = super::pipe().map_err(os("pipe2"))?;
+    let (out_r, out_w) = sys::pipe().map_err(os("pipe2"))?;
+    let (err_r, err_w) = sys::pipe().map_err(os("pipe2"))?;
+    let (rep_r, rep_w) = sys::pipe().map_err(os("pipe2"))?;
     let stdin = stdin_memfd(&spec.stdin)?;
     let work = ctx.work.attachable().map_err(os("cloning the work dir mount"))?;
     let net_ns = ctx.netns.and_then(|p| p.take());
@@ -495,21 +409,19 @@ async fn spawn(
             let mut pidfd: libc::c_int = -1;
             // SAFETY: the init runs on its own stack and reads the plan, both kept
             // alive by `Child` until it is reaped; it touches nothing else.
-            let pid = unsafe {
-                libc::clone(
+            let spawned = unsafe {
+                sys::process::clone(
                     child::init_main,
                     stack.top(),
                     flags | libc::CLONE_PIDFD,
                     &*plan as *const ChildPlan as *mut libc::c_void,
-                    &mut pidfd as *mut libc::c_int,
+                    &mut pidfd,
                 )
-            };
-            let spawned = if pid < 0 {
-                Err(std::io::Error::last_os_error())
-            } else {
+            }
+            .map(|pid| {
                 // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
-                Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
-            };
+                (pid, unsafe { OwnedFd::from_raw_fd(pidfd) })
+            });
             clone_init(spawned, plan, stack)
         }
     };
@@ -640,14 +552,9 @@ async fn collect(
         (Some(c), Some(b)) => Some(c.usage(b)),
         _ => None,
     };
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
-    let cpu = usage.map_or(tv(ru.ru_utime) + tv(ru.ru_stime), |u| Duration::from_nanos(u.cpu_ns));
-    let (exit_code, signal) = match status {
-        Some(s) if libc::WIFEXITED(s) => (libc::WEXITSTATUS(s), 0),
-        Some(s) if libc::WIFSIGNALED(s) => (0, libc::WTERMSIG(s)),
-        // The init died before reporting: killed by us (limits) or by the OOM killer.
-        _ => (0, libc::SIGKILL),
-    };
+    let cpu = usage.map_or(cpu_time(&ru), |u| Duration::from_nanos(u.cpu_ns));
+    // No status: the init died before reporting, killed by us (limits) or by the OOM killer.
+    let (exit_code, signal) = exit_and_signal(status);
     Ok(RunOutcome {
         exit_code,
         signal,
@@ -665,42 +572,4 @@ async fn collect(
         cpu_exceeded: cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime),
         warm: false,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::process::ExitStatusExt;
-
-    fn pidfd_open(pid: u32) -> OwnedFd {
-        // SAFETY: pidfd_open on a child we have not reaped.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as i32, 0) };
-        assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
-        // SAFETY: a fresh descriptor we own.
-        unsafe { OwnedFd::from_raw_fd(fd as i32) }
-    }
-
-    /// The output readers kill through their own copy of the handle: when the
-    /// supervisor lets go of it (the init reaped, or the run future dropped),
-    /// the descriptor must stay open, or its number could be handed to another
-    /// run's pidfd and a reader's SIGKILL would land there.
-    #[test]
-    fn a_kill_handle_outlives_its_first_owner_and_kills_only_its_process() {
-        let sleep = || std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
-        let (mut a, mut b) = (sleep(), sleep());
-        let supervisor = KillHandle::new(pidfd_open(a.id()));
-        let reader = supervisor.clone();
-        let number = supervisor.as_raw_fd();
-        drop(supervisor);
-        // Descriptors are numbered lowest-free-first: a closed number would be taken here.
-        let other = pidfd_open(b.id());
-        assert_ne!(other.as_raw_fd(), number, "the handle's descriptor was closed");
-        reader.kill();
-        assert_eq!(a.wait().expect("wait a").signal(), Some(libc::SIGKILL));
-        assert!(b.try_wait().expect("try_wait b").is_none(), "the other process was hit");
-        let _ = b.kill();
-        let _ = b.wait();
-        // Harmless once the process is gone and reaped.
-        reader.kill();
-    }
 }

@@ -213,7 +213,7 @@ fn make_writable(mount_point: &Path) {
     .filter(|(f, _)| st.flags().contains(*f))
     .fold(0, |acc, (_, m)| acc | m);
     let flags = libc::MS_REMOUNT | libc::MS_BIND | kept;
-    match super::mounts::mount(None, mount_point, None, flags, None) {
+    match crate::sys::mount::mount(None, mount_point, None, flags, None) {
         Ok(()) => tracing::info!(path = %mount_point.display(), "made the read-only cgroup mount writable"),
         Err(e) => tracing::warn!(path = %mount_point.display(), error = %e, "cgroup mount is read-only"),
     }
@@ -223,8 +223,8 @@ fn make_writable(mount_point: &Path) {
 fn kill_all(dir: &Path) {
     if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
         for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-            // SAFETY: plain kill(2) of a pid read from our own cgroup.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // A pid read from our own cgroup.
+            crate::sys::process::sigkill(pid);
         }
     }
 }
@@ -520,14 +520,14 @@ mod tests {
         std::thread::spawn(|| {
             use nix::sys::statvfs::{FsFlags, statvfs};
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare");
-            super::super::mounts::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)
+            crate::sys::mount::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)
                 .expect("private /");
             let dir = tempfile::tempdir().expect("tempdir");
             let m = dir.path();
-            super::super::mounts::tmpfs(m, "size=1m").expect("tmpfs");
+            crate::sys::mount::tmpfs(m, "size=1m").expect("tmpfs");
             let ro =
                 libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-            super::super::mounts::mount(None, m, None, ro, None).expect("remount ro");
+            crate::sys::mount::mount(None, m, None, ro, None).expect("remount ro");
             assert!(fs::write(m.join("x"), "x").is_err(), "the mount is read-only");
 
             make_writable(m);
@@ -537,7 +537,7 @@ mod tests {
             for f in [FsFlags::ST_NOSUID, FsFlags::ST_NODEV, FsFlags::ST_NOEXEC] {
                 assert!(flags.contains(f), "{f:?} kept");
             }
-            super::super::mounts::detach_all(m);
+            crate::sys::mount::detach_all(m);
         })
         .join()
         .expect("test thread");

@@ -4,7 +4,8 @@
 //! uses only [`sys`] raw calls and data prepared beforehand in [`ChildPlan`]:
 //! no allocation, no locks, no `errno`.
 
-use super::sys;
+use crate::sys::raw as sys;
+use crate::sys::stack::Stack;
 use report::Stage;
 use std::ffi::CString;
 
@@ -15,87 +16,6 @@ pub(crate) struct MountStep {
     pub fstype: Option<CString>,
     pub flags: u64,
     pub data: Option<CString>,
-}
-
-/// Memory for a child's stack, with a guard page below it.
-#[derive(Debug)]
-pub(crate) struct Stack {
-    base: *mut libc::c_void,
-    len: usize,
-}
-
-impl Stack {
-    /// Populated up front, so its pages are charged to the executor's cgroup:
-    /// an init or a spawner touching a fresh page inside a slot's cgroup that
-    /// is out of memory would fault forever, as the OOM killer never picks
-    /// them (they are in vfork, see the spawner).
-    ///
-    /// Stacks of ended runs are kept (up to [`SPARE_STACKS`]) and handed out
-    /// again: mapping and populating one costs every run otherwise.
-    pub fn new(len: usize) -> std::io::Result<Self> {
-        let page = 4096;
-        if let Some(spare) = take_spare(len + page) {
-            return Ok(spare);
-        }
-        // SAFETY: anonymous private mapping; checked for failure below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len + page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: the lowest page of our own mapping becomes the guard.
-        unsafe { libc::mprotect(base, page, libc::PROT_NONE) };
-        Ok(Stack { base, len: len + page })
-    }
-
-    /// Highest address, where a downward-growing stack starts (16-byte aligned).
-    pub fn top(&self) -> *mut libc::c_void {
-        ((self.base as usize + self.len) & !15) as *mut libc::c_void
-    }
-}
-
-// SAFETY: the mapping is owned exclusively by this value.
-unsafe impl Send for Stack {}
-// SAFETY: shared references only read the base address and length.
-unsafe impl Sync for Stack {}
-
-/// Most stacks kept for reuse (each is populated memory of the executor's).
-pub(crate) const SPARE_STACKS: usize = 64;
-
-/// Stacks whose child is gone (reaped, or exec'd into memory of its own).
-static SPARES: std::sync::Mutex<Vec<Stack>> = std::sync::Mutex::new(Vec::new());
-
-fn take_spare(len: usize) -> Option<Stack> {
-    let mut spares = SPARES.lock().unwrap_or_else(|p| p.into_inner());
-    let i = spares.iter().position(|s| s.len == len)?;
-    Some(spares.swap_remove(i))
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        // Dropped only once no child can run on it: back to the spares.
-        let mut spares = SPARES.lock().unwrap_or_else(|p| p.into_inner());
-        if spares.len() < SPARE_STACKS && self.len != 0 {
-            spares.push(Stack {
-                base: std::mem::replace(&mut self.base, std::ptr::null_mut()),
-                len: std::mem::take(&mut self.len),
-            });
-            return;
-        }
-        drop(spares);
-        if self.len != 0 {
-            // SAFETY: unmaps exactly the mapping created in `new`.
-            unsafe { libc::munmap(self.base, self.len) };
-        }
-    }
 }
 
 /// Everything the init and the program need, prepared before `clone`.
@@ -330,7 +250,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     }
     step!(rep, Stage::CloseFds, sys::close_range(next, u32::MAX, 0));
     if plan.warm_ctl_fd >= 0 {
-        crate::zygote::init::send_namespaces(plan.warm_ctl_fd, plan.net_ns_fd, plan.mnt_ns_fd);
+        super::zygote::init::send_namespaces(plan.warm_ctl_fd, plan.net_ns_fd, plan.mnt_ns_fd);
     }
 
     // The slot's namespace outlives runs: clear what a killed init left.
@@ -354,28 +274,29 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         // Made ahead of time, loopback already up (clone was not asked for one).
         step!(rep, Stage::EnterNetNs, sys::setns(plan.net_ns_fd, libc::CLONE_NEWNET));
     } else {
-        step!(rep, Stage::EnterNetNs, loopback_up());
+        step!(rep, Stage::EnterNetNs, sys::loopback_up());
     }
     if plan.warm_ctl_fd >= 0 {
-        crate::zygote::init::serve(rep, plan.warm_ctl_fd, plan.warm_ready_fd, &plan.run_mount_points);
+        super::zygote::init::serve(rep, plan.warm_ctl_fd, plan.warm_ready_fd, &plan.run_mount_points);
     }
 
     // SAFETY: the program child runs on its own stack; CLONE_VFORK suspends us
     // until it has exec'd, so sharing memory with it is safe.
     let pid = unsafe {
-        libc::clone(
+        crate::sys::process::clone(
             prog_main,
             plan.prog_stack.top(),
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             arg,
+            std::ptr::null_mut(),
         )
     };
-    if pid < 0 {
-        // libc's errno is the TLS of the thread our creator was cloned from, which
-        // waits for it; nothing else writes it meanwhile. ENOMEM: the run's memory limit.
-        // SAFETY: reads that errno slot.
-        fail(rep, Stage::StartProgram, unsafe { *libc::__errno_location() });
-    }
+    // libc's errno is the TLS of the thread our creator was cloned from, which
+    // waits for it; nothing else writes it meanwhile. ENOMEM: the run's memory limit.
+    let pid = match pid {
+        Ok(pid) => pid,
+        Err(e) => fail(rep, Stage::StartProgram, e.raw_os_error().unwrap_or(0)),
+    };
     // The program, exec'd into memory of its own, is the OOM killer's first
     // choice, in its slot (the only choice there: see the spawner) and on the
     // node; what it forks inherits that.
@@ -431,23 +352,6 @@ fn prefer_as_oom_victim(pid: i32) -> sys::Res {
     r
 }
 
-/// Brings up `lo` in the caller's network namespace; Err(errno) on failure.
-///
-/// Raw calls only: the init runs it after `clone`, the namespace factory on its own thread.
-pub(crate) fn loopback_up() -> Result<(), i32> {
-    let fd = sys::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)? as i32;
-    // SAFETY: ifreq is plain data; zeroed is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
-        *d = *s as libc::c_char;
-    }
-    ifr.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
-    // SAFETY: SIOCSIFFLAGS reads an ifreq; `ifr` lives across the call.
-    let r = unsafe { sys::ioctl(fd, libc::SIOCSIFFLAGS, &ifr as *const _ as usize) };
-    let _ = sys::close(fd);
-    r.map(|_| ())
-}
-
 /// Entry point of the program child: drops every privilege, then execs.
 extern "C" fn prog_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: as in init_main.
@@ -464,14 +368,7 @@ extern "C" fn prog_main(arg: *mut libc::c_void) -> libc::c_int {
         step!(rep, Stage::Rlimits, sys::setrlimit(*res, lim));
     }
     step!(rep, Stage::NoNewPrivs, sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1));
-    for filter in &plan.seccomp {
-        let prog = libc::sock_fprog {
-            len: filter.len() as u16,
-            filter: filter.as_ptr() as *mut _,
-        };
-        // SAFETY: `prog` points into `filter`, alive and of `len` instructions.
-        step!(rep, Stage::Seccomp, unsafe { sys::seccomp_filter(&prog) });
-    }
+    step!(rep, Stage::Seccomp, sys::install_filters(&plan.seccomp));
     step!(rep, Stage::Chdir, sys::chdir(&plan.cwd));
     // SAFETY: the pointer arrays are null-terminated and point into the
     // plan's CStrings, which outlive the call.

@@ -3,11 +3,28 @@
 //! `/dev/shm`, a per-slot uid and cgroup, rlimits, `no_new_privs` and a seccomp
 //! filter. The init of the pid namespace is the run's anchor: when it exits the
 //! kernel kills everything the run started. Needs root or `CAP_SYS_ADMIN`.
+//!
+//! Set up once ([`Namespaces::new`]): the root template ([`rootfs`]), a
+//! mount namespace per slot ([`slotns`]), slot cgroups ([`cgroup`]) with a
+//! spawner inside each ([`spawner`]), network namespaces made ahead
+//! ([`netns`]). Per run: [`supervise`] clones the init ([`child`]), which
+//! sets up and starts the program, or has a slot's zygote fork it ([`zygote`]).
 
+pub(crate) mod cgroup;
+mod child;
+mod netns;
+pub(crate) mod rootfs;
+mod slotns;
+mod spawner;
+mod supervise;
+pub(crate) mod zygote;
+
+use crate::config::cgroup_name;
 use crate::runner::{BoxFuture, Runner};
+use crate::sys::mount as mounts;
 use crate::{
-    Features, IsolationMode, RunOutcome, RunSpec, SandboxConfig, SandboxError, WorkDir, cgroup, cgroup_name, mounts,
-    netns, probe, rootfs, seccomp, slotns, spawner, supervise, workdir, workroot,
+    Features, IsolationMode, RunOutcome, RunSpec, SandboxConfig, SandboxError, WorkDir, probe, seccomp, workdir,
+    workroot,
 };
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -15,7 +32,7 @@ use std::sync::Arc;
 
 /// The sandbox: everything set up once at start-up and shared by all runs.
 #[derive(Debug)]
-pub struct Namespaces {
+pub(crate) struct Namespaces {
     cfg: SandboxConfig,
     /// Released (by dropping) only after everything else here is gone.
     _lock: workroot::WorkRootLock,
@@ -36,7 +53,7 @@ pub struct Namespaces {
     /// Kernels before 6.15 only: where work dirs are attached to be cloned.
     staging: Option<std::sync::Arc<workdir::Staging>>,
     /// Per slot: the zygote warm runs fork from (started on a slot's first warm run).
-    zygotes: Arc<crate::zygote::Zygotes>,
+    zygotes: Arc<zygote::Zygotes>,
 }
 
 impl Namespaces {
@@ -45,12 +62,7 @@ impl Namespaces {
     /// Refuses to start when the mode asks for more than the kernel or the
     /// executor's privileges allow.
     pub fn new(cfg: SandboxConfig) -> Result<Self, SandboxError> {
-        if cfg.mode != IsolationMode::Namespaces {
-            return Err(SandboxError::Other(format!(
-                "the namespaces runner cannot run mode {}",
-                cfg.mode.name()
-            )));
-        }
+        cfg.expect_mode(IsolationMode::Namespaces)?;
         let mut features = probe::probe();
         if let Some(missing) = features.missing_for_namespaces() {
             return Err(SandboxError::ModeUnavailable("namespaces", missing));
@@ -119,15 +131,7 @@ impl Namespaces {
             .map_err(|e| tracing::warn!(error = %e, "no network namespace factory; runs make their own"))
             .ok();
         let seccomp = seccomp::build_filters()?.iter().map(seccomp::to_kernel).collect();
-        for f in [
-            "pid_namespace",
-            "mount_namespace",
-            "net_namespace",
-            "ipc_namespace",
-            "uts_namespace",
-            "seccomp",
-            "no_new_privs",
-        ] {
+        for f in probe::NAMESPACES_NEEDS.iter().chain(&["no_new_privs"]) {
             features.set_in_use(f, true);
         }
         let cfg_slots = cfg.slots;
@@ -144,7 +148,7 @@ impl Namespaces {
             seccomp,
             features,
             staging,
-            zygotes: Arc::new(crate::zygote::Zygotes::new(cfg_slots)),
+            zygotes: Arc::new(zygote::Zygotes::new(cfg_slots)),
         };
         tracing::info!(mode = sandbox.cfg.mode.name(), features = %sandbox.features, "sandbox ready");
         Ok(sandbox)

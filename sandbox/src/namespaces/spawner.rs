@@ -27,8 +27,10 @@
 //! [`ANSWER_TIMEOUT`]. [`SlotSpawner`] then reaps it, logs its status, and
 //! starts the slot a new one; the request in flight fails, later ones work.
 
-use super::child::{self, ChildPlan, Stack};
-use super::sys;
+use super::child::{self, ChildPlan};
+use crate::sys::raw as sys;
+use crate::sys::stack::Stack;
+use crate::sys::{pipe, process};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Mutex;
@@ -88,8 +90,8 @@ extern "C" fn spawner_main(arg: *mut libc::c_void) -> libc::c_int {
         let plan = unsafe { &*(req.plan as *const ChildPlan) };
         // SAFETY: as above; with CLONE_VFORK this returns once the init has
         // exited, and the init itself sends the response (see `init_main`).
-        let pid = unsafe {
-            libc::clone(
+        let cloned = unsafe {
+            process::clone(
                 child::init_main,
                 req.stack_top as *mut libc::c_void,
                 req.flags as libc::c_int,
@@ -97,10 +99,9 @@ extern "C" fn spawner_main(arg: *mut libc::c_void) -> libc::c_int {
                 plan.spawned_pid.as_ptr(),
             )
         };
-        if pid < 0 {
-            // errno lives in the TLS of the thread that created us, which only waits.
-            // SAFETY: reads that thread's errno slot.
-            respond(st.resp_w, -1, unsafe { *libc::__errno_location() });
+        // errno (read by `clone`) lives in the TLS of the thread that created us, which only waits.
+        if let Err(e) = cloned {
+            respond(st.resp_w, -1, e.raw_os_error().unwrap_or(0));
         }
     }
 }
@@ -141,8 +142,8 @@ impl Spawner {
     /// for as long as it lives; the caller then moves [`Spawner::pid`] into
     /// the slot's cgroup. Blocks up to [`ANSWER_TIMEOUT`]: not on a runtime thread.
     fn start() -> std::io::Result<Self> {
-        let (req_r, req_w) = super::pipe()?;
-        let (resp_r, resp_w) = super::pipe()?;
+        let (req_r, req_w) = pipe()?;
+        let (resp_r, resp_w) = pipe()?;
         let stack = Stack::new(64 * 1024)?;
         // Leaked (a few bytes per spawner) so that it can never dangle.
         let st: &'static SpawnerState = Box::leak(Box::new(SpawnerState {
@@ -158,8 +159,8 @@ impl Spawner {
                 let flags = libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_VFORK | libc::CLONE_PARENT_SETTID;
                 // SAFETY: the spawner runs on its own stack (kept by the Spawner,
                 // which kills and reaps it before unmapping) and reads only `st`.
-                let pid = unsafe {
-                    libc::clone(
+                let cloned = unsafe {
+                    process::clone(
                         spawner_main,
                         top as *mut libc::c_void,
                         flags | libc::SIGCHLD,
@@ -167,12 +168,8 @@ impl Spawner {
                         st.pid.as_ptr(),
                     )
                 };
-                if pid < 0 {
-                    respond(
-                        st.resp_w,
-                        -1,
-                        std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-                    );
+                if let Err(e) = cloned {
+                    respond(st.resp_w, -1, e.raw_os_error().unwrap_or(0));
                 }
                 // Otherwise the spawner has exited. This thread is the parent of
                 // the inits it cloned (CLONE_PARENT) and they die with it
@@ -196,7 +193,7 @@ impl Spawner {
         if pid <= 0 {
             return Err(std::io::Error::from_raw_os_error(errno));
         }
-        let pidfd = super::pidfd_open(pid).inspect_err(|_| kill_and_reap(pid))?;
+        let pidfd = process::pidfd_open(pid).inspect_err(|_| kill_and_reap(pid))?;
         Ok(Spawner {
             pid,
             pidfd,
@@ -253,7 +250,7 @@ impl Spawner {
         // The init is our child (CLONE_PARENT) and only we reap it, so the pid
         // cannot be reused before this.
         // An init without a pidfd must not outlive its plan.
-        super::pidfd_open(pid).map(|fd| (pid, fd)).map_err(|e| {
+        process::pidfd_open(pid).map(|fd| (pid, fd)).map_err(|e| {
             kill_and_reap(pid);
             Failure::Clone(e)
         })
@@ -268,24 +265,10 @@ impl Spawner {
         if self.reaped {
             return 0;
         }
-        // SAFETY: pidfd_send_signal on a descriptor we hold; harmless once it exited.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                0usize,
-                0u32,
-            )
-        };
-        let mut status = 0;
-        loop {
-            // SAFETY: reaping our own child (the spawner's thread never waits for it).
-            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::__WALL) };
-            if r == self.pid || (r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)) {
-                break;
-            }
-        }
+        // Harmless once it exited.
+        process::pidfd_kill(self.pidfd.as_fd());
+        // Our own child (the spawner's thread never waits for it).
+        let status = process::reap(self.pid).map_or(0, |(status, _)| status);
         self.reaped = true;
         status
     }
@@ -437,10 +420,8 @@ fn read_answer(r: &mut impl Read) -> std::io::Result<(i32, i32)> {
 /// SIGKILLs and reaps our own unreaped child `pid` (nothing for 0: no child was made).
 fn kill_and_reap(pid: i32) {
     if pid > 0 {
-        // SAFETY: kill and waitpid on a child of ours nobody else reaps, so the pid is still its.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
-        }
+        // A child of ours nobody else reaps, so the pid is still its.
+        process::sigkill(pid);
+        let _ = process::waitpid(pid);
     }
 }

@@ -58,6 +58,6 @@ fn factory(tx: SyncSender<OwnedFd>) {
 fn make() -> std::io::Result<OwnedFd> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
     let ns = std::fs::File::open("/proc/thread-self/ns/net")?;
-    super::child::loopback_up().map_err(std::io::Error::from_raw_os_error)?;
+    crate::sys::raw::loopback_up().map_err(std::io::Error::from_raw_os_error)?;
     Ok(ns.into())
 }

@@ -1,18 +1,18 @@
-# Sandpool's Python zygote (see sandbox/src/zygote/mod.rs and docs/warm-starts.md).
+# Sandpool's Python zygote (see sandbox/src/namespaces/zygote/mod.rs and docs/warm-starts.md).
 #
 # Started by the executor as root in the slot's mount namespace, with the
 # language entry's interpreter flags and environment: `python3 -B -c <this>
 # MODULE...`. It imports MODULE... once, then forks one child per run and
 # never runs user code itself. Everything per run happens in the child, which
 # enters the run's namespaces, drops every privilege exactly as the cold path
-# does (sandbox/src/child.rs prog_main) and then runs the program the way
+# does (sandbox/src/namespaces/child.rs prog_main) and then runs the program the way
 # `python3 main.py` would.
 #
 # The zygote never reads a request: it receives only two descriptors per run
 # (the run's socket and its init's pid namespace), so nothing of one run's
 # data is in its memory when it forks the next run. Namespaces come as
 # namespace files, not pidfds: setns(pidfd) needs ptrace access to the init,
-# which a pod without CAP_SYS_PTRACE lacks (sandbox/src/zygote/init.rs).
+# which a pod without CAP_SYS_PTRACE lacks (sandbox/src/namespaces/zygote/init.rs).
 #
 # Descriptor 3 is the control socket (SOCK_SEQPACKET), 4 the zygote's own pid
 # namespace (the slot's mount namespace has no /proc between runs).

@@ -1,13 +1,15 @@
-//! The supervisor's part of a warm run (see [`crate::zygote`]): the init is
+//! The supervisor's part of a warm run (see [`crate::namespaces::zygote`]): the init is
 //! set up as for a cold run but starts no program; once it is ready, the
 //! slot's zygote forks the program into the init's namespaces, and the wait
 //! status it reports goes to the init, which reports it as a cold init would.
 
-use super::{Context, SandboxError, os};
+use super::Context;
 use crate::RunSpec;
-use crate::cgroup::SlotCgroup;
-use crate::child::ChildPlan;
-use crate::zygote::{self, RunRequest, ZygoteConfig, ZygoteError, Zygotes};
+use crate::SandboxError;
+use crate::error::os;
+use crate::namespaces::cgroup::SlotCgroup;
+use crate::namespaces::child::ChildPlan;
+use crate::namespaces::zygote::{self, RunRequest, ZygoteConfig, ZygoteError, Zygotes};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +49,7 @@ async fn init_namespaces(ctl: &tokio::net::UnixStream) -> Result<Vec<OwnedFd>, Z
         ctl.readable().await?;
         let mut tag = [0u8; 1];
         match ctl.try_io(tokio::io::Interest::READABLE, || {
-            zygote::recv_with_fds(ctl.as_fd(), &mut tag)
+            crate::sys::socket::recv_with_fds(ctl.as_fd(), &mut tag)
         }) {
             // The init ended before its first act: its report says why.
             Ok((0, _)) => return Err(ZygoteError::InitNotReady),
@@ -106,7 +108,7 @@ pub(super) fn prepare(
     let stdio = [copy(stdio[0])?, copy(stdio[1])?, copy(stdio[2])?];
     let streams = [plan.stdin_fd, plan.stdout_fd, plan.stderr_fd];
     plan.keep_fds.retain(|fd| !streams.contains(fd));
-    let ready = crate::pipe().map_err(os("pipe2"))?;
+    let ready = crate::sys::pipe().map_err(os("pipe2"))?;
     plan.keep_fds.push(init_end.as_raw_fd());
     plan.keep_fds.push(ready.1.as_raw_fd());
     plan.keep_fds.sort_unstable();

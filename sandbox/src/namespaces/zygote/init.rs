@@ -1,8 +1,8 @@
 //! The init's side of a warm run (raw system calls only: it shares the
 //! executor's memory, see `child`).
 
-use crate::child::report;
-use crate::sys;
+use crate::namespaces::child::report;
+use crate::sys::raw as sys;
 use std::ffi::{CStr, CString};
 
 /// The run's namespaces, in the order the zygote and its child take them:

@@ -1,0 +1,117 @@
+//! What the executor chooses at start-up: the isolation mode and the
+//! sandbox's settings, from its flags.
+
+use std::path::{Path, PathBuf};
+
+/// Host paths visible (read-only) inside the sandbox by default: the
+/// namespaces mode's root template binds them, the restricted mode's Landlock
+/// rules grant them.
+pub const DEFAULT_RO_PATHS: &[&str] = &[
+    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/opt",
+];
+
+/// How runs are isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsolationMode {
+    /// Fresh namespaces, cgroups, seccomp and an unprivileged uid per run (needs root or CAP_SYS_ADMIN).
+    Namespaces,
+    /// For pods without extra privileges (Landlock, seccomp, rlimits, a process group per run).
+    Restricted,
+}
+
+impl IsolationMode {
+    /// Every mode, in the order flags list them.
+    pub const ALL: [IsolationMode; 2] = [IsolationMode::Namespaces, IsolationMode::Restricted];
+
+    /// The mode's name as reported to clients (and as flags spell it).
+    pub fn name(self) -> &'static str {
+        match self {
+            IsolationMode::Namespaces => "namespaces",
+            IsolationMode::Restricted => "restricted",
+        }
+    }
+}
+
+impl std::fmt::Display for IsolationMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A mode name that is not one of [`IsolationMode::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown isolation mode {0:?} [possible values: namespaces, restricted]")]
+pub struct UnknownMode(pub String);
+
+/// Parses a mode by its [`IsolationMode::name`] (what `--isolation` takes).
+impl std::str::FromStr for IsolationMode {
+    type Err = UnknownMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        IsolationMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| UnknownMode(s.to_owned()))
+    }
+}
+
+/// Sandbox settings, from the executor's flags.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    pub mode: IsolationMode,
+    /// Where work dirs and the root template live (root-owned, private).
+    pub work_root: PathBuf,
+    /// Host paths the sandbox sees read-only.
+    pub ro_paths: Vec<PathBuf>,
+    /// Number of run slots; each has its own uid and cgroup.
+    pub slots: usize,
+    /// uid (and gid) of slot 0; slot i runs as `uid_base + i`.
+    pub uid_base: u32,
+    /// Device nodes given to GPU runs (empty: no GPU).
+    pub gpu_devices: Vec<PathBuf>,
+    /// Size cap of each run's work dir.
+    pub work_dir_bytes: u64,
+    /// Size cap of each run's /tmp and /dev/shm.
+    pub tmp_bytes: u64,
+}
+
+impl SandboxConfig {
+    /// Refuses a configuration of another mode than the runner `mode` being opened.
+    pub(crate) fn expect_mode(&self, mode: IsolationMode) -> Result<(), crate::SandboxError> {
+        if self.mode == mode {
+            return Ok(());
+        }
+        Err(crate::SandboxError::Other(format!(
+            "the {mode} runner cannot run mode {}",
+            self.mode
+        )))
+    }
+}
+
+/// The cgroup directory name of the executor using `work_root`: distinct
+/// executors on one machine (tests, several pods' worth) need distinct ones.
+pub fn cgroup_name(work_root: &Path) -> String {
+    // FNV-1a: stable across runs, so a restarted executor reclaims its own.
+    let hash = work_root
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ *b as u64).wrapping_mul(0x100000001b3)
+        });
+    format!("sandpool-{:08x}", hash as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_by_the_names_they_report() {
+        for m in IsolationMode::ALL {
+            assert_eq!(m.name().parse::<IsolationMode>(), Ok(m));
+        }
+        let e = "bogus".parse::<IsolationMode>().expect_err("bogus");
+        assert!(e.to_string().contains("namespaces, restricted"), "{e}");
+    }
+}
