@@ -44,6 +44,9 @@ pub mod resolve;
 pub mod status;
 pub mod units;
 
+#[cfg(test)]
+mod test_pool;
+
 /// An error and its causes on one line, each said once (many errors already quote their
 /// source), for logs a person reads: `reconcile failed: Deployment python: ApiError: ...`.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {

@@ -28,7 +28,7 @@ fn the_operators_executor_defaults_are_the_executors_flag_defaults() {
             .collect();
         assert_eq!(
             executor_default,
-            [operator_default.clone()],
+            [operator_default],
             "{flag}: the executor's default differs from the operator's copy in operator/src/resolve/executor_defaults.rs"
         );
     }

@@ -1,18 +1,9 @@
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::*;
 use crate::defaults::PoolDefaults;
 use crate::policy::Policy;
-
-fn pool(spec: Value) -> SandboxPool {
-    serde_json::from_value(json!({
-        "apiVersion": "sandpool.dev/v1alpha1",
-        "kind": "SandboxPool",
-        "metadata": {"name": "python", "namespace": "evals", "uid": "u-1"},
-        "spec": spec,
-    }))
-    .expect("test pool deserializes")
-}
+use crate::test_pool::pool;
 
 #[test]
 fn a_valid_pool_gets_its_resolved_spec_and_the_builders_children() {

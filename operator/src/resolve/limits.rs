@@ -111,6 +111,7 @@ pub(super) fn resolve_limits(
     let show_bytes: fn(u64) -> String = show_bytes;
     let show_count: fn(u64) -> String = |n| n.to_string();
     let executor_max = " (the executor's default maximum)";
+    let executor_max_if = |unset: bool| if unset { executor_max } else { "" };
     let wall_origin = if spec.max_wall_time.is_none() {
         " (the default maximum)"
     } else {
@@ -134,11 +135,7 @@ pub(super) fn resolve_limits(
             executor_defaults::CPU_TIME_MS.0,
             "maxCpuTime",
             limits.max_cpu_time_ms.unwrap_or(executor_defaults::CPU_TIME_MS.1),
-            if limits.max_cpu_time_ms.is_none() {
-                executor_max
-            } else {
-                ""
-            },
+            executor_max_if(limits.max_cpu_time_ms.is_none()),
             show_ms,
         ),
         (
@@ -162,11 +159,7 @@ pub(super) fn resolve_limits(
             executor_defaults::OUTPUT_BYTES.0,
             "maxOutput",
             limits.max_output_bytes.unwrap_or(executor_defaults::OUTPUT_BYTES.1),
-            if limits.max_output_bytes.is_none() {
-                executor_max
-            } else {
-                ""
-            },
+            executor_max_if(limits.max_output_bytes.is_none()),
             show_bytes,
         ),
         (
@@ -175,11 +168,7 @@ pub(super) fn resolve_limits(
             executor_defaults::PROCESSES.0,
             "maxProcesses",
             limits.max_processes.unwrap_or(executor_defaults::PROCESSES.1),
-            if limits.max_processes.is_none() {
-                executor_max
-            } else {
-                ""
-            },
+            executor_max_if(limits.max_processes.is_none()),
             show_count,
         ),
     ];
