@@ -17,8 +17,8 @@ use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use crate::config::OperatorConfig;
 use crate::crd::SandboxPool;
-use crate::defaults::PoolDefaults;
 use crate::http::{self, Health};
 use crate::labels::{FIELD_MANAGER, POOL_LABEL};
 use crate::leader::Leadership;
@@ -30,8 +30,8 @@ use crate::reconcile::{self, Context};
 pub struct RunConfig {
     /// Namespace to watch; `None` watches all namespaces.
     pub namespace: Option<String>,
-    /// Defaults for pools.
-    pub defaults: PoolDefaults,
+    /// Defaults and policy for pools.
+    pub pools: OperatorConfig,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     pub http_listen: SocketAddr,
     /// Lease namespace and identity; `None` disables leader election (one replica only).
@@ -136,8 +136,8 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
     };
 
     tracing::info!(namespace = ?config.namespace, "watching SandboxPools");
-    let pod_namespaces = pod_watch_namespaces(config.namespace.as_deref(), &config.defaults.policy.namespaces);
-    let ctx = Arc::new(Context::new(client.clone(), config.defaults, metrics.clone()));
+    let pod_namespaces = pod_watch_namespaces(config.namespace.as_deref(), &config.pools.policy.namespaces);
+    let ctx = Arc::new(Context::new(client.clone(), config.pools, metrics.clone()));
     let owned = child_watch_config();
     let ns = config.namespace.as_deref();
     let mut controller = Controller::new(pools, watcher::Config::default())

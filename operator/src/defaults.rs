@@ -1,14 +1,13 @@
 //! Operator-wide defaults that fill in what a pool's spec leaves unset.
 
 use crate::crd::IsolationMode;
-use crate::policy::Policy;
 
 /// The executor image tag that matches this operator build.
 pub fn default_executor_image() -> String {
     format!("ghcr.io/sandpool/executor:{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Defaults and policy the operator applies to every pool (set by `run`/`render` flags).
+/// Defaults the operator applies to every pool (set by `run`/`render` flags).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolDefaults {
     /// Image used when `spec.image` is unset.
@@ -19,8 +18,6 @@ pub struct PoolDefaults {
     pub runtime_class_name: Option<String>,
     /// Cluster DNS domain used to build `status.endpoint`.
     pub cluster_domain: String,
-    /// What pools may use, whatever their spec says.
-    pub policy: Policy,
 }
 
 impl Default for PoolDefaults {
@@ -30,7 +27,6 @@ impl Default for PoolDefaults {
             isolation: IsolationMode::Namespaces,
             runtime_class_name: None,
             cluster_domain: "cluster.local".to_owned(),
-            policy: Policy::default(),
         }
     }
 }

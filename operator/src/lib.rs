@@ -1,6 +1,8 @@
 //! Sandpool's Kubernetes operator: `SandboxPool` objects in, locked-down executor fleets out.
 //!
 //! - [`crd`]: the `SandboxPool` resource and its generated CRD.
+//! - [`plan`]: one pool and the operator's config in, the children to apply (or a refusal
+//!   with its reason) out; pure, and the one path both [`reconcile`] and [`render`] take.
 //! - [`resolve`]: checks a spec and fills in defaults, or names the field it cannot honour.
 //! - [`build`]: pure builders from a resolved pool to Deployment, Service, NetworkPolicy,
 //!   ServiceAccount and PodDisruptionBudget.
@@ -16,6 +18,7 @@
 //! - [`http`]: `/metrics`, `/healthz` and `/readyz`.
 //! - [`units`]: durations and quantities in the executor's units.
 //! - [`labels`]: names, labels and ports shared by every object.
+//! - [`config`]: what the operator's flags decide for every pool: [`defaults`] and [`policy`].
 //! - [`defaults`]: operator-wide defaults (image, isolation, runtime class).
 //! - [`policy`]: operator-wide policy pool authors cannot override (images, runtime classes,
 //!   tolerations, node selectors, namespaces).
@@ -23,6 +26,7 @@
 
 pub mod apply;
 pub mod build;
+pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod defaults;
@@ -31,6 +35,7 @@ pub mod http;
 pub mod labels;
 pub mod leader;
 pub mod metrics;
+pub mod plan;
 pub mod policy;
 pub mod rbac;
 pub mod reconcile;
@@ -38,6 +43,9 @@ pub mod render;
 pub mod resolve;
 pub mod status;
 pub mod units;
+
+#[cfg(test)]
+mod test_pool;
 
 /// An error and its causes on one line, each said once (many errors already quote their
 /// source), for logs a person reads: `reconcile failed: Deployment python: ApiError: ...`.

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+use sandpool_operator::config::OperatorConfig;
 use sandpool_operator::controller::{self, RunConfig};
 use sandpool_operator::crd::IsolationMode;
 use sandpool_operator::defaults::{PoolDefaults, default_executor_image};
@@ -37,6 +38,15 @@ enum Command {
     Rbac,
 }
 
+/// What the operator applies to every pool, as `run` and `render` take it.
+#[derive(Args, Clone)]
+struct ConfigArgs {
+    #[command(flatten)]
+    defaults: DefaultsArgs,
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
 /// Defaults applied to pools that leave these fields unset.
 #[derive(Args, Clone)]
 struct DefaultsArgs {
@@ -52,8 +62,6 @@ struct DefaultsArgs {
     /// Cluster DNS domain, for `status.endpoint`.
     #[arg(long, env = "SANDPOOL_CLUSTER_DOMAIN", default_value = "cluster.local")]
     cluster_domain: String,
-    #[command(flatten)]
-    policy: PolicyArgs,
 }
 
 /// What pools may use whatever their spec says (docs/operator.md, "Policy").
@@ -115,6 +123,14 @@ impl From<DefaultsArgs> for PoolDefaults {
             isolation: a.default_isolation,
             runtime_class_name: a.default_runtime_class.filter(|s| !s.is_empty()),
             cluster_domain: a.cluster_domain,
+        }
+    }
+}
+
+impl From<ConfigArgs> for OperatorConfig {
+    fn from(a: ConfigArgs) -> Self {
+        OperatorConfig {
+            defaults: a.defaults.into(),
             policy: a.policy.into(),
         }
     }
@@ -141,7 +157,7 @@ struct RunArgs {
     #[arg(long, env = "SANDPOOL_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
     #[command(flatten)]
-    defaults: DefaultsArgs,
+    config: ConfigArgs,
 }
 
 #[derive(Args)]
@@ -153,7 +169,7 @@ struct RenderArgs {
     #[arg(short, long, default_value = "default")]
     namespace: String,
     #[command(flatten)]
-    defaults: DefaultsArgs,
+    config: ConfigArgs,
 }
 
 fn parse_isolation(s: &str) -> Result<IsolationMode, String> {
@@ -208,7 +224,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let config = RunConfig {
         namespace,
-        defaults: args.defaults.into(),
+        pools: args.config.into(),
         http_listen: args.http_listen,
         leader,
     };
@@ -262,7 +278,7 @@ async fn command(command: Command) -> anyhow::Result<()> {
             } else {
                 std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?
             };
-            let out = sandpool_operator::render::render(&input, &args.defaults.into(), &args.namespace)?;
+            let out = sandpool_operator::render::render(&input, &args.config.into(), &args.namespace)?;
             print!("{out}");
             Ok(())
         }

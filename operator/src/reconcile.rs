@@ -1,5 +1,5 @@
-//! The reconcile loop for one pool: resolve the spec, apply the children in a safe order,
-//! report status, and back off on errors.
+//! The reconcile loop for one pool: plan it, apply the children in a safe order, report
+//! status, and back off on errors.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -21,12 +21,13 @@ use serde::de::DeserializeOwned;
 
 use crate::apply::{self, ApplyError, Outcome};
 use crate::build::{self, Children};
+use crate::config::OperatorConfig;
 use crate::crd::{SandboxPool, SandboxPoolStatus};
-use crate::defaults::PoolDefaults;
 use crate::diagnose::{self, Observed};
 use crate::labels::{self, FIELD_MANAGER};
 use crate::metrics::{Metrics, WriteLabels};
-use crate::resolve::{self, InvalidSpec, ResolvedPool};
+use crate::plan::{self, Plan};
+use crate::resolve::{InvalidSpec, ResolvedPool};
 use crate::status;
 
 /// How often a healthy pool is re-checked even when nothing triggers it.
@@ -40,8 +41,8 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub struct Context {
     /// Kubernetes client.
     pub client: Client,
-    /// Defaults for unset spec fields.
-    pub defaults: PoolDefaults,
+    /// Defaults for unset spec fields, and the policy.
+    pub config: OperatorConfig,
     /// Reconcile metrics.
     pub metrics: Metrics,
     /// Publishes Kubernetes Events about pools.
@@ -54,7 +55,7 @@ pub struct Context {
 
 impl Context {
     /// A context with no failures recorded.
-    pub fn new(client: Client, defaults: PoolDefaults, metrics: Metrics) -> Self {
+    pub fn new(client: Client, config: OperatorConfig, metrics: Metrics) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_owned(),
             instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
@@ -62,7 +63,7 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            defaults,
+            config,
             metrics,
             failures: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashSet::new()),
@@ -156,7 +157,7 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
     let namespace = pool.namespace().ok_or(Error::MissingNamespace)?;
     let pools: Api<SandboxPool> = Api::namespaced(ctx.client.clone(), &namespace);
     let now = Time(Timestamp::now());
-    let policy = &ctx.defaults.policy;
+    let policy = &ctx.config.policy;
 
     let labels = if policy.needs_namespace_labels() {
         let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
@@ -175,31 +176,20 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
         return Ok(Action::requeue(RESYNC));
     }
 
-    let resolved = match resolve::resolve(pool, &ctx.defaults, &namespace) {
-        Ok(resolved) => resolved,
-        Err(invalid) => {
+    let Plan {
+        pool: resolved,
+        children,
+    } = match plan::plan(pool, &ctx.config, &namespace) {
+        Ok(plan) => plan,
+        Err(refusal) => {
             // Leave the existing objects alone: the last good spec keeps serving.
-            tracing::warn!(%invalid, "spec cannot be honoured");
-            return refuse(ctx, &pools, pool, status::INVALID_SPEC, &invalid, &now).await;
+            tracing::warn!(reason = refusal.reason(), "{refusal}");
+            return refuse(ctx, &pools, pool, refusal.reason(), refusal.why(), &now).await;
         }
     };
-    let spec_runtime_class = pool
-        .spec
-        .isolation
-        .as_ref()
-        .and_then(|i| i.runtime_class_name.as_deref());
-    if let Err(refusal) = policy.check(
-        &resolved,
-        spec_runtime_class,
-        &ctx.defaults.executor_image,
-        ctx.defaults.runtime_class_name.as_deref(),
-    ) {
-        tracing::warn!(%refusal, "refused by the operator's policy");
-        return refuse(ctx, &pools, pool, status::POLICY_REFUSED, &refusal, &now).await;
-    }
 
     let uid = pool.uid();
-    let applied = match apply_children(ctx, &resolved, uid.as_deref()).await {
+    let applied = match apply_children(ctx, &resolved, children, uid.as_deref()).await {
         Ok(applied) => applied,
         Err(error @ ApplyError::NotOwned { .. }) => {
             let message = error.to_string();
@@ -238,7 +228,7 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
         &resolved,
         &applied.deployment,
         &observed,
-        &ctx.defaults.cluster_domain,
+        &ctx.config.defaults.cluster_domain,
         &now,
     );
     if rollout_just_finished(pool, &new_status) {
@@ -356,7 +346,12 @@ struct Applied {
 
 /// Applies the children in an order that never leaves a pod unprotected: identity and
 /// NetworkPolicy first, the Deployment last.
-async fn apply_children(ctx: &Context, pool: &ResolvedPool, owner_uid: Option<&str>) -> Result<Applied, ApplyError> {
+async fn apply_children(
+    ctx: &Context,
+    pool: &ResolvedPool,
+    children: Children,
+    owner_uid: Option<&str>,
+) -> Result<Applied, ApplyError> {
     let namespace = pool.namespace.as_str();
     let Children {
         service_account,
@@ -364,7 +359,7 @@ async fn apply_children(ctx: &Context, pool: &ResolvedPool, owner_uid: Option<&s
         service,
         disruption_budget,
         deployment,
-    } = build::children(pool);
+    } = children;
     let name = deployment.name_any();
     apply_one::<ServiceAccount>(ctx, namespace, service_account, owner_uid).await?;
     apply_one::<NetworkPolicy>(ctx, namespace, network_policy, owner_uid).await?;

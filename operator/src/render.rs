@@ -3,10 +3,10 @@
 use kube::Resource;
 use serde::Deserialize;
 
-use crate::build::{self, Children};
+use crate::build::Children;
+use crate::config::OperatorConfig;
 use crate::crd::SandboxPool;
-use crate::defaults::PoolDefaults;
-use crate::resolve::{self, InvalidSpec};
+use crate::plan::{self, Plan, Refusal};
 
 /// Why rendering failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,21 +25,14 @@ pub enum RenderError {
         /// 1-based position of the document in the input.
         index: usize,
     },
-    /// A pool the operator would refuse (it would set Ready=False, reason InvalidSpec).
-    #[error("SandboxPool {name}: invalid spec: {source}")]
-    Invalid {
-        /// Pool name.
-        name: String,
-        /// The offending field.
-        source: InvalidSpec,
-    },
-    /// A pool the operator's policy refuses (it would set Ready=False, reason PolicyRefused).
-    #[error("SandboxPool {name}: refused by the operator's policy: {source}")]
+    /// A pool the operator would refuse (it would set Ready=False with the refusal's reason,
+    /// InvalidSpec or PolicyRefused).
+    #[error("SandboxPool {name}: {source}")]
     Refused {
         /// Pool name.
         name: String,
-        /// The refused field.
-        source: InvalidSpec,
+        /// The refused field and why.
+        source: Refusal,
     },
     /// Serializing an object failed (not expected for well-formed objects).
     #[error("cannot serialize {what}: {source}")]
@@ -53,7 +46,7 @@ pub enum RenderError {
 
 /// Reads SandboxPool documents from `input` (multi-document YAML; non-SandboxPool documents
 /// are an error) and renders their children, in apply order, as one multi-document YAML.
-pub fn render(input: &str, defaults: &PoolDefaults, namespace: &str) -> Result<String, RenderError> {
+pub fn render(input: &str, config: &OperatorConfig, namespace: &str) -> Result<String, RenderError> {
     let mut out = String::new();
     for (i, document) in serde_yaml::Deserializer::from_str(input).enumerate() {
         let value =
@@ -68,34 +61,21 @@ pub fn render(input: &str, defaults: &PoolDefaults, namespace: &str) -> Result<S
         }
         let pool: SandboxPool =
             serde_yaml::from_value(value).map_err(|source| RenderError::Parse { index: i + 1, source })?;
-        let resolved = resolve::resolve(&pool, defaults, namespace).map_err(|source| RenderError::Invalid {
+        let refused = |source| RenderError::Refused {
             name: pool.metadata.name.clone().unwrap_or_default(),
             source,
-        })?;
-        let runtime_class = pool
-            .spec
-            .isolation
-            .as_ref()
-            .and_then(|i| i.runtime_class_name.as_deref());
-        defaults
-            .policy
-            .check(
-                &resolved,
-                runtime_class,
-                &defaults.executor_image,
-                defaults.runtime_class_name.as_deref(),
-            )
-            .map_err(|source| RenderError::Refused {
-                name: pool.metadata.name.clone().unwrap_or_default(),
-                source,
-            })?;
-        let Children {
-            service_account,
-            network_policy,
-            service,
-            disruption_budget,
-            deployment,
-        } = build::children(&resolved);
+        };
+        let Plan {
+            children:
+                Children {
+                    service_account,
+                    network_policy,
+                    service,
+                    disruption_budget,
+                    deployment,
+                },
+            ..
+        } = plan::plan(&pool, config, namespace).map_err(refused)?;
         push(&mut out, &service_account, "ServiceAccount")?;
         push(&mut out, &network_policy, "NetworkPolicy")?;
         push(&mut out, &service, "Service")?;
@@ -135,7 +115,7 @@ spec: {disruptionBudget: {enabled: false}}
 
     #[test]
     fn renders_every_child_of_every_pool_in_apply_order() {
-        let out = render(TWO_POOLS, &PoolDefaults::default(), "fallback").expect("renders");
+        let out = render(TWO_POOLS, &OperatorConfig::default(), "fallback").expect("renders");
         let kinds: Vec<(String, String, String)> = serde_yaml::Deserializer::from_str(&out)
             .map(|doc| {
                 let v = serde_yaml::Value::deserialize(doc).expect("rendered YAML parses");
@@ -173,7 +153,7 @@ spec: {disruptionBudget: {enabled: false}}
     #[test]
     fn invalid_pools_name_the_field() {
         let input = "apiVersion: sandpool.dev/v1alpha1\nkind: SandboxPool\nmetadata: {name: bad}\nspec: {limits: {wallTime: soon}}\n";
-        let err = render(input, &PoolDefaults::default(), "x").expect_err("must refuse");
+        let err = render(input, &OperatorConfig::default(), "x").expect_err("must refuse");
         assert_eq!(
             err.to_string(),
             "SandboxPool bad: invalid spec: spec.limits.wallTime: \"soon\" is not a duration like 500ms, 10s or 1m30s"
@@ -181,13 +161,29 @@ spec: {disruptionBudget: {enabled: false}}
     }
 
     #[test]
+    fn pools_the_policy_refuses_name_the_field() {
+        let input = "apiVersion: sandpool.dev/v1alpha1\nkind: SandboxPool\nmetadata: {name: evil}\nspec: {image: docker.io/library/ubuntu:24.04}\n";
+        let err = render(input, &OperatorConfig::default(), "x").expect_err("must refuse");
+        assert!(
+            err.to_string().starts_with(
+                "SandboxPool evil: refused by the operator's policy: spec.image: \"docker.io/library/ubuntu:24.04\" is not allowed"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn other_documents_are_refused() {
-        let err =
-            render("kind: ConfigMap\nmetadata: {name: x}\n", &PoolDefaults::default(), "x").expect_err("must refuse");
+        let err = render(
+            "kind: ConfigMap\nmetadata: {name: x}\n",
+            &OperatorConfig::default(),
+            "x",
+        )
+        .expect_err("must refuse");
         assert!(matches!(err, RenderError::NotAPool { index: 1 }), "{err}");
         let err = render(
             "apiVersion: sandpool.dev/v1alpha1\nkind: SandboxPool\nmetadata: {name: x}\nspec: {replicas: many}\n",
-            &PoolDefaults::default(),
+            &OperatorConfig::default(),
             "x",
         )
         .expect_err("must refuse");

@@ -1,7 +1,8 @@
 //! Parsing of the spec's durations (`10s`, `1m30s`) and quantities (`512Mi`, `2`, `500m`).
 //!
 //! The executor takes plain milliseconds and bytes, so these conversions must be exact and
-//! must refuse anything ambiguous rather than guess.
+//! must refuse anything ambiguous rather than guess. Messages about limits spell values back
+//! the spec's way ([`show_ms`], [`show_bytes`]).
 
 use std::str::FromStr;
 
@@ -129,6 +130,28 @@ pub fn bytes(text: &str) -> Result<u64, UnitError> {
         return Err(UnitError::OutOfRange(text.to_owned(), "must be positive"));
     }
     u64::try_from(value).map_err(|_| UnitError::OutOfRange(text.to_owned(), "too large"))
+}
+
+/// A duration as the spec would spell it (`10s`, `1500ms`), for messages.
+pub fn show_ms(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// A byte count as the spec would spell it (`2Gi`, `512Mi`, or plain bytes), for messages.
+pub fn show_bytes(bytes: u64) -> String {
+    const GI: u64 = 1 << 30;
+    const MI: u64 = 1 << 20;
+    if bytes.is_multiple_of(GI) {
+        format!("{}Gi", bytes / GI)
+    } else if bytes.is_multiple_of(MI) {
+        format!("{}Mi", bytes / MI)
+    } else {
+        bytes.to_string()
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! operator's own checks, and render.
 
 use kube::core::cel::validate_cel;
+use sandpool_operator::config::OperatorConfig;
 use sandpool_operator::crd::SandboxPool;
 use sandpool_operator::defaults::PoolDefaults;
 use sandpool_operator::{render, resolve};
@@ -45,7 +46,8 @@ fn example_pools_pass_cel_resolve_and_render() {
             }
             resolve::resolve(&pool, &PoolDefaults::default(), "default").unwrap_or_else(|e| panic!("{path}: {e}"));
         }
-        let out = render::render(&text, &PoolDefaults::default(), "default").unwrap_or_else(|e| panic!("{path}: {e}"));
+        let out =
+            render::render(&text, &OperatorConfig::default(), "default").unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(
             out.contains("kind: NetworkPolicy") && out.contains("kind: Deployment"),
             "{path}"

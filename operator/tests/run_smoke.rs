@@ -10,8 +10,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use sandpool_operator::config::OperatorConfig;
 use sandpool_operator::controller::{RunConfig, run_with_client};
-use sandpool_operator::defaults::PoolDefaults;
 use serde_json::{Value, json};
 
 type Log = Arc<Mutex<Vec<(Method, String)>>>;
@@ -196,7 +196,7 @@ async fn run_until_status_with(
         client,
         RunConfig {
             namespace: Some("evals".to_owned()),
-            defaults: PoolDefaults::default(),
+            pools: OperatorConfig::default(),
             http_listen: health,
             leader,
         },

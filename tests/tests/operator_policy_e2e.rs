@@ -28,8 +28,8 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Pos
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client, Config, CustomResourceExt, ResourceExt};
+use sandpool_operator::config::OperatorConfig;
 use sandpool_operator::crd::SandboxPool;
-use sandpool_operator::defaults::PoolDefaults;
 use sandpool_operator::metrics::Metrics;
 use sandpool_operator::reconcile::{self, Context};
 use serde_json::{Value, json};
@@ -124,7 +124,7 @@ async fn service_account_client(kubectl: &str, ns: &str) -> Client {
 
 async fn reconcile_once(client: Client, pools: &Api<SandboxPool>, name: &str) -> Result<(), String> {
     let live = pools.get(name).await.expect("pool exists");
-    let ctx = Arc::new(Context::new(client, PoolDefaults::default(), Metrics::default()));
+    let ctx = Arc::new(Context::new(client, OperatorConfig::default(), Metrics::default()));
     reconcile::reconcile(Arc::new(live), ctx)
         .await
         .map(|_| ())

@@ -1,21 +1,14 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::crd::SandboxPool;
 
 mod pod_security;
 use crate::defaults::PoolDefaults;
 use crate::resolve::resolve;
+use crate::test_pool::pool;
 
 fn resolved(spec: Value) -> ResolvedPool {
-    let pool: SandboxPool = serde_json::from_value(json!({
-        "apiVersion": "sandpool.dev/v1alpha1",
-        "kind": "SandboxPool",
-        "metadata": {"name": "python", "namespace": "evals", "uid": "u-1"},
-        "spec": spec,
-    }))
-    .expect("test pool deserializes");
-    resolve(&pool, &PoolDefaults::default(), "default").expect("test pool is valid")
+    resolve(&pool(spec), &PoolDefaults::default(), "default").expect("test pool is valid")
 }
 
 fn to_json<T: serde::Serialize>(object: &T) -> Value {

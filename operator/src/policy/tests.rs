@@ -1,19 +1,14 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::crd::SandboxPool;
 use crate::defaults::PoolDefaults;
 use crate::resolve::resolve;
+use crate::test_pool::pool;
 
 const OPERATOR_IMAGE: &str = "ghcr.io/sandpool/executor:0.1.0";
 
 fn check(policy: &Policy, spec: Value, default_class: Option<&str>) -> Result<(), Refusal> {
-    let pool: SandboxPool = serde_json::from_value(json!({
-        "apiVersion": "sandpool.dev/v1alpha1", "kind": "SandboxPool",
-        "metadata": {"name": "python", "namespace": "evals", "uid": "u-1"},
-        "spec": spec,
-    }))
-    .expect("test pool deserializes");
+    let pool = pool(spec);
     let defaults = PoolDefaults {
         executor_image: OPERATOR_IMAGE.to_owned(),
         runtime_class_name: default_class.map(str::to_owned),

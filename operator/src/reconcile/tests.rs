@@ -117,8 +117,9 @@ fn spec() -> Value {
 
 /// What the operator would apply for `pool`, as the JSON it sends.
 fn desired(pool: &SandboxPool) -> Children {
-    let resolved = resolve::resolve(pool, &PoolDefaults::default(), "evals").expect("test pool is valid");
-    build::children(&resolved)
+    plan::plan(pool, &OperatorConfig::default(), "evals")
+        .expect("test pool is valid")
+        .children
 }
 
 fn stamped<K: Resource + Serialize>(mut object: K) -> Value {
@@ -201,7 +202,7 @@ const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/evals/events";
 
 /// Runs one reconcile against a fake API server that expects exactly `replies`, in order.
 async fn run(pool: SandboxPool, replies: Vec<Reply>) -> (Result<Action, Error>, Vec<Seen>, Arc<Context>) {
-    let (result, seen, _events, ctx) = run_with_events(pool, replies, PoolDefaults::default()).await;
+    let (result, seen, _events, ctx) = run_with_events(pool, replies, OperatorConfig::default()).await;
     (result, seen, ctx)
 }
 
@@ -210,22 +211,22 @@ async fn run(pool: SandboxPool, replies: Vec<Reply>) -> (Result<Action, Error>, 
 async fn run_with_events(
     pool: SandboxPool,
     replies: Vec<Reply>,
-    defaults: PoolDefaults,
+    config: OperatorConfig,
 ) -> (Result<Action, Error>, Vec<Seen>, Vec<Value>, Arc<Context>) {
-    run_remembering(pool, replies, defaults, &[]).await
+    run_remembering(pool, replies, config, &[]).await
 }
 
 /// [`run_with_events`] by an operator that already remembers creating these auth Secrets.
 async fn run_remembering(
     pool: SandboxPool,
     replies: Vec<Reply>,
-    defaults: PoolDefaults,
+    config: OperatorConfig,
     secrets: &[&str],
 ) -> (Result<Action, Error>, Vec<Seen>, Vec<Value>, Arc<Context>) {
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let ctx = Arc::new(Context::new(
         Client::new(service, "default"),
-        defaults,
+        config,
         Metrics::default(),
     ));
     ctx.secrets
@@ -380,7 +381,9 @@ fn condition(status: &Value, type_: &str) -> (String, String, String) {
 
 /// The status a reconcile of `pool` over `live_children` reports, with a fixed clock.
 fn settled_status(pool: &SandboxPool, replicas: i32) -> SandboxPoolStatus {
-    let resolved = resolve::resolve(pool, &PoolDefaults::default(), "evals").expect("valid");
+    let resolved = plan::plan(pool, &OperatorConfig::default(), "evals")
+        .expect("valid")
+        .pool;
     let deployment: Deployment = serde_json::from_value(live_children(pool, replicas)[4].clone()).expect("deployment");
     let now = Time("2026-01-01T00:00:00Z".parse().expect("timestamp"));
     status::from_deployment(pool, &resolved, &deployment, &Default::default(), "cluster.local", &now)
@@ -707,7 +710,7 @@ async fn creating_a_pool_tells_kubectl_describe() {
             apply(DEPLOY),
             apply(STATUS),
         ],
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
@@ -745,7 +748,7 @@ async fn scaling_and_rollouts_are_events() {
             list_pods(vec![]),
             apply(STATUS),
         ],
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
@@ -777,7 +780,7 @@ async fn a_finished_rollout_is_an_event() {
             get(DEPLOY, deploy),
             apply(STATUS),
         ],
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
@@ -796,7 +799,7 @@ async fn an_invalid_spec_is_a_warning_event() {
     let mut bad = spec();
     bad["limits"]["cpuTime"] = json!("2m");
     let (result, _seen, events, _ctx) =
-        run_with_events(pool(bad, 3), vec![apply(STATUS)], PoolDefaults::default()).await;
+        run_with_events(pool(bad, 3), vec![apply(STATUS)], OperatorConfig::default()).await;
     result.expect("not retried");
     let (type_, reason, note) = event_summary(&events).pop().expect("one event");
     assert_eq!((type_.as_str(), reason.as_str()), ("Warning", "InvalidSpec"));
@@ -819,7 +822,7 @@ async fn a_restricted_pool_asking_for_what_restricted_cannot_give_is_refused_wit
             spec[k] = v.clone();
         }
         let (result, seen, events, _ctx) =
-            run_with_events(pool(spec, 2), vec![apply(STATUS)], PoolDefaults::default()).await;
+            run_with_events(pool(spec, 2), vec![apply(STATUS)], OperatorConfig::default()).await;
         assert_eq!(result.expect("not retried"), Action::await_change());
         assert_eq!(seen.len(), 1, "no child may be touched: {seen:?}");
         let status = &seen[0].body["status"];
@@ -839,7 +842,7 @@ async fn a_pool_the_policy_refuses_gets_nothing_but_a_condition_and_an_event() {
     let mut spec = spec();
     spec["image"] = json!("docker.io/attacker/root-shell:latest");
     let (result, seen, events, _ctx) =
-        run_with_events(pool(spec, 2), vec![apply(STATUS)], PoolDefaults::default()).await;
+        run_with_events(pool(spec, 2), vec![apply(STATUS)], OperatorConfig::default()).await;
     assert_eq!(result.expect("not retried"), Action::await_change());
     assert_eq!(seen.len(), 1, "no child may be touched: {seen:?}");
     let status = &seen[0].body["status"];
@@ -851,7 +854,7 @@ async fn a_pool_the_policy_refuses_gets_nothing_but_a_condition_and_an_event() {
 
     let mut spec = self::spec();
     spec["tolerations"] = json!([{"operator": "Exists"}]);
-    let (_, seen, _, _) = run_with_events(pool(spec, 2), vec![apply(STATUS)], PoolDefaults::default()).await;
+    let (_, seen, _, _) = run_with_events(pool(spec, 2), vec![apply(STATUS)], OperatorConfig::default()).await;
     let (_, reason, message) = condition(&seen[0].body["status"], "Ready");
     assert_eq!(reason, "PolicyRefused");
     assert!(message.starts_with("spec.tolerations[0]: "), "{message}");
@@ -859,14 +862,14 @@ async fn a_pool_the_policy_refuses_gets_nothing_but_a_condition_and_an_event() {
 
 #[tokio::test]
 async fn a_namespace_outside_the_policy_is_refused() {
-    let defaults = PoolDefaults {
+    let config = OperatorConfig {
         policy: crate::policy::Policy {
             namespaces: vec!["other".to_owned()],
             ..Default::default()
         },
-        ..PoolDefaults::default()
+        ..OperatorConfig::default()
     };
-    let (result, seen, events, _ctx) = run_with_events(pool(spec(), 1), vec![apply(STATUS)], defaults).await;
+    let (result, seen, events, _ctx) = run_with_events(pool(spec(), 1), vec![apply(STATUS)], config).await;
     // Not retried as an error, but looked at again: the pool's spec is fine, and what the
     // policy asks of its namespace (a label) can change without the pool changing.
     assert_eq!(result.expect("not an error"), Action::requeue(RESYNC));
@@ -897,7 +900,7 @@ async fn an_apply_the_api_server_rejects_is_a_condition_and_an_event() {
             ),
             apply(STATUS),
         ],
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     let err = result.expect_err("retried with backoff");
@@ -920,7 +923,7 @@ async fn a_conflict_is_a_warning_event_too() {
     let (_result, _seen, events, _ctx) = run_with_events(
         pool,
         vec![get(SA, sa), get(NP, np), get(SVC, svc), apply(STATUS)],
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     let (type_, reason, note) = event_summary(&events).pop().expect("one event");
@@ -961,7 +964,7 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
     let (result, seen, _, ctx) = run_with_events(
         pool.clone(),
         expect(Some(post(StatusCode::CONFLICT))),
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("an existing Secret is fine");
@@ -983,7 +986,7 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
     // A fresh pool gets a Secret of its own.
     let mut first = expect(Some(post(StatusCode::CREATED)));
     first[4].body = None;
-    let (result, seen, _, ctx) = run_with_events(pool.clone(), first, PoolDefaults::default()).await;
+    let (result, seen, _, ctx) = run_with_events(pool.clone(), first, OperatorConfig::default()).await;
     result.expect("created");
     let other_token = seen[4].body["stringData"]["token"].as_str().expect("token").to_owned();
     assert_ne!(other_token, token, "every Secret gets its own random token");
@@ -1005,7 +1008,7 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
         get(DEPLOY, deploy),
     ];
     let (result, seen, _, ctx) =
-        run_remembering(again, replies, PoolDefaults::default(), &["evals/python-auth/u-1"]).await;
+        run_remembering(again, replies, OperatorConfig::default(), &["evals/python-auth/u-1"]).await;
     result.expect("created");
     assert_eq!(seen[4].method, Method::POST, "the recreated pool's Secret is created");
     assert!(ctx.secrets.lock().expect("lock").contains("evals/python-auth/u-2"));
@@ -1060,7 +1063,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
     let (result, seen, events, _ctx) = run_with_events(
         pool.clone(),
         replies(vec![crash_looping_pod(3)]),
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
@@ -1101,7 +1104,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
     let (result, seen, events, _ctx) = run_with_events(
         crashing.clone(),
         replies(vec![crash_looping_pod(4)]),
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
@@ -1129,7 +1132,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
             get(DEPLOY, settled),
             apply(STATUS),
         ],
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
@@ -1183,7 +1186,7 @@ async fn a_failing_readiness_probe_is_quoted_from_the_kubelets_events() {
             ),
             apply(STATUS),
         ],
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
@@ -1219,7 +1222,7 @@ async fn a_passed_progress_deadline_is_a_warning_event_and_the_ready_reason() {
             list_pods(vec![]),
             apply(STATUS),
         ],
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
@@ -1257,7 +1260,7 @@ async fn pods_the_operator_may_not_list_leave_the_deployments_word() {
             ),
             apply(STATUS),
         ],
-        PoolDefaults::default(),
+        OperatorConfig::default(),
     )
     .await;
     result.expect("a pod list is not worth failing the reconcile for");

@@ -1,17 +1,11 @@
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
 use super::*;
 use crate::crd::SandboxPool;
-
-fn pool(spec: serde_json::Value) -> SandboxPool {
-    serde_json::from_value(json!({
-        "apiVersion": "sandpool.dev/v1alpha1",
-        "kind": "SandboxPool",
-        "metadata": {"name": "python", "namespace": "evals", "uid": "u-1"},
-        "spec": spec,
-    }))
-    .expect("test pool deserializes")
-}
+use crate::test_pool::pool;
 
 fn resolve_spec(spec: serde_json::Value) -> Result<ResolvedPool, InvalidSpec> {
     resolve(&pool(spec), &PoolDefaults::default(), "default")
@@ -51,7 +45,6 @@ fn operator_defaults_apply_when_the_spec_is_silent() {
         isolation: IsolationMode::Restricted,
         runtime_class_name: Some("gvisor".to_owned()),
         cluster_domain: "corp.local".to_owned(),
-        ..PoolDefaults::default()
     };
     let p = resolve(&pool(json!({})), &defaults, "default").expect("valid");
     assert_eq!(p.image, "registry.local/exec:9");
