@@ -420,7 +420,8 @@ check "a rolling update under load: $TOTAL/$TOTAL answered once, by old and new 
 # --- a pool says why its executors are not running (issue 31) --------------------------------
 # Each failure made to happen for real on the node, in a pool of its own: within 15 s of a pod
 # showing it, the pool's Ready condition names it with its cause, `kubectl get sbp` shows the
-# reason, a Warning Event says it; once the pool is fixed, it is Ready again and says so.
+# reason, a Warning Event says it; once the pool is fixed, it is Ready again and a Normal
+# Recovered Event says so.
 failing_pool() {
   local name="$1" languages="$2" memory="$3" extra="$4"
   cat <<EOF
@@ -460,12 +461,15 @@ says_why() {
     -o jsonpath='{range .items[*]}{.reason}: {.message}{"\n"}{end}' | tee /dev/stderr | grep -q "^$REASON: .*$words" ||
     { echo "no Warning $REASON Event quoting \"$words\""; return 1; }
 }
-# recovers POOL PATCH: after the JSON patch, the pool is Ready, not Degraded, REASON AllReplicasReady.
+# recovers POOL PATCH: after the JSON patch, the pool is Ready, not Degraded, REASON
+# AllReplicasReady, and a Normal Recovered Event says the problem is over.
 recovers() {
   "$K" patch sbp "$1" -n "$NS_POOL_NS" --type=json -p "$2" > /dev/null
   "$K" wait --for=condition=Ready "sbp/$1" -n "$NS_POOL_NS" --timeout=180s &&
     [[ $("$K" get sbp "$1" -n "$NS_POOL_NS" -o jsonpath='{.status.conditions[?(@.type=="Degraded")].status}') == False ]] &&
-    "$K" get sbp "$1" -n "$NS_POOL_NS" --no-headers | tee /dev/stderr | grep -qw AllReplicasReady
+    "$K" get sbp "$1" -n "$NS_POOL_NS" --no-headers | tee /dev/stderr | grep -qw AllReplicasReady &&
+    "$K" get events -n "$NS_POOL_NS" --field-selector "involvedObject.name=$1,type=Normal,reason=Recovered" \
+      -o jsonpath='{range .items[*]}{.reason}: {.message}{"\n"}{end}' | tee /dev/stderr | grep -q "^Recovered: no longer "
 }
 # name ; languages ; memory ; extra spec line ; reasons ; words quoted ; the fix (a JSON patch).
 # - a language the (slim) image lacks: the executor exits naming it, the container crash-loops;

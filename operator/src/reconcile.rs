@@ -239,6 +239,14 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
         tracing::warn!(%reason, %message, "pool degraded");
         publish(ctx, pool, EventType::Warning, reason, "Reconcile", message).await;
     }
+    if let Some(cause) = recovered(pool.status.as_ref(), &new_status) {
+        let note = format!(
+            "no longer {cause}: {}/{} executors ready",
+            new_status.ready_replicas, resolved.replicas
+        );
+        tracing::info!(%cause, "pool recovered");
+        publish(ctx, pool, EventType::Normal, RECOVERED, "Reconcile", &note).await;
+    }
     write_status(&pools, pool, new_status, ctx).await?;
     Ok(Action::requeue(RESYNC))
 }
@@ -312,6 +320,25 @@ fn newly_degraded<'a>(old: Option<&SandboxPoolStatus>, new: &'a SandboxPoolStatu
     let now = degraded(new)?;
     let before = old.and_then(degraded).map(|c| c.reason.as_str());
     (before != Some(now.reason.as_str())).then_some((now.reason.as_str(), now.message.as_str()))
+}
+
+/// Reason of the Normal Event saying a pool's problem has gone.
+pub const RECOVERED: &str = "Recovered";
+
+/// The reason the last status was degraded (or refused) for, when the new one is not: the
+/// Warning that said what was wrong gets a Normal Event saying it has gone, so `kubectl
+/// describe sbp` does not end on a problem that is over.
+fn recovered<'a>(old: Option<&'a SandboxPoolStatus>, new: &SandboxPoolStatus) -> Option<&'a str> {
+    let degraded = |s: &SandboxPoolStatus| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == status::DEGRADED && c.status == "True")
+    };
+    let before = old?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == status::DEGRADED && c.status == "True")?;
+    (!degraded(new)).then_some(before.reason.as_str())
 }
 
 fn rollout_just_finished(pool: &SandboxPool, new_status: &SandboxPoolStatus) -> bool {

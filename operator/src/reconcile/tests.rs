@@ -1147,6 +1147,14 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
         )
     );
     assert!(event_summary(&events).iter().all(|e| e.0 != "Warning"), "{events:?}");
+    // ... and one Normal Event says the problem is over.
+    let recovered: Vec<_> = event_summary(&events)
+        .into_iter()
+        .filter(|e| e.1 == "Recovered")
+        .collect();
+    assert_eq!(recovered.len(), 1, "{events:?}");
+    assert_eq!(recovered[0].0, "Normal");
+    assert_eq!(recovered[0].2, "no longer CrashLoopBackOff: 3/3 executors ready");
 }
 
 #[tokio::test]
