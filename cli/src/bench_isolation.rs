@@ -11,8 +11,8 @@
 //! `bench_c` and `bench_python` languages.
 
 use sandpool_executor::config::ExecutorArgs;
-use sandpool_executor::proto as pb;
 use sandpool_executor::server::Loopback;
+use sandpool_proto::v1 as pb;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;

@@ -5,10 +5,10 @@
 use crate::target::{Client, channels, client, endpoint_uri};
 use sandpool_executor::config::ExecutorArgs;
 use sandpool_executor::judge::Judge;
-use sandpool_executor::proto as pb;
-use sandpool_executor::proto::executor_server::Executor as _;
 use sandpool_executor::service::ExecutorService;
 use sandpool_executor::session::SessionManager;
+use sandpool_proto::v1 as pb;
+use sandpool_proto::v1::executor_server::Executor as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
