@@ -96,7 +96,7 @@ pub async fn connect(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Res
             }
         }
         None => {
-            let local = Loopback::start(Arc::new(args.build_engine().await?)).await?;
+            let local = Loopback::start(Arc::new(args.build_engine().await?), args.session_policy()).await?;
             let ch = local.channel.clone();
             Connection {
                 client: unbounded(ch.clone()),

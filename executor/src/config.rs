@@ -429,7 +429,6 @@ impl ExecutorArgs {
             },
             capture: None,
             warm_starts: self.warm_starts,
-            sessions: self.session_policy(),
             assert_prelude: self.assert_prelude == OnOff::On,
             result_cache: (self.result_cache_entries > 0).then_some(crate::result_cache::CacheConfig {
                 entries: self.result_cache_entries,

@@ -72,7 +72,7 @@ impl Backend {
             None => {
                 let engine = Arc::new(args.build_engine().await?);
                 // No address to advertise: every call stays in this process.
-                let sessions = SessionManager::start(engine.clone(), String::new());
+                let sessions = SessionManager::start(engine.clone(), args.session_policy(), String::new());
                 Backend::Embedded(
                     ExecutorService::with_sessions(Judge::new(engine), sessions.clone()),
                     sessions,
