@@ -3,6 +3,8 @@
 //! pass@k, and one JSON line of results per record.
 
 mod records;
+#[cfg(test)]
+mod shared_rows;
 
 use crate::streams::{Spread, evaluate_all};
 use crate::target::verdict_name;
