@@ -141,7 +141,7 @@ binaries() {
     echo "$SANDPOOL_IMAGE_BINARIES"
     return
   fi
-  local flags=(--locked -p sandpool-executor -p sandpool-operator)
+  local flags=(--locked -p sandpool-executor -p sandpool-cli -p sandpool-operator)
   [[ $PROFILE == release ]] && flags+=(--release)
   log "cargo build ${flags[*]}"
   (cd "$ROOT" && cargo build "${flags[@]}" >&2) || die "cargo build failed"

@@ -20,6 +20,8 @@ eval "$(scripts/cluster.sh env)"
 unset SANDPOOL_E2E_SKIP
 
 cargo fmt --all --check
+# No import circle between the modules of any crate (a second; scripts/check-layers.py).
+scripts/check-layers.py
 cargo build --workspace --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
 scripts/check-manifests.sh

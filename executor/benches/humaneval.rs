@@ -107,9 +107,9 @@ fn main() -> Result<(), Error> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let engine = Arc::new(args.executor.build_engine().await?);
-        let slots = engine.admission.slots();
-        let queue = engine.admission.queue_capacity();
-        let server = Loopback::start(engine).await?;
+        let slots = engine.admission().slots();
+        let queue = engine.admission().queue_capacity();
+        let server = Loopback::start(engine, args.executor.session_policy()).await?;
         let client = pb::executor_client::ExecutorClient::new(server.channel.clone());
 
         let unary = |reqs: Vec<pb::EvaluateRequest>| {

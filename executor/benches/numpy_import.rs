@@ -132,7 +132,7 @@ struct Batch {
     cpu_s: f64,
 }
 
-/// Bare python3, with the environment a sandboxed run gets (see `Engine::env_for`).
+/// Bare python3, with the environment a sandboxed run gets (see `Language::run_env`).
 fn bare(programs: &[String], parallel: usize, env: &[(String, String)]) -> Result<Batch, Error> {
     let dir = std::env::temp_dir().join(format!("sandpool-bench-numpy-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -280,11 +280,11 @@ fn main() -> Result<(), Error> {
     rt.block_on(async move {
         let engine = Arc::new(server_args.executor.build_engine().await?);
         let env = engine
-            .languages
+            .languages()
             .get("python")
-            .map(|l| engine.env_for(l))
+            .map(|l| l.run_env())
             .ok_or("no python entry")?;
-        let server = Loopback::start(engine).await?;
+        let server = Loopback::start(engine, server_args.executor.session_policy()).await?;
         let client = pb::executor_client::ExecutorClient::new(server.channel.clone());
         let repeat = |p: &str, n: usize| vec![p.to_owned(); n];
         // Warm-up: page cache and the connection.

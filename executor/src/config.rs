@@ -429,7 +429,6 @@ impl ExecutorArgs {
             },
             capture: None,
             warm_starts: self.warm_starts,
-            sessions: self.session_policy(),
             assert_prelude: self.assert_prelude == OnOff::On,
             result_cache: (self.result_cache_entries > 0).then_some(crate::result_cache::CacheConfig {
                 entries: self.result_cache_entries,
@@ -468,7 +467,7 @@ fn enabled_languages_work(enabled: &[String], engine: &crate::engine::Engine) ->
     use crate::languages::Availability;
     let mut missing = Vec::new();
     for name in enabled {
-        let found = engine.languages.get(name).map(|l| engine.availability().get(&l.name));
+        let found = engine.languages().get(name).map(|l| engine.availability().get(&l.name));
         match found {
             None => missing.push(format!("{name}: not in the language table")),
             Some(Some(Availability::Available { .. })) => {}

@@ -2,56 +2,20 @@
 //! execute requests. The gRPC service, the HTTP API, the judge and the
 //! embedded CLI all call it.
 
-use crate::admission::{Admission, AdmissionError, Admit, SlotGuard};
+use crate::admission::{Admission, Admit, SlotGuard};
 use crate::budget::Charge;
 use crate::call::Call;
-use crate::languages::{Availability, Language, LanguageTable, version_line};
-use crate::limits::{LimitError, LimitPolicy, Limits};
+use crate::error::{ExecError, scrub_host_paths};
+use crate::languages::{Availability, Language, LanguageTable};
+use crate::limits::{LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
-use crate::{fetch, result_cache, validate, verdict};
-use futures::StreamExt;
+use crate::task::{blocking, until};
+use crate::{fetch, probe, result_cache, validate, verdict};
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::{RunSpec, Runner, WorkDir};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// Errors that reject a request before or instead of running it.
-#[derive(Debug, thiserror::Error)]
-pub enum ExecError {
-    #[error("{field}: {message}")]
-    InvalidArgument { field: String, message: String },
-    #[error("language {0:?} is not available on this executor: {1}")]
-    Unavailable(String, String),
-    #[error(transparent)]
-    Admission(#[from] AdmissionError),
-    #[error("deadline exceeded while running")]
-    DeadlineExceeded,
-    /// The executor holds its byte budget's worth for other callers (see [`crate::budget`]).
-    #[error(transparent)]
-    Budget(#[from] crate::budget::Exhausted),
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl ExecError {
-    /// An INVALID_ARGUMENT naming `field`.
-    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        ExecError::InvalidArgument {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl From<LimitError> for ExecError {
-    fn from(e: LimitError) -> Self {
-        ExecError::InvalidArgument {
-            field: e.field().to_owned(),
-            message: e.to_string(),
-        }
-    }
-}
+use std::time::Instant;
 
 /// Static facts about this executor, for `ExecutorInfo`.
 #[derive(Debug, Clone)]
@@ -87,8 +51,6 @@ pub struct EngineConfig {
     pub capture: Option<crate::capture::Capture>,
     /// Warm starts for languages whose entry has `warm` (see docs/warm-starts.md).
     pub warm_starts: bool,
-    /// Stateful sessions' cap, defaults and ceilings.
-    pub sessions: crate::session::SessionPolicy,
     /// Whether assert tests get the language's prelude when a request does not say.
     pub assert_prelude: bool,
     /// The result cache's bounds (off when None or zero).
@@ -98,82 +60,29 @@ pub struct EngineConfig {
 /// Executes requests.
 #[derive(Debug)]
 pub struct Engine {
-    pub sandbox: Box<dyn Runner>,
-    pub languages: LanguageTable,
+    sandbox: Box<dyn Runner>,
+    languages: LanguageTable,
     availability: BTreeMap<String, Availability>,
-    /// What each language's programs can import (see [`crate::packages`]).
+    /// What each language's programs can import (see [`crate::probe::packages`]).
     packages: BTreeMap<String, Vec<crate::languages::Package>>,
-    pub policy: LimitPolicy,
-    pub admission: Arc<Admission>,
-    pub metrics: Arc<Metrics>,
-    pub identity: Identity,
+    policy: LimitPolicy,
+    admission: Arc<Admission>,
+    metrics: Arc<Metrics>,
+    identity: Identity,
     fetch_file_bytes: u64,
     fetch_total_bytes: u64,
     work_dir_bytes: u64,
     /// Bytes held for callers at once, every request together (see [`crate::budget`]).
-    pub budget: crate::budget::ByteBudget,
-    pub capture: Option<crate::capture::Capture>,
+    budget: crate::budget::ByteBudget,
+    capture: Option<crate::capture::Capture>,
     /// Per language with warm starts on: its zygote's configuration.
     warm: BTreeMap<String, WarmConfigs>,
-    pub sessions: crate::session::SessionPolicy,
     /// Whether assert tests get the language's prelude when a request does not say.
-    pub assert_prelude: bool,
+    assert_prelude: bool,
     /// Identical requests answered without running (off unless configured).
-    pub cache: Option<crate::result_cache::ResultCache>,
+    cache: Option<crate::result_cache::ResultCache>,
     /// Every run in flight, for the liveness check (see [`crate::watchdog`]).
-    pub watchdog: Arc<crate::watchdog::Watchdog>,
-}
-
-/// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
-/// writing or reading megabytes) must never hold up the async runtime that serves everyone.
-pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ExecError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
-}
-
-/// Awaits `fut`, or DEADLINE_EXCEEDED at `deadline`.
-pub async fn until<T>(deadline: Option<tokio::time::Instant>, fut: impl Future<Output = T>) -> Result<T, ExecError> {
-    match deadline {
-        Some(d) => tokio::time::timeout_at(d, fut)
-            .await
-            .map_err(|_| ExecError::DeadlineExceeded),
-        None => Ok(fut.await),
-    }
-}
-
-/// A sandbox failure's message without host paths (cgroup directories, the work root):
-/// clients see the file's name, the executor's log keeps the whole path.
-pub fn scrub_host_paths(msg: &str) -> String {
-    msg.split(' ')
-        .map(|w| {
-            if w.starts_with('/') && w.len() > 1 && w[1..].contains('/') {
-                let (base, tail) = match w.find([':', ',', ')']) {
-                    Some(i) => w.split_at(i),
-                    None => (w, ""),
-                };
-                let name = base.rsplit('/').find(|c| !c.is_empty()).unwrap_or("");
-                format!("{name}{tail}")
-            } else {
-                w.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Environment every run starts from; the language's `env` is added to it.
-pub fn base_env() -> Vec<(String, String)> {
-    [
-        ("PATH", sandpool_sandbox::PATH),
-        ("HOME", "/tmp"),
-        ("TMPDIR", "/tmp"),
-        ("LANG", "C.UTF-8"),
-        ("LC_ALL", "C.UTF-8"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect()
+    watchdog: Arc<crate::watchdog::Watchdog>,
 }
 
 /// Outcome of one phase run through the engine.
@@ -210,7 +119,6 @@ impl Engine {
             capture: cfg.capture,
             warm: BTreeMap::new(),
             watchdog: crate::watchdog::Watchdog::new(),
-            sessions: cfg.sessions,
             assert_prelude: cfg.assert_prelude,
             cache,
         };
@@ -224,7 +132,7 @@ impl Engine {
                         Some(Arc::new(sandpool_sandbox::ZygoteConfig {
                             name: l.name.clone(),
                             interpreter: l.warm_interpreter()?.to_vec(),
-                            env: engine.env_for(l),
+                            env: l.run_env(),
                             preload,
                         }))
                     };
@@ -238,7 +146,13 @@ impl Engine {
                 })
                 .collect();
         }
-        engine.availability = engine.probe_languages().await;
+        engine.availability = probe::languages(
+            &*engine.sandbox,
+            &engine.admission,
+            &engine.languages,
+            engine.policy.compile_defaults,
+        )
+        .await;
         // The plain zygotes of languages that work here; the heavy ones start
         // when a program first names a heavy module.
         let plain = engine
@@ -248,78 +162,15 @@ impl Engine {
             .map(|(_, w)| w.light.clone())
             .collect();
         engine.sandbox.start_zygotes(plain);
-        engine.packages = crate::packages::probe(&engine).await;
+        engine.packages = probe::packages(
+            &*engine.sandbox,
+            &engine.admission,
+            &engine.languages,
+            &engine.availability,
+            engine.policy.compile_defaults,
+        )
+        .await;
         engine
-    }
-
-    async fn probe_languages(&self) -> BTreeMap<String, Availability> {
-        let limits = Limits {
-            wall: Duration::from_secs(30),
-            cpu: Duration::from_secs(30),
-            ..self.policy.compile_defaults
-        };
-        let probes = self.languages.iter().map(|lang| async move {
-            if lang.gpu && !self.sandbox.has_gpu() {
-                return (
-                    lang.name.clone(),
-                    Availability::Unavailable {
-                        reason: "needs a GPU executor (--gpu)".into(),
-                    },
-                );
-            }
-            let spec = RunSpec {
-                argv: lang.version.clone(),
-                env: self.env_for(lang),
-                stdin: vec![],
-                limits,
-                gpu: lang.gpu,
-                warm: None,
-            };
-            let res = async {
-                let slot = self.admission.acquire(None).await.map_err(|e| e.to_string())?;
-                let work = self.sandbox.work_dir(slot.index()).map_err(|e| e.to_string())?;
-                self.sandbox
-                    .run(slot.index(), &work, &spec)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            .await;
-            let avail = match res {
-                Ok(o) if o.exit_code == 0 && o.signal == 0 => Availability::Available {
-                    version: version_line(&o.stdout, &o.stderr).unwrap_or_else(|| "unknown".into()),
-                },
-                Ok(o) => Availability::Unavailable {
-                    reason: format!(
-                        "version command {:?} failed (exit {}, signal {}): {}",
-                        lang.version,
-                        o.exit_code,
-                        o.signal,
-                        version_line(&o.stderr, &o.stdout).unwrap_or_default()
-                    ),
-                },
-                Err(e) => Availability::Unavailable { reason: e },
-            };
-            tracing::info!(language = %lang.name, availability = ?avail, "probed language");
-            (lang.name.clone(), avail)
-        });
-        // At most `slots` probes at once, so none ever waits in the queue.
-        futures::stream::iter(probes)
-            .buffer_unordered(self.sandbox.slots().max(1))
-            .collect()
-            .await
-    }
-
-    /// The environment of a run of `lang`.
-    pub fn env_for(&self, lang: &Language) -> Vec<(String, String)> {
-        let mut env = base_env();
-        env.extend(lang.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        if lang.gpu {
-            env.push((
-                "CUDA_VISIBLE_DEVICES".into(),
-                std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "all".into()),
-            ));
-        }
-        env
     }
 
     /// The zygote a run of `lang` forks from, unless the request asked for a
@@ -339,6 +190,55 @@ impl Engine {
             (Some(heavy), Some(data)) if texts.iter().any(|t| data.names_heavy(t)) => Some(heavy.clone()),
             _ => Some(w.light.clone()),
         }
+    }
+
+    /// The sandbox every run goes through.
+    pub fn sandbox(&self) -> &dyn Runner {
+        &*self.sandbox
+    }
+
+    /// The language table.
+    pub fn languages(&self) -> &LanguageTable {
+        &self.languages
+    }
+
+    /// Limit defaults, ceilings and minimums.
+    pub fn policy(&self) -> &LimitPolicy {
+        &self.policy
+    }
+
+    /// Run slots and the wait queue.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Bytes held for callers at once, every request together (see [`crate::budget`]).
+    pub fn budget(&self) -> &crate::budget::ByteBudget {
+        &self.budget
+    }
+
+    /// Where requests with chosen verdicts are recorded, when configured.
+    pub fn capture(&self) -> Option<&crate::capture::Capture> {
+        self.capture.as_ref()
+    }
+
+    /// Identical requests answered without running, when configured.
+    pub fn cache(&self) -> Option<&crate::result_cache::ResultCache> {
+        self.cache.as_ref()
+    }
+
+    /// Whether assert tests get the language's prelude when a request does not say.
+    pub fn assert_prelude(&self) -> bool {
+        self.assert_prelude
+    }
+
+    /// Every run in flight, for the liveness check (see [`crate::watchdog`]).
+    pub fn watchdog(&self) -> &Arc<crate::watchdog::Watchdog> {
+        &self.watchdog
     }
 
     /// Size of a run's work dir (a session's disk).
@@ -581,7 +481,7 @@ impl Engine {
             Ok(Err(e)) | Err(ExecError::Internal(e)) => return fail(resp, scrub_host_paths(&e)),
             Err(e) => return fail(resp, e.to_string()),
         };
-        let env = self.env_for(lang);
+        let env = lang.run_env();
         if let Some(compile) = &lang.compile {
             let spec = RunSpec {
                 argv: compile.clone(),
@@ -697,27 +597,5 @@ impl Engine {
             executor: Some(self.info("")),
             gpu: self.sandbox.has_gpu(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::scrub_host_paths;
-
-    #[test]
-    fn host_paths_leave_only_their_file_name() {
-        let m = "/sys/fs/cgroup/memory/pod/x/slot-0/memory.limit_in_bytes: Device or resource busy (os error 16)";
-        assert_eq!(
-            scrub_host_paths(m),
-            "memory.limit_in_bytes: Device or resource busy (os error 16)"
-        );
-        assert_eq!(
-            scrub_host_paths("work dir main.py/x: creating: Not a directory"),
-            "work dir main.py/x: creating: Not a directory"
-        );
-        assert_eq!(
-            scrub_host_paths("could not start /usr/bin/python3: ENOENT"),
-            "could not start python3: ENOENT"
-        );
     }
 }

@@ -61,7 +61,6 @@ pub async fn engine_with(runner: FakeRunner, cache: Option<crate::result_cache::
             },
         },
         queue_capacity: 64,
-        sessions: crate::session::SessionPolicy::for_slots(2, 60000),
         assert_prelude: true,
         fetch_file_bytes: 1 << 20,
         fetch_total_bytes: 1 << 20,

@@ -103,6 +103,34 @@ impl Language {
         let i = self.run.iter().position(|a| *a == self.source)?;
         (i >= 1 && i + 1 == self.run.len()).then(|| &self.run[..i])
     }
+
+    /// The environment a run of this language gets: [`base_env`], then the entry's `env`,
+    /// then the GPU this executor was given (all of them unless it says which).
+    pub fn run_env(&self) -> Vec<(String, String)> {
+        let mut env = base_env();
+        env.extend(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if self.gpu {
+            env.push((
+                "CUDA_VISIBLE_DEVICES".into(),
+                std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "all".into()),
+            ));
+        }
+        env
+    }
+}
+
+/// Environment every run starts from; the language's `env` is added to it.
+pub fn base_env() -> Vec<(String, String)> {
+    [
+        ("PATH", sandpool_sandbox::PATH),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C.UTF-8"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
 }
 
 /// Per-language data for judging (see `docs/judging.md`); every key is optional.

@@ -83,7 +83,7 @@ async fn run(args: ServerArgs) -> anyhow::Result<()> {
     }
     let engine = Arc::new(args.executor.build_engine().await?);
     // Outside the runtime: what ends a wedged executor cannot run on it.
-    engine.watchdog.guard_process(
+    engine.watchdog().guard_process(
         std::time::Duration::from_secs(args.watchdog_stall_secs),
         args.drain_timeout() + std::time::Duration::from_secs(15),
         termination_message,
@@ -100,6 +100,7 @@ async fn run(args: ServerArgs) -> anyhow::Result<()> {
         grpc_body_timeout: std::time::Duration::from_millis(args.grpc_body_timeout_ms.max(1)),
         grpc_max_streams: args.grpc_max_streams.max(1),
         advertise: Some(args.advertise()),
+        sessions: args.executor.session_policy(),
     };
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await

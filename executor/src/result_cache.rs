@@ -24,7 +24,7 @@
 //! send `CACHE_POLICY_BYPASS`.
 
 use crate::call::Caller;
-use crate::engine::ExecError;
+use crate::error::ExecError;
 use crate::limits::{Limits, to_proto};
 use crate::metrics::Metrics;
 use lru::LruCache;

@@ -4,6 +4,7 @@ use crate::auth::Token;
 use crate::engine::Engine;
 use crate::judge::Judge;
 use crate::service::ExecutorService;
+use crate::session::SessionPolicy;
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use std::net::SocketAddr;
@@ -33,11 +34,13 @@ pub struct ServeOptions {
     pub grpc_max_streams: u32,
     /// "host:port" session create responses name (None: the bound gRPC address).
     pub advertise: Option<String>,
+    /// Sessions' cap, defaults and ceilings.
+    pub sessions: SessionPolicy,
 }
 
 impl ServeOptions {
-    /// Defaults for an in-process server on `listen`: no token, no metrics.
-    pub fn local(listen: SocketAddr) -> Self {
+    /// Defaults for an in-process server on `listen` with `sessions`: no token, no metrics.
+    pub fn local(listen: SocketAddr, sessions: SessionPolicy) -> Self {
         let max_request_bytes = 64 << 20;
         ServeOptions {
             listen,
@@ -51,6 +54,7 @@ impl ServeOptions {
             grpc_body_timeout: Duration::from_secs(60),
             grpc_max_streams: 1024,
             advertise: None,
+            sessions,
         }
     }
 }
@@ -102,14 +106,14 @@ pub struct Loopback {
 }
 
 impl Loopback {
-    /// Serves `engine` on 127.0.0.1:0 and connects to it.
-    pub async fn start(engine: Arc<Engine>) -> Result<Self, ServeError> {
+    /// Serves `engine` (its sessions under `sessions`) on 127.0.0.1:0 and connects to it.
+    pub async fn start(engine: Arc<Engine>, sessions: SessionPolicy) -> Result<Self, ServeError> {
         let any: SocketAddr = ([127, 0, 0, 1], 0).into();
         let listener = tokio::net::TcpListener::bind(any)
             .await
             .map_err(|e| ServeError::Bind(any, e))?;
         let addr = listener.local_addr().map_err(|e| ServeError::Bind(any, e))?;
-        let opts = ServeOptions::local(addr);
+        let opts = ServeOptions::local(addr, sessions);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let served = serve_with_http(engine, listener, None, opts, async move {
@@ -185,7 +189,7 @@ pub async fn serve_with_http(
     health.set_service_status("", ready).await;
     health.set_service_status("sandpool.v1.Executor", ready).await;
     health.set_service_status(LIVENESS, ServingStatus::Serving).await;
-    engine.watchdog.spawn_liveness(health.clone(), LIVENESS);
+    engine.watchdog().spawn_liveness(health.clone(), LIVENESS);
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -201,7 +205,7 @@ pub async fn serve_with_http(
         .advertise
         .clone()
         .unwrap_or_else(|| crate::config::advertise_address(None, None, bound));
-    let sessions = crate::session::SessionManager::start(engine.clone(), advertise);
+    let sessions = crate::session::SessionManager::start(engine.clone(), opts.sessions, advertise);
     let svc = pb::executor_server::ExecutorServer::new(ExecutorService::with_sessions(judge, sessions.clone()))
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Zstd)
@@ -251,7 +255,7 @@ pub async fn serve_with_http(
     let on_shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down: NOT_SERVING, finishing in-flight runs");
-        drain_engine.admission.drain();
+        drain_engine.admission().drain();
         let _ = http_stop_tx.send(true);
         drain_health.set_service_status("", ServingStatus::NotServing).await;
         drain_health
@@ -270,7 +274,7 @@ pub async fn serve_with_http(
             opts.max_request_bytes,
         )))
         .layer(crate::budget::grpc::BudgetLayer::new(
-            engine.budget.clone(),
+            engine.budget().clone(),
             opts.grpc_body_timeout,
         ))
         .add_service(health_svc)
@@ -288,7 +292,7 @@ pub async fn serve_with_http(
             on_shutdown,
         );
     tokio::pin!(server);
-    let admission = engine.admission.clone();
+    let admission = engine.admission().clone();
     tokio::select! {
         r = &mut server => if let Err(e) = r {
             sessions.close_all().await;

@@ -3,7 +3,7 @@
 use crate::admission::AdmissionError;
 use crate::budget::Charge;
 use crate::call::{Call, Caller};
-use crate::engine::ExecError;
+use crate::error::ExecError;
 use crate::judge::{Judge, stream::judge_stream};
 use crate::session::{SessionError, SessionManager};
 use futures::StreamExt;
@@ -21,15 +21,8 @@ pub struct ExecutorService {
 }
 
 impl ExecutorService {
-    /// Serves `judge`'s engine, sharing `judge` (and its admission gate) with other front ends;
-    /// sessions advertise `advertise` as their executor's address.
-    pub fn with_judge(judge: Judge, advertise: String) -> Self {
-        let sessions = SessionManager::start(judge.engine().clone(), advertise);
-        Self::with_sessions(judge, sessions)
-    }
-
-    /// As [`ExecutorService::with_judge`], with a session manager the caller also holds
-    /// (to end every session at shutdown).
+    /// Serves `judge`'s engine, sharing `judge` (and its admission gate) with other front
+    /// ends, and `sessions` with the caller (which ends every session at shutdown).
     pub fn with_sessions(judge: Judge, sessions: Arc<SessionManager>) -> Self {
         ExecutorService { judge, sessions }
     }

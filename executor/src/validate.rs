@@ -6,7 +6,7 @@
 //! after one sort by components, never prefix by prefix), and the caps keep
 //! the work that follows (creating directories, `execve`) small too.
 
-use crate::engine::ExecError;
+use crate::error::ExecError;
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::validate_rel_path;
 

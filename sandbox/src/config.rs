@@ -1,6 +1,7 @@
 //! What the executor chooses at start-up: the isolation mode and the
 //! sandbox's settings, from its flags.
 
+use crate::error::UnknownMode;
 use std::path::{Path, PathBuf};
 
 /// Host paths visible (read-only) inside the sandbox by default: the
@@ -37,11 +38,6 @@ impl std::fmt::Display for IsolationMode {
         f.write_str(self.name())
     }
 }
-
-/// A mode name that is not one of [`IsolationMode::ALL`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown isolation mode {0:?} [possible values: namespaces, restricted]")]
-pub struct UnknownMode(pub String);
 
 /// Parses a mode by its [`IsolationMode::name`] (what `--isolation` takes).
 impl std::str::FromStr for IsolationMode {

@@ -1,12 +1,38 @@
 //! The sandbox's own failures (never the program's fault), and what of them
 //! a client may see.
 
-pub use crate::config::UnknownMode;
-pub use crate::namespaces::cgroup::CgroupError;
-pub use crate::namespaces::rootfs::RootfsError;
 pub use crate::seccomp::SeccompError;
 pub use crate::workdir::WorkDirError;
 pub use crate::workroot::WorkRootError;
+
+/// A mode name that is not one of [`crate::IsolationMode::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown isolation mode {0:?} [possible values: namespaces, restricted]")]
+pub struct UnknownMode(pub String);
+
+/// Errors setting up or driving cgroups.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("no usable cgroup hierarchy with memory and pids controllers")]
+    Unavailable,
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// The limit is below what the slot holds even after reclaim (cgroup v1 refuses it).
+    #[error("memory limit of {limit} bytes is below the {usage} bytes the slot holds")]
+    LimitBelowUsage { limit: u64, usage: u64 },
+}
+
+/// Errors building the template.
+#[derive(Debug, thiserror::Error)]
+#[error("building the sandbox root at {path}: {step}: {source}")]
+pub struct RootfsError {
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) step: String,
+    pub(crate) source: std::io::Error,
+}
 
 /// Errors of the sandbox itself (never the program's fault).
 #[derive(Debug, thiserror::Error)]

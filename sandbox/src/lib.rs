@@ -45,9 +45,8 @@ mod workroot;
 pub use config::{DEFAULT_RO_PATHS, IsolationMode, SandboxConfig, cgroup_name};
 pub use error::SandboxError;
 pub use limits::Limits;
-pub use namespaces::zygote::ZygoteConfig;
 pub use probe::{Feature, Features};
-pub use run::{PATH, RunOutcome, RunSpec, Termination, WORK_DIR};
+pub use run::{PATH, RunOutcome, RunSpec, Termination, WORK_DIR, ZygoteConfig};
 pub use runner::{BoxFuture, Runner};
 pub use workdir::{FetchError, OpenFile, WorkDir, WorkDirError, validate_rel_path};
 

@@ -1,7 +1,7 @@
 //! One run as every [`crate::Runner`] sees it: what to execute
 //! ([`RunSpec`]) and what came of it ([`RunOutcome`]).
 
-use crate::{Limits, ZygoteConfig};
+use crate::Limits;
 use std::time::Duration;
 
 /// Directory (inside the sandbox) where runs start.
@@ -57,4 +57,17 @@ pub struct RunOutcome {
     pub cpu_exceeded: bool,
     /// True when a slot's zygote forked the program (a warm start).
     pub warm: bool,
+}
+
+/// A language's warm start, from its table entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZygoteConfig {
+    /// The language's name (for logs).
+    pub name: String,
+    /// The run command up to the script: interpreter and flags (`["python3", "-B"]`).
+    pub interpreter: Vec<String>,
+    /// The runs' environment (the zygote starts with the same).
+    pub env: Vec<(String, String)>,
+    /// Modules imported before the first fork.
+    pub preload: Vec<String>,
 }

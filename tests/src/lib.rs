@@ -23,6 +23,8 @@ pub fn binary(name: &str) -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
     let p = dir.join(name);
+    // `cargo test -p sandpool-tests` builds no other crate's binaries (`sandpool` is
+    // sandpool-cli's, the rest are named for their crates).
     assert!(
         p.exists(),
         "{} not found: run `cargo build --workspace` before the tests",

@@ -14,7 +14,7 @@ use crate::admission::AdmissionError;
 use crate::auth::Token;
 use crate::budget::{ByteBudget, Charge};
 use crate::call::{Call, Caller};
-use crate::engine::ExecError;
+use crate::error::ExecError;
 use crate::judge::Judge;
 use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
@@ -258,7 +258,7 @@ pub async fn serve_on(
         tracing::info!(%addr, "serving SandboxFusion-compatible HTTP");
     }
     let mut opts = opts;
-    opts.budget.get_or_insert_with(|| judge.engine().budget.clone());
+    opts.budget.get_or_insert_with(|| judge.engine().budget().clone());
     let opts = Arc::new(opts);
     let app = router(judge, opts.clone());
     let graceful = accept_loop(listener, app, opts.max_connections, opts.header_timeout, shutdown).await;

@@ -2,7 +2,8 @@
 
 use super::shapes::{RunResponse, command_result, run_status};
 use crate::call::Call;
-use crate::engine::{Engine, ExecError};
+use crate::engine::Engine;
+use crate::error::ExecError;
 use base64::Engine as _;
 use sandpool_proto::v1 as pb;
 use serde::Deserialize;
@@ -40,7 +41,7 @@ pub fn seconds_to_ms(s: Option<f64>, max_ms: u64) -> u64 {
 
 /// Time limits for a phase from an HTTP timeout in seconds, clamped to the executor's ceiling.
 pub fn time_limits(engine: &Engine, seconds: Option<f64>) -> Option<pb::Limits> {
-    let max = &engine.policy.max;
+    let max = &engine.policy().max;
     let wall = seconds_to_ms(seconds, max.wall.as_millis() as u64);
     (wall > 0).then(|| pb::Limits {
         wall_time_ms: wall,
@@ -75,7 +76,7 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest, call: Call) -> Resul
                 ),
             ));
         }
-        limits.memory_bytes = bytes.min(engine.policy.max.memory);
+        limits.memory_bytes = bytes.min(engine.policy().max.memory);
     }
     let exec = pb::ExecuteRequest {
         language: req.language,

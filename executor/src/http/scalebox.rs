@@ -4,7 +4,8 @@
 use super::run_code::time_limits;
 use super::shapes::{RunResponse, command_result, run_status};
 use crate::call::Call;
-use crate::engine::{Engine, ExecError};
+use crate::engine::Engine;
+use crate::error::ExecError;
 use crate::judge::Judge;
 use crate::judge::evaluate::SKIPPED_AT_TOTAL_TIMEOUT;
 use sandpool_proto::v1 as pb;

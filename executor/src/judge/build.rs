@@ -1,10 +1,12 @@
 //! What each test's work dir starts with: a compiled build to copy, or sources to write.
 
 use crate::admission::SlotGuard;
-use crate::engine::{Engine, Phased, blocking, scrub_host_paths};
+use crate::engine::{Engine, Phased};
+use crate::error::scrub_host_paths;
 use crate::languages::Language;
 use crate::limits::Limits;
 use crate::metrics::Phase;
+use crate::task::blocking;
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::{RunSpec, WorkDir};
 use std::sync::Arc;
@@ -45,7 +47,7 @@ pub async fn compile(
     let Some(argv) = &lang.compile else {
         return Compiled::Ok(Build::Sources { seed: None, files }, None);
     };
-    let work = match engine.sandbox.work_dir(slot.index()) {
+    let work = match engine.sandbox().work_dir(slot.index()) {
         Ok(w) => w,
         Err(e) => return Compiled::SandboxError(scrub_host_paths(&e.to_string()), None),
     };
@@ -64,7 +66,7 @@ pub async fn compile(
     };
     let spec = RunSpec {
         argv: argv.clone(),
-        env: engine.env_for(lang),
+        env: lang.run_env(),
         stdin: vec![],
         limits,
         gpu: lang.gpu,
@@ -98,7 +100,7 @@ pub async fn prepare(
 }
 
 fn prepare_now(engine: &Engine, slot: usize, build: &Build, extra: &[SourceFile]) -> Result<WorkDir, String> {
-    let work = engine.sandbox.work_dir(slot).map_err(|e| e.to_string())?;
+    let work = engine.sandbox().work_dir(slot).map_err(|e| e.to_string())?;
     match build {
         Build::Compiled(base) => work.copy_from(base).map_err(|e| e.to_string())?,
         Build::Sources { seed, files } => {
@@ -118,14 +120,14 @@ fn prepare_now(engine: &Engine, slot: usize, build: &Build, extra: &[SourceFile]
 
 /// Runs `lang`'s warm-up program in a fresh work dir of `slot`; the dir, if it exited 0.
 pub async fn warm_up(engine: &Engine, slot: &SlotGuard, lang: &Language, program: &str) -> Result<WorkDir, String> {
-    let work = engine.sandbox.work_dir(slot.index()).map_err(|e| e.to_string())?;
+    let work = engine.sandbox().work_dir(slot.index()).map_err(|e| e.to_string())?;
     work.write_file(&lang.source, program.as_bytes(), false)
         .map_err(|e| e.to_string())?;
     let spec = RunSpec {
         argv: lang.run.clone(),
-        env: engine.env_for(lang),
+        env: lang.run_env(),
         stdin: vec![],
-        limits: engine.policy.compile_defaults,
+        limits: engine.policy().compile_defaults,
         gpu: lang.gpu,
         warm: None,
     };

@@ -5,7 +5,8 @@ use super::build::{self, Build, Compiled, SourceFile};
 use super::program::{self, Case, Expect, Program};
 use crate::admission::{AdmissionError, Admit, SlotGuard};
 use crate::call::{Call, Caller};
-use crate::engine::{Engine, ExecError};
+use crate::engine::Engine;
+use crate::error::ExecError;
 use crate::languages::Language;
 use crate::limits::Limits;
 use crate::metrics::Phase;
@@ -96,7 +97,7 @@ impl Decision {
 impl Judge {
     /// A judge on `engine`.
     pub fn new(engine: Arc<Engine>) -> Self {
-        let permits = engine.admission.slots().max(engine.admission.queue_capacity());
+        let permits = engine.admission().slots().max(engine.admission().queue_capacity());
         Judge {
             engine,
             warm: Default::default(),
@@ -117,7 +118,7 @@ impl Judge {
         } else {
             Admit::New
         };
-        if admit == Admit::New && self.engine.admission.is_draining() {
+        if admit == Admit::New && self.engine.admission().is_draining() {
             return Err(AdmissionError::Draining.into());
         }
         let permit = self.gate.clone().acquire_owned();
@@ -143,13 +144,13 @@ impl Judge {
         let (req, cached) = self.cache_key(req, &caller).await?;
         // While an identical request runs, this one waits for its answer (up to its deadline).
         let leader = match &cached {
-            Some((c, u, k)) => match crate::engine::until(deadline, c.begin_evaluate(*k, *u, &req.id)).await? {
+            Some((c, u, k)) => match crate::task::until(deadline, c.begin_evaluate(*k, *u, &req.id)).await? {
                 result_cache::Begin::Hit(hit) => return Ok(hit),
                 result_cache::Begin::Run(leader) => leader,
             },
             None => None,
         };
-        let captured = self.engine.capture.as_ref().map(|_| req.clone());
+        let captured = self.engine.capture().map(|_| req.clone());
         let fut = self.evaluate_inner(req, deadline);
         let res = match deadline {
             Some(d) => tokio::time::timeout_at(d, fut)
@@ -162,7 +163,7 @@ impl Judge {
         }
         // Stored first: the requests waiting for this run find it.
         drop(leader);
-        if let (Some(c), Some(req), Ok(resp)) = (&self.engine.capture, captured, &res) {
+        if let (Some(c), Some(req), Ok(resp)) = (self.engine.capture(), captured, &res) {
             c.evaluate(&req, resp);
         }
         res
@@ -178,20 +179,20 @@ impl Judge {
         let engine = &*self.engine;
         // Checked even with the cache off: an unknown policy is a mistake either way.
         let policy = result_cache::policy(req.cache, "cache")?;
-        let Some((cache, usage)) = engine.cache.as_ref().and_then(|c| Some((c, c.usage(policy)?))) else {
+        let Some((cache, usage)) = engine.cache().and_then(|c| Some((c, c.usage(policy)?))) else {
             return Ok((req, None));
         };
         let resolved = || -> Result<_, ExecError> {
             let (lang, version) = engine.language(&req.language, "language")?;
             let opts = req.options.as_ref();
-            let run = engine.policy.resolve(
+            let run = engine.policy().resolve(
                 opts.and_then(|o| o.run_limits.as_ref()),
-                &engine.policy.run_defaults,
+                &engine.policy().run_defaults,
                 "options.run_limits",
             )?;
-            let compile = engine.policy.resolve(
+            let compile = engine.policy().resolve(
                 opts.and_then(|o| o.compile_limits.as_ref()),
-                &engine.policy.compile_defaults,
+                &engine.policy().compile_defaults,
                 "options.compile_limits",
             )?;
             // The special judge's toolchain decides verdicts too.
@@ -206,7 +207,7 @@ impl Judge {
         };
         // Hashes up to the whole request: off the runtime.
         let caller = caller.clone();
-        let (req, key) = crate::engine::blocking(move || {
+        let (req, key) = crate::task::blocking(move || {
             let mut req = req;
             let key = result_cache::evaluate_key(&mut req, &caller, &name, &toolchain, run, compile);
             (req, key)
@@ -221,18 +222,18 @@ impl Judge {
         deadline: Option<Instant>,
     ) -> Result<pb::EvaluateResponse, ExecError> {
         let engine = &*self.engine;
-        let _in_progress = engine.admission.request();
+        let _in_progress = engine.admission().request();
         let (table_lang, version) = engine.language(&req.language, "language")?;
         let opts = req.options.clone().unwrap_or_default();
         let admitted = AtomicBool::new(false);
-        let run_limits = engine.policy.resolve(
+        let run_limits = engine.policy().resolve(
             opts.run_limits.as_ref(),
-            &engine.policy.run_defaults,
+            &engine.policy().run_defaults,
             "options.run_limits",
         )?;
-        let compile_limits = engine.policy.resolve(
+        let compile_limits = engine.policy().resolve(
             opts.compile_limits.as_ref(),
-            &engine.policy.compile_defaults,
+            &engine.policy().compile_defaults,
             "options.compile_limits",
         )?;
         let checker_lang = match &req.special_judge {
@@ -252,7 +253,7 @@ impl Judge {
                 )
             }
         };
-        let program = program::build(&req, table_lang, engine.assert_prelude)?;
+        let program = program::build(&req, table_lang, engine.assert_prelude())?;
         // Java: named after the program's public class.
         let lang_for_code = table_lang.for_code(&program.full);
         let lang: &Language = &lang_for_code;
@@ -301,7 +302,7 @@ impl Judge {
             (Some(cl), Some(sj)) => {
                 let files = vec![(cl.source.clone(), sj.code.clone().into_bytes(), false)];
                 match self
-                    .compile(cl, files, engine.policy.compile_defaults, deadline, &admitted)
+                    .compile(cl, files, engine.policy().compile_defaults, deadline, &admitted)
                     .await?
                 {
                     Compiled::Ok(b, _) => Some(Checker { lang: cl, build: b }),
@@ -332,7 +333,7 @@ impl Judge {
         let total_deadline = (opts.total_timeout_ms > 0)
             .then(|| Instant::now().checked_add(std::time::Duration::from_millis(opts.total_timeout_ms)))
             .flatten();
-        let slots = engine.admission.slots().max(1);
+        let slots = engine.admission().slots().max(1);
         let parallelism = match opts.parallelism as usize {
             0 => slots,
             p => p.min(slots),
@@ -378,7 +379,7 @@ impl Judge {
 
     fn finish(&self, lang: &Language, resp: pb::EvaluateResponse) -> pb::EvaluateResponse {
         let v = pb::Verdict::try_from(resp.verdict).unwrap_or_default();
-        self.engine.metrics.run_finished(&lang.name, v.as_str_name());
+        self.engine.metrics().run_finished(&lang.name, v.as_str_name());
         tracing::debug!(id = %resp.id, verdict = v.as_str_name(), "evaluated");
         resp
     }
@@ -465,7 +466,7 @@ impl Judge {
         };
         let spec = RunSpec {
             argv: runs.lang.run.clone(),
-            env: self.engine.env_for(runs.lang),
+            env: runs.lang.run_env(),
             stdin: case.stdin.clone(),
             limits: runs.limits,
             gpu: runs.lang.gpu,
@@ -551,9 +552,9 @@ impl Judge {
         };
         let spec = RunSpec {
             argv: checker.lang.run.clone(),
-            env: self.engine.env_for(checker.lang),
+            env: checker.lang.run_env(),
             stdin: vec![],
-            limits: self.engine.policy.run_defaults,
+            limits: self.engine.policy().run_defaults,
             gpu: checker.lang.gpu,
             warm: None,
         };

@@ -3,7 +3,7 @@
 
 use super::compare::Comparison;
 use super::extract;
-use crate::engine::ExecError;
+use crate::error::ExecError;
 use crate::languages::{CheckFunction, Language};
 use sandpool_proto::v1 as pb;
 

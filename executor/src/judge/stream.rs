@@ -7,7 +7,7 @@
 
 use super::Judge;
 use crate::call::Call;
-use crate::engine::ExecError;
+use crate::error::ExecError;
 use futures::{Stream, StreamExt};
 use sandpool_proto::v1 as pb;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 /// Requests of one stream held at once: enough to keep every slot busy.
 pub fn in_flight(judge: &Judge) -> usize {
-    let a = &judge.engine().admission;
+    let a = &judge.engine().admission();
     (2 * a.slots() + a.queue_capacity()).max(2)
 }
 
@@ -49,7 +49,7 @@ where
                 break;
             }
             let (judge, tx) = (judge.clone(), tx.clone());
-            let charge = judge.engine().budget.charge();
+            let charge = judge.engine().budget().charge();
             let call = Call {
                 charge: Some(charge.clone()),
                 ..call.clone()

@@ -4,7 +4,7 @@
 
 use super::Judge;
 use super::evaluate::SKIPPED_AT_TOTAL_TIMEOUT;
-use crate::engine::ExecError;
+use crate::error::ExecError;
 use crate::fake_runner::{Call, Calls, FakeRunner, Reply, engine, engine_with};
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::{RunOutcome, Termination};

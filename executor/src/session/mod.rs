@@ -27,9 +27,11 @@ mod shell;
 pub use policy::{SessionPolicy, Totals};
 
 use crate::admission::SlotGuard;
-use crate::engine::{Engine, ExecError, blocking, scrub_host_paths};
+use crate::engine::Engine;
+use crate::error::{ExecError, scrub_host_paths};
 use crate::limits::Limits;
 use crate::sandbox::WorkDir;
+use crate::task::blocking;
 use crate::{validate, verdict};
 use repl::{CallEnd, Repl};
 use sandpool_proto::v1 as pb;
@@ -165,6 +167,8 @@ impl Drop for Creating<'_> {
 #[derive(Debug)]
 pub struct SessionManager {
     engine: Arc<Engine>,
+    /// The sessions' cap, defaults and ceilings (the executor's flags).
+    policy: SessionPolicy,
     /// "host:port" clients send a session's calls to.
     advertise: String,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
@@ -254,10 +258,12 @@ fn owner_matches(s: &Session, auth: &[u8]) -> bool {
 }
 
 impl SessionManager {
-    /// Starts the manager and its reaper (which stops when the manager is dropped).
-    pub fn start(engine: Arc<Engine>, advertise: String) -> Arc<Self> {
+    /// Starts the manager of `engine`'s sessions under `policy`, and its reaper (which
+    /// stops when the manager is dropped).
+    pub fn start(engine: Arc<Engine>, policy: SessionPolicy, advertise: String) -> Arc<Self> {
         let m = Arc::new(SessionManager {
             engine,
+            policy,
             advertise,
             sessions: Mutex::new(HashMap::new()),
             creating: Mutex::new(0),
@@ -268,7 +274,7 @@ impl SessionManager {
     }
 
     fn policy(&self) -> &SessionPolicy {
-        &self.engine.sessions
+        &self.policy
     }
 
     /// Waits until the host sees none of `s`'s processes: sessions exist only
@@ -307,15 +313,15 @@ impl SessionManager {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<pb::CreateSessionResponse, SessionError> {
         let engine = &self.engine;
-        let _in_progress = engine.admission.request();
+        let _in_progress = engine.admission().request();
         // The session drivers rely on a fixed /work and /tmp, which only the
         // namespaces mode gives (restricted runs see host paths).
-        if engine.sandbox.mode() != crate::sandbox::IsolationMode::Namespaces {
+        if engine.sandbox().mode() != crate::sandbox::IsolationMode::Namespaces {
             return Err(ExecError::Unavailable(
                 "sessions".into(),
                 format!(
                     "sessions need isolation mode namespaces; this executor runs {}",
-                    engine.sandbox.mode().name()
+                    engine.sandbox().mode().name()
                 ),
             )
             .into());
@@ -334,13 +340,13 @@ impl SessionManager {
         let language = lang.name.clone();
         let totals = policy::resolve(
             self.policy(),
-            &engine.policy,
+            engine.policy(),
             req.session_limits.as_ref(),
             engine.work_dir_bytes(),
         )?;
         let call_limits = engine
-            .policy
-            .resolve(req.call_limits.as_ref(), &engine.policy.run_defaults, "call_limits")
+            .policy()
+            .resolve(req.call_limits.as_ref(), &engine.policy().run_defaults, "call_limits")
             .map_err(ExecError::from)?;
         let budget = engine.work_dir_bytes();
         let files = req.files;
@@ -387,7 +393,7 @@ impl SessionManager {
         let engine = &self.engine;
         let slot = engine.acquire(deadline).await?;
         let work = engine
-            .sandbox
+            .sandbox()
             .work_dir(slot.index())
             .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
         let work = Arc::new(work);
@@ -432,7 +438,7 @@ impl SessionManager {
         {
             let mut all = self.sessions.lock().map_err(|_| ExecError::Internal("lock".into()))?;
             all.insert(s.id.clone(), s.clone());
-            self.engine.metrics.sessions.set(all.len() as i64);
+            self.engine.metrics().sessions.set(all.len() as i64);
         }
         Ok(s)
     }
@@ -464,7 +470,7 @@ impl SessionManager {
         req: pb::RunInSessionRequest,
         auth: &[u8],
     ) -> Result<pb::RunInSessionResponse, SessionError> {
-        let _in_progress = self.engine.admission.request();
+        let _in_progress = self.engine.admission().request();
         let s = self.find(&req.session_id, auth)?;
         let (is_command, source) = match req.input {
             Some(pb::run_in_session_request::Input::Code(c)) => (false, c),
@@ -496,7 +502,7 @@ impl SessionManager {
             ));
         }
         let limits = policy::call_limits(
-            &self.engine.policy,
+            self.engine.policy(),
             &s.call_limits,
             req.limits.as_ref(),
             &s.totals,
@@ -703,7 +709,7 @@ impl SessionManager {
         req: pb::PutSessionFilesRequest,
         auth: &[u8],
     ) -> Result<pb::PutSessionFilesResponse, SessionError> {
-        let _in_progress = self.engine.admission.request();
+        let _in_progress = self.engine.admission().request();
         let s = self.find(&req.session_id, auth)?;
         s.touch();
         let (files, budget, work) = (req.files, s.totals.disk, s.work.clone());
@@ -723,7 +729,7 @@ impl SessionManager {
         auth: &[u8],
         charge: Option<crate::budget::Charge>,
     ) -> Result<pb::GetSessionFilesResponse, SessionError> {
-        let _in_progress = self.engine.admission.request();
+        let _in_progress = self.engine.admission().request();
         let s = self.find(&req.session_id, auth)?;
         s.touch();
         let paths = validate::fetch_files(&req.paths).map_err(|e| match e {
@@ -750,7 +756,7 @@ impl SessionManager {
         req: pb::CloseSessionRequest,
         auth: &[u8],
     ) -> Result<pb::CloseSessionResponse, SessionError> {
-        let _in_progress = self.engine.admission.request();
+        let _in_progress = self.engine.admission().request();
         let s = self.find(&req.session_id, auth)?;
         let calls = self.end(&s, "closed").await;
         Ok(pb::CloseSessionResponse { calls })
@@ -764,7 +770,7 @@ impl SessionManager {
             .ok()
             .and_then(|mut m| {
                 let gone = m.remove(&s.id);
-                self.engine.metrics.sessions.set(m.len() as i64);
+                self.engine.metrics().sessions.set(m.len() as i64);
                 gone
             })
             .is_some();

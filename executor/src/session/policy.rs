@@ -1,6 +1,6 @@
 //! Session totals: executor defaults, ceilings, and what one session gets.
 
-use crate::engine::ExecError;
+use crate::error::ExecError;
 use crate::limits::{LimitPolicy, Limits};
 use sandpool_proto::v1 as pb;
 use std::time::Duration;

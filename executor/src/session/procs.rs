@@ -28,7 +28,7 @@ pub fn with_uid(uid: u32) -> Vec<i32> {
 pub async fn wait_gone(uid: u32, timeout: Duration) -> bool {
     let until = tokio::time::Instant::now() + timeout;
     loop {
-        let left = crate::engine::blocking(move || with_uid(uid)).await.unwrap_or_default();
+        let left = crate::task::blocking(move || with_uid(uid)).await.unwrap_or_default();
         if left.is_empty() {
             return true;
         }

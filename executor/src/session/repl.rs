@@ -7,9 +7,11 @@
 //! defensively, and the host alone decides when a call has run too long.
 
 use super::SessionError;
-use crate::engine::{Engine, ExecError, blocking};
+use crate::engine::Engine;
+use crate::error::ExecError;
 use crate::limits::Limits;
 use crate::sandbox::{FetchError, RunOutcome, RunSpec, SandboxError, WorkDir};
+use crate::task::blocking;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -84,7 +86,7 @@ impl Repl {
     ) -> Result<Repl, ExecError> {
         let (lang, _) = engine.language("python", "language")?;
         let python = lang.run.first().cloned().unwrap_or_else(|| "python3".into());
-        let mut env = engine.env_for(lang);
+        let mut env = lang.run_env();
         env.push(("SANDPOOL_EPOCH".into(), epoch.to_string()));
         env.push(("SANDPOOL_FIRST_CALL".into(), first_call.to_string()));
         let spec = RunSpec {
@@ -100,7 +102,7 @@ impl Repl {
         let (engine, work) = (engine.clone(), work.clone());
         let task = tokio::spawn(async move {
             tokio::select! {
-                r = engine.sandbox.run(slot, &work, &spec) => Some(r),
+                r = engine.sandbox().run(slot, &work, &spec) => Some(r),
                 // Dropping the run kills everything it started.
                 _ = killed => None,
             }

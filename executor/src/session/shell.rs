@@ -8,10 +8,11 @@
 
 use super::SessionError;
 use crate::admission::SlotGuard;
-use crate::engine::{Engine, blocking};
+use crate::engine::Engine;
 use crate::limits::Limits;
 use crate::metrics::Phase;
 use crate::sandbox::{RunSpec, WorkDir};
+use crate::task::blocking;
 use sandpool_proto::v1 as pb;
 use std::sync::Arc;
 
@@ -50,7 +51,7 @@ pub async fn call(
     let bash = lang.run.first().cloned().unwrap_or_else(|| "bash".into());
     let spec = RunSpec {
         argv: vec![bash, "-c".into(), PRELUDE.into()],
-        env: engine.env_for(lang),
+        env: lang.run_env(),
         stdin,
         limits,
         gpu: false,

@@ -5,6 +5,7 @@
 //! released. Both cgroup v1 (memory, pids, cpuacct hierarchies) and the v2
 //! unified hierarchy are supported.
 
+use crate::error::CgroupError;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -18,18 +19,6 @@ const ROOT: &str = "/sys/fs/cgroup";
 pub enum Version {
     V1,
     V2,
-}
-
-/// Errors setting up or driving cgroups.
-#[derive(Debug, thiserror::Error)]
-pub enum CgroupError {
-    #[error("no usable cgroup hierarchy with memory and pids controllers")]
-    Unavailable,
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    /// The limit is below what the slot holds even after reclaim (cgroup v1 refuses it).
-    #[error("memory limit of {limit} bytes is below the {usage} bytes the slot holds")]
-    LimitBelowUsage { limit: u64, usage: u64 },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {

@@ -5,6 +5,7 @@
 //! run's init then mounts its own `/work`, `/tmp`, `/dev/shm` and `/proc` on
 //! top, inside its private mount namespace, and pivots into it.
 
+use crate::error::RootfsError;
 use crate::sys::mount as mounts;
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -24,15 +25,6 @@ pub const BASE_DEVICES: &[&str] = &[
 #[derive(Debug)]
 pub struct RootTemplate {
     pub path: PathBuf,
-}
-
-/// Errors building the template.
-#[derive(Debug, thiserror::Error)]
-#[error("building the sandbox root at {path}: {step}: {source}")]
-pub struct RootfsError {
-    path: PathBuf,
-    step: String,
-    source: std::io::Error,
 }
 
 /// Builds the template at `dir`, replacing any left by an earlier executor.

@@ -282,7 +282,7 @@ struct Prepared {
 /// Sets the slot's limits and builds the init's plan. `Err(outcome)`: the
 /// run cannot start within its memory limit, which is its own verdict.
 fn setup(ctx: &Context<'_>, spec: &RunSpec) -> Result<Result<Prepared, RunOutcome>, SandboxError> {
-    use super::cgroup::CgroupError::LimitBelowUsage;
+    use crate::error::CgroupError::LimitBelowUsage;
     let prepare = || ctx.cgroup.map(|c| c.prepare(spec.limits.memory, spec.limits.processes));
     let mut prepared = prepare();
     if let Some(Err(e @ LimitBelowUsage { usage, .. })) = &prepared

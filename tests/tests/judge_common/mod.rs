@@ -103,7 +103,7 @@ pub fn server_with(languages: &[&str], extra_args: &[String]) -> Server {
                 };
                 let opts = ServeOptions {
                     drain_timeout: Duration::from_secs(1),
-                    ..ServeOptions::local(s.grpc)
+                    ..ServeOptions::local(s.grpc, args.executor.session_policy())
                 };
                 tx.send(s).expect("send");
                 serve_with_http(engine, grpc, Some(http), opts, std::future::pending())

@@ -6,10 +6,11 @@
 use super::Context;
 use crate::RunSpec;
 use crate::SandboxError;
+use crate::ZygoteConfig;
 use crate::error::os;
 use crate::namespaces::cgroup::SlotCgroup;
 use crate::namespaces::child::ChildPlan;
-use crate::namespaces::zygote::{self, RunRequest, ZygoteConfig, ZygoteError, Zygotes};
+use crate::namespaces::zygote::{self, RunRequest, ZygoteError, Zygotes};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;

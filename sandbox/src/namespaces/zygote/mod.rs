@@ -23,6 +23,7 @@
 //! 4. the zygote reaps G and sends its wait status on the run's socket; the
 //!    executor then tells the init to end, which kills whatever the run left.
 
+use crate::ZygoteConfig;
 use crate::runio::resolve_exe;
 use crate::sys::socket::{self, send_with_fds, socketpair};
 use std::io::Read;
@@ -37,19 +38,6 @@ const ZYGOTE_PY: &str = include_str!("zygote.py");
 
 /// How long a zygote may take to import its modules.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A language's warm start, from its table entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZygoteConfig {
-    /// The language's name (for logs).
-    pub name: String,
-    /// The run command up to the script: interpreter and flags (`["python3", "-B"]`).
-    pub interpreter: Vec<String>,
-    /// The runs' environment (the zygote starts with the same).
-    pub env: Vec<(String, String)>,
-    /// Modules imported before the first fork.
-    pub preload: Vec<String>,
-}
 
 /// Errors of warm starts; a run that meets one is a SANDBOX_ERROR (the
 /// zygote is replaced), never the program's fault.

@@ -3,7 +3,7 @@
 
 use super::tools::{LimitArgs, Outcome};
 use base64::Engine as _;
-use sandpool_executor::proto as pb;
+use sandpool_proto::v1 as pb;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

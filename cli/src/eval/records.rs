@@ -4,7 +4,7 @@
 
 use anyhow::{Context, anyhow, bail};
 use base64::Engine as _;
-use sandpool_executor::proto as pb;
+use sandpool_proto::v1 as pb;
 use serde_json::Value;
 use std::io::Read;
 

@@ -11,8 +11,8 @@
 //! `bench_c` and `bench_python` languages.
 
 use sandpool_executor::config::ExecutorArgs;
-use sandpool_executor::proto as pb;
 use sandpool_executor::server::Loopback;
+use sandpool_proto::v1 as pb;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -152,8 +152,8 @@ pub async fn run(mut a: BenchArgs) -> anyhow::Result<i32> {
     std::fs::write(&table, BENCH_LANGUAGES)?;
     a.executor.languages = Some(table);
     let engine = Arc::new(a.executor.build_engine().await?);
-    let slots = engine.admission.slots();
-    let server = Loopback::start(engine).await?;
+    let slots = engine.admission().slots();
+    let server = Loopback::start(engine, a.executor.session_policy()).await?;
     let channel = server.channel.clone();
     let client = pb::executor_client::ExecutorClient::new(channel);
 

@@ -3,6 +3,8 @@
 //! pass@k, and one JSON line of results per record.
 
 mod records;
+#[cfg(test)]
+mod shared_rows;
 
 use crate::streams::{Spread, evaluate_all};
 use crate::target::verdict_name;
@@ -10,8 +12,8 @@ use anyhow::{Context, anyhow, bail};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 pub use records::Format;
 use sandpool_executor::config::{ExecutorArgs, OnOff};
-use sandpool_executor::proto as pb;
 use sandpool_executor::server::Loopback;
+use sandpool_proto::v1 as pb;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -96,7 +98,7 @@ pub async fn connect(endpoint: Option<&str>, args: &ExecutorArgs) -> anyhow::Res
             }
         }
         None => {
-            let local = Loopback::start(Arc::new(args.build_engine().await?)).await?;
+            let local = Loopback::start(Arc::new(args.build_engine().await?), args.session_policy()).await?;
             let ch = local.channel.clone();
             Connection {
                 client: unbounded(ch.clone()),

@@ -1,8 +1,8 @@
 //! Where requests go: a remote executor, or one embedded in this process.
 
 use sandpool_executor::config::ExecutorArgs;
-use sandpool_executor::proto as pb;
 use sandpool_executor::{Engine, service};
+use sandpool_proto::v1 as pb;
 use std::sync::{Arc, OnceLock};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;

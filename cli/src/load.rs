@@ -5,7 +5,7 @@
 use crate::eval::{connect, progress_bar};
 use anyhow::{Context, bail};
 use sandpool_executor::config::ExecutorArgs;
-use sandpool_executor::proto as pb;
+use sandpool_proto::v1 as pb;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;

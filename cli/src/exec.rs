@@ -3,7 +3,7 @@
 use crate::target::Target;
 use crate::target::verdict_name;
 use sandpool_executor::config::ExecutorArgs;
-use sandpool_executor::proto as pb;
+use sandpool_proto::v1 as pb;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]

@@ -14,7 +14,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use sandpool_executor::proto as pb;
+use sandpool_proto::v1 as pb;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 use tonic::Code;

@@ -5,10 +5,10 @@
 use crate::target::{Client, channels, client, endpoint_uri};
 use sandpool_executor::config::ExecutorArgs;
 use sandpool_executor::judge::Judge;
-use sandpool_executor::proto as pb;
-use sandpool_executor::proto::executor_server::Executor as _;
 use sandpool_executor::service::ExecutorService;
 use sandpool_executor::session::SessionManager;
+use sandpool_proto::v1 as pb;
+use sandpool_proto::v1::executor_server::Executor as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -72,7 +72,7 @@ impl Backend {
             None => {
                 let engine = Arc::new(args.build_engine().await?);
                 // No address to advertise: every call stays in this process.
-                let sessions = SessionManager::start(engine.clone(), String::new());
+                let sessions = SessionManager::start(engine.clone(), args.session_policy(), String::new());
                 Backend::Embedded(
                     ExecutorService::with_sessions(Judge::new(engine), sessions.clone()),
                     sessions,

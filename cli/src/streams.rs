@@ -12,7 +12,7 @@
 //! Nothing is dropped silently: what never got an answer is reported at the end.
 
 use anyhow::bail;
-use sandpool_executor::proto as pb;
+use sandpool_proto::v1 as pb;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 use tokio::sync::mpsc;

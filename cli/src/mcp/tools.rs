@@ -3,7 +3,7 @@
 
 use crate::target::verdict_name;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
-use sandpool_executor::proto as pb;
+use sandpool_proto::v1 as pb;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

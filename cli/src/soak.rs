@@ -11,7 +11,7 @@
 
 use crate::eval::progress_bar;
 use anyhow::{Context, bail};
-use sandpool_executor::proto as pb;
+use sandpool_proto::v1 as pb;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};

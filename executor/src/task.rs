@@ -1,0 +1,23 @@
+//! Where a request's work runs: request-shaped work off the async runtime ([`blocking`]),
+//! and every wait bounded by the call's deadline ([`until`]). A leaf, shared by the engine,
+//! the judge and sessions.
+
+use crate::error::ExecError;
+
+/// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
+/// writing or reading megabytes) must never hold up the async runtime that serves everyone.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ExecError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
+}
+
+/// Awaits `fut`, or DEADLINE_EXCEEDED at `deadline`.
+pub async fn until<T>(deadline: Option<tokio::time::Instant>, fut: impl Future<Output = T>) -> Result<T, ExecError> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut)
+            .await
+            .map_err(|_| ExecError::DeadlineExceeded),
+        None => Ok(fut.await),
+    }
+}
