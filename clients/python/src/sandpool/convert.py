@@ -91,12 +91,15 @@ def evaluate_request(r: EvaluateRequest, id: Optional[str] = None) -> pb.Evaluat
     if isinstance(t, StdioTests):
         m.stdio.CopyFrom(
             pb.StdioTests(
-                cases=[pb.StdioCase(stdin=_bytes(c.stdin), expected_stdout=_bytes(c.expected_stdout)) for c in t.cases],
-                comparison=pb.Comparison(
-                    mode=cast("pb.Comparison.Mode", int(t.mode)), abs_tol=t.abs_tol, rel_tol=t.rel_tol
-                ),
+                cases=[pb.StdioCase(stdin=_bytes(c.stdin), expected_stdout=_bytes(c.expected_stdout)) for c in t.cases]
             )
         )
+        # Only a comparison that says something: an empty one is the judge's default anyway, and
+        # leaving it unset sends what the CLI sends (the same bytes, the same result-cache key).
+        if int(t.mode) or t.abs_tol or t.rel_tol:
+            m.stdio.comparison.CopyFrom(
+                pb.Comparison(mode=cast("pb.Comparison.Mode", int(t.mode)), abs_tol=t.abs_tol, rel_tol=t.rel_tol)
+            )
     elif isinstance(t, FunctionCallTests):
         m.function_call.CopyFrom(
             pb.FunctionCallTests(

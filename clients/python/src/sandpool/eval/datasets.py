@@ -215,7 +215,13 @@ def format_request(
         lang = _test_language(lang)
         test = record["test"]
         # Only Python's harness has a check call; other languages' tests carry their own main.
-        entry = record.get("entry_point", "") if lang in ("python", "python3", "py") and python_check_uncalled(test) else ""
+        # Language names are case-insensitive, as in the executor's table: "Python" must get its
+        # check call too, or the test defines `check` and never calls it (any code passes).
+        entry = (
+            record.get("entry_point", "")
+            if lang.lower() in ("python", "python3", "py") and python_check_uncalled(test)
+            else ""
+        )
         return EvaluateRequest(
             id=rid,
             language=lang,
