@@ -4,6 +4,7 @@ use sandpool_executor::config::ExecutorArgs;
 use sandpool_executor::{Engine, service};
 use sandpool_proto::v1 as pb;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -109,6 +110,9 @@ pub async fn endpoint_uris(spec: &str) -> anyhow::Result<Vec<String>> {
     Ok(uris)
 }
 
+/// How long a single `--endpoint` may refuse connections before the command gives up.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(15);
+
 /// Channels to the executors an `--endpoint` names.
 pub struct Channels {
     /// For unary calls: the one executor, or a load balancer over all of them.
@@ -127,11 +131,23 @@ pub async fn channels(spec: &str) -> anyhow::Result<Channels> {
 
 async fn channels_for(uris: &[String]) -> anyhow::Result<Channels> {
     if let [uri] = uris {
-        // One executor: connect now, so a wrong address fails here, plainly.
-        let ch = Channel::from_shared(uri.clone())?
-            .connect()
-            .await
-            .map_err(|e| anyhow::anyhow!("connecting to {uri}: {e}"))?;
+        // One executor: connect now, so a wrong address fails here, plainly; but not at the
+        // first refusal: a pod that has just started is let through by the NetworkPolicy a
+        // moment later, and a Service's pods may still be starting.
+        let endpoint = Channel::from_shared(uri.clone())?;
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        let ch = loop {
+            match endpoint.connect().await {
+                Ok(ch) => break ch,
+                Err(e) if started.elapsed() + pause < CONNECT_PATIENCE => {
+                    tracing::info!("connecting to {uri}: {e}; trying again in {pause:?}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => anyhow::bail!("connecting to {uri}: {e} (for {:.0?})", started.elapsed()),
+            }
+        };
         return Ok(Channels {
             balanced: ch.clone(),
             each: vec![ch],

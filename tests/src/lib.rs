@@ -61,6 +61,8 @@ pub struct Executor {
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub slots: usize,
+    /// The gRPC port (default: a free one).
+    pub port: Option<u16>,
     pub queue: Option<usize>,
     /// Languages to enable (empty: all).
     pub languages: Vec<&'static str>,
@@ -120,7 +122,7 @@ impl Executor {
         let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
         // Distinct uid ranges keep concurrent executors' rlimits apart.
         let uid_base = 63000 + (std::process::id() % 50) * 400 + n * 20;
-        let port = free_port();
+        let port = opts.port.unwrap_or_else(free_port);
         let metrics_port = free_port();
         let work_root = tempfile::Builder::new()
             .prefix("sandpool-test-")

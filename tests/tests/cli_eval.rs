@@ -338,6 +338,33 @@ async fn eval_resends_what_a_draining_executor_refused_and_loses_nothing() {
     drop(a);
 }
 
+/// A client started before its executor (a Job beside a pool still starting, or a pod whose
+/// address the NetworkPolicy lets through a moment after it starts) waits for it, briefly.
+#[tokio::test]
+async fn exec_waits_for_an_executor_that_is_still_starting() {
+    let port = sandpool_tests::free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("six_sevens.py");
+    std::fs::write(&file, "print(6 * 7)\n").expect("writing the program");
+    let run = tokio::spawn(sandpool(vec![
+        "exec".into(),
+        file.display().to_string(),
+        "--endpoint".into(),
+        format!("127.0.0.1:{port}"),
+    ]));
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let exe = Executor::start(Options {
+        port: Some(port),
+        languages: vec!["python"],
+        ..Default::default()
+    })
+    .await;
+    let o = run.await.expect("join");
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("42"), "{}", show(&o));
+    drop(exe);
+}
+
 /// One row per shape and language, canonical then stub: (row, stub completion).
 fn benchmark_rows() -> Vec<(Value, &'static str)> {
     let lcb_private = "eJxrYJlqywABPZbR1UqZeQWlJUpWCkqmMXlKOgpK+aUlUAFDA4hISWpxSUllQSpIrLgkJTNPqTZ2ih4ApoQUew==";
