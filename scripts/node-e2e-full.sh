@@ -14,15 +14,9 @@
 # SANDPOOL_NODE_E2E_KEEP=1 (leave the release and namespace for inspection).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-eval "$("$ROOT/scripts/cluster.sh" env)"
-[[ -n "${SANDPOOL_E2E_NODE:-}" ]] || { echo "node-e2e-full: no real node: run scripts/cluster.sh up --node" >&2; exit 1; }
-K="$SANDPOOL_E2E_KUBECTL"
-H="$SANDPOOL_E2E_HELM"
-VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$ROOT/charts/sandpool/Chart.yaml")"
-IMAGE="ghcr.io/sandpool/executor:$VERSION"
+# shellcheck source=scripts/node-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node-env.sh"
 NS=e2e-full
-RELEASE_NS=sandpool-system
 DATA="$ROOT/../shared/datasets/humaneval-x"
 LIMIT="${SANDPOOL_NODE_E2E_LIMIT:-164}"
 log() { echo "node-e2e-full: $*" >&2; }
@@ -83,7 +77,7 @@ spec:
       securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
       containers:
         - name: eval
-          image: $IMAGE
+          image: $EXECUTOR_IMAGE
           imagePullPolicy: Never
           command: [sh, -c]
           args:

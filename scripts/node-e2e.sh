@@ -12,14 +12,8 @@
 # SANDPOOL_NODE_E2E_VERBOSE=1 (print what each passing check saw, not only failing ones).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-eval "$("$ROOT/scripts/cluster.sh" env)"
-[[ -n "${SANDPOOL_E2E_NODE:-}" ]] || { echo "node-e2e: the cluster has no real node: run scripts/cluster.sh up --node" >&2; exit 1; }
-K="$SANDPOOL_E2E_KUBECTL"
-H="$SANDPOOL_E2E_HELM"
-VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$ROOT/charts/sandpool/Chart.yaml")"
-EXECUTOR_IMAGE="ghcr.io/sandpool/executor:$VERSION"
-RELEASE_NS=sandpool-system
+# shellcheck source=scripts/node-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node-env.sh"
 NS_POOL_NS=e2e-namespaces   # Pod Security: privileged (namespaces mode needs capabilities)
 R_POOL_NS=e2e-restricted    # Pod Security: restricted, enforced
 CLIENT_NS=e2e-clients       # no policy: the control for every connection that must fail
@@ -363,17 +357,25 @@ for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
 done
 
 # --- disruption, deletion, uninstall ------------------------------------------------------------
-# An executor pod deleted while an eval is in flight: the client resends what it held to the
-# other executor; every record answered once, none lost.
-eval_through_deletion() {
-  local ns="$NS_POOL_NS" out victim phase
-  CONCURRENCY=2 STUBS=0 eval_job "$ns" humaneval-disrupted true | "$K" apply -f - > /dev/null
+# eval_running NS NAME: starts an eval Job (no stubs) and prints its pod's phase once it runs
+# (a minute at most), a few seconds into its eval.
+eval_running() {
+  local phase=""
+  STUBS=0 eval_job "$1" "$2" true | "$K" apply -f - > /dev/null
   for _ in $(seq 1 120); do
-    phase="$("$K" get pods -n "$ns" -l job-name=humaneval-disrupted -o jsonpath='{.items[0].status.phase}')"
+    phase="$("$K" get pods -n "$1" -l "job-name=$2" -o jsonpath='{.items[0].status.phase}')"
     [[ $phase == Running ]] && break
     sleep 0.5
   done
   sleep 3
+  echo "$phase"
+}
+
+# An executor pod deleted while an eval is in flight: the client resends what it held to the
+# other executor; every record answered once, none lost.
+eval_through_deletion() {
+  local ns="$NS_POOL_NS" out victim phase
+  phase="$(CONCURRENCY=2 eval_running "$ns" humaneval-disrupted)"
   victim="$("$K" get pods -n "$ns" -l sandpool.dev/pool=python -o jsonpath='{.items[0].metadata.name}')"
   echo "deleting $victim while the Job is $phase"
   "$K" delete pod "$victim" -n "$ns" --wait=false
@@ -391,13 +393,7 @@ check "an executor pod deleted mid-eval: $TOTAL/$TOTAL answered once, none lost"
 rolling_update_under_load() {
   local ns="$NS_POOL_NS" out phase before after
   before="$("$K" get pods -n "$ns" -l sandpool.dev/pool=python -o jsonpath='{.items[*].metadata.name}')"
-  CONCURRENCY=4 STUBS=0 eval_job "$ns" humaneval-rollout true | "$K" apply -f - > /dev/null
-  for _ in $(seq 1 120); do
-    phase="$("$K" get pods -n "$ns" -l job-name=humaneval-rollout -o jsonpath='{.items[0].status.phase}')"
-    [[ $phase == Running ]] && break
-    sleep 0.5
-  done
-  sleep 3
+  phase="$(CONCURRENCY=4 eval_running "$ns" humaneval-rollout)"
   echo "changing spec.limits.wallTime while the Job is $phase (pods: $before)"
   "$K" patch sbp python -n "$ns" --type=merge -p '{"spec": {"limits": {"wallTime": "11s"}}}'
   "$K" rollout status deployment/python -n "$ns" --timeout=180s

@@ -107,6 +107,15 @@ fn fatal(s: &tonic::Status) -> bool {
     )
 }
 
+/// Sends `event` to the dispatcher after `pause`, without holding it up meanwhile.
+fn later(events: &mpsc::UnboundedSender<Event>, pause: Duration, event: Event) {
+    let events = events.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(pause).await;
+        let _ = events.send(event);
+    });
+}
+
 fn pause(attempt: u32) -> Duration {
     Duration::from_millis(200 << attempt.min(4))
 }
@@ -222,21 +231,13 @@ pub async fn evaluate_all(
                     }
                     refused[i] += 1;
                     waiting += 1;
-                    let (events, p) = (events_tx.clone(), pause(refused[i]));
-                    tokio::spawn(async move {
-                        tokio::time::sleep(p).await;
-                        let _ = events.send(Event::Resend(i));
-                    });
+                    later(&events_tx, pause(refused[i]), Event::Resend(i));
                     continue;
                 }
                 if resp.verdict == pb::Verdict::SandboxError as i32 && attempts[i] <= spread.retries {
                     // Not the code's fault: send it again after a pause.
                     waiting += 1;
-                    let (events, p) = (events_tx.clone(), pause(attempts[i]));
-                    tokio::spawn(async move {
-                        tokio::time::sleep(p).await;
-                        let _ = events.send(Event::Resend(i));
-                    });
+                    later(&events_tx, pause(attempts[i]), Event::Resend(i));
                     continue;
                 }
                 done += 1;
@@ -264,11 +265,7 @@ pub async fn evaluate_all(
                     s.given_up = true;
                     continue;
                 }
-                let (events, p) = (events_tx.clone(), pause(s.failures));
-                tokio::spawn(async move {
-                    tokio::time::sleep(p).await;
-                    let _ = events.send(Event::Reopen(k));
-                });
+                later(&events_tx, pause(s.failures), Event::Reopen(k));
             }
             Event::Resend(i) => {
                 waiting -= 1;

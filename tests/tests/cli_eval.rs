@@ -223,8 +223,16 @@ async fn eval_reports_bad_records_and_rejected_requests() {
     assert!(r[1]["error"]["message"].as_str().unwrap_or("").contains("language"));
 }
 
-#[tokio::test]
-async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
+/// What `sandpool eval` answered (the results, by line) when executor b of two got `signal`
+/// after running `after` requests; every record must be answered once. Each sleeps `sleep` s.
+async fn eval_losing_b(
+    names: (&str, &str),
+    records: usize,
+    sleep: f64,
+    concurrency: usize,
+    after: f64,
+    signal: i32,
+) -> Vec<Value> {
     let start = |name: &str| {
         Executor::start(Options {
             slots: 2,
@@ -233,12 +241,11 @@ async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
             ..Default::default()
         })
     };
-    let (a, b) = (start("cli-a").await, start("cli-b").await);
+    let (a, b) = (start(names.0).await, start(names.1).await);
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("slow.jsonl");
-    let records: Vec<Value> = (0..30)
-        .map(|i| he(&format!("T{i}"), "    import time; time.sleep(0.2)\n    return a + b\n"))
-        .collect();
+    let body = format!("    import time; time.sleep({sleep})\n    return a + b\n");
+    let records: Vec<Value> = (0..records).map(|i| he(&format!("T{i}"), &body)).collect();
     write_jsonl(&data, &records);
     let out = dir.path().join("out.jsonl");
     let args = vec![
@@ -247,7 +254,7 @@ async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
         "--endpoint".into(),
         format!("{},{}", a.addr, b.addr),
         "--concurrency".into(),
-        "4".into(),
+        concurrency.to_string(),
         "--streams".into(),
         "4".into(),
         "--quiet".into(),
@@ -256,18 +263,30 @@ async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
     ];
     let before = b.runs_total();
     let run = tokio::spawn(sandpool(args));
-    // Kill b once it has answered a few, while its streams hold more: no drain,
-    // the connection just dies.
     let t = std::time::Instant::now();
-    while b.runs_total() < before + 3.0 {
+    while b.runs_total() < before + after {
         assert!(t.elapsed().as_secs() < 60, "b never ran anything");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    sandpool_tests::signal(b.pid(), libc::SIGKILL);
+    sandpool_tests::signal(b.pid(), signal);
     let o = run.await.expect("join");
     assert!(o.status.success(), "{}", show(&o));
     let r = results(&out);
-    assert_eq!(r.len(), 30, "every record answered exactly once: {}", show(&o));
+    assert_eq!(
+        r.len(),
+        records.len(),
+        "every record answered exactly once: {}",
+        show(&o)
+    );
+    drop(a);
+    r
+}
+
+#[tokio::test]
+async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
+    // Killed once it has answered a few, while its streams hold more: no drain, the
+    // connection just dies.
+    let r = eval_losing_b(("cli-a", "cli-b"), 30, 0.2, 4, 3.0, libc::SIGKILL).await;
     assert!(r.iter().all(|r| r["verdict"] == "OK"), "{r:?}");
     let by = |name: &str| r.iter().filter(|r| r["executor"] == name).count();
     assert!(
@@ -278,54 +297,13 @@ async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
         r.iter().any(|r| r["attempts"] == 2 && r["executor"] == "cli-a"),
         "what b held was resent to a: {r:?}"
     );
-    drop(a);
 }
 
 #[tokio::test]
 async fn eval_resends_what_a_draining_executor_refused_and_loses_nothing() {
-    let start = |name: &str| {
-        Executor::start(Options {
-            slots: 2,
-            languages: vec!["python"],
-            env: vec![("SANDPOOL_NAME".into(), name.into())],
-            ..Default::default()
-        })
-    };
-    let (a, b) = (start("drain-a").await, start("drain-b").await);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let data = dir.path().join("slow.jsonl");
-    let records: Vec<Value> = (0..40)
-        .map(|i| he(&format!("T{i}"), "    import time; time.sleep(0.3)\n    return a + b\n"))
-        .collect();
-    write_jsonl(&data, &records);
-    let out = dir.path().join("out.jsonl");
-    // Two streams of four on each executor of two slots: b holds queued requests when it drains.
-    let args = vec![
-        "eval".into(),
-        data.display().to_string(),
-        "--endpoint".into(),
-        format!("{},{}", a.addr, b.addr),
-        "--concurrency".into(),
-        "16".into(),
-        "--streams".into(),
-        "4".into(),
-        "--quiet".into(),
-        "--output".into(),
-        out.display().to_string(),
-    ];
-    let before = b.runs_total();
-    let run = tokio::spawn(sandpool(args));
-    let t = std::time::Instant::now();
-    while b.runs_total() < before + 2.0 {
-        assert!(t.elapsed().as_secs() < 60, "b never ran anything");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    // SIGTERM: b finishes what runs and answers what is queued UNAVAILABLE ("draining").
-    sandpool_tests::signal(b.pid(), libc::SIGTERM);
-    let o = run.await.expect("join");
-    assert!(o.status.success(), "{}", show(&o));
-    let r = results(&out);
-    assert_eq!(r.len(), 40, "every record answered exactly once: {}", show(&o));
+    // Two streams of eight on each executor of two slots: b holds queued requests when it
+    // gets SIGTERM, finishes what runs and answers what is queued UNAVAILABLE ("draining").
+    let r = eval_losing_b(("drain-a", "drain-b"), 40, 0.3, 16, 2.0, libc::SIGTERM).await;
     assert!(
         r.iter().all(|r| r["verdict"] == "OK"),
         "a draining executor's refusals are resent, not reported: {r:?}"
@@ -335,7 +313,6 @@ async fn eval_resends_what_a_draining_executor_refused_and_loses_nothing() {
             .any(|r| r["attempts"].as_u64() > Some(1) && r["executor"] == "drain-a"),
         "what b refused was resent to a: {r:?}"
     );
-    drop(a);
 }
 
 /// A client started before its executor (a Job beside a pool still starting, or a pod whose

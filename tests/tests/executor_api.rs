@@ -50,13 +50,7 @@ async fn unavailable_language_is_failed_precondition_naming_it() {
     // A table with a language whose toolchain is missing, none named with --enable-languages
     // (naming it would stop the executor at start: `refuses_to_start_when_an_enabled_...`).
     let dir = tempfile::tempdir().unwrap();
-    let table = dir.path().join("languages.toml");
-    std::fs::write(
-        &table,
-        "[bash]\nsource = \"main.sh\"\nrun = [\"bash\", \"main.sh\"]\nversion = [\"bash\", \"--version\"]\n\n\
-         [ghost]\nsource = \"main.gh\"\nrun = [\"/nonexistent/ghost\", \"main.gh\"]\nversion = [\"/nonexistent/ghost\", \"--version\"]\n",
-    )
-    .unwrap();
+    let table = ghost_table(dir.path());
     let exe = Executor::start(Options {
         languages: vec![],
         extra_args: vec!["--languages".into(), table.display().to_string()],
@@ -470,13 +464,7 @@ async fn gpu_languages_get_the_gpu_only_on_gpu_machines() {
 #[test]
 fn refuses_to_start_when_an_enabled_language_cannot_run() {
     let dir = tempfile::tempdir().unwrap();
-    let table = dir.path().join("languages.toml");
-    std::fs::write(
-        &table,
-        "[bash]\nsource = \"main.sh\"\nrun = [\"bash\", \"main.sh\"]\nversion = [\"bash\", \"--version\"]\n\n\
-         [ghost]\nsource = \"main.gh\"\nrun = [\"/nonexistent/ghost\", \"main.gh\"]\nversion = [\"/nonexistent/ghost\", \"--version\"]\n",
-    )
-    .unwrap();
+    let table = ghost_table(dir.path());
     let start = |enable: &str| {
         // Under `timeout`: an executor that starts anyway would serve until killed.
         std::process::Command::new("timeout")
@@ -504,4 +492,16 @@ fn refuses_to_start_when_an_enabled_language_cannot_run() {
         );
         assert!(!err.contains("bash:"), "bash works and is not named: {err}");
     }
+}
+
+/// A language table of bash and `ghost`, a language whose toolchain is missing everywhere.
+fn ghost_table(dir: &std::path::Path) -> std::path::PathBuf {
+    let table = dir.join("languages.toml");
+    std::fs::write(
+        &table,
+        "[bash]\nsource = \"main.sh\"\nrun = [\"bash\", \"main.sh\"]\nversion = [\"bash\", \"--version\"]\n\n\
+         [ghost]\nsource = \"main.gh\"\nrun = [\"/nonexistent/ghost\", \"main.gh\"]\nversion = [\"/nonexistent/ghost\", \"--version\"]\n",
+    )
+    .unwrap();
+    table
 }

@@ -95,13 +95,19 @@ def _test_language(lang: str) -> str:
     return "go_test" if lang.lower() in ("go", "golang") else lang
 
 
-def _calls(text: str, name: str) -> bool:
+def _starts_a_name(text: str, name: str, joiners: str) -> bool:
+    """True when `name` occurs in `text` not glued to a word before it (a letter, a digit or
+    one of `joiners`)."""
     i = text.find(name)
     while i >= 0:
-        if i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_."):
+        if i == 0 or not (text[i - 1].isalnum() or text[i - 1] in joiners):
             return True
         i = text.find(name, i + 1)
     return False
+
+
+def _calls(text: str, name: str) -> bool:
+    return _starts_a_name(text, name, "_.")
 
 
 def python_check_uncalled(test: str) -> bool:
@@ -155,12 +161,7 @@ def _humaneval_x_program(r: Record, language: str, completion: str) -> str:
 
 
 def _uses_package(code: str, name: str) -> bool:
-    i = code.find(name)
-    while i >= 0:
-        if i == 0 or not (code[i - 1].isalnum() or code[i - 1] in "_./"):
-            return True
-        i = code.find(name, i + 1)
-    return False
+    return _starts_a_name(code, name, "_./")
 
 
 def _lcb_cases(value: Any, field: str) -> list[Record]:
