@@ -160,13 +160,19 @@ spec:
           env:
             - {name: CONCURRENCY, value: "${CONCURRENCY:-8}"}
             - {name: STUBS, value: "${STUBS:-1}"}
+            - {name: SLOW, value: "${SLOW:-}"}
           command: [sh, -c]
           args:
             - >-
-              sandpool eval /data/HumanEval.jsonl.gz --endpoint dns:///python.$ns.svc.cluster.local:50051
+              data=/data/HumanEval.jsonl.gz;
+              if [ -n "\$SLOW" ]; then data=/tmp/slow.jsonl;
+              python3 -c 'import json, sys; [print(json.dumps({"task_id": "Slow/%d" % i, "prompt": "def add(a, b):\\n", "completion": "    import time; time.sleep(0.2)\\n    return a + b\\n", "test": "def check(c):\\n    assert c(1, 2) == 3\\n", "entry_point": "add"})) for i in range(int(sys.argv[1]))]' "\$SLOW" > \$data;
+              fi;
+              sandpool eval \$data --endpoint dns:///python.$ns.svc.cluster.local:50051
               --output /tmp/results.jsonl --quiet --concurrency \$CONCURRENCY; rc=\$?;
               echo "ok=\$(grep -c '"accepted":true' /tmp/results.jsonl) lines=\$(wc -l < /tmp/results.jsonl)";
               echo "executors=\$(grep -o '"executor":"[^"]*"' /tmp/results.jsonl | sort -u | wc -l)";
+              grep -o '"executor":"[^"]*"' /tmp/results.jsonl | sort | uniq -c;
               echo "sandbox_errors=\$(grep -c SANDBOX_ERROR /tmp/results.jsonl)";
               grep -v '"accepted":true' /tmp/results.jsonl | head -n 3 | cut -c1-600;
               [ \$rc = 0 ] && if [ "\$STUBS" = 1 ]; then
@@ -371,29 +377,38 @@ eval_running() {
   echo "$phase"
 }
 
+# The two disruptions run an eval of SLOW records that each sleep 0.2 s (the pool's pods have
+# one slot each: 20 s and more), so that the pod goes while the eval is surely in flight:
+# HumanEval itself takes 3-8 s through an idle pool.
 # An executor pod deleted while an eval is in flight: the client resends what it held to the
 # other executor; every record answered once, none lost.
+DELETION_RECORDS=100
 eval_through_deletion() {
   local ns="$NS_POOL_NS" out victim phase
-  phase="$(CONCURRENCY=2 eval_running "$ns" humaneval-disrupted)"
+  phase="$(CONCURRENCY=4 SLOW=$DELETION_RECORDS eval_running "$ns" humaneval-disrupted)"
   victim="$("$K" get pods -n "$ns" -l sandpool.dev/pool=python -o jsonpath='{.items[0].metadata.name}')"
   echo "deleting $victim while the Job is $phase"
   "$K" delete pod "$victim" -n "$ns" --wait=false
   job_done "$ns" humaneval-disrupted || true
   out="$("$K" logs -n "$ns" job/humaneval-disrupted 2>&1 || true)"
   echo "$out" | tail -n 15
-  # Still running when the pod went, and every record answered exactly once.
-  [[ $phase == Running ]] && grep -q "^ok=$TOTAL lines=$TOTAL$" <<< "$out"
+  # Still running when the pod went, the pod had answered some, and every record was answered
+  # exactly once.
+  [[ $phase == Running ]] && grep -q "\"executor\":\"$victim\"" <<< "$out" &&
+    grep -q "^ok=$DELETION_RECORDS lines=$DELETION_RECORDS$" <<< "$out" &&
+    grep -q "^sandbox_errors=0$" <<< "$out"
 }
-check "an executor pod deleted mid-eval: $TOTAL/$TOTAL answered once, none lost" eval_through_deletion
+check "an executor pod deleted mid-eval: $DELETION_RECORDS/$DELETION_RECORDS answered once, none lost" \
+  eval_through_deletion
 
 # A rolling update under load: a pool field changed while an eval runs. The old pods drain
 # (their queued requests are refused UNAVAILABLE and resent), the new ones take over; every
 # record is answered once, by old and new pods both, and none by a SANDBOX_ERROR.
+ROLLOUT_RECORDS=160
 rolling_update_under_load() {
   local ns="$NS_POOL_NS" out phase before after
   before="$("$K" get pods -n "$ns" -l sandpool.dev/pool=python -o jsonpath='{.items[*].metadata.name}')"
-  phase="$(CONCURRENCY=4 eval_running "$ns" humaneval-rollout)"
+  phase="$(CONCURRENCY=4 SLOW=$ROLLOUT_RECORDS eval_running "$ns" humaneval-rollout)"
   echo "changing spec.limits.wallTime while the Job is $phase (pods: $before)"
   "$K" patch sbp python -n "$ns" --type=merge -p '{"spec": {"limits": {"wallTime": "11s"}}}'
   "$K" rollout status deployment/python -n "$ns" --timeout=180s
@@ -405,12 +420,12 @@ rolling_update_under_load() {
   # The update happened during the eval (new pods, and more executors answered than a pool
   # has at once), and every record was answered once, none by the sandbox failing.
   [[ $phase == Running && -n $after && " $before " != *" ${after%% *} "* ]] &&
-    grep -q "^ok=$TOTAL lines=$TOTAL$" <<< "$out" &&
+    grep -q "^ok=$ROLLOUT_RECORDS lines=$ROLLOUT_RECORDS$" <<< "$out" &&
     grep -q "^sandbox_errors=0$" <<< "$out" &&
     awk -F= '/^executors=/ {n = $2} END {exit !(n >= 3)}' <<< "$out" &&
     "$K" wait --for=condition=Ready sbp/python -n "$ns" --timeout=60s
 }
-check "a rolling update under load: $TOTAL/$TOTAL answered once, by old and new pods, no SANDBOX_ERROR" \
+check "a rolling update under load: $ROLLOUT_RECORDS/$ROLLOUT_RECORDS answered once, by old and new pods, no SANDBOX_ERROR" \
   rolling_update_under_load
 
 # --- a pool says why its executors are not running (issue 31) --------------------------------

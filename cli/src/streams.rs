@@ -9,6 +9,8 @@
 //! sent again; so is a request an executor refused as draining or full
 //! (UNAVAILABLE, RESOURCE_EXHAUSTED: its own answers, not the request's fault),
 //! and a draining executor's stream is ended from this side so no more go to it.
+//! A `dns:` endpoint is also resolved again every few seconds: when the pool's
+//! pods change, streams move over once their requests are answered.
 //! Nothing is dropped silently: what never got an answer is reported at the end.
 
 use anyhow::bail;
@@ -46,11 +48,19 @@ enum Event {
     Resend(usize),
     /// A closed stream's pause is over: open it again.
     Reopen(usize),
+    /// Time to resolve a `dns:` endpoint again: pods that came since (a scale-up, a
+    /// replacement) get streams too.
+    Refresh,
 }
+
+/// How often a `dns:` endpoint is resolved again during a run.
+const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct Stream {
     tx: Option<mpsc::Sender<pb::EvaluateRequest>>,
+    /// The executor it was opened to.
+    uri: String,
     in_flight: HashSet<usize>,
     /// Closures since this stream's last answer.
     failures: u32,
@@ -168,9 +178,22 @@ pub async fn evaluate_all(
     let mut streams: Vec<Stream> = (0..n_streams)
         .map(|k| Stream {
             tx: Some(open(&executors.for_stream(k), k, per_stream, &events_tx)),
+            uri: executors.uri_for_stream(k).to_owned(),
             ..Default::default()
         })
         .collect();
+    if executors.resolves() {
+        // Ends when the dispatcher has returned and dropped its receiver.
+        let ticks = events_tx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REFRESH_EVERY).await;
+                if ticks.send(Event::Refresh).is_err() {
+                    return;
+                }
+            }
+        });
+    }
     let mut pending: VecDeque<usize> = (0..requests.len()).collect();
     let mut attempts = vec![0u32; requests.len()];
     let mut refused = vec![0u32; requests.len()];
@@ -274,6 +297,18 @@ pub async fn evaluate_all(
             Event::Reopen(k) => {
                 executors.refresh().await;
                 streams[k].tx = Some(open(&executors.for_stream(k), k, per_stream, &events_tx));
+                streams[k].uri = executors.uri_for_stream(k).to_owned();
+            }
+            Event::Refresh => {
+                if executors.refresh().await {
+                    // A stream whose executor is no longer its share ends from this side once
+                    // its requests are answered, and reopens where it now belongs.
+                    for (k, s) in streams.iter_mut().enumerate() {
+                        if s.tx.is_some() && s.uri != executors.uri_for_stream(k) {
+                            s.tx = None;
+                        }
+                    }
+                }
             }
         }
     }

@@ -211,22 +211,36 @@ impl Executors {
         self.clients.is_empty()
     }
 
+    /// The address stream `k` goes to.
+    pub fn uri_for_stream(&self, k: usize) -> &str {
+        &self.clients[k % self.clients.len()].0
+    }
+
+    /// Whether the list can change: a `dns:` endpoint.
+    pub fn resolves(&self) -> bool {
+        self.spec.is_some()
+    }
+
     /// Resolves a `dns:` endpoint again (at most once a second), keeping the connections of
-    /// addresses still there. A failed or empty lookup keeps the list it had.
-    pub async fn refresh(&mut self) {
-        let Some(spec) = &self.spec else { return };
+    /// addresses still there. A failed or empty lookup keeps the list it had. True when the
+    /// list changed.
+    pub async fn refresh(&mut self) -> bool {
+        let Some(spec) = &self.spec else { return false };
         if self.resolved.elapsed() < std::time::Duration::from_secs(1) {
-            return;
+            return false;
         }
         self.resolved = std::time::Instant::now();
         let uris = match endpoint_uris(spec).await {
             Ok(u) if !u.is_empty() => u,
-            Ok(_) => return,
+            Ok(_) => return false,
             Err(e) => {
                 tracing::warn!("resolving {spec} again: {e:#}");
-                return;
+                return false;
             }
         };
+        if uris.iter().eq(self.clients.iter().map(|(u, _)| u)) {
+            return false;
+        }
         let mut next = Vec::with_capacity(uris.len());
         for uri in uris {
             let kept = self.clients.iter().position(|(u, _)| *u == uri);
@@ -240,13 +254,12 @@ impl Executors {
             next.push((uri, c));
         }
         if next.is_empty() {
-            return;
+            return false;
         }
-        let old: Vec<&str> = self.clients.iter().map(|(u, _)| u.as_str()).collect();
-        if !old.is_empty() {
-            tracing::info!(gone = ?old, executors = next.len(), "{spec} resolved again");
-        }
+        let gone: Vec<&str> = self.clients.iter().map(|(u, _)| u.as_str()).collect();
+        tracing::info!(?gone, executors = next.len(), "{spec} resolved again");
         self.clients = next;
+        true
     }
 }
 
