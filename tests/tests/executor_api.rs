@@ -303,12 +303,7 @@ async fn sigterm_drains_in_flight_runs_then_exits() {
 #[tokio::test]
 async fn capabilities_health_reflection_and_metrics() {
     let exe = executor().await;
-    let caps = exe
-        .client()
-        .get_capabilities(pb::GetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let caps = exe.capabilities().await;
     let py = caps.languages.iter().find(|l| l.name == "python").unwrap();
     assert!(py.available && py.version.starts_with("Python 3"), "{py:?}");
     assert_eq!(caps.slots, 2);

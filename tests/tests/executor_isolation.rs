@@ -649,12 +649,7 @@ async fn restricted_mode_under_root_runs_each_slot_as_its_own_uid() {
         .unwrap_or_else(|| panic!("{}", describe(&r)));
     assert!(uid >= 63000, "runs as uid {uid}: {}", describe(&r));
     assert!(out.trim().ends_with(&format!("{uid} []")), "{}", describe(&r));
-    let caps = exe
-        .client()
-        .get_capabilities(pb::GetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let caps = exe.capabilities().await;
     let iso = caps.isolation.unwrap();
     assert_eq!(iso.mode, "restricted");
     assert!(

@@ -307,12 +307,7 @@ async fn every_installed_language_runs_its_basic_cases() {
         ..Default::default()
     })
     .await;
-    let caps = exe
-        .client()
-        .get_capabilities(pb::GetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let caps = exe.capabilities().await;
     let available: Vec<&pb::LanguageInfo> = caps.languages.iter().filter(|l| l.available).collect();
     for l in &caps.languages {
         println!(
