@@ -312,11 +312,6 @@ async fn observe_pods(ctx: &Context, namespace: &str, pool: &str) -> Observed {
 /// one Warning Event per problem, not one per reconcile (a crash loop's restart count changes
 /// the message, not the reason).
 fn newly_degraded<'a>(old: Option<&SandboxPoolStatus>, new: &'a SandboxPoolStatus) -> Option<(&'a str, &'a str)> {
-    fn degraded(s: &SandboxPoolStatus) -> Option<&Condition> {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == status::DEGRADED && c.status == "True")
-    }
     let now = degraded(new)?;
     let before = old.and_then(degraded).map(|c| c.reason.as_str());
     (before != Some(now.reason.as_str())).then_some((now.reason.as_str(), now.message.as_str()))
@@ -329,16 +324,15 @@ pub const RECOVERED: &str = "Recovered";
 /// Warning that said what was wrong gets a Normal Event saying it has gone, so `kubectl
 /// describe sbp` does not end on a problem that is over.
 fn recovered<'a>(old: Option<&'a SandboxPoolStatus>, new: &SandboxPoolStatus) -> Option<&'a str> {
-    let degraded = |s: &SandboxPoolStatus| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == status::DEGRADED && c.status == "True")
-    };
-    let before = old?
-        .conditions
+    let before = degraded(old?)?;
+    degraded(new).is_none().then_some(before.reason.as_str())
+}
+
+/// The `Degraded=True` condition, if the status has one.
+fn degraded(s: &SandboxPoolStatus) -> Option<&Condition> {
+    s.conditions
         .iter()
-        .find(|c| c.type_ == status::DEGRADED && c.status == "True")?;
-    (!degraded(new)).then_some(before.reason.as_str())
+        .find(|c| c.type_ == status::DEGRADED && c.status == "True")
 }
 
 fn rollout_just_finished(pool: &SandboxPool, new_status: &SandboxPoolStatus) -> bool {
