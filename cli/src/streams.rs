@@ -239,15 +239,10 @@ pub async fn evaluate_all(
                     bail!("EvaluateStream: unexpected or repeated id {:?}", resp.id);
                 }
                 streams[k].failures = 0;
-                let retryable_refusal = resp.error.as_ref().is_some_and(|e| {
-                    e.code == tonic::Code::Unavailable as i32 || e.code == tonic::Code::ResourceExhausted as i32
-                });
-                if retryable_refusal && refused[i] < REFUSED_RESENDS {
-                    if resp
-                        .error
-                        .as_ref()
-                        .is_some_and(|e| e.code == tonic::Code::Unavailable as i32)
-                    {
+                let refusal = resp.error.as_ref().map(|e| tonic::Code::from(e.code));
+                let retryable = matches!(refusal, Some(tonic::Code::Unavailable | tonic::Code::ResourceExhausted));
+                if retryable && refused[i] < REFUSED_RESENDS {
+                    if refusal == Some(tonic::Code::Unavailable) {
                         // Draining: send it nothing more. It ends the stream once its own work is
                         // done, and the stream reopens on whatever executors there are then.
                         streams[k].tx = None;
@@ -301,10 +296,16 @@ pub async fn evaluate_all(
             }
             Event::Refresh => {
                 if executors.refresh().await {
-                    // A stream whose executor is no longer its share ends from this side once
-                    // its requests are answered, and reopens where it now belongs.
                     for (k, s) in streams.iter_mut().enumerate() {
-                        if s.tx.is_some() && s.uri != executors.uri_for_stream(k) {
+                        if s.given_up {
+                            // It gave up on executors that are gone; there are others now.
+                            s.given_up = false;
+                            s.failures = 0;
+                            s.tx = Some(open(&executors.for_stream(k), k, per_stream, &events_tx));
+                            s.uri = executors.uri_for_stream(k).to_owned();
+                        } else if s.tx.is_some() && s.uri != executors.uri_for_stream(k) {
+                            // Its executor is no longer its share: it ends from this side once
+                            // its requests are answered, and reopens where it now belongs.
                             s.tx = None;
                         }
                     }
