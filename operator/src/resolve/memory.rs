@@ -7,20 +7,25 @@ use super::invalid::InvalidSpec;
 use crate::units;
 
 /// Memory the executor keeps for itself inside the container: a run may use at most the
-/// container's memory limit minus this (plus [`ZYGOTE_MEMORY_PER_SLOT`] per slot with warm
-/// starts, see [`executor_headroom`]).
+/// container's memory limit minus this (plus the zygotes' share with warm starts, see
+/// [`executor_headroom`]).
 pub const EXECUTOR_MEMORY_HEADROOM: u64 = 256 << 20;
-/// What one slot's Python zygotes keep resident in the executor's own memory: with the
-/// shipped table about 19 MiB for the plain one and 34 MiB for the one with numpy, once a
-/// program has named numpy (docs/warm-starts.md).
-pub const ZYGOTE_MEMORY_PER_SLOT: u64 = 64 << 20;
+/// What each slot's Python zygotes keep in the executor's own memory, apart from what all
+/// slots share: with the shipped table the plain and the numpy zygote of one slot are 28 MiB
+/// of PSS together at 16 slots (`cargo bench -p sandpool-executor --bench memory`; README,
+/// "Memory"), 53 MiB of RSS, most of the rest the interpreter's and numpy's libraries.
+pub const ZYGOTE_MEMORY_PER_SLOT: u64 = 32 << 20;
+/// What every slot's zygotes share, counted once: the pages of libpython, numpy and
+/// OpenBLAS (about 25 MiB: a slot's RSS less its PSS at 16 slots).
+pub const ZYGOTE_MEMORY_SHARED: u64 = 32 << 20;
 
-/// The executor's own memory in a pool's container: the base headroom, plus a zygote per
-/// slot where runs start warm (namespaces mode with warm starts on; restricted mode has none).
+/// The executor's own memory in a pool's container: the base headroom, plus the zygotes
+/// where runs start warm (namespaces mode with warm starts on; restricted mode has none).
+/// One slot keeps 64 MiB for its zygotes, as much as their RSS; each further slot 32 MiB.
 pub fn executor_headroom(slots: u32, warm_starts: bool) -> u64 {
     EXECUTOR_MEMORY_HEADROOM
-        + if warm_starts {
-            u64::from(slots) * ZYGOTE_MEMORY_PER_SLOT
+        + if warm_starts && slots > 0 {
+            ZYGOTE_MEMORY_SHARED + u64::from(slots) * ZYGOTE_MEMORY_PER_SLOT
         } else {
             0
         }

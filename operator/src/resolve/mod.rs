@@ -41,7 +41,7 @@ pub use auth::{AUTH_TOKEN_KEY, ResolvedAuth};
 pub use gpu::{DEFAULT_GPU_RESOURCE, ResolvedGpu};
 pub use invalid::InvalidSpec;
 pub use limits::{DEFAULT_MAX_WALL_TIME_MS, ResolvedLimits};
-pub use memory::{EXECUTOR_MEMORY_HEADROOM, ZYGOTE_MEMORY_PER_SLOT, executor_headroom};
+pub use memory::{EXECUTOR_MEMORY_HEADROOM, ZYGOTE_MEMORY_PER_SLOT, ZYGOTE_MEMORY_SHARED, executor_headroom};
 pub use pool::{DRAIN_MARGIN_MS, ResolvedPool, TERMINATION_MARGIN_S};
 pub use resources::GPU_MEMORY_REQUEST_PER_SLOT_GI;
 pub use restricted::SECURITY_ANNOTATION_PREFIXES;

@@ -479,9 +479,11 @@ fn warm_starts_reserve_a_zygote_per_slot_in_the_executors_headroom() {
             .extend(extra.as_object().expect("object").clone());
         v
     };
-    // Eight zygotes (the default: warm starts on) live in the executor's own memory.
+    // Eight slots' zygotes (the default: warm starts on) live in the executor's own memory:
+    // what they share once, and each slot's own.
     let p = resolve_spec(spec(json!({}))).expect("valid");
-    let warm = EXECUTOR_MEMORY_HEADROOM + 8 * ZYGOTE_MEMORY_PER_SLOT;
+    let warm = EXECUTOR_MEMORY_HEADROOM + ZYGOTE_MEMORY_SHARED + 8 * ZYGOTE_MEMORY_PER_SLOT;
+    assert_eq!(warm, 544 << 20);
     assert_eq!(p.limits.max_memory_bytes, Some((4 << 30) - warm));
     // Without warm starts, only the base headroom.
     let p = resolve_spec(spec(json!({"warmStarts": false}))).expect("valid");
@@ -489,6 +491,6 @@ fn warm_starts_reserve_a_zygote_per_slot_in_the_executors_headroom() {
     // A maximum that fits the base headroom but not the zygotes is refused, saying how much is kept.
     let err = resolve_spec(spec(json!({"limits": {"maxMemory": "3700Mi"}}))).expect_err("no room for zygotes");
     assert_eq!(err.field, "spec.limits.maxMemory");
-    assert!(err.message.contains("768Mi"), "{}", err.message);
+    assert!(err.message.contains("544Mi"), "{}", err.message);
     assert!(resolve_spec(spec(json!({"warmStarts": false, "limits": {"maxMemory": "3700Mi"}}))).is_ok());
 }
