@@ -101,6 +101,8 @@ fn oversize_to_resource_exhausted(
 pub struct Loopback {
     /// A connected channel to the server.
     pub channel: tonic::transport::Channel,
+    /// The HTTP API's address, when started with [`Loopback::start_with_http`].
+    pub http: Option<SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
 }
@@ -108,15 +110,32 @@ pub struct Loopback {
 impl Loopback {
     /// Serves `engine` (its sessions under `sessions`) on 127.0.0.1:0 and connects to it.
     pub async fn start(engine: Arc<Engine>, sessions: SessionPolicy) -> Result<Self, ServeError> {
+        Self::serve(engine, sessions, false).await
+    }
+
+    /// [`Loopback::start`], and the HTTP API on another free loopback port ([`Loopback::http`]).
+    pub async fn start_with_http(engine: Arc<Engine>, sessions: SessionPolicy) -> Result<Self, ServeError> {
+        Self::serve(engine, sessions, true).await
+    }
+
+    async fn serve(engine: Arc<Engine>, sessions: SessionPolicy, with_http: bool) -> Result<Self, ServeError> {
         let any: SocketAddr = ([127, 0, 0, 1], 0).into();
-        let listener = tokio::net::TcpListener::bind(any)
-            .await
-            .map_err(|e| ServeError::Bind(any, e))?;
-        let addr = listener.local_addr().map_err(|e| ServeError::Bind(any, e))?;
+        let bind = || async {
+            let l = tokio::net::TcpListener::bind(any)
+                .await
+                .map_err(|e| ServeError::Bind(any, e))?;
+            let addr = l.local_addr().map_err(|e| ServeError::Bind(any, e))?;
+            Ok::<_, ServeError>((l, addr))
+        };
+        let (listener, addr) = bind().await?;
+        let (http_listener, http) = match with_http {
+            true => bind().await.map(|(l, a)| (Some(l), Some(a)))?,
+            false => (None, None),
+        };
         let opts = ServeOptions::local(addr, sessions);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let served = serve_with_http(engine, listener, None, opts, async move {
+            let served = serve_with_http(engine, listener, http_listener, opts, async move {
                 let _ = stopped.await;
             })
             .await;
@@ -130,6 +149,7 @@ impl Loopback {
             .await?;
         Ok(Loopback {
             channel,
+            http,
             stop: Some(stop),
             task: Some(task),
         })
