@@ -4,8 +4,12 @@
 //! host's whole mount table and an RCU grace period on teardown (milliseconds
 //! on a node with hundreds of mounts). Instead each slot owns a namespace
 //! whose root is the read-only template; a run's init joins it with
-//! `setns`, attaches its own `/work`, `/tmp`, `/dev/shm` and `/proc`, and
-//! detaches them again when the run ends.
+//! `setns`. A cold run's init then copies it (`unshare`: the template's few
+//! mounts, not the host's table) and mounts its own `/work`, `/tmp`,
+//! `/dev/shm` and `/proc` in the copy, which the kernel tears down, all
+//! mounts at once, with the run's last process. A warm run's init mounts
+//! them in the slot's namespace itself (the zygote's child joins it there)
+//! and detaches them again when the run ends.
 
 use crate::sys::raw as sys;
 use crate::sys::stack::Stack;

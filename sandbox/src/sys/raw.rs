@@ -132,6 +132,11 @@ pub fn setns(fd: i32, nstype: i32) -> Res {
     sc!(libc::SYS_setns, fd as usize, nstype as usize)
 }
 
+/// unshare(2).
+pub fn unshare(flags: i32) -> Res {
+    sc!(libc::SYS_unshare, flags as usize)
+}
+
 /// move_mount(2) of the detached mount `fd` onto `target`.
 pub fn move_mount_fd(fd: i32, target: &CStr) -> Res {
     sc!(
