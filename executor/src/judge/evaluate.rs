@@ -349,7 +349,14 @@ impl Judge {
             deadline,
             stopped: AtomicBool::new(false),
             admitted: &admitted,
-            warm: engine.warm_for(lang, opts.cold_start, &[program.full.as_bytes()]),
+            // As for Execute: the program's files may be what imports a heavy module.
+            warm: engine.warm_for(
+                lang,
+                opts.cold_start,
+                &std::iter::once(program.full.as_bytes())
+                    .chain(opts.files.iter().map(|f| f.content.as_slice()))
+                    .collect::<Vec<_>>(),
+            ),
         };
         // Futures are lazy: building them all first starts nothing; buffer_unordered
         // starts them in index order, `parallelism` at a time.

@@ -22,6 +22,8 @@ pub struct Server {
 }
 
 static SERVER: OnceLock<Server> = OnceLock::new();
+/// The test executor's engine, for what only it can tell (its metrics).
+static ENGINE: OnceLock<Arc<sandpool_executor::Engine>> = OnceLock::new();
 
 /// Removes the work roots that earlier test binaries (now dead) left.
 fn clean_stale() {
@@ -97,6 +99,7 @@ pub fn server_with(languages: &[&str], extra_args: &[String]) -> Server {
                 );
                 let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
                 let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                let _ = ENGINE.set(engine.clone());
                 let s = Server {
                     grpc: grpc.local_addr().expect("addr"),
                     http: http.local_addr().expect("addr"),
@@ -113,6 +116,24 @@ pub fn server_with(languages: &[&str], extra_args: &[String]) -> Server {
         });
         rx.recv_timeout(Duration::from_secs(300)).expect("executor started")
     })
+}
+
+/// The test executor's Prometheus metrics (`/metrics`), started with `languages` if need be.
+pub fn metrics(languages: &[&str]) -> String {
+    server(languages);
+    ENGINE
+        .get()
+        .expect("the executor sets its engine before it serves")
+        .metrics_text()
+}
+
+/// How many compile phases the test executor has run (compiles and warm-ups).
+pub fn compiles(languages: &[&str]) -> u64 {
+    metrics(languages)
+        .lines()
+        .find_map(|l| l.strip_prefix("sandpool_phase_duration_seconds_count{phase=\"compile\"} "))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .map_or(0, |n| n as u64)
 }
 
 /// A gRPC client of the test executor.
