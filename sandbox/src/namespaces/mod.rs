@@ -79,15 +79,32 @@ impl Namespaces {
             .and_then(|_| mounts::mount(None, &mnt, None, libc::MS_PRIVATE, None))
             .map_err(|e| SandboxError::Os("making the mounts dir a private mount", e))?;
 
+        if let Some(d) = &cfg.shared_dir {
+            workroot::prepare_shared_dir(d).map_err(|e| SandboxError::Os("preparing the shared dir", e))?;
+        }
         let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots);
         let base_devices: Vec<PathBuf> = rootfs::BASE_DEVICES.iter().map(PathBuf::from).collect();
-        let root = rootfs::build(&mnt.join("root"), &cfg.ro_paths, &base_devices, &passwd, &group)?;
+        let root = rootfs::build(
+            &mnt.join("root"),
+            &cfg.ro_paths,
+            cfg.shared_dir.as_deref(),
+            &base_devices,
+            &passwd,
+            &group,
+        )?;
         let slot_ns = Self::slot_namespaces(&root.path, cfg.slots)?;
         let gpu_slot_ns = if cfg.gpu_devices.is_empty() {
             vec![]
         } else {
             let devices: Vec<PathBuf> = base_devices.iter().chain(&cfg.gpu_devices).cloned().collect();
-            let gpu = rootfs::build(&mnt.join("root-gpu"), &cfg.ro_paths, &devices, &passwd, &group)?;
+            let gpu = rootfs::build(
+                &mnt.join("root-gpu"),
+                &cfg.ro_paths,
+                cfg.shared_dir.as_deref(),
+                &devices,
+                &passwd,
+                &group,
+            )?;
             Self::slot_namespaces(&gpu.path, cfg.slots)?
         };
         // The slot namespaces hold their own copies: the host keeps nothing.
