@@ -79,7 +79,15 @@ pub struct SharedData {
     #[serde(default)]
     pub prelude_file: Option<String>,
     /// Argv that builds the artifacts, run in the sandbox like a compile.
+    #[serde(default)]
     pub build: Vec<String>,
+    /// After `build`, the language's own compile command with these after its program name
+    /// compiles `files`' source, then its run command with `train_run_args` runs it: class
+    /// archives recorded by the very commands runs use (their flags must match).
+    #[serde(default)]
+    pub train_compile_args: Vec<String>,
+    #[serde(default)]
+    pub train_run_args: Vec<String>,
     /// Put after the compile command's program name.
     #[serde(default)]
     pub compile_args: Vec<String>,
@@ -427,8 +435,11 @@ pub fn resolve_import_dir(given: &Path) -> Result<(PathBuf, PathBuf), TableError
 
 /// Checks a language's `shared` entry: what it writes and where its arguments go.
 fn validate_shared(sh: &SharedData, lang: &Language) -> Result<(), String> {
-    if sh.build.is_empty() {
-        return Err("build must not be empty".into());
+    if sh.build.is_empty() && sh.train_compile_args.is_empty() && sh.train_run_args.is_empty() {
+        return Err("needs build or train_compile_args / train_run_args".into());
+    }
+    if !sh.train_compile_args.is_empty() && lang.compile.is_none() {
+        return Err("train_compile_args needs a compile command".into());
     }
     for f in sh.files.keys().chain(&sh.prelude_file) {
         sandpool_sandbox::validate_rel_path(f).map_err(|e| e.to_string())?;

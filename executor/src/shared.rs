@@ -182,26 +182,39 @@ async fn build(
     })
     .await
     .map_err(|e| e.to_string())??;
-    let spec = RunSpec {
-        argv: data.build.clone(),
-        env: lang.run_env(),
-        stdin: vec![],
-        limits,
-        gpu: lang.gpu,
-        warm: None,
-    };
-    let o = sandbox
-        .run(slot.index(), &work, &spec)
-        .await
-        .map_err(|e| e.to_string())?;
-    if o.exit_code != 0 || o.signal != 0 || o.killed_by.is_some() || o.oom_killed {
-        return Err(format!(
-            "exit {} signal {} killed by {:?}: {}",
-            o.exit_code,
-            o.signal,
-            o.killed_by,
-            String::from_utf8_lossy(&o.stderr).chars().take(500).collect::<String>()
-        ));
+    let mut steps = Vec::new();
+    if !data.build.is_empty() {
+        steps.push(data.build.clone());
+    }
+    if let (Some(c), false) = (&lang.compile, data.train_compile_args.is_empty()) {
+        steps.extend(with_args(c, data.train_compile_args.clone()));
+    }
+    if !data.train_run_args.is_empty() {
+        steps.extend(with_args(&lang.run, data.train_run_args.clone()));
+    }
+    for argv in steps {
+        let spec = RunSpec {
+            argv,
+            env: lang.run_env(),
+            stdin: vec![],
+            limits,
+            gpu: lang.gpu,
+            warm: None,
+        };
+        let o = sandbox
+            .run(slot.index(), &work, &spec)
+            .await
+            .map_err(|e| e.to_string())?;
+        if o.exit_code != 0 || o.signal != 0 || o.killed_by.is_some() || o.oom_killed {
+            return Err(format!(
+                "{:?}: exit {} signal {} killed by {:?}: {}",
+                spec.argv.first(),
+                o.exit_code,
+                o.signal,
+                o.killed_by,
+                String::from_utf8_lossy(&o.stderr).chars().take(500).collect::<String>()
+            ));
+        }
     }
     let (dest, staging) = (host.join(&lang.name), host.join(format!(".{}.building", lang.name)));
     blocking(move || {
@@ -258,6 +271,7 @@ mod tests {
     fn a_shared_entry_is_checked() {
         let base = "[c]\nsource='m.c'\ncompile=['cc']\nrun=['./m']\nversion=['cc']\n";
         assert!(LanguageTable::parse(&format!("{base}shared={{build=[]}}\n")).is_err());
+        assert!(LanguageTable::parse(&format!("{base}shared={{train_run_args=['-X']}}\n")).is_ok());
         assert!(LanguageTable::parse(&format!("{base}shared={{build=['x'], files={{'../a'='x'}}}}\n")).is_err());
         assert!(LanguageTable::parse(&format!("{base}shared={{build=['x'], prelude_args=['-include']}}\n")).is_err());
         assert!(
