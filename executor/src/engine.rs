@@ -108,7 +108,13 @@ impl Engine {
         let cache = cfg
             .result_cache
             .and_then(|c| crate::result_cache::ResultCache::new(c, metrics.clone()));
-        let shared_dir = cfg.shared_dir.filter(|_| cfg.warm_starts);
+        // Where runs could chmod what they share, nothing is shared (see the trait's doc).
+        let shared_dir = cfg
+            .shared_dir
+            .filter(|_| cfg.warm_starts && sandbox.shares_files_read_only());
+        if cfg.warm_starts && !sandbox.shares_files_read_only() {
+            tracing::info!("runs share the executor's uid: no shared artifacts (precompiled headers, class archives)");
+        }
         let shared = crate::shared::Shared::new(shared_dir, languages.iter());
         let mut engine = Engine {
             shared,

@@ -268,6 +268,12 @@ impl Runner for Restricted {
         false
     }
 
+    /// Only when each slot runs as its own uid: files the executor (root) exported are then
+    /// not the runs' to chmod.
+    fn shares_files_read_only(&self) -> bool {
+        self.slot_uids
+    }
+
     fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
         let uid = self.run_uid(slot);
         Ok(WorkDir::directory(self.fresh_path("w"), uid, uid)?)
