@@ -217,7 +217,10 @@ impl Engine {
         if cold_start {
             return None;
         }
-        self.shared.get(&*self.sandbox, self.policy.max, slot, lang).await
+        // The table's entry, not `lang` as renamed for one program's public class (Java): the
+        // build compiles the entry's own source with the entry's commands.
+        let entry = self.languages.get(&lang.name)?;
+        self.shared.get(&*self.sandbox, self.policy.max, slot, entry).await
     }
 
     /// Whether `lang` has shared artifacts here (with warm starts on), built or not.
