@@ -431,7 +431,6 @@ impl ExecutorArgs {
             capture: None,
             warm_starts: self.warm_starts,
             assert_prelude: self.assert_prelude == OnOff::On,
-            shared_dir: Some(self.work_root.join("shared")),
             result_cache: (self.result_cache_entries > 0).then_some(crate::result_cache::CacheConfig {
                 entries: self.result_cache_entries,
                 bytes: self.result_cache_bytes,

@@ -55,9 +55,6 @@ pub struct EngineConfig {
     pub assert_prelude: bool,
     /// The result cache's bounds (off when None or zero).
     pub result_cache: Option<crate::result_cache::CacheConfig>,
-    /// The host directory the sandbox shows runs at `SHARED_PATH` (the runner's
-    /// `shared_dir`), where languages' shared artifacts go; used only with warm starts on.
-    pub shared_dir: Option<std::path::PathBuf>,
 }
 
 /// Executes requests.
@@ -109,8 +106,8 @@ impl Engine {
             .result_cache
             .and_then(|c| crate::result_cache::ResultCache::new(c, metrics.clone()));
         // Where runs could chmod what they share, nothing is shared (see the trait's doc).
-        let shared_dir = cfg
-            .shared_dir
+        let shared_dir = sandbox
+            .shared_dir()
             .filter(|_| cfg.warm_starts && sandbox.shares_files_read_only());
         if cfg.warm_starts && !sandbox.shares_files_read_only() {
             tracing::info!("runs share the executor's uid: no shared artifacts (precompiled headers, class archives)");

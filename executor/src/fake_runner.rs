@@ -73,7 +73,6 @@ pub async fn engine_with(runner: FakeRunner, cache: Option<crate::result_cache::
         capture: None,
         result_cache: cache,
         warm_starts: false,
-        shared_dir: None,
     };
     Arc::new(Engine::new(Box::new(runner), table, cfg).await)
 }

@@ -69,9 +69,10 @@ pub struct SandboxConfig {
     pub work_dir_bytes: u64,
     /// Size cap of each run's /tmp and /dev/shm.
     pub tmp_bytes: u64,
-    /// A host directory of artifacts built once that runs share (compiled
-    /// headers, class archives): runs see it read-only at [`SHARED_PATH`]. It
-    /// must exist when the runner opens; what is put in it later shows too.
+    /// Artifacts built once that runs share (compiled headers, class archives),
+    /// seen read-only at [`SHARED_PATH`]; `Runner::shared_dir` says where to write
+    /// them. Restricted mode uses this host directory (emptied at start);
+    /// namespaces mode a tmpfs of its own, detached from the host (`Some` turns it on).
     pub shared_dir: Option<PathBuf>,
 }
 

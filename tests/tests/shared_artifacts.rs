@@ -6,7 +6,6 @@
 
 use sandpool_proto::v1 as pb;
 use sandpool_tests::{Executor, Isolation, Options, describe, stdout};
-use std::path::Path;
 
 /// Whether this executor shares artifacts: restricted mode only with a uid per slot, which
 /// the harness gives it only when run as root.
@@ -49,18 +48,25 @@ fn compile_warm(r: &pb::ExecuteResponse) -> bool {
     r.compile.as_ref().is_some_and(|c| c.warm)
 }
 
-/// The precompiled `<bits/stdc++.h>` in the executor's shared dir, on the host.
-fn gch(exe: &Executor) -> std::path::PathBuf {
-    exe.work_root.path().join("shared/cpp/include/bits/stdc++.h.gch")
+/// Where runs see the shared dir: /sandpool/shared, or in restricted mode (which rewrites
+/// only commands and environments to it) its real path.
+fn shared_dir(exe: &Executor, isolation: Isolation) -> String {
+    match isolation {
+        Isolation::Namespaces => "/sandpool/shared".to_owned(),
+        Isolation::Restricted => exe.work_root.path().join("shared").display().to_string(),
+    }
 }
 
-fn digest(p: &Path) -> (u64, std::time::SystemTime, u64) {
-    use std::hash::Hasher;
-    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    h.write(&bytes);
-    let meta = std::fs::metadata(p).expect("metadata");
-    (h.finish(), meta.modified().expect("mtime"), meta.len())
+/// What a run sees of the shared dir: every file's path, size, mode and time, and the
+/// content of the precompiled headers (namespaces mode keeps them off the host's disk).
+async fn fingerprint(exe: &Executor, isolation: Isolation) -> String {
+    let d = shared_dir(exe, isolation);
+    let script = format!(
+        "cd {d} && find . -printf '%p %s %m %T@\\n' | sort && sha256sum cpp/prelude.h.gch cpp/include/bits/stdc++.h.gch 2>&1"
+    );
+    let r = exe.run(req("bash", &script, false)).await;
+    assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
+    stdout(&r)
 }
 
 async fn warm_compiles_use_the_headers_and_cold_ones_do_not(isolation: Isolation) {
@@ -70,12 +76,21 @@ async fn warm_compiles_use_the_headers_and_cold_ones_do_not(isolation: Isolation
     assert_eq!(stdout(&warm), "13\n", "{}", describe(&warm));
     if !shares(&exe, isolation) {
         assert!(!compile_warm(&warm), "{}", describe(&warm));
-        assert!(!gch(&exe).exists(), "built where runs could chmod it");
+        let host = exe.work_root.path().join("shared");
+        assert_eq!(
+            std::fs::read_dir(&host).map(|d| d.count()).unwrap_or(0),
+            0,
+            "built where runs could chmod it"
+        );
         assert!(!exe.language_info("cpp").await.warm_start);
         return;
     }
     assert!(compile_warm(&warm), "{}", describe(&warm));
-    assert!(gch(&exe).exists(), "no precompiled header at {}", gch(&exe).display());
+    let seen = fingerprint(&exe, isolation).await;
+    assert!(
+        seen.contains("./cpp/include/bits/stdc++.h.gch "),
+        "no precompiled header:\n{seen}"
+    );
     let cold = exe.run(req("cpp", STDCPP, true)).await;
     assert_eq!(stdout(&cold), "13\n", "{}", describe(&cold));
     assert!(!compile_warm(&cold), "cold_start compiled warm: {}", describe(&cold));
@@ -99,7 +114,8 @@ async fn warm_starts_off_builds_and_uses_nothing() {
     let r = exe.run(req("cpp", STDCPP, false)).await;
     assert_eq!(stdout(&r), "13\n", "{}", describe(&r));
     assert!(!compile_warm(&r), "{}", describe(&r));
-    assert!(!gch(&exe).exists(), "built with warm starts off");
+    let seen = exe.run(req("bash", "ls -A /sandpool/shared | wc -l", false)).await;
+    assert_eq!(stdout(&seen), "0\n", "built with warm starts off: {}", describe(&seen));
     assert!(!exe.language_info("cpp").await.warm_start);
 }
 
@@ -146,28 +162,15 @@ async fn runs_cannot_change_the_shared_artifacts(isolation: Isolation) {
     let first = exe.run(req("cpp", STDCPP, false)).await;
     if !shares(&exe, isolation) {
         // Covered by the test above: nothing is built, so there is nothing to attack.
-        assert!(!gch(&exe).exists());
         return;
     }
     assert!(compile_warm(&first), "{}", describe(&first));
-    let before = digest(&gch(&exe));
-    let prelude = exe.work_root.path().join("shared/cpp/prelude.h.gch");
-    let before_prelude = digest(&prelude);
-    let dir = match isolation {
-        Isolation::Namespaces => "/sandpool/shared".to_owned(),
-        Isolation::Restricted => exe.work_root.path().join("shared").display().to_string(),
-    };
+    let before = fingerprint(&exe, isolation).await;
+    assert!(before.contains("cpp/prelude.h.gch\n"), "{before}");
+    let dir = shared_dir(&exe, isolation);
     let r = exe.run(req("bash", &format!("d={dir}\n{ATTACK}"), false)).await;
     assert_eq!(stdout(&r), "allowed 0\n", "{}", describe(&r));
-    assert_eq!(digest(&gch(&exe)), before, "the precompiled header changed");
-    assert_eq!(digest(&prelude), before_prelude, "the precompiled prelude changed");
-    let shared = exe.work_root.path().join("shared");
-    let names: Vec<_> = std::fs::read_dir(&shared)
-        .expect("shared dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert_eq!(names, ["cpp"], "something was added to {}", shared.display());
+    assert_eq!(fingerprint(&exe, isolation).await, before, "what runs see changed");
     // And the next compile still uses them.
     let again = exe.run(req("cpp", STDCPP, false)).await;
     assert_eq!(stdout(&again), "13\n", "{}", describe(&again));

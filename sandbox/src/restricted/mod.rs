@@ -268,6 +268,10 @@ impl Runner for Restricted {
         false
     }
 
+    fn shared_dir(&self) -> Option<std::path::PathBuf> {
+        self.cfg.shared_dir.clone()
+    }
+
     /// Only when each slot runs as its own uid: files the executor (root) exported are then
     /// not the runs' to chmod.
     fn shares_files_read_only(&self) -> bool {
