@@ -341,6 +341,7 @@ impl ExecutorArgs {
             gpu_devices: gpu_devices(self.gpu),
             work_dir_bytes: self.work_dir_bytes,
             tmp_bytes: self.tmp_bytes,
+            shared_dir: Some(self.work_root.join("shared")),
         }
     }
 

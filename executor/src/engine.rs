@@ -83,6 +83,8 @@ pub struct Engine {
     cache: Option<crate::result_cache::ResultCache>,
     /// Every run in flight, for the liveness check (see [`crate::watchdog`]).
     watchdog: Arc<crate::watchdog::Watchdog>,
+    /// Artifacts built once that a language's warm runs share (see [`crate::shared`]).
+    shared: crate::shared::Shared,
 }
 
 /// Outcome of one phase run through the engine.
@@ -103,7 +105,16 @@ impl Engine {
         let cache = cfg
             .result_cache
             .and_then(|c| crate::result_cache::ResultCache::new(c, metrics.clone()));
+        // Where runs could chmod what they share, nothing is shared (see the trait's doc).
+        let shared_dir = sandbox
+            .shared_dir()
+            .filter(|_| cfg.warm_starts && sandbox.shares_files_read_only());
+        if cfg.warm_starts && !sandbox.shares_files_read_only() {
+            tracing::info!("runs share the executor's uid: no shared artifacts (precompiled headers, class archives)");
+        }
+        let shared = crate::shared::Shared::new(shared_dir, languages.iter());
         let mut engine = Engine {
+            shared,
             sandbox,
             languages,
             availability: BTreeMap::new(),
@@ -190,6 +201,33 @@ impl Engine {
             (Some(heavy), Some(data)) if texts.iter().any(|t| data.names_heavy(t)) => Some(heavy.clone()),
             _ => Some(w.light.clone()),
         }
+    }
+
+    /// `lang`'s shared artifacts for a run (built on first use, in `slot`), unless the request
+    /// asked for a cold start or `lang` has none.
+    pub async fn shared_for(
+        &self,
+        slot: &SlotGuard,
+        lang: &Language,
+        cold_start: bool,
+    ) -> Option<Arc<crate::shared::Ready>> {
+        if cold_start {
+            return None;
+        }
+        // The table's entry, not `lang` as renamed for one program's public class (Java): the
+        // build compiles the entry's own source with the entry's commands.
+        let entry = self.languages.get(&lang.name)?;
+        self.shared.get(&*self.sandbox, self.policy.max, slot, entry).await
+    }
+
+    /// Whether `lang` has shared artifacts here (with warm starts on), built or not.
+    pub fn has_shared(&self, lang: &Language) -> bool {
+        self.shared.has(&lang.name)
+    }
+
+    /// `lang`'s shared artifacts if built already (never builds them), unless `cold_start`.
+    pub fn shared_ready(&self, lang: &Language, cold_start: bool) -> Option<Arc<crate::shared::Ready>> {
+        (!cold_start).then(|| self.shared.ready(&lang.name)).flatten()
     }
 
     /// The sandbox every run goes through.
@@ -462,6 +500,11 @@ impl Engine {
             .chain(req.files.iter().map(|f| f.content.as_slice()))
             .collect();
         let warm = self.warm_for(lang, req.cold_start, &texts);
+        let shared = self.shared_for(slot, lang, req.cold_start).await;
+        let compile_argv = match (&shared, &lang.compile) {
+            (Some(s), Some(c)) => s.compile_argv(c, req.code.as_bytes()),
+            _ => None,
+        };
         // Up to the work dir's size in writes: off the runtime.
         let (source, code, files) = (lang.source.clone(), req.code, req.files);
         let written = blocking(move || {
@@ -481,17 +524,21 @@ impl Engine {
             Ok(Err(e)) | Err(ExecError::Internal(e)) => return fail(resp, scrub_host_paths(&e)),
             Err(e) => return fail(resp, e.to_string()),
         };
-        let env = lang.run_env();
+        let env = match &shared {
+            Some(s) => s.env(lang.run_env()),
+            None => lang.run_env(),
+        };
         if let Some(compile) = &lang.compile {
             let spec = RunSpec {
-                argv: compile.clone(),
+                argv: compile_argv.clone().unwrap_or_else(|| compile.clone()),
                 env: env.clone(),
                 stdin: vec![],
                 limits: compile_limits,
                 gpu: lang.gpu,
                 warm: None,
             };
-            let c = self.run_phase(slot, &work, &spec, Phase::Compile).await;
+            let mut c = self.run_phase(slot, &work, &spec, Phase::Compile).await;
+            c.result.warm |= compile_argv.is_some() || shared.as_ref().is_some_and(|s| s.changes_run());
             resp.compile = Some(c.result);
             match c.verdict {
                 pb::Verdict::Ok => {}
@@ -502,7 +549,8 @@ impl Engine {
                 }
             }
         }
-        let mut argv = lang.run.clone();
+        let run_argv = shared.as_ref().and_then(|s| s.run_argv(&lang.run));
+        let mut argv = run_argv.clone().unwrap_or_else(|| lang.run.clone());
         argv.extend(req.args.iter().cloned());
         let spec = RunSpec {
             argv,
@@ -512,7 +560,8 @@ impl Engine {
             gpu: lang.gpu,
             warm,
         };
-        let r = self.run_phase(slot, &work, &spec, Phase::Run).await;
+        let mut r = self.run_phase(slot, &work, &spec, Phase::Run).await;
+        r.result.warm |= shared.as_ref().is_some_and(|s| s.changes_run());
         resp.run = Some(r.result);
         resp.verdict = r.verdict as i32;
         if let Some(e) = r.error {
@@ -551,7 +600,7 @@ impl Engine {
                     version,
                     unavailable_reason: reason,
                     compiled: l.compile.is_some(),
-                    warm_start: self.warm.contains_key(&l.name),
+                    warm_start: self.warm.contains_key(&l.name) || self.shared.is_ready(&l.name),
                     preloaded: self
                         .warm
                         .get(&l.name)

@@ -59,6 +59,48 @@ pub struct Language {
     /// top-level class has another name is written to, compiled and run as that class.
     #[serde(default)]
     pub public_class: Option<String>,
+    /// Artifacts built once that this language's runs share read-only (precompiled headers):
+    /// see [`SharedData`] and docs/warm-starts.md.
+    #[serde(default)]
+    pub shared: Option<SharedData>,
+}
+
+/// A language's shared artifacts: built once per executor (on the language's first run that
+/// may use them) by `build`, in a work dir holding `files`; what the build leaves there is
+/// what runs see, read-only, at `{shared}` (`/sandpool/shared/LANG`). Runs that start warm get
+/// the extra arguments; cold ones (`cold_start`, `--warm-starts false`) do not.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedData {
+    /// Files written into the build's work dir first: path → content.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// A file the judge's `assert_prelude` is written to, for `prelude_args`.
+    #[serde(default)]
+    pub prelude_file: Option<String>,
+    /// Argv that builds the artifacts, run in the sandbox like a compile.
+    #[serde(default)]
+    pub build: Vec<String>,
+    /// After `build`, the language's own compile command with these after its program name
+    /// compiles `files`' source, then its run command with `train_run_args` runs it: class
+    /// archives recorded by the very commands runs use (their flags must match).
+    #[serde(default)]
+    pub train_compile_args: Vec<String>,
+    #[serde(default)]
+    pub train_run_args: Vec<String>,
+    /// Put after the compile command's program name.
+    #[serde(default)]
+    pub compile_args: Vec<String>,
+    /// Put after `compile_args` when the source starts with the judge's `assert_prelude`
+    /// (a precompiled prelude may stand in only for a program that includes exactly it).
+    #[serde(default)]
+    pub prelude_args: Vec<String>,
+    /// Put after the run command's program name.
+    #[serde(default)]
+    pub run_args: Vec<String>,
+    /// Set in the environment of every phase (over the entry's `env`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// A language's warm-start entry: `warm = { preload = ["math", ...], heavy = ["numpy"] }`.
@@ -391,6 +433,28 @@ pub fn resolve_import_dir(given: &Path) -> Result<(PathBuf, PathBuf), TableError
     }
 }
 
+/// Checks a language's `shared` entry: what it writes and where its arguments go.
+fn validate_shared(sh: &SharedData, lang: &Language) -> Result<(), String> {
+    if sh.build.is_empty() && sh.train_compile_args.is_empty() && sh.train_run_args.is_empty() {
+        return Err("needs build or train_compile_args / train_run_args".into());
+    }
+    if !sh.train_compile_args.is_empty() && lang.compile.is_none() {
+        return Err("train_compile_args needs a compile command".into());
+    }
+    for f in sh.files.keys().chain(&sh.prelude_file) {
+        sandpool_sandbox::validate_rel_path(f).map_err(|e| e.to_string())?;
+    }
+    if !sh.compile_args.is_empty() && lang.compile.is_none() {
+        return Err("compile_args needs a compile command".into());
+    }
+    if !sh.prelude_args.is_empty()
+        && (lang.compile.is_none() || sh.prelude_file.is_none() || lang.judge.assert_prelude.trim().is_empty())
+    {
+        return Err("prelude_args needs a compile command, prelude_file and judge.assert_prelude".into());
+    }
+    Ok(())
+}
+
 /// The parsed table, with aliases resolved.
 #[derive(Debug, Clone)]
 pub struct LanguageTable {
@@ -459,6 +523,10 @@ impl LanguageTable {
                     name,
                     format!("import_dirs: {} is not an absolute path", d.display()),
                 ));
+            }
+            if let Some(sh) = &lang.shared {
+                validate_shared(sh, &lang)
+                    .map_err(|why| TableError::Invalid(name.clone(), format!("shared: {why}")))?;
             }
             if let Some(c) = &lang.public_class
                 && !lang.source.starts_with(c.as_str())

@@ -15,6 +15,7 @@
 //!    - [`budget`]: one budget of bytes held for callers at once (request bodies, replies' files).
 //!    - [`call`]: what the transport knows about a call: deadline, caller, its budget charge.
 //!    - [`validate`]: caps on a request's shape (paths, files, args, fetches).
+//!    - [`shared`]: artifacts built once that a language's runs share read-only (precompiled headers).
 //!    - [`watchdog`]: stuck runs turn liveness NOT_SERVING; a wedged runtime or an unheeded SIGTERM ends the process.
 //! 2. The engine and its parts:
 //!    - [`probe`]: what works here (languages, their packages), asked in the sandbox at start-up.
@@ -56,6 +57,7 @@ pub use sandpool_sandbox as sandbox;
 pub mod server;
 pub mod service;
 pub mod session;
+pub mod shared;
 pub mod task;
 pub mod validate;
 pub mod verdict;

@@ -69,7 +69,17 @@ pub struct SandboxConfig {
     pub work_dir_bytes: u64,
     /// Size cap of each run's /tmp and /dev/shm.
     pub tmp_bytes: u64,
+    /// Artifacts built once that runs share (compiled headers, class archives),
+    /// seen read-only at [`SHARED_PATH`]; `Runner::shared_dir` says where to write
+    /// them. Restricted mode uses this host directory (emptied at start);
+    /// namespaces mode a tmpfs of its own, detached from the host (`Some` turns it on).
+    pub shared_dir: Option<PathBuf>,
 }
+
+/// Where runs see [`SandboxConfig::shared_dir`], read-only: a fixed path, so
+/// that commands name it the same way in both modes (restricted mode rewrites
+/// it to the host directory, as it does `/work` and `/tmp`).
+pub const SHARED_PATH: &str = "/sandpool/shared";
 
 impl SandboxConfig {
     /// Refuses a configuration of another mode than the runner `mode` being opened.

@@ -42,7 +42,7 @@ pub mod testing;
 mod workdir;
 mod workroot;
 
-pub use config::{DEFAULT_RO_PATHS, IsolationMode, SandboxConfig, cgroup_name};
+pub use config::{DEFAULT_RO_PATHS, IsolationMode, SHARED_PATH, SandboxConfig, cgroup_name};
 pub use error::SandboxError;
 pub use limits::Limits;
 pub use probe::{Feature, Features};

@@ -44,6 +44,20 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         let _ = zygotes;
     }
 
+    /// Where the executor writes what runs see at [`crate::SHARED_PATH`] (a host path, or a
+    /// `/proc/self/fd/N` path to a mount detached from the host); None: no shared dir.
+    fn shared_dir(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
+    /// True when runs see the shared dir ([`crate::SandboxConfig::shared_dir`]) and cannot
+    /// change anything in it, its files' metadata included. Restricted mode under a non-root
+    /// executor says false: runs share the executor's uid, so they own what it exported, and
+    /// Landlock, which refuses them writes, does not govern `chmod` or `utimes`.
+    fn shares_files_read_only(&self) -> bool {
+        true
+    }
+
     /// A fresh, empty work dir for a run in `slot`, owned by the slot's uid.
     fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError>;
 

@@ -437,6 +437,100 @@ impl WorkDir {
     }
 }
 
+impl WorkDir {
+    /// Copies the regular files and directories of this work dir to `dest`, a host directory
+    /// that must not exist yet, owned by the executor and readable by all (directories 0755,
+    /// files 0644, or 0755 when executable): artifacts a build left that every run will read.
+    ///
+    /// Walks through descriptors with no-follow opens, as [`WorkDir::copy_from`] does:
+    /// symlinks, FIFOs, sockets and devices the build left are skipped, never followed.
+    pub fn export_to(&self, dest: &std::path::Path) -> Result<(), WorkDirError> {
+        let root = openat2(self.mount.as_fd(), ".", libc::O_DIRECTORY | libc::O_RDONLY, 0).map_err(|source| {
+            WorkDirError::Io {
+                path: ".".into(),
+                what: "opening the work dir",
+                source,
+            }
+        })?;
+        export_dir(root, dest, "", 0)
+    }
+}
+
+fn export_dir(dir: OwnedFd, dest: &std::path::Path, prefix: &str, depth: usize) -> Result<(), WorkDirError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    let io = |path: &str, what| {
+        let path = path.to_owned();
+        move |source| WorkDirError::Io { path, what, source }
+    };
+    if depth > COPY_MAX_DEPTH {
+        return Err(io(prefix, "exporting")(std::io::Error::other(
+            "directories nested too deeply",
+        )));
+    }
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(dest)
+        .map_err(io(prefix, "creating an export directory"))?;
+    // The umask may have taken bits away; every run's uid must read it.
+    fs::set_permissions(dest, fs::Permissions::from_mode(0o755)).map_err(io(prefix, "chmod"))?;
+    let mut listing = nix::dir::Dir::from_fd(dir).map_err(|e| io(prefix, "listing")(e.into()))?;
+    let mut entries = Vec::new();
+    for entry in listing.iter() {
+        let entry = entry.map_err(|e| io(prefix, "listing")(e.into()))?;
+        let Ok(name) = entry.file_name().to_str() else {
+            continue;
+        };
+        if name != "." && name != ".." {
+            entries.push(name.to_owned());
+        }
+    }
+    for name in entries {
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let Ok(probe) = openat2(listing.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0) else {
+            continue;
+        };
+        let meta = fs::File::from(probe).metadata().map_err(io(&rel, "inspecting"))?;
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            let sub = openat2(
+                listing.as_fd(),
+                &name,
+                libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW,
+                0,
+            )
+            .map_err(io(&rel, "opening a source directory"))?;
+            export_dir(sub, &dest.join(&name), &rel, depth + 1)?;
+        } else if ft.is_file() {
+            let f = openat2(
+                listing.as_fd(),
+                &name,
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                0,
+            )
+            .map_err(io(&rel, "opening a source file"))?;
+            let mode = if meta.permissions().mode() & 0o111 != 0 {
+                0o755
+            } else {
+                0o644
+            };
+            let mut out = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .open(dest.join(&name))
+                .map_err(io(&rel, "creating an exported file"))?;
+            std::io::copy(&mut fs::File::from(f), &mut out).map_err(io(&rel, "exporting"))?;
+            out.set_permissions(fs::Permissions::from_mode(mode))
+                .map_err(io(&rel, "chmod"))?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,5 +568,16 @@ mod tests {
         for gone in ["link", "d/dirlink", "fifo"] {
             assert_eq!(dst.read_file(gone, 100), Err(FetchError::NotFound), "{gone} copied");
         }
+
+        let host = tempfile::tempdir().unwrap();
+        let out = host.path().join("export");
+        src.export_to(&out).unwrap();
+        assert_eq!(fs::read(out.join("a.txt")).unwrap(), b"alpha");
+        let mode = |p: &str| fs::metadata(out.join(p)).unwrap().permissions().mode() & 0o7777;
+        assert_eq!((mode("a.txt"), mode("d/e/bin"), mode("d")), (0o644, 0o755, 0o755));
+        for gone in ["link", "d/dirlink", "fifo"] {
+            assert!(fs::symlink_metadata(out.join(gone)).is_err(), "{gone} exported");
+        }
+        assert!(src.export_to(&out).is_err(), "an existing export is not written over");
     }
 }

@@ -79,6 +79,17 @@ pub fn mounts_dir(root: &Path) -> PathBuf {
     root.join("mnt")
 }
 
+/// Empties (or creates) the shared dir, mode 0755: what an earlier executor on this work root
+/// built is not trusted. Called with the work root locked.
+pub(crate) fn prepare_shared_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

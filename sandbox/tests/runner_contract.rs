@@ -51,6 +51,7 @@ impl Harness {
             gpu_devices: vec![],
             work_dir_bytes: 64 << 20,
             tmp_bytes: 64 << 20,
+            shared_dir: None,
         };
         let runner = sandpool_sandbox::open(cfg).unwrap_or_else(|e| panic!("opening {mode}: {e}"));
         assert_eq!(runner.mode(), mode);

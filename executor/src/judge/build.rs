@@ -36,16 +36,29 @@ pub enum Compiled {
     SandboxError(String, Option<pb::PhaseResult>),
 }
 
-/// Compiles `files` for `lang` in a fresh work dir of `slot` (no-op for interpreted languages).
+/// Compiles `files` for `lang` in a fresh work dir of `slot` (no-op for interpreted languages),
+/// with the language's shared artifacts (built first if this is their first use) unless
+/// `cold_start`.
 pub async fn compile(
     engine: &Engine,
     slot: &SlotGuard,
     lang: &Language,
     files: Vec<SourceFile>,
     limits: Limits,
+    cold_start: bool,
 ) -> Compiled {
-    let Some(argv) = &lang.compile else {
+    let Some(table_argv) = &lang.compile else {
         return Compiled::Ok(Build::Sources { seed: None, files }, None);
+    };
+    let shared = engine.shared_for(slot, lang, cold_start).await;
+    let source = files.iter().find(|f| f.0 == lang.source).map(|f| f.1.as_slice());
+    let warm_argv = shared
+        .as_ref()
+        .zip(source)
+        .and_then(|(s, src)| s.compile_argv(table_argv, src));
+    let env = match &shared {
+        Some(s) => s.env(lang.run_env()),
+        None => lang.run_env(),
     };
     let work = match engine.sandbox().work_dir(slot.index()) {
         Ok(w) => w,
@@ -65,14 +78,19 @@ pub async fn compile(
         Err(e) => return Compiled::SandboxError(e.to_string(), None),
     };
     let spec = RunSpec {
-        argv: argv.clone(),
-        env: lang.run_env(),
+        argv: warm_argv.clone().unwrap_or_else(|| table_argv.clone()),
+        env,
         stdin: vec![],
         limits,
         gpu: lang.gpu,
         warm: None,
     };
-    let Phased { result, verdict, error } = engine.run_phase(slot, &work, &spec, Phase::Compile).await;
+    let Phased {
+        mut result,
+        verdict,
+        error,
+    } = engine.run_phase(slot, &work, &spec, Phase::Compile).await;
+    result.warm |= warm_argv.is_some() || shared.is_some_and(|s| s.changes_run());
     match verdict {
         pb::Verdict::Ok => Compiled::Ok(Build::Compiled(Arc::new(work)), Some(result)),
         pb::Verdict::SandboxError => Compiled::SandboxError(error.unwrap_or_default(), Some(result)),

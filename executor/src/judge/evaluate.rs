@@ -64,6 +64,8 @@ struct Runs<'a> {
     admitted: &'a AtomicBool,
     /// The zygote tests fork from (None: cold starts).
     warm: Option<std::sync::Arc<sandpool_sandbox::ZygoteConfig>>,
+    /// The language's shared artifacts, when the tests use them.
+    shared: Option<Arc<crate::shared::Ready>>,
 }
 
 fn test_result(index: usize, verdict: pb::Verdict, message: impl Into<String>) -> pb::TestResult {
@@ -278,7 +280,10 @@ impl Judge {
                 .iter()
                 .map(|f| (f.path.clone(), f.content.clone(), f.executable)),
         );
-        let build = match self.compile(lang, files, compile_limits, deadline, &admitted).await? {
+        let build = match self
+            .compile(lang, files, compile_limits, deadline, &admitted, opts.cold_start)
+            .await?
+        {
             Compiled::Ok(b, phase) => {
                 resp.compile = phase;
                 b
@@ -302,7 +307,14 @@ impl Judge {
             (Some(cl), Some(sj)) => {
                 let files = vec![(cl.source.clone(), sj.code.clone().into_bytes(), false)];
                 match self
-                    .compile(cl, files, engine.policy().compile_defaults, deadline, &admitted)
+                    .compile(
+                        cl,
+                        files,
+                        engine.policy().compile_defaults,
+                        deadline,
+                        &admitted,
+                        opts.cold_start,
+                    )
                     .await?
                 {
                     Compiled::Ok(b, _) => Some(Checker { lang: cl, build: b }),
@@ -357,6 +369,7 @@ impl Judge {
                     .chain(opts.files.iter().map(|f| f.content.as_slice()))
                     .collect::<Vec<_>>(),
             ),
+            shared: engine.shared_ready(lang, opts.cold_start),
         };
         // Futures are lazy: building them all first starts nothing; buffer_unordered
         // starts them in index order, `parallelism` at a time.
@@ -398,13 +411,28 @@ impl Judge {
         limits: Limits,
         deadline: Option<Instant>,
         admitted: &AtomicBool,
+        cold_start: bool,
     ) -> Result<Compiled, ExecError> {
         if lang.compile.is_none() {
+            // Shared artifacts stand in for the warm-up (Go: a shared build cache instead of a
+            // copy of the warm-up's in every test's work dir); built here on first use.
+            if !cold_start && self.engine.has_shared(lang) {
+                let ready = match self.engine.shared_ready(lang, false) {
+                    Some(r) => Some(r),
+                    None => {
+                        let held = self.hold(deadline, admitted).await?;
+                        self.engine.shared_for(&held.slot, lang, false).await
+                    }
+                };
+                if ready.is_some() {
+                    return Ok(Compiled::Ok(Build::Sources { seed: None, files }, None));
+                }
+            }
             let seed = self.warm(lang, deadline, admitted).await?;
             return Ok(Compiled::Ok(Build::Sources { seed, files }, None));
         }
         let held = self.hold(deadline, admitted).await?;
-        let c = build::compile(&self.engine, &held.slot, lang, files, limits).await;
+        let c = build::compile(&self.engine, &held.slot, lang, files, limits, cold_start).await;
         drop(held);
         Ok(c)
     }
@@ -471,9 +499,16 @@ impl Judge {
             Ok(w) => w,
             Err(e) => return Ok(test_result(i, pb::Verdict::SandboxError, e)),
         };
+        let (argv, env) = match &runs.shared {
+            Some(s) => (
+                s.run_argv(&runs.lang.run).unwrap_or_else(|| runs.lang.run.clone()),
+                s.env(runs.lang.run_env()),
+            ),
+            None => (runs.lang.run.clone(), runs.lang.run_env()),
+        };
         let spec = RunSpec {
-            argv: runs.lang.run.clone(),
-            env: runs.lang.run_env(),
+            argv,
+            env,
             stdin: case.stdin.clone(),
             limits: runs.limits,
             gpu: runs.lang.gpu,
@@ -483,6 +518,7 @@ impl Judge {
         drop(work);
         drop(held);
         let mut run = phased.result;
+        run.warm |= runs.shared.as_ref().is_some_and(|s| s.changes_run());
         let mut t = match phased.verdict {
             pb::Verdict::Ok => {
                 let d = self.judge_output(runs, case, &run).await?;

@@ -54,6 +54,10 @@ pub(crate) struct Namespaces {
     staging: Option<std::sync::Arc<workdir::Staging>>,
     /// Per slot: the zygote warm runs fork from (started on a slot's first warm run).
     zygotes: Arc<zygote::Zygotes>,
+    /// The shared dir's tmpfs, detached from the host (runs see it through the template's
+    /// bind; the executor writes it through `/proc/self/fd/N`): on the host's disk, the bind's
+    /// source path would show in runs' mountinfo and name the work root.
+    shared: Option<OwnedFd>,
 }
 
 impl Namespaces {
@@ -79,15 +83,41 @@ impl Namespaces {
             .and_then(|_| mounts::mount(None, &mnt, None, libc::MS_PRIVATE, None))
             .map_err(|e| SandboxError::Os("making the mounts dir a private mount", e))?;
 
+        // A tmpfs in the private mounts dir, bound into the templates, kept by a descriptor.
+        let shared_mnt = mnt.join("shared");
+        let shared = match &cfg.shared_dir {
+            None => None,
+            Some(_) => {
+                std::fs::create_dir_all(&shared_mnt).map_err(|e| SandboxError::Os("creating the shared dir", e))?;
+                mounts::tmpfs(&shared_mnt, "size=1g,mode=0755")
+                    .map_err(|e| SandboxError::Os("mounting the shared dir's tmpfs", e))?;
+                let fd = std::fs::File::open(&shared_mnt).map_err(|e| SandboxError::Os("opening the shared dir", e))?;
+                Some(OwnedFd::from(fd))
+            }
+        };
         let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots);
         let base_devices: Vec<PathBuf> = rootfs::BASE_DEVICES.iter().map(PathBuf::from).collect();
-        let root = rootfs::build(&mnt.join("root"), &cfg.ro_paths, &base_devices, &passwd, &group)?;
+        let root = rootfs::build(
+            &mnt.join("root"),
+            &cfg.ro_paths,
+            shared.as_ref().map(|_| shared_mnt.as_path()),
+            &base_devices,
+            &passwd,
+            &group,
+        )?;
         let slot_ns = Self::slot_namespaces(&root.path, cfg.slots)?;
         let gpu_slot_ns = if cfg.gpu_devices.is_empty() {
             vec![]
         } else {
             let devices: Vec<PathBuf> = base_devices.iter().chain(&cfg.gpu_devices).cloned().collect();
-            let gpu = rootfs::build(&mnt.join("root-gpu"), &cfg.ro_paths, &devices, &passwd, &group)?;
+            let gpu = rootfs::build(
+                &mnt.join("root-gpu"),
+                &cfg.ro_paths,
+                shared.as_ref().map(|_| shared_mnt.as_path()),
+                &devices,
+                &passwd,
+                &group,
+            )?;
             Self::slot_namespaces(&gpu.path, cfg.slots)?
         };
         // The slot namespaces hold their own copies: the host keeps nothing.
@@ -149,6 +179,7 @@ impl Namespaces {
             features,
             staging,
             zygotes: Arc::new(zygote::Zygotes::new(cfg_slots)),
+            shared,
         };
         tracing::info!(mode = sandbox.cfg.mode.name(), features = %sandbox.features, "sandbox ready");
         Ok(sandbox)
@@ -194,6 +225,12 @@ impl Runner for Namespaces {
     /// rlimit-only fallback without cgroups.
     fn warm_starts(&self) -> bool {
         self.cgroups.is_some() && !self.spawners.is_empty()
+    }
+
+    fn shared_dir(&self) -> Option<PathBuf> {
+        use std::os::fd::AsRawFd;
+        let fd = self.shared.as_ref()?;
+        Some(PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())))
     }
 
     fn start_zygotes(&self, zygotes: Vec<Arc<crate::ZygoteConfig>>) {

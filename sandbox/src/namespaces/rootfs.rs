@@ -31,6 +31,7 @@ pub struct RootTemplate {
 pub fn build(
     dir: &Path,
     ro_paths: &[PathBuf],
+    shared: Option<&Path>,
     devices: &[PathBuf],
     passwd: &str,
     group: &str,
@@ -65,6 +66,13 @@ pub fn build(
             fs::write(&target, b"").map_err(e("creating a mount point"))?;
         }
         mounts::bind_ro(p, &target, libc::MS_NODEV).map_err(e(&format!("binding {}", p.display())))?;
+    }
+    // Bound at a fixed path, not its own: the work root may be under /tmp,
+    // which every run gets privately.
+    if let Some(host) = shared {
+        let target = dir.join(crate::SHARED_PATH.trim_start_matches('/'));
+        fs::create_dir_all(&target).map_err(e("mkdir"))?;
+        mounts::bind_ro(host, &target, libc::MS_NODEV).map_err(e("binding the shared dir"))?;
     }
     // Name the sandbox users so tools that look up the current user work.
     let etc = dir.join("etc");

@@ -85,6 +85,9 @@ impl Restricted {
             )),
             e => e.into(),
         })?;
+        if let Some(d) = &cfg.shared_dir {
+            crate::workroot::prepare_shared_dir(d).map_err(os("preparing the shared dir"))?;
+        }
         let runs_dir = cfg.work_root.join("runs");
         prepare_runs_dir(&runs_dir, slot_uids).map_err(|e| {
             unavailable(format!(
@@ -265,6 +268,16 @@ impl Runner for Restricted {
         false
     }
 
+    fn shared_dir(&self) -> Option<std::path::PathBuf> {
+        self.cfg.shared_dir.clone()
+    }
+
+    /// Only when each slot runs as its own uid: files the executor (root) exported are then
+    /// not the runs' to chmod.
+    fn shares_files_read_only(&self) -> bool {
+        self.slot_uids
+    }
+
     fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
         let uid = self.run_uid(slot);
         Ok(WorkDir::directory(self.fresh_path("w"), uid, uid)?)
@@ -291,10 +304,11 @@ impl Drop for TmpDir {
     }
 }
 
-/// Rewrites `/work` and `/tmp` where they stand as whole path components at
-/// the start of a word (`/tmp`, `HOME=/tmp`, `a:/work/x`, `"/work"`), to the
-/// run's directories: in this mode the program sees their real paths.
-pub(crate) fn rewrite_paths(s: &str, work: &str, tmp: &str) -> String {
+/// Rewrites `/work`, `/tmp` and [`crate::SHARED_PATH`] where they stand as whole path
+/// components at the start of a word (`/tmp`, `HOME=/tmp`, `a:/work/x`, `"/work"`), to the
+/// run's directories and the shared dir (`shared`, none when empty): in this mode the
+/// program sees their real paths.
+pub(crate) fn rewrite_paths(s: &str, work: &str, tmp: &str, shared: &str) -> String {
     const BEFORE: &[u8] = b":=\"' ,";
     const AFTER: &[u8] = b"/:\"' ,";
     let b = s.as_bytes();
@@ -302,9 +316,13 @@ pub(crate) fn rewrite_paths(s: &str, work: &str, tmp: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         let starts_word = i == 0 || BEFORE.contains(&b[i - 1]);
-        let hit = [("/work", work), ("/tmp", tmp)].into_iter().find(|(from, _)| {
-            b[i..].starts_with(from.as_bytes()) && b.get(i + from.len()).is_none_or(|c| AFTER.contains(c))
-        });
+        let hit = [("/work", work), ("/tmp", tmp), (crate::SHARED_PATH, shared)]
+            .into_iter()
+            .find(|(from, to)| {
+                !to.is_empty()
+                    && b[i..].starts_with(from.as_bytes())
+                    && b.get(i + from.len()).is_none_or(|c| AFTER.contains(c))
+            });
         match hit {
             Some((from, to)) if starts_word => {
                 out.push_str(to);
@@ -402,15 +420,22 @@ impl Restricted {
             std::os::unix::fs::chown(&tmp.0, Some(uid), Some(uid)).map_err(os("handing the tmp dir to the run"))?;
         }
         let (w, t) = (work_path.to_string_lossy(), tmp.0.to_string_lossy());
+        let shared = self
+            .cfg
+            .shared_dir
+            .as_deref()
+            .map(|d| d.to_string_lossy())
+            .unwrap_or_default();
+        let rewrite_paths = |s: &str| rewrite_paths(s, &w, &t, &shared);
         let argv0 = spec
             .argv
             .first()
             .ok_or_else(|| SandboxError::Other("empty command".into()))?;
-        let exe = resolve_exe(&rewrite_paths(argv0, &w, &t));
+        let exe = resolve_exe(&rewrite_paths(argv0));
         let rules = landlock::ruleset(
             self.landlock_abi,
             &landlock::Paths {
-                read_exec: self.cfg.ro_paths.clone(),
+                read_exec: self.cfg.ro_paths.iter().chain(&self.cfg.shared_dir).cloned().collect(),
                 read_write: vec![work_path.clone(), tmp.0.clone()],
             },
         )
@@ -427,10 +452,10 @@ impl Restricted {
 
         use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new(&exe);
-        cmd.arg0(rewrite_paths(argv0, &w, &t))
-            .args(spec.argv.iter().skip(1).map(|a| rewrite_paths(a, &w, &t)))
+        cmd.arg0(rewrite_paths(argv0))
+            .args(spec.argv.iter().skip(1).map(|a| rewrite_paths(a)))
             .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, rewrite_paths(v, &w, &t))))
+            .envs(spec.env.iter().map(|(k, v)| (k, rewrite_paths(v))))
             .current_dir(&work_path)
             .stdin(std::process::Stdio::from(stdin))
             .stdout(std::process::Stdio::from(out_w))
@@ -548,13 +573,26 @@ mod tests {
 
     #[test]
     fn paths_are_rewritten_only_as_whole_leading_components() {
-        let r = |s| rewrite_paths(s, "/r/w1", "/r/t1");
+        let r = |s| rewrite_paths(s, "/r/w1", "/r/t1", "/r/shared");
         assert_eq!(r("/tmp"), "/r/t1");
         assert_eq!(r("/work/.gocache"), "/r/w1/.gocache");
         assert_eq!(r("/tmp/go:/usr/share/gocode"), "/r/t1/go:/usr/share/gocode");
         assert_eq!(
             r("{\"rootDir\": \"/work\", \"cacheDirectory\": \"/tmp/jest\"}"),
             "{\"rootDir\": \"/r/w1\", \"cacheDirectory\": \"/r/t1/jest\"}"
+        );
+        assert_eq!(
+            r("-include/sandpool/shared/cpp/p.h"),
+            "-include/sandpool/shared/cpp/p.h"
+        );
+        assert_eq!(
+            r("-XX:SharedArchiveFile=/sandpool/shared/java/a.jsa"),
+            "-XX:SharedArchiveFile=/r/shared/java/a.jsa"
+        );
+        assert_eq!(r("/sandpool/sharedx"), "/sandpool/sharedx");
+        assert_eq!(
+            rewrite_paths("/sandpool/shared/a", "/w", "/t", ""),
+            "/sandpool/shared/a"
         );
         assert_eq!(r("/usr/tmp"), "/usr/tmp");
         assert_eq!(r("/workers"), "/workers");
