@@ -42,6 +42,10 @@ impl Confinement {
         if raw::getppid() != self.parent {
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
+        // A session of its own, whose group (numbered as the leader) is the run's: no terminal,
+        // and the scheduler's autogroups (on hosts that use them) weigh each run as namespaces
+        // mode's, instead of every run sharing the executor's session.
+        check(raw::setsid())?;
         for (resource, limit) in &self.rlimits {
             check(raw::setrlimit(*resource, limit))?;
         }
