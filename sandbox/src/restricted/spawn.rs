@@ -2,7 +2,7 @@
 //! child between fork and exec, exec.
 //!
 //! Everything the child does after fork is a plain system call on data
-//! prepared before the fork (async-signal-safe): the death signal, rlimits,
+//! prepared before the fork (async-signal-safe): the death signal, a session of its own, rlimits,
 //! `oom_score_adj` 1000,
 //! close-on-exec for stray descriptors, `no_new_privs`, the Landlock domain,
 //! the seccomp filters, in that order (the filters last, so they never
