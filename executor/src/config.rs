@@ -445,6 +445,9 @@ impl ExecutorArgs {
         if !self.enable_languages.is_empty() {
             table.retain(&self.enable_languages);
         }
+        if self.isolation == IsolationMode::Restricted {
+            table.use_restricted_commands();
+        }
         let mut sandbox_config = self.sandbox_config();
         for (lang, dir) in table.expose_own_import_dirs(&mut sandbox_config.ro_paths) {
             tracing::info!(language = %lang, dir = %dir.display(), "import_dirs entry not found; skipped");

@@ -59,6 +59,9 @@ pub struct Language {
     /// top-level class has another name is written to, compiled and run as that class.
     #[serde(default)]
     pub public_class: Option<String>,
+    /// Commands used instead of `compile` and `run` by a `restricted`-mode executor.
+    #[serde(default)]
+    pub restricted: Option<ModeCommands>,
     /// Artifacts built once that this language's runs share read-only (precompiled headers):
     /// see [`SharedData`] and docs/warm-starts.md.
     #[serde(default)]
@@ -101,6 +104,16 @@ pub struct SharedData {
     /// Set in the environment of every phase (over the entry's `env`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+}
+
+/// A language's commands for one isolation mode: `restricted = { run = [...] }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModeCommands {
+    #[serde(default)]
+    pub compile: Option<Vec<String>>,
+    #[serde(default)]
+    pub run: Option<Vec<String>>,
 }
 
 /// A language's warm-start entry: `warm = { preload = ["math", ...], heavy = ["numpy"] }`.
@@ -484,6 +497,20 @@ impl LanguageTable {
                     "compile must not be empty when present".into(),
                 ));
             }
+            if let Some(r) = &lang.restricted {
+                if r.run.as_ref().is_some_and(|c| c.is_empty()) || r.compile.as_ref().is_some_and(|c| c.is_empty()) {
+                    return Err(TableError::Invalid(
+                        name,
+                        "restricted.run and restricted.compile must not be empty when present".into(),
+                    ));
+                }
+                if r.compile.is_some() && lang.compile.is_none() {
+                    return Err(TableError::Invalid(
+                        name,
+                        "restricted.compile needs compile (an interpreted language has no compile phase)".into(),
+                    ));
+                }
+            }
             if lang.warm.is_some() {
                 if lang.compile.is_some() || lang.gpu {
                     return Err(TableError::Invalid(
@@ -552,6 +579,20 @@ impl LanguageTable {
             Some(p) => {
                 let text = std::fs::read_to_string(p).map_err(|e| TableError::Read(p.display().to_string(), e))?;
                 Self::parse(&text)
+            }
+        }
+    }
+
+    /// Puts each language's `restricted` commands in place of `compile` and `run`: what a
+    /// `restricted`-mode executor runs (e.g. a JVM told the memory limit it cannot read from a cgroup).
+    pub fn use_restricted_commands(&mut self) {
+        for lang in self.langs.values_mut() {
+            let Some(r) = lang.restricted.take() else { continue };
+            if let Some(c) = r.compile {
+                lang.compile = Some(c);
+            }
+            if let Some(c) = r.run {
+                lang.run = c;
             }
         }
     }
@@ -656,6 +697,31 @@ pub fn version_line(stdout: &[u8], stderr: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn restricted_commands_replace_compile_and_run_only_when_asked() {
+        let text = r#"
+[j]
+source = "Main.java"
+compile = ["javac", "Main.java"]
+run = ["java", "Main"]
+version = ["java", "-version"]
+restricted = { run = ["java", "-Xss8m", "Main"] }
+"#;
+        let mut t = LanguageTable::parse(text).unwrap();
+        assert_eq!(t.get("j").unwrap().run, ["java", "Main"]);
+        t.use_restricted_commands();
+        let j = t.get("j").unwrap();
+        assert_eq!(j.run, ["java", "-Xss8m", "Main"]);
+        assert_eq!(
+            j.compile.as_deref(),
+            Some(&["javac".to_string(), "Main.java".to_string()][..])
+        );
+        let empty = text.replace(r#"run = ["java", "-Xss8m", "Main"]"#, "run = []");
+        assert!(LanguageTable::parse(&empty).is_err());
+        let interpreted = "[p]\nsource = \"m.py\"\nrun = [\"python3\", \"m.py\"]\nversion = [\"python3\"]\nrestricted = { compile = [\"x\"] }\n";
+        assert!(LanguageTable::parse(interpreted).is_err());
+    }
 
     #[test]
     fn builtin_table_parses_with_required_languages() {

@@ -338,6 +338,10 @@ pub(crate) fn rewrite_paths(s: &str, work: &str, tmp: &str, shared: &str) -> Str
     out
 }
 
+/// Replaced in a run's arguments by its memory limit in MiB: a runtime that sizes itself
+/// from the machine's RAM (the JVM) can be told the limit, which no cgroup shows it here.
+pub(crate) const MEMORY_LIMIT_MIB: &str = "{memory_limit_mib}";
+
 /// A started run: killed, swept and reaped even if the run future is dropped.
 struct Tree {
     leader: i32,
@@ -452,15 +456,20 @@ impl Restricted {
 
         use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new(&exe);
+        let memory_mib = (spec.limits.memory >> 20).to_string();
         cmd.arg0(rewrite_paths(argv0))
-            .args(spec.argv.iter().skip(1).map(|a| rewrite_paths(a)))
+            .args(
+                spec.argv
+                    .iter()
+                    .skip(1)
+                    .map(|a| rewrite_paths(a).replace(MEMORY_LIMIT_MIB, &memory_mib)),
+            )
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, rewrite_paths(v))))
             .current_dir(&work_path)
             .stdin(std::process::Stdio::from(stdin))
             .stdout(std::process::Stdio::from(out_w))
-            .stderr(std::process::Stdio::from(err_w))
-            .process_group(0);
+            .stderr(std::process::Stdio::from(err_w));
         if self.slot_uids {
             cmd.uid(uid).gid(uid);
         }

@@ -2,7 +2,7 @@
 //! child between fork and exec, exec.
 //!
 //! Everything the child does after fork is a plain system call on data
-//! prepared before the fork (async-signal-safe): the death signal, rlimits,
+//! prepared before the fork (async-signal-safe): the death signal, a session of its own, rlimits,
 //! `oom_score_adj` 1000,
 //! close-on-exec for stray descriptors, `no_new_privs`, the Landlock domain,
 //! the seccomp filters, in that order (the filters last, so they never
@@ -42,6 +42,10 @@ impl Confinement {
         if raw::getppid() != self.parent {
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
+        // A session of its own, whose group (numbered as the leader) is the run's: no terminal,
+        // and the scheduler's autogroups (on hosts that use them) weigh each run as namespaces
+        // mode's, instead of every run sharing the executor's session.
+        check(raw::setsid())?;
         for (resource, limit) in &self.rlimits {
             check(raw::setrlimit(*resource, limit))?;
         }
