@@ -501,10 +501,10 @@ impl Engine {
             .collect();
         let warm = self.warm_for(lang, req.cold_start, &texts);
         let shared = self.shared_for(slot, lang, req.cold_start).await;
-        let compile_argv = match (&shared, &lang.compile) {
-            (Some(s), Some(c)) => s.compile_argv(c, req.code.as_bytes()),
-            _ => None,
-        };
+        let compile = lang
+            .compile
+            .as_ref()
+            .map(|c| crate::shared::compile_command(shared.as_deref(), lang, c, Some(req.code.as_bytes())));
         // Up to the work dir's size in writes: off the runtime.
         let (source, code, files) = (lang.source.clone(), req.code, req.files);
         let written = blocking(move || {
@@ -524,21 +524,17 @@ impl Engine {
             Ok(Err(e)) | Err(ExecError::Internal(e)) => return fail(resp, scrub_host_paths(&e)),
             Err(e) => return fail(resp, e.to_string()),
         };
-        let env = match &shared {
-            Some(s) => s.env(lang.run_env()),
-            None => lang.run_env(),
-        };
-        if let Some(compile) = &lang.compile {
+        if let Some(compile) = compile {
             let spec = RunSpec {
-                argv: compile_argv.clone().unwrap_or_else(|| compile.clone()),
-                env: env.clone(),
+                argv: compile.argv,
+                env: compile.env,
                 stdin: vec![],
                 limits: compile_limits,
                 gpu: lang.gpu,
                 warm: None,
             };
             let mut c = self.run_phase(slot, &work, &spec, Phase::Compile).await;
-            c.result.warm |= compile_argv.is_some() || shared.as_ref().is_some_and(|s| s.changes_run());
+            c.result.warm |= compile.warm;
             resp.compile = Some(c.result);
             match c.verdict {
                 pb::Verdict::Ok => {}
@@ -549,19 +545,19 @@ impl Engine {
                 }
             }
         }
-        let run_argv = shared.as_ref().and_then(|s| s.run_argv(&lang.run));
-        let mut argv = run_argv.clone().unwrap_or_else(|| lang.run.clone());
+        let run = crate::shared::run_command(shared.as_deref(), lang);
+        let mut argv = run.argv;
         argv.extend(req.args.iter().cloned());
         let spec = RunSpec {
             argv,
-            env,
+            env: run.env,
             stdin: req.stdin,
             limits: run_limits,
             gpu: lang.gpu,
             warm,
         };
         let mut r = self.run_phase(slot, &work, &spec, Phase::Run).await;
-        r.result.warm |= shared.as_ref().is_some_and(|s| s.changes_run());
+        r.result.warm |= run.warm;
         resp.run = Some(r.result);
         resp.verdict = r.verdict as i32;
         if let Some(e) = r.error {

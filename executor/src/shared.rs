@@ -55,19 +55,19 @@ impl Ready {
     }
 
     /// `env` with the artifacts' variables set (replacing any of the same name).
-    pub fn env(&self, mut env: Vec<(String, String)>) -> Vec<(String, String)> {
+    fn env(&self, mut env: Vec<(String, String)>) -> Vec<(String, String)> {
         env.retain(|(k, _)| !self.env.iter().any(|(s, _)| s == k));
         env.extend(self.env.iter().cloned());
         env
     }
 
     /// Whether a phase with this language's commands changes at all with the artifacts.
-    pub fn changes_run(&self) -> bool {
+    fn changes_run(&self) -> bool {
         !self.run_args.is_empty() || !self.env.is_empty()
     }
 
     /// The compile argv for a source that reads `source`; None when nothing changes.
-    pub fn compile_argv(&self, argv: &[String], source: &[u8]) -> Option<Vec<String>> {
+    fn compile_argv(&self, argv: &[String], source: &[u8]) -> Option<Vec<String>> {
         let mut extra = self.compile_args.clone();
         if let Some((text, args)) = &self.prelude
             && source.starts_with(text.as_bytes())
@@ -78,8 +78,53 @@ impl Ready {
     }
 
     /// The run argv; None when nothing changes.
-    pub fn run_argv(&self, argv: &[String]) -> Option<Vec<String>> {
+    fn run_argv(&self, argv: &[String]) -> Option<Vec<String>> {
         with_args(argv, self.run_args.clone())
+    }
+}
+
+/// A phase's argv and environment, with a language's shared artifacts or as the table has them.
+#[derive(Debug)]
+pub struct Command {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Whether the artifacts changed the phase (reported as `PhaseResult.warm`).
+    pub warm: bool,
+}
+
+/// The compile `argv` of `lang` for a program whose source is `source`, with `shared`.
+pub fn compile_command(shared: Option<&Ready>, lang: &Language, argv: &[String], source: Option<&[u8]>) -> Command {
+    let env = phase_env(shared, lang);
+    let Some(s) = shared else {
+        return Command {
+            argv: argv.to_vec(),
+            env,
+            warm: false,
+        };
+    };
+    let warm_argv = source.and_then(|src| s.compile_argv(argv, src));
+    Command {
+        warm: warm_argv.is_some() || s.changes_run(),
+        argv: warm_argv.unwrap_or_else(|| argv.to_vec()),
+        env,
+    }
+}
+
+/// The run command of `lang` (before a request's arguments), with `shared`.
+pub fn run_command(shared: Option<&Ready>, lang: &Language) -> Command {
+    Command {
+        argv: shared
+            .and_then(|s| s.run_argv(&lang.run))
+            .unwrap_or_else(|| lang.run.clone()),
+        env: phase_env(shared, lang),
+        warm: shared.is_some_and(Ready::changes_run),
+    }
+}
+
+fn phase_env(shared: Option<&Ready>, lang: &Language) -> Vec<(String, String)> {
+    match shared {
+        Some(s) => s.env(lang.run_env()),
+        None => lang.run_env(),
     }
 }
 

@@ -52,14 +52,7 @@ pub async fn compile(
     };
     let shared = engine.shared_for(slot, lang, cold_start).await;
     let source = files.iter().find(|f| f.0 == lang.source).map(|f| f.1.as_slice());
-    let warm_argv = shared
-        .as_ref()
-        .zip(source)
-        .and_then(|(s, src)| s.compile_argv(table_argv, src));
-    let env = match &shared {
-        Some(s) => s.env(lang.run_env()),
-        None => lang.run_env(),
-    };
+    let command = crate::shared::compile_command(shared.as_deref(), lang, table_argv, source);
     let work = match engine.sandbox().work_dir(slot.index()) {
         Ok(w) => w,
         Err(e) => return Compiled::SandboxError(scrub_host_paths(&e.to_string()), None),
@@ -78,8 +71,8 @@ pub async fn compile(
         Err(e) => return Compiled::SandboxError(e.to_string(), None),
     };
     let spec = RunSpec {
-        argv: warm_argv.clone().unwrap_or_else(|| table_argv.clone()),
-        env,
+        argv: command.argv,
+        env: command.env,
         stdin: vec![],
         limits,
         gpu: lang.gpu,
@@ -90,7 +83,7 @@ pub async fn compile(
         verdict,
         error,
     } = engine.run_phase(slot, &work, &spec, Phase::Compile).await;
-    result.warm |= warm_argv.is_some() || shared.is_some_and(|s| s.changes_run());
+    result.warm |= command.warm;
     match verdict {
         pb::Verdict::Ok => Compiled::Ok(Build::Compiled(Arc::new(work)), Some(result)),
         pb::Verdict::SandboxError => Compiled::SandboxError(error.unwrap_or_default(), Some(result)),

@@ -499,16 +499,10 @@ impl Judge {
             Ok(w) => w,
             Err(e) => return Ok(test_result(i, pb::Verdict::SandboxError, e)),
         };
-        let (argv, env) = match &runs.shared {
-            Some(s) => (
-                s.run_argv(&runs.lang.run).unwrap_or_else(|| runs.lang.run.clone()),
-                s.env(runs.lang.run_env()),
-            ),
-            None => (runs.lang.run.clone(), runs.lang.run_env()),
-        };
+        let command = crate::shared::run_command(runs.shared.as_deref(), runs.lang);
         let spec = RunSpec {
-            argv,
-            env,
+            argv: command.argv,
+            env: command.env,
             stdin: case.stdin.clone(),
             limits: runs.limits,
             gpu: runs.lang.gpu,
@@ -518,7 +512,7 @@ impl Judge {
         drop(work);
         drop(held);
         let mut run = phased.result;
-        run.warm |= runs.shared.as_ref().is_some_and(|s| s.changes_run());
+        run.warm |= command.warm;
         let mut t = match phased.verdict {
             pb::Verdict::Ok => {
                 let d = self.judge_output(runs, case, &run).await?;

@@ -95,12 +95,13 @@ impl Namespaces {
                 Some(OwnedFd::from(fd))
             }
         };
+        let shared_src = shared.as_ref().map(|_| shared_mnt.as_path());
         let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots);
         let base_devices: Vec<PathBuf> = rootfs::BASE_DEVICES.iter().map(PathBuf::from).collect();
         let root = rootfs::build(
             &mnt.join("root"),
             &cfg.ro_paths,
-            shared.as_ref().map(|_| shared_mnt.as_path()),
+            shared_src,
             &base_devices,
             &passwd,
             &group,
@@ -113,7 +114,7 @@ impl Namespaces {
             let gpu = rootfs::build(
                 &mnt.join("root-gpu"),
                 &cfg.ro_paths,
-                shared.as_ref().map(|_| shared_mnt.as_path()),
+                shared_src,
                 &devices,
                 &passwd,
                 &group,
