@@ -141,8 +141,7 @@ fn main() -> Result<(), Error> {
     let a = args()?;
     let chosen: Vec<_> = LANGS.iter().filter(|l| a.langs.iter().any(|x| x == l.0)).collect();
     let enabled = chosen.iter().map(|l| l.1).collect::<Vec<_>>().join(",");
-    let mut sargs = common::python_executor("humaneval-x", ["--slots".to_string(), "2".into()]);
-    sargs.executor.enable_languages = enabled.split(',').map(str::to_owned).collect();
+    let sargs = common::executor("humaneval-x", &enabled, ["--slots".to_string(), "2".into()]);
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let engine = Arc::new(sargs.executor.build_engine().await?);

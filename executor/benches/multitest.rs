@@ -516,19 +516,12 @@ fn main() -> Result<(), Error> {
     }
     let o = opts()?;
     let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
-    let work_root = std::env::temp_dir().join(format!("sandpool-bench-multitest-{}", std::process::id()));
     let languages: Vec<&str> = o.langs.iter().map(|l| l.name()).collect();
-    let args = <sandpool_executor::config::ServerArgs as clap::Parser>::parse_from([
-        "sandpool-executor".to_string(),
-        "--work-root".into(),
-        work_root.display().to_string(),
-        "--uid-base".into(),
-        (64000 + (std::process::id() % 50) * 20).to_string(),
-        "--enable-languages".into(),
-        languages.join(","),
-        "--isolation".into(),
-        o.isolation.clone(),
-    ]);
+    let args = common::executor(
+        "multitest",
+        &languages.join(","),
+        ["--isolation".to_string(), o.isolation.clone()],
+    );
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let engine = Arc::new(args.executor.build_engine().await?);

@@ -65,6 +65,12 @@ pub fn humaneval() -> Result<Vec<Problem>, Error> {
 /// Arguments of an in-process executor offering python, with a work root and uid range of
 /// this process's own; `extra` goes after them.
 pub fn python_executor(name: &str, extra: impl IntoIterator<Item = String>) -> ServerArgs {
+    executor(name, "python", extra)
+}
+
+/// Arguments of an in-process executor offering `languages` (comma-separated), with a work
+/// root and uid range of this process's own; `extra` goes after them.
+pub fn executor(name: &str, languages: &str, extra: impl IntoIterator<Item = String>) -> ServerArgs {
     let work_root = std::env::temp_dir().join(format!("sandpool-bench-{name}-{}", std::process::id()));
     ServerArgs::parse_from(
         [
@@ -74,7 +80,7 @@ pub fn python_executor(name: &str, extra: impl IntoIterator<Item = String>) -> S
             "--uid-base".into(),
             (64000 + (std::process::id() % 50) * 20).to_string(),
             "--enable-languages".into(),
-            "python".into(),
+            languages.into(),
         ]
         .into_iter()
         .chain(extra),
