@@ -349,130 +349,36 @@ fn dir_bytes(dir: &std::path::Path, depth: usize) -> u64 {
         .sum()
 }
 
-/// Deepest directory nesting [`WorkDir::copy_from`] follows.
+/// Deepest directory nesting [`WorkDir::copy_from`] and [`WorkDir::export_to`] follow.
 const COPY_MAX_DEPTH: usize = 32;
 
-impl WorkDir {
-    /// Copies the regular files and directories of `src` into this work dir, owned by this run's uid.
-    ///
-    /// Walks `src` through descriptors with no-follow opens: symlinks, FIFOs,
-    /// sockets and devices a program planted there are skipped, never followed.
-    pub fn copy_from(&self, src: &WorkDir) -> Result<(), WorkDirError> {
-        let root = openat2(src.mount.as_fd(), ".", libc::O_DIRECTORY | libc::O_RDONLY, 0).map_err(|source| {
-            WorkDirError::Io {
-                path: ".".into(),
-                what: "opening the source dir",
-                source,
-            }
-        })?;
-        self.copy_dir(root, "", 0)
-    }
-
-    fn copy_dir(&self, dir: OwnedFd, prefix: &str, depth: usize) -> Result<(), WorkDirError> {
-        let io = |path: &str, what| {
-            let path = path.to_owned();
-            move |source| WorkDirError::Io { path, what, source }
-        };
-        if depth > COPY_MAX_DEPTH {
-            return Err(WorkDirError::Io {
-                path: prefix.to_owned(),
-                what: "copying",
-                source: std::io::Error::other("directories nested too deeply"),
-            });
-        }
-        let mut listing = nix::dir::Dir::from_fd(dir).map_err(|e| io(prefix, "listing")(e.into()))?;
-        let mut entries = Vec::new();
-        for entry in listing.iter() {
-            let entry = entry.map_err(|e| io(prefix, "listing")(e.into()))?;
-            let Ok(name) = entry.file_name().to_str() else {
-                continue;
-            };
-            if name != "." && name != ".." {
-                entries.push(name.to_owned());
-            }
-        }
-        for name in entries {
-            let rel = if prefix.is_empty() {
-                name.clone()
-            } else {
-                format!("{prefix}/{name}")
-            };
-            // O_PATH|O_NOFOLLOW opens the entry itself, whatever it is, so fstat tells what it is.
-            let Ok(probe) = openat2(listing.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0) else {
-                continue;
-            };
-            let meta = fs::File::from(probe).metadata().map_err(io(&rel, "inspecting"))?;
-            let ft = meta.file_type();
-            if ft.is_dir() {
-                let c = CString::new(rel.as_str()).map_err(|_| WorkDirError::InvalidPath(rel.clone()))?;
-                mount::mkdirat(self.mount.as_fd(), &c, 0o755).map_err(io(&rel, "creating a directory"))?;
-                let d = openat2(self.mount.as_fd(), &rel, libc::O_DIRECTORY | libc::O_RDONLY, 0)
-                    .map_err(io(&rel, "opening a directory"))?;
-                let _ = std::os::unix::fs::fchown(&d, Some(self.uid), Some(self.gid));
-                let sub = openat2(
-                    listing.as_fd(),
-                    &name,
-                    libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW,
-                    0,
-                )
-                .map_err(io(&rel, "opening a source directory"))?;
-                self.copy_dir(sub, &rel, depth + 1)?;
-            } else if ft.is_file() {
-                let f = openat2(
-                    listing.as_fd(),
-                    &name,
-                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-                    0,
-                )
-                .map_err(io(&rel, "opening a source file"))?;
-                let mut f = fs::File::from(f);
-                let mut content = Vec::with_capacity(meta.len() as usize);
-                f.read_to_end(&mut content).map_err(io(&rel, "reading"))?;
-                use std::os::unix::fs::PermissionsExt;
-                let executable = meta.permissions().mode() & 0o111 != 0;
-                self.write_file(&rel, &content, executable)?;
-            }
-        }
-        Ok(())
-    }
+/// What a no-follow walk of a work dir meets, by path relative to its root.
+enum Found<'a> {
+    /// A directory, met before its entries.
+    Dir(&'a str),
+    /// A regular file, opened (no-follow, non-blocking), and whether any execute bit is set.
+    File(&'a str, fs::File, bool),
 }
 
-impl WorkDir {
-    /// Copies the regular files and directories of this work dir to `dest`, a host directory
-    /// that must not exist yet, owned by the executor and readable by all (directories 0755,
-    /// files 0644, or 0755 when executable): artifacts a build left that every run will read.
-    ///
-    /// Walks through descriptors with no-follow opens, as [`WorkDir::copy_from`] does:
-    /// symlinks, FIFOs, sockets and devices the build left are skipped, never followed.
-    pub fn export_to(&self, dest: &std::path::Path) -> Result<(), WorkDirError> {
-        let root = openat2(self.mount.as_fd(), ".", libc::O_DIRECTORY | libc::O_RDONLY, 0).map_err(|source| {
-            WorkDirError::Io {
-                path: ".".into(),
-                what: "opening the work dir",
-                source,
-            }
-        })?;
-        export_dir(root, dest, "", 0)
-    }
-}
-
-fn export_dir(dir: OwnedFd, dest: &std::path::Path, prefix: &str, depth: usize) -> Result<(), WorkDirError> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+/// Walks `dir` through descriptors with no-follow opens, calling `visit` for every directory
+/// and regular file: symlinks, FIFOs, sockets and devices a program planted are skipped,
+/// never followed, and nesting deeper than [`COPY_MAX_DEPTH`] is an error.
+fn walk(
+    dir: OwnedFd,
+    prefix: &str,
+    depth: usize,
+    visit: &mut dyn FnMut(Found<'_>) -> Result<(), WorkDirError>,
+) -> Result<(), WorkDirError> {
+    use std::os::unix::fs::PermissionsExt;
     let io = |path: &str, what| {
         let path = path.to_owned();
         move |source| WorkDirError::Io { path, what, source }
     };
     if depth > COPY_MAX_DEPTH {
-        return Err(io(prefix, "exporting")(std::io::Error::other(
+        return Err(io(prefix, "copying")(std::io::Error::other(
             "directories nested too deeply",
         )));
     }
-    fs::DirBuilder::new()
-        .mode(0o755)
-        .create(dest)
-        .map_err(io(prefix, "creating an export directory"))?;
-    // The umask may have taken bits away; every run's uid must read it.
-    fs::set_permissions(dest, fs::Permissions::from_mode(0o755)).map_err(io(prefix, "chmod"))?;
     let mut listing = nix::dir::Dir::from_fd(dir).map_err(|e| io(prefix, "listing")(e.into()))?;
     let mut entries = Vec::new();
     for entry in listing.iter() {
@@ -490,12 +396,14 @@ fn export_dir(dir: OwnedFd, dest: &std::path::Path, prefix: &str, depth: usize) 
         } else {
             format!("{prefix}/{name}")
         };
+        // O_PATH|O_NOFOLLOW opens the entry itself, whatever it is, so fstat tells what it is.
         let Ok(probe) = openat2(listing.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0) else {
             continue;
         };
         let meta = fs::File::from(probe).metadata().map_err(io(&rel, "inspecting"))?;
         let ft = meta.file_type();
         if ft.is_dir() {
+            visit(Found::Dir(&rel))?;
             let sub = openat2(
                 listing.as_fd(),
                 &name,
@@ -503,7 +411,7 @@ fn export_dir(dir: OwnedFd, dest: &std::path::Path, prefix: &str, depth: usize) 
                 0,
             )
             .map_err(io(&rel, "opening a source directory"))?;
-            export_dir(sub, &dest.join(&name), &rel, depth + 1)?;
+            walk(sub, &rel, depth + 1, visit)?;
         } else if ft.is_file() {
             let f = openat2(
                 listing.as_fd(),
@@ -512,23 +420,102 @@ fn export_dir(dir: OwnedFd, dest: &std::path::Path, prefix: &str, depth: usize) 
                 0,
             )
             .map_err(io(&rel, "opening a source file"))?;
-            let mode = if meta.permissions().mode() & 0o111 != 0 {
-                0o755
-            } else {
-                0o644
-            };
-            let mut out = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(mode)
-                .open(dest.join(&name))
-                .map_err(io(&rel, "creating an exported file"))?;
-            std::io::copy(&mut fs::File::from(f), &mut out).map_err(io(&rel, "exporting"))?;
-            out.set_permissions(fs::Permissions::from_mode(mode))
-                .map_err(io(&rel, "chmod"))?;
+            visit(Found::File(
+                &rel,
+                fs::File::from(f),
+                meta.permissions().mode() & 0o111 != 0,
+            ))?;
         }
     }
     Ok(())
+}
+
+impl WorkDir {
+    /// The work dir's root, opened for [`walk`].
+    fn open_root(&self, what: &'static str) -> Result<OwnedFd, WorkDirError> {
+        openat2(self.mount.as_fd(), ".", libc::O_DIRECTORY | libc::O_RDONLY, 0).map_err(|source| WorkDirError::Io {
+            path: ".".into(),
+            what,
+            source,
+        })
+    }
+
+    /// Copies the regular files and directories of `src` into this work dir, owned by this run's uid.
+    ///
+    /// Walks `src` through descriptors with no-follow opens: symlinks, FIFOs,
+    /// sockets and devices a program planted there are skipped, never followed.
+    pub fn copy_from(&self, src: &WorkDir) -> Result<(), WorkDirError> {
+        walk(
+            src.open_root("opening the source dir")?,
+            "",
+            0,
+            &mut |found| match found {
+                Found::Dir(rel) => {
+                    let io = |what| {
+                        let path = rel.to_owned();
+                        move |source| WorkDirError::Io { path, what, source }
+                    };
+                    let c = CString::new(rel).map_err(|_| WorkDirError::InvalidPath(rel.to_owned()))?;
+                    mount::mkdirat(self.mount.as_fd(), &c, 0o755).map_err(io("creating a directory"))?;
+                    let d = openat2(self.mount.as_fd(), rel, libc::O_DIRECTORY | libc::O_RDONLY, 0)
+                        .map_err(io("opening a directory"))?;
+                    let _ = std::os::unix::fs::fchown(&d, Some(self.uid), Some(self.gid));
+                    Ok(())
+                }
+                Found::File(rel, mut f, executable) => {
+                    let mut content = Vec::new();
+                    f.read_to_end(&mut content).map_err(|source| WorkDirError::Io {
+                        path: rel.to_owned(),
+                        what: "reading",
+                        source,
+                    })?;
+                    self.write_file(rel, &content, executable)
+                }
+            },
+        )
+    }
+
+    /// Copies the regular files and directories of this work dir to `dest`, a host directory
+    /// that must not exist yet, owned by the executor and readable by all (directories 0755,
+    /// files 0644, or 0755 when executable): artifacts a build left that every run will read.
+    /// The walk is [`WorkDir::copy_from`]'s: nothing the build left is followed.
+    pub fn export_to(&self, dest: &std::path::Path) -> Result<(), WorkDirError> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        let io = |rel: &str, what| {
+            let path = rel.to_owned();
+            move |source| WorkDirError::Io { path, what, source }
+        };
+        let mkdir = |rel: &str| {
+            let dir = dest.join(rel);
+            fs::DirBuilder::new()
+                .mode(0o755)
+                .create(&dir)
+                .map_err(io(rel, "creating an export directory"))?;
+            // The umask may have taken bits away; every run's uid must read it.
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).map_err(io(rel, "chmod"))
+        };
+        mkdir("")?;
+        walk(
+            self.open_root("opening the work dir")?,
+            "",
+            0,
+            &mut |found| match found {
+                Found::Dir(rel) => mkdir(rel),
+                Found::File(rel, mut f, executable) => {
+                    let mode = if executable { 0o755 } else { 0o644 };
+                    let mut out = fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(mode)
+                        .open(dest.join(rel))
+                        .map_err(io(rel, "creating an exported file"))?;
+                    std::io::copy(&mut f, &mut out).map_err(io(rel, "exporting"))?;
+                    out.set_permissions(fs::Permissions::from_mode(mode))
+                        .map_err(io(rel, "chmod"))
+                }
+            },
+        )
+    }
 }
 
 #[cfg(test)]
