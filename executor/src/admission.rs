@@ -1,23 +1,36 @@
-//! Admission: a fixed set of run slots and a bounded wait queue.
+//! Admission: a fixed set of run slots, and per-tenant wait queues served by fair share.
 //!
-//! A request takes a slot (its index picks the run's uid and cgroup) or waits
-//! in a queue of bounded length; a full queue is refused at once, and a wait
+//! A request takes a slot (its index picks the run's uid and cgroup) or waits in its
+//! tenant's queue at its priority. When a slot frees, the next waiter is chosen in two
+//! weighted steps (docs/tenants.md, "Fair share"): first the priority, by the weights
+//! interactive 16 : normal 4 : batch 1, then the tenant within it, by tenant weight; within
+//! one tenant and priority, first come first served. Both steps are stride scheduling: each
+//! class has a pass that grows by `STRIDE / weight` per grant, the lowest pass goes next, and
+//! a class that had nobody waiting starts at the current virtual time, so being idle banks no
+//! credit. A tenant at its `max_concurrency` is skipped until one of its runs ends.
+//!
+//! A tenant's full queue (`max_queue`, default `--queue`) refuses that tenant at once; a wait
 //! that outlives the caller's deadline gives up without running anything.
 //!
 //! Draining (on SIGTERM) refuses new requests and wakes every queued one with
-//! [`AdmissionError::Draining`] at once, so its client retries on another
-//! executor; what already runs finishes, including the later runs of a
-//! request admitted earlier ([`Admit::Continuing`], e.g. an Evaluate's tests).
+//! [`AdmissionError::Draining`] at once, so its client retries on another executor; what
+//! already runs finishes, including the later runs of a request admitted earlier
+//! ([`Admit::Continuing`], e.g. an Evaluate's tests), which also pass a full queue: their
+//! request was admitted.
 
+use crate::tenants::{Priority, Tenant};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::oneshot;
 
 /// Why a request was not admitted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AdmissionError {
-    #[error("all {slots} run slots are busy and the wait queue ({queue}) is full")]
-    QueueFull { slots: usize, queue: usize },
+    #[error(
+        "tenant {tenant:?} already has {queue} requests waiting for this executor's {slots} run slots (its max_queue); retry later or on another executor"
+    )]
+    QueueFull { tenant: String, slots: usize, queue: usize },
     #[error("deadline reached while waiting for a run slot")]
     Deadline,
     #[error("the executor is draining and accepts no new runs")]
@@ -33,14 +46,80 @@ pub enum Admit {
     Continuing,
 }
 
-/// The slots and the queue.
+/// Who asks for a slot, and how urgently: a request's tenant and priority, carried to every
+/// run of it.
+#[derive(Debug, Clone)]
+pub struct Ticket {
+    pub tenant: Arc<Tenant>,
+    pub priority: Priority,
+}
+
+impl Default for Ticket {
+    /// The anonymous tenant at normal priority (the CLI, probes, tests).
+    fn default() -> Self {
+        Ticket {
+            tenant: Tenant::anonymous(),
+            priority: Priority::Normal,
+        }
+    }
+}
+
+/// Fixed-point unit of the strides. 720720 is the least common multiple of 1..=16, so
+/// `STRIDE / weight` is exact for the priority weights and tenant weights up to 16 (larger
+/// ones round, off by under one grant in 2^32); u128 passes never overflow.
+const STRIDE: u128 = 720_720 << 32;
+
+/// One waiter: where its slot index is sent.
+#[derive(Debug)]
+struct Waiter {
+    tx: oneshot::Sender<usize>,
+}
+
+/// A tenant's queues and counts on this executor.
+#[derive(Debug, Default)]
+struct Account {
+    /// Per priority: waiters in arrival order (some may have given up; see `live`).
+    queues: [VecDeque<Waiter>; 3],
+    /// Per priority: waiters still waiting.
+    live: [usize; 3],
+    /// Per priority: the tenant's pass among the tenants at that priority.
+    pass: [u128; 3],
+    running: usize,
+    /// Its terms as last presented (a reloaded tenants file updates them).
+    weight: u128,
+    max_concurrency: usize,
+}
+
+impl Account {
+    fn queued(&self) -> usize {
+        self.live.iter().sum()
+    }
+}
+
+/// Everything the scheduler decides on, under one lock.
+#[derive(Debug)]
+struct State {
+    free: Vec<usize>,
+    accounts: HashMap<Arc<str>, Account>,
+    /// Per priority: its pass among the priorities.
+    level_pass: [u128; 3],
+    /// The pass of the last priority served (where a newly busy priority starts).
+    level_vtime: u128,
+    /// Per priority: the pass of the last tenant served at it.
+    tenant_vtime: [u128; 3],
+    /// Per priority: waiters still waiting.
+    level_live: [usize; 3],
+    queued: usize,
+    /// Slots handed out, in total (tests count grants with it).
+    grants: u64,
+}
+
+/// The slots and the queues.
 #[derive(Debug)]
 pub struct Admission {
     slots: usize,
     queue_capacity: usize,
-    sem: Arc<Semaphore>,
-    free: Mutex<Vec<usize>>,
-    waiting: AtomicUsize,
+    state: Mutex<State>,
     /// Requests (Execute calls, Evaluates) between their start and their response, whatever
     /// phase they are in: an Evaluate gives its slot back between its runs.
     requests: AtomicUsize,
@@ -58,12 +137,12 @@ impl Drop for InProgress {
     }
 }
 
-/// A held slot; released on drop.
+/// A held slot; released on drop (and handed to the next waiter).
 #[derive(Debug)]
 pub struct SlotGuard {
     index: usize,
+    tenant: Arc<str>,
     owner: Arc<Admission>,
-    _permit: OwnedSemaphorePermit,
 }
 
 impl SlotGuard {
@@ -75,45 +154,158 @@ impl SlotGuard {
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        if let Ok(mut free) = self.owner.free.lock() {
-            free.push(self.index);
+        let mut st = self.owner.lock();
+        st.release(self.index, &self.tenant);
+        st.dispatch();
+    }
+}
+
+/// A waiter's side while it waits; takes itself out of the counts (or gives back a slot
+/// handed to it meanwhile) if dropped before it got one.
+struct Pending<'a> {
+    owner: &'a Admission,
+    rx: oneshot::Receiver<usize>,
+    tenant: Arc<str>,
+    level: usize,
+    done: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // Under the lock: dispatch sends under it too, so the slot is either here or not sent.
+        let mut st = self.owner.lock();
+        self.rx.close();
+        match self.rx.try_recv() {
+            Ok(index) => {
+                st.release(index, &self.tenant);
+                st.dispatch();
+            }
+            Err(_) => {
+                if let Some(a) = st.accounts.get_mut(&self.tenant) {
+                    a.live[self.level] = a.live[self.level].saturating_sub(1);
+                }
+                st.level_live[self.level] = st.level_live[self.level].saturating_sub(1);
+                st.queued = st.queued.saturating_sub(1);
+                // Its tenant's other waiters may now be the ones to run.
+                st.dispatch();
+            }
         }
     }
 }
 
-struct Waiting<'a>(&'a AtomicUsize);
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+impl State {
+    fn release(&mut self, index: usize, tenant: &str) {
+        if let Some(a) = self.accounts.get_mut(tenant) {
+            a.running = a.running.saturating_sub(1);
+        }
+        self.free.push(index);
+    }
+
+    /// Hands free slots to waiters, in fair-share order, while both remain.
+    fn dispatch(&mut self) {
+        while !self.free.is_empty() && self.queued > 0 {
+            let Some((tenant, level)) = self.next() else { return };
+            let Some(a) = self.accounts.get_mut(&tenant) else {
+                return;
+            };
+            // The queue's front may hold waiters that gave up: they are not counted in `live`.
+            let Some(w) = std::iter::from_fn(|| a.queues[level].pop_front()).find(|w| !w.tx.is_closed()) else {
+                // Cannot happen (a waiter that gives up is uncounted under this lock); if it
+                // did, the counts follow the queue rather than loop.
+                let lost = std::mem::take(&mut a.live[level]);
+                self.level_live[level] -= lost;
+                self.queued -= lost;
+                continue;
+            };
+            let Some(index) = self.free.pop() else { return };
+            if let Err(index) = w.tx.send(index) {
+                // Its receiver closed after the check (not under our lock): not counted as live.
+                self.free.push(index);
+                continue;
+            }
+            a.live[level] -= 1;
+            a.running += 1;
+            let (stride, pass) = (STRIDE / a.weight.max(1), a.pass[level]);
+            a.pass[level] += stride;
+            self.tenant_vtime[level] = pass;
+            self.level_live[level] -= 1;
+            self.queued -= 1;
+            let priority = Priority::ALL[level];
+            self.level_vtime = self.level_pass[level];
+            self.level_pass[level] += STRIDE / u128::from(priority.weight());
+            self.grants += 1;
+        }
+    }
+
+    /// The tenant and priority to serve next: the priority with the lowest pass among those
+    /// with a waiter whose tenant may run more, then the tenant with the lowest pass in it.
+    fn next(&self) -> Option<(Arc<str>, usize)> {
+        let mut best: Option<(u128, u128, Arc<str>, usize)> = None;
+        for (name, a) in &self.accounts {
+            if a.running >= a.max_concurrency {
+                continue;
+            }
+            for level in 0..3 {
+                if a.live[level] == 0 {
+                    continue;
+                }
+                let key = (self.level_pass[level], a.pass[level]);
+                // Ties: the higher priority (lower level), then the name, so the order is stable.
+                let better = match &best {
+                    None => true,
+                    Some((lp, tp, n, l)) => (key.0, level, key.1, name) < (*lp, *l, *tp, n),
+                };
+                if better {
+                    best = Some((key.0, key.1, name.clone(), level));
+                }
+            }
+        }
+        best.map(|(_, _, name, level)| (name, level))
     }
 }
 
 impl Admission {
-    /// `slots` run slots and a queue of `queue_capacity` waiters.
+    /// `slots` run slots, and `queue_capacity` waiters per tenant unless its terms say.
     pub fn new(slots: usize, queue_capacity: usize) -> Arc<Self> {
         Arc::new(Admission {
             slots,
             queue_capacity,
-            sem: Arc::new(Semaphore::new(slots)),
-            free: Mutex::new((0..slots).rev().collect()),
-            waiting: AtomicUsize::new(0),
+            state: Mutex::new(State {
+                free: (0..slots).rev().collect(),
+                accounts: HashMap::new(),
+                level_pass: [0; 3],
+                level_vtime: 0,
+                tenant_vtime: [0; 3],
+                level_live: [0; 3],
+                queued: 0,
+                grants: 0,
+            }),
             requests: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             drained: tokio::sync::watch::Sender::new(false),
         })
     }
 
-    /// Takes a free slot for a new request, waiting in the queue until `deadline` if needed.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is consistent between statements that can panic: a poisoned lock is usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a new request of the anonymous tenant at normal priority (probes, tests).
     pub async fn acquire(
         self: &Arc<Self>,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<SlotGuard, AdmissionError> {
-        self.acquire_as(deadline, Admit::New).await
+        self.acquire_as(&Ticket::default(), deadline, Admit::New).await
     }
 
-    /// Takes a free slot, waiting in the queue until `deadline` if needed.
+    /// Takes a free slot for `ticket`, waiting in its tenant's queue until `deadline` if needed.
     pub async fn acquire_as(
         self: &Arc<Self>,
+        ticket: &Ticket,
         deadline: Option<tokio::time::Instant>,
         admit: Admit,
     ) -> Result<SlotGuard, AdmissionError> {
@@ -121,39 +313,65 @@ impl Admission {
         if new && self.is_draining() {
             return Err(AdmissionError::Draining);
         }
-        let permit = match self.sem.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.queue_capacity {
-                    self.waiting.fetch_sub(1, Ordering::SeqCst);
-                    return Err(AdmissionError::QueueFull {
-                        slots: self.slots,
-                        queue: self.queue_capacity,
-                    });
-                }
-                let _w = Waiting(&self.waiting);
-                let mut drained = self.drained.subscribe();
-                let sem = self.sem.clone();
-                let wait = async move {
-                    tokio::select! {
-                        p = sem.acquire_owned() => p.map_err(|_| AdmissionError::Draining),
-                        _ = drained.wait_for(|d| *d), if new => Err(AdmissionError::Draining),
-                    }
-                };
-                let got = match deadline {
-                    Some(d) => tokio::time::timeout_at(d, wait)
-                        .await
-                        .map_err(|_| AdmissionError::Deadline)?,
-                    None => wait.await,
-                };
-                got?
+        let tenant = &ticket.tenant;
+        let level = ticket.priority.index();
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut st = self.lock();
+            let cap = tenant.max_queue.unwrap_or(self.queue_capacity);
+            let st = &mut *st;
+            let a = st.accounts.entry(tenant.name.clone()).or_default();
+            a.weight = u128::from(tenant.weight.max(1));
+            a.max_concurrency = tenant.max_concurrency.unwrap_or(self.slots).clamp(1, self.slots.max(1));
+            // Refused only when it would have to wait: a free slot it may take is no queue.
+            // (Free slots and waiters that may run never coexist: dispatch would have paired them.)
+            let would_wait = st.free.is_empty() || a.running >= a.max_concurrency;
+            if new && would_wait && a.queued() >= cap {
+                return Err(AdmissionError::QueueFull {
+                    tenant: tenant.name.to_string(),
+                    slots: self.slots,
+                    queue: cap,
+                });
+            }
+            if a.live[level] == 0 {
+                // Idle until now: start at the current virtual times, with no credit banked.
+                a.pass[level] = a.pass[level].max(st.tenant_vtime[level]);
+            }
+            if st.level_live[level] == 0 {
+                st.level_pass[level] = st.level_pass[level].max(st.level_vtime);
+            }
+            a.queues[level].push_back(Waiter { tx });
+            a.live[level] += 1;
+            st.level_live[level] += 1;
+            st.queued += 1;
+            st.dispatch();
+        }
+        let mut pending = Pending {
+            owner: self,
+            rx,
+            tenant: tenant.name.clone(),
+            level,
+            done: false,
+        };
+        let mut drained = self.drained.subscribe();
+        let wait = async {
+            tokio::select! {
+                i = &mut pending.rx => i.map_err(|_| AdmissionError::Draining),
+                _ = drained.wait_for(|d| *d), if new => Err(AdmissionError::Draining),
             }
         };
-        let index = self.free.lock().ok().and_then(|mut f| f.pop()).unwrap_or(0);
+        let got = match deadline {
+            Some(d) => tokio::time::timeout_at(d, wait)
+                .await
+                .unwrap_or(Err(AdmissionError::Deadline)),
+            None => wait.await,
+        };
+        let index = got?;
+        pending.done = true;
         Ok(SlotGuard {
             index,
+            tenant: tenant.name.clone(),
             owner: self.clone(),
-            _permit: permit,
         })
     }
 
@@ -170,7 +388,7 @@ impl Admission {
 
     /// Slots in use now.
     pub fn busy(&self) -> usize {
-        self.slots - self.sem.available_permits()
+        self.slots - self.lock().free.len()
     }
 
     /// Counts a request as in progress until the guard is dropped: a drain waits for these,
@@ -187,7 +405,24 @@ impl Admission {
 
     /// Requests waiting now.
     pub fn queued(&self) -> usize {
-        self.waiting.load(Ordering::SeqCst)
+        self.lock().queued
+    }
+
+    /// Per tenant seen so far: (name, runs now, requests waiting now).
+    pub fn tenants(&self) -> Vec<(Arc<str>, usize, usize)> {
+        let st = self.lock();
+        let mut v: Vec<_> = st
+            .accounts
+            .iter()
+            .map(|(n, a)| (n.clone(), a.running, a.queued()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Slots handed out since start-up.
+    pub fn grants(&self) -> u64 {
+        self.lock().grants
     }
 
     /// Total slots.
@@ -195,60 +430,11 @@ impl Admission {
         self.slots
     }
 
-    /// Queue capacity.
+    /// The queue capacity of a tenant whose terms do not set one.
     pub fn queue_capacity(&self) -> usize {
         self.queue_capacity
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[tokio::test]
-    async fn full_queue_is_refused_and_deadline_gives_up() {
-        let a = Admission::new(1, 1);
-        let held = a.acquire(None).await.unwrap();
-        let a2 = a.clone();
-        let waiter = tokio::spawn(async move { a2.acquire(None).await.map(|g| g.index()) });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(a.queued(), 1);
-        assert_eq!(
-            a.acquire(None).await.unwrap_err(),
-            AdmissionError::QueueFull { slots: 1, queue: 1 }
-        );
-        drop(held);
-        assert_eq!(waiter.await.unwrap().unwrap(), 0);
-
-        let held = a.acquire(None).await.unwrap();
-        let d = tokio::time::Instant::now() + Duration::from_millis(30);
-        assert_eq!(a.acquire(Some(d)).await.unwrap_err(), AdmissionError::Deadline);
-        assert_eq!(a.queued(), 0);
-        drop(held);
-    }
-
-    #[tokio::test]
-    async fn drain_refuses_queued_new_requests_but_not_continuing_ones() {
-        let a = Admission::new(1, 4);
-        let held = a.acquire(None).await.unwrap();
-        let (a1, a2) = (a.clone(), a.clone());
-        let queued = tokio::spawn(async move { a1.acquire(None).await.map(|g| g.index()) });
-        let continuing = tokio::spawn(async move { a2.acquire_as(None, Admit::Continuing).await.map(|g| g.index()) });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        a.drain();
-        assert_eq!(queued.await.unwrap(), Err(AdmissionError::Draining));
-        assert_eq!(a.acquire(None).await.unwrap_err(), AdmissionError::Draining);
-        drop(held);
-        assert_eq!(continuing.await.unwrap(), Ok(0));
-    }
-
-    #[tokio::test]
-    async fn slots_get_distinct_indices() {
-        let a = Admission::new(3, 0);
-        let g: Vec<_> = futures::future::join_all((0..3).map(|_| a.acquire(None))).await;
-        let mut idx: Vec<usize> = g.iter().map(|g| g.as_ref().unwrap().index()).collect();
-        idx.sort();
-        assert_eq!(idx, vec![0, 1, 2]);
-    }
-}
+mod tests;

@@ -1,11 +1,13 @@
-//! Caller authentication: an optional shared bearer token.
+//! Caller authentication: bearer tokens, each a tenant's (see [`crate::tenants`]).
 //!
-//! When configured (`--auth-token-file`, or `SANDPOOL_AUTH_TOKEN`), every call
+//! With a tenants file (`--tenants-file`) or the single shared token
+//! (`--auth-token-file`, or `SANDPOOL_AUTH_TOKEN`: one tenant, `default`), every call
 //! of `sandpool.v1.Executor` must carry `authorization: Bearer <token>` and
 //! every HTTP API call the same header; others get UNAUTHENTICATED / 401 and
 //! nothing runs. gRPC health and reflection, `/v1/ping` and `/metrics` stay
 //! open: probes carry no token. Tokens are compared in constant time.
 
+use crate::tenants::{Directory, Tenants};
 use std::path::Path;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
@@ -30,7 +32,13 @@ pub enum AuthError {
     #[error("both --auth-token-file and SANDPOOL_AUTH_TOKEN are set; set one")]
     Both,
     #[error(
-        "--auth-token-file {0} is under {1}, which restricted-mode runs can read (they share the executor's uid): keep the token outside --ro-paths"
+        "--tenants-file and the single token (--auth-token-file, SANDPOOL_AUTH_TOKEN) are both set; set one (a tenants file can hold that token as one tenant)"
+    )]
+    TenantsAndToken,
+    #[error("--tenants-file {0}")]
+    Tenants(#[from] crate::tenants::TenantsError),
+    #[error(
+        "{0} is under {1}, which restricted-mode runs can read (they share the executor's uid): keep tokens outside --ro-paths"
     )]
     ReadableByRuns(String, String),
 }
@@ -79,26 +87,33 @@ impl Token {
     /// True when `header` (an `authorization` value) is `Bearer <this token>`.
     pub fn accepts(&self, header: Option<&[u8]>) -> bool {
         let Some(h) = header else { return false };
-        let Some(given) = strip_bearer(h) else { return false };
+        let Some(given) = crate::tenants::strip_bearer(h) else {
+            return false;
+        };
         bool::from(given.ct_eq(&self.0))
+    }
+
+    /// The single-token mode's tenant table: one tenant, `default`.
+    pub fn into_tenants(self) -> Arc<Tenants> {
+        Tenants::fixed(Directory::single(&self.0))
     }
 }
 
-fn strip_bearer(h: &[u8]) -> Option<&[u8]> {
-    let (scheme, rest) = h.split_at_checked(7)?;
-    scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
-}
-
-/// A gRPC interceptor for [`Token`]; `None` lets everything through.
+/// A gRPC interceptor: refuses calls without a tenant's token and hands the caller's
+/// tenant (an `Arc<Tenant>` extension) to the service. An open table lets everyone in as
+/// `anonymous`.
 pub fn interceptor(
-    token: Option<Token>,
+    tenants: Arc<Tenants>,
 ) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
-    move |req: tonic::Request<()>| match &token {
-        None => Ok(req),
-        Some(t) if t.accepts(req.metadata().get("authorization").map(|v| v.as_bytes())) => Ok(req),
-        Some(_) => Err(tonic::Status::unauthenticated(
-            "missing or wrong bearer token (metadata `authorization: Bearer <token>`)",
-        )),
+    move |mut req: tonic::Request<()>| {
+        let header = req.metadata().get("authorization").map(|v| v.as_bytes());
+        match tenants.authenticate(header) {
+            Ok(tenant) => {
+                req.extensions_mut().insert(tenant);
+                Ok(req)
+            }
+            Err(e) => Err(tonic::Status::unauthenticated(e.to_string())),
+        }
     }
 }
 

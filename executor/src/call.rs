@@ -3,10 +3,12 @@
 //! gRPC and HTTP adapters build one per call; the engine and the judge take it.
 
 use crate::budget::Charge;
+use crate::tenants::{Priority, Tenant};
+use std::sync::Arc;
 use tokio::time::Instant;
 
 /// One call's context.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Call {
     /// When the call must be answered by.
     pub deadline: Option<Instant>,
@@ -16,6 +18,23 @@ pub struct Call {
     /// The call's share of the byte budget; files read for its reply are charged here.
     /// None: not charged (the CLI's embedded executor, tests).
     pub charge: Option<Charge>,
+    /// The caller's tenant (docs/tenants.md); anonymous unless the transport found one.
+    pub tenant: Arc<Tenant>,
+    /// A priority the transport carries outside the request message (HTTP's
+    /// `X-Sandpool-Priority`); a priority in the message wins.
+    pub priority: Option<Priority>,
+}
+
+impl Default for Call {
+    fn default() -> Self {
+        Call {
+            deadline: None,
+            caller: Caller::default(),
+            charge: None,
+            tenant: Tenant::anonymous(),
+            priority: None,
+        }
+    }
 }
 
 /// A call from no one in particular, with only a deadline (the CLI, tests).
@@ -36,6 +55,18 @@ impl From<Option<Instant>> for Call {
 pub struct Caller(Vec<u8>);
 
 impl Caller {
+    /// The caller of a call by `tenant` that presented `authorization`: a tenant found by
+    /// its token is one caller, whichever of its tokens it used; without auth, callers are
+    /// told apart by what they send.
+    pub fn of(tenant: &Tenant, authorization: Option<&[u8]>) -> Self {
+        if tenant.authenticated {
+            // Not a header value (it has a NUL), so never equal to an unauthenticated caller.
+            Caller([b"tenant\0".as_slice(), tenant.name.as_bytes()].concat())
+        } else {
+            Caller::from_authorization(authorization)
+        }
+    }
+
     /// From an `authorization` header or metadata value, if there is one.
     pub fn from_authorization(value: Option<&[u8]>) -> Self {
         let Some(h) = value else {

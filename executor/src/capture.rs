@@ -9,6 +9,7 @@
 //! `capture.1.jsonl` (and so on) when the next line would pass its share of
 //! `--capture-max-bytes`; only `--capture-files` files are kept.
 
+use crate::admission::Ticket;
 use base64::Engine as _;
 use prost::Message;
 use sandpool_proto::v1 as pb;
@@ -113,7 +114,7 @@ impl Capture {
     }
 
     /// Records an Execute that ended with `verdict`, if chosen.
-    pub fn execute(&self, verdict: pb::Verdict, req: &pb::ExecuteRequest, resp: &pb::ExecuteResponse) {
+    pub fn execute(&self, verdict: pb::Verdict, req: &pb::ExecuteRequest, resp: &pb::ExecuteResponse, who: &Ticket) {
         if !self.wants(verdict) {
             return;
         }
@@ -131,6 +132,8 @@ impl Capture {
         self.send(serde_json::json!({
             "time_unix_ms": now_ms(),
             "kind": "execute",
+            "tenant": &*who.tenant.name,
+            "priority": who.priority.name(),
             "request_id": req.request_id,
             "language": req.language,
             "verdict": verdict.as_str_name(),
@@ -145,7 +148,7 @@ impl Capture {
     }
 
     /// Records an Evaluate whose overall verdict is chosen.
-    pub fn evaluate(&self, req: &pb::EvaluateRequest, resp: &pb::EvaluateResponse) {
+    pub fn evaluate(&self, req: &pb::EvaluateRequest, resp: &pb::EvaluateResponse, who: &Ticket) {
         let verdict = pb::Verdict::try_from(resp.verdict).unwrap_or_default();
         if !self.wants(verdict) {
             return;
@@ -153,6 +156,8 @@ impl Capture {
         self.send(serde_json::json!({
             "time_unix_ms": now_ms(),
             "kind": "evaluate",
+            "tenant": &*who.tenant.name,
+            "priority": who.priority.name(),
             "id": req.id,
             "language": req.language,
             "verdict": verdict.as_str_name(),

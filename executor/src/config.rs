@@ -202,6 +202,10 @@ pub struct ServerArgs {
     /// /v1/ping and /metrics stay open.
     #[arg(long, env = "SANDPOOL_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
+    /// A tenants file (TOML, docs/tenants.md): each tenant's token, weight and caps on this
+    /// executor. Re-read every 2 s while running. Not with --auth-token-file.
+    #[arg(long, env = "SANDPOOL_TENANTS_FILE")]
+    pub tenants_file: Option<PathBuf>,
     /// HTTP: a request's headers must arrive within this (also an idle connection's next request), ms.
     #[arg(long, env = "SANDPOOL_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub http_header_timeout_ms: u64,
@@ -250,16 +254,32 @@ impl ServerArgs {
         Duration::from_millis(self.drain_timeout_ms.unwrap_or(whole_request))
     }
 
-    /// The bearer token callers must present, if any.
-    pub fn token(&self) -> Result<Option<crate::auth::Token>, crate::auth::AuthError> {
-        if let (IsolationMode::Restricted, Some(file)) = (self.executor.isolation, &self.auth_token_file) {
-            let ro: Vec<PathBuf> = self.executor.ro_paths.iter().map(PathBuf::from).collect();
+    /// Who may call and on what terms: the tenants file's table, the single token's one
+    /// tenant, or open (no auth). Files runs could read are refused.
+    pub fn tenants(&self) -> Result<std::sync::Arc<crate::tenants::Tenants>, crate::auth::AuthError> {
+        let ro: Vec<PathBuf> = self.executor.ro_paths.iter().map(PathBuf::from).collect();
+        let restricted = self.executor.isolation == IsolationMode::Restricted;
+        if let Some(file) = &self.tenants_file {
+            if self.auth_token_file.is_some() || std::env::var("SANDPOOL_AUTH_TOKEN").is_ok_and(|v| !v.is_empty()) {
+                return Err(crate::auth::AuthError::TenantsAndToken);
+            }
+            let tenants = crate::tenants::Tenants::from_file(file)?;
+            if restricted {
+                crate::auth::check_out_of_reach(file, &ro)?;
+                for f in tenants.table().token_files() {
+                    crate::auth::check_out_of_reach(f, &ro)?;
+                }
+            }
+            return Ok(tenants);
+        }
+        if let (true, Some(file)) = (restricted, &self.auth_token_file) {
             crate::auth::check_out_of_reach(file, &ro)?;
         }
-        crate::auth::Token::load(
+        let token = crate::auth::Token::load(
             self.auth_token_file.as_deref(),
             std::env::var("SANDPOOL_AUTH_TOKEN").ok(),
-        )
+        )?;
+        Ok(token.map_or_else(crate::tenants::Tenants::open, crate::auth::Token::into_tenants))
     }
 
     /// The address sessions advertise (see `--advertise-address`).
@@ -272,13 +292,14 @@ impl ServerArgs {
     }
 
     /// The HTTP server's settings.
-    pub fn http_options(&self, token: Option<crate::auth::Token>) -> crate::http::HttpOptions {
+    pub fn http_options(&self) -> crate::http::HttpOptions {
         crate::http::HttpOptions {
             max_body_bytes: self.max_request_bytes,
             header_timeout: Duration::from_millis(self.http_header_timeout_ms.max(1)),
             body_timeout: Duration::from_millis(self.http_body_timeout_ms.max(1)),
             max_connections: self.http_max_connections.max(1),
-            token,
+            // The server's, filled in when it starts (crate::server::serve).
+            tenants: None,
             // The engine's, filled in when the server starts (crate::http::serve_on).
             budget: None,
         }

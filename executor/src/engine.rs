@@ -2,7 +2,7 @@
 //! execute requests. The gRPC service, the HTTP API, the judge and the
 //! embedded CLI all call it.
 
-use crate::admission::{Admission, Admit, SlotGuard};
+use crate::admission::{Admission, AdmissionError, Admit, SlotGuard, Ticket};
 use crate::budget::Charge;
 use crate::call::Call;
 use crate::error::{ExecError, scrub_host_paths};
@@ -10,6 +10,7 @@ use crate::languages::{Availability, Language, LanguageTable};
 use crate::limits::{LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
 use crate::task::{blocking, until};
+use crate::tenants::Priority;
 use crate::{fetch, probe, result_cache, validate, verdict};
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::{RunSpec, Runner, WorkDir};
@@ -334,20 +335,46 @@ impl Engine {
         }
     }
 
-    /// Waits for a run slot for a new request, recording the queue time; refused once draining.
-    pub async fn acquire(&self, deadline: Option<tokio::time::Instant>) -> Result<SlotGuard, ExecError> {
-        self.acquire_as(deadline, Admit::New).await
+    /// The ticket a request's runs wait with: its tenant, and the priority it asked for in
+    /// its message (`field`, zero: unset), else the transport's (HTTP header), else the
+    /// tenant's default. More than the tenant may have is PERMISSION_DENIED.
+    pub fn ticket(&self, call: &Call, asked: i32, field: &str) -> Result<Ticket, ExecError> {
+        let asked = Priority::from_proto(asked)
+            .map_err(|v| ExecError::invalid(field, format!("unknown priority {v}")))?
+            .or(call.priority);
+        let priority = call.tenant.priority(asked)?;
+        Ok(Ticket {
+            tenant: call.tenant.clone(),
+            priority,
+        })
     }
 
-    /// Waits for a run slot, recording the queue time.
+    /// Waits for a run slot for a new request, recording the queue time; refused once draining.
+    pub async fn acquire(
+        &self,
+        ticket: &Ticket,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<SlotGuard, ExecError> {
+        self.acquire_as(ticket, deadline, Admit::New).await
+    }
+
+    /// Waits for a run slot, recording the queue time (also per tenant and priority).
     pub async fn acquire_as(
         &self,
+        ticket: &Ticket,
         deadline: Option<tokio::time::Instant>,
         admit: Admit,
     ) -> Result<SlotGuard, ExecError> {
         let t = Instant::now();
-        let slot = self.admission.acquire_as(deadline, admit).await;
-        self.metrics.observe(Phase::Queue, t.elapsed().as_secs_f64());
+        let slot = self.admission.acquire_as(ticket, deadline, admit).await;
+        let waited = t.elapsed().as_secs_f64();
+        self.metrics.observe(Phase::Queue, waited);
+        match &slot {
+            Ok(_) => self
+                .metrics
+                .tenant_admitted(&ticket.tenant.name, ticket.priority.name(), waited),
+            Err(e) => self.metrics.tenant_refused(&ticket.tenant.name, refusal(e)),
+        }
         Ok(slot?)
     }
 
@@ -355,6 +382,9 @@ impl Engine {
     pub fn metrics_text(&self) -> String {
         self.metrics.busy_slots.set(self.admission.busy() as i64);
         self.metrics.queue_length.set(self.admission.queued() as i64);
+        for (tenant, running, queued) in self.admission.tenants() {
+            self.metrics.tenant_load(&tenant, running, queued);
+        }
         let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.metrics.inflight_bytes.set(gauge(self.budget.in_use()));
         self.metrics.inflight_bytes_limit.set(gauge(self.budget.total()));
@@ -405,11 +435,14 @@ impl Engine {
         req: pb::ExecuteRequest,
         call: impl Into<Call>,
     ) -> Result<pb::ExecuteResponse, ExecError> {
+        let call = call.into();
+        let ticket = self.ticket(&call, req.priority, "priority")?;
         let Call {
             deadline,
             caller,
             charge,
-        } = call.into();
+            ..
+        } = call;
         let _in_progress = self.admission.request();
         let (table_lang, version) = self.language(&req.language, "language")?;
         // Java: named after the code's public class.
@@ -451,7 +484,7 @@ impl Engine {
         };
         let captured = self.capture.as_ref().map(|_| req.clone());
 
-        let slot = self.acquire(deadline).await?;
+        let slot = self.acquire(&ticket, deadline).await?;
         let limits = (run_limits, compile_limits);
         let fut = self.execute_in_slot(&slot, lang, version, req, limits, charge);
         let res = match deadline {
@@ -469,7 +502,7 @@ impl Engine {
         let verdict = pb::Verdict::try_from(res.verdict).unwrap_or_default();
         self.metrics.run_finished(&lang.name, verdict.as_str_name());
         if let (Some(c), Some(req)) = (&self.capture, captured) {
-            c.execute(verdict, &req, &res);
+            c.execute(verdict, &req, &res, &ticket);
         }
         Ok(res)
     }
@@ -641,6 +674,17 @@ impl Engine {
             queue_capacity: self.admission.queue_capacity() as u32,
             executor: Some(self.info("")),
             gpu: self.sandbox.has_gpu(),
+            // The caller's, filled in by the gRPC service.
+            tenant: None,
         }
+    }
+}
+
+/// A refusal's reason, as the `reason` label of `sandpool_tenant_refused_total`.
+fn refusal(e: &AdmissionError) -> &'static str {
+    match e {
+        AdmissionError::QueueFull { .. } => "queue_full",
+        AdmissionError::Deadline => "deadline",
+        AdmissionError::Draining => "draining",
     }
 }

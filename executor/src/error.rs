@@ -14,6 +14,9 @@ pub enum ExecError {
     Unavailable(String, String),
     #[error(transparent)]
     Admission(#[from] AdmissionError),
+    /// The request asked for more than its tenant may have (PERMISSION_DENIED, HTTP 403).
+    #[error(transparent)]
+    Priority(#[from] crate::tenants::PriorityDenied),
     #[error("deadline exceeded while running")]
     DeadlineExceeded,
     /// The executor holds its byte budget's worth for other callers (see [`crate::budget`]).

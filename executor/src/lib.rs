@@ -5,7 +5,8 @@
 //! modules free of import circles):
 //!
 //! 1. Leaves, shared by everything below (they use nothing of the crate but each other):
-//!    - [`admission`]: run slots and the wait queue.
+//!    - [`tenants`]: who is calling (by token) and on what terms: weight, caps, priorities.
+//!    - [`admission`]: run slots and per-tenant wait queues served by fair share.
 //!    - [`error`]: the request error ([`error::ExecError`]) and host-path scrubbing.
 //!    - [`task`]: request work off the runtime ([`task::blocking`]) and within its deadline ([`task::until`]).
 //!    - [`languages`]: the language table (data, not code) and a run's environment.
@@ -59,6 +60,7 @@ pub mod service;
 pub mod session;
 pub mod shared;
 pub mod task;
+pub mod tenants;
 pub mod validate;
 pub mod verdict;
 pub mod watchdog;

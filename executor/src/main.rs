@@ -73,7 +73,7 @@ fn termination_message(msg: &str) {
 }
 
 async fn run(args: ServerArgs) -> anyhow::Result<()> {
-    let token = args.token()?;
+    let tenants = args.tenants()?;
     if args.executor.max_inflight_bytes < args.max_request_bytes as u64 {
         anyhow::bail!(
             "--max-inflight-bytes ({}) is below --max-request-bytes ({}): the largest request allowed could never be taken",
@@ -93,8 +93,8 @@ async fn run(args: ServerArgs) -> anyhow::Result<()> {
         metrics_listen: args.metrics_listen,
         max_request_bytes: args.max_request_bytes,
         drain_timeout: args.drain_timeout(),
-        http: args.http_options(token.clone()),
-        token,
+        http: args.http_options(),
+        tenants,
         grpc_max_connections: args.grpc_max_connections.max(1),
         grpc_silent_timeout: std::time::Duration::from_millis(args.grpc_silent_timeout_ms.max(1)),
         grpc_body_timeout: std::time::Duration::from_millis(args.grpc_body_timeout_ms.max(1)),

@@ -24,12 +24,45 @@ struct PhaseLabels {
     phase: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantPriorityLabels {
+    tenant: String,
+    priority: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantReasonLabels {
+    tenant: String,
+    reason: String,
+}
+
+/// Per-tenant metrics (docs/tenants.md). Tenant names come from the tenants file, so the
+/// label sets are bounded by it.
+#[derive(Debug)]
+struct TenantMetrics {
+    admitted: Family<TenantPriorityLabels, Counter>,
+    refused: Family<TenantReasonLabels, Counter>,
+    queue_wait: Family<TenantPriorityLabels, Histogram, fn() -> Histogram>,
+    running: Family<TenantLabels, Gauge>,
+    queued: Family<TenantLabels, Gauge>,
+    sessions: Family<TenantLabels, Gauge>,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
 /// The executor's metrics and their registry.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
     runs: Family<RunLabels, Counter>,
-    phases: Family<PhaseLabels, Histogram>,
+    phases: Family<PhaseLabels, Histogram, fn() -> Histogram>,
     pub busy_slots: Gauge,
     pub queue_length: Gauge,
     pub slots: Gauge,
@@ -43,6 +76,10 @@ pub struct Metrics {
     cache_evictions: Counter,
     cache_entries: Gauge,
     cache_bytes: Gauge,
+    tenants: TenantMetrics,
+    /// Tenants file changes swapped in, and refused (see `crate::tenants::Tenants::watch`).
+    pub tenants_reloads: Counter,
+    pub tenants_reload_errors: Counter,
 }
 
 /// A pipeline phase whose latency is recorded.
@@ -58,9 +95,7 @@ impl Metrics {
     pub fn new() -> Arc<Self> {
         let mut registry = Registry::with_prefix("sandpool");
         let runs = Family::<RunLabels, Counter>::default();
-        let phases = Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0005, 2.0, 18))
-        });
+        let phases = Family::<PhaseLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
         let (busy_slots, queue_length, slots) = (Gauge::default(), Gauge::default(), Gauge::default());
         registry.register("runs", "Executions by language and final verdict", runs.clone());
         registry.register(
@@ -115,8 +150,60 @@ impl Metrics {
             "Bytes the result cache holds (encoded responses and overhead)",
             cache_bytes.clone(),
         );
+        let tenants = TenantMetrics {
+            admitted: Family::default(),
+            refused: Family::default(),
+            queue_wait: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            running: Family::default(),
+            queued: Family::default(),
+            sessions: Family::default(),
+        };
+        registry.register(
+            "tenant_admitted",
+            "Runs given a slot, by tenant and priority (an Evaluate's compile and each test count)",
+            tenants.admitted.clone(),
+        );
+        registry.register(
+            "tenant_refused",
+            "Slot requests refused, by tenant and reason (queue_full, deadline, draining)",
+            tenants.refused.clone(),
+        );
+        registry.register(
+            "tenant_queue_wait_seconds",
+            "Time runs waited for a slot, by tenant and priority",
+            tenants.queue_wait.clone(),
+        );
+        registry.register(
+            "tenant_running",
+            "Runs holding a slot now, by tenant",
+            tenants.running.clone(),
+        );
+        registry.register(
+            "tenant_queued",
+            "Requests waiting for a slot now, by tenant",
+            tenants.queued.clone(),
+        );
+        registry.register(
+            "tenant_sessions",
+            "Sessions open now, by tenant",
+            tenants.sessions.clone(),
+        );
+        let (tenants_reloads, tenants_reload_errors) = (Counter::default(), Counter::default());
+        registry.register(
+            "tenants_reloads",
+            "Changes of the tenants file swapped in while running",
+            tenants_reloads.clone(),
+        );
+        registry.register(
+            "tenants_reload_errors",
+            "Changes of the tenants file refused (the old table stayed); see the log",
+            tenants_reload_errors.clone(),
+        );
         Arc::new(Metrics {
             registry,
+            tenants,
+            tenants_reloads,
+            tenants_reload_errors,
             runs,
             phases,
             busy_slots,
@@ -154,6 +241,42 @@ impl Metrics {
         self.cache_evictions.inc_by(evicted);
         self.cache_entries.set(entries as i64);
         self.cache_bytes.set(bytes as i64);
+    }
+
+    /// Counts a run of `tenant` given a slot at `priority` after `waited` seconds.
+    pub fn tenant_admitted(&self, tenant: &str, priority: &str, waited: f64) {
+        let l = TenantPriorityLabels {
+            tenant: tenant.to_owned(),
+            priority: priority.to_owned(),
+        };
+        self.tenants.admitted.get_or_create(&l).inc();
+        self.tenants.queue_wait.get_or_create(&l).observe(waited);
+    }
+
+    /// Counts a slot request of `tenant` refused for `reason`.
+    pub fn tenant_refused(&self, tenant: &str, reason: &str) {
+        let l = TenantReasonLabels {
+            tenant: tenant.to_owned(),
+            reason: reason.to_owned(),
+        };
+        self.tenants.refused.get_or_create(&l).inc();
+    }
+
+    /// Sets `tenant`'s runs and waiting requests now.
+    pub fn tenant_load(&self, tenant: &str, running: usize, queued: usize) {
+        let l = TenantLabels {
+            tenant: tenant.to_owned(),
+        };
+        self.tenants.running.get_or_create(&l).set(running as i64);
+        self.tenants.queued.get_or_create(&l).set(queued as i64);
+    }
+
+    /// Sets `tenant`'s open sessions now.
+    pub fn tenant_sessions(&self, tenant: &str, sessions: usize) {
+        let l = TenantLabels {
+            tenant: tenant.to_owned(),
+        };
+        self.tenants.sessions.get_or_create(&l).set(sessions as i64);
     }
 
     /// Records a phase's duration.

@@ -1,10 +1,10 @@
 //! Serving: gRPC (with health, reflection, compression), metrics, and draining on SIGTERM.
 
-use crate::auth::Token;
 use crate::engine::Engine;
 use crate::judge::Judge;
 use crate::service::ExecutorService;
 use crate::session::SessionPolicy;
+use crate::tenants::Tenants;
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use std::net::SocketAddr;
@@ -22,8 +22,9 @@ pub struct ServeOptions {
     pub drain_timeout: Duration,
     /// The HTTP API's settings (used when it is served).
     pub http: crate::http::HttpOptions,
-    /// Bearer token required on `sandpool.v1.Executor` calls.
-    pub token: Option<Token>,
+    /// Whose bearer tokens `sandpool.v1.Executor` calls (and the HTTP API's, unless
+    /// `http.tenants` says otherwise) must carry; open: no auth.
+    pub tenants: Arc<Tenants>,
     /// gRPC connections served at once; more wait to be accepted.
     pub grpc_max_connections: usize,
     /// A gRPC connection whose client has not sent its side of the HTTP/2 handshake within this is closed.
@@ -48,7 +49,7 @@ impl ServeOptions {
             max_request_bytes,
             drain_timeout: Duration::from_secs(5),
             http: crate::http::HttpOptions::new(max_request_bytes),
-            token: None,
+            tenants: Tenants::open(),
             grpc_max_connections: 1024,
             grpc_silent_timeout: Duration::from_secs(10),
             grpc_body_timeout: Duration::from_secs(60),
@@ -69,6 +70,9 @@ pub enum ServeError {
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
 }
+
+/// How often a tenants file is re-read for changes.
+const TENANTS_RELOAD_EVERY: Duration = Duration::from_secs(2);
 
 /// Health service name for liveness probes: SERVING unless a run is stuck (see [`crate::watchdog`]).
 pub const LIVENESS: &str = "liveness";
@@ -187,7 +191,8 @@ pub async fn serve_with_http(
     let (http_stop_tx, http_stop_rx) = tokio::sync::watch::channel(false);
     if let Some(http) = http {
         let (judge, mut stop) = (judge.clone(), http_stop_rx);
-        let http_opts = opts.http.clone();
+        let mut http_opts = opts.http.clone();
+        http_opts.tenants.get_or_insert_with(|| opts.tenants.clone());
         tokio::spawn(async move {
             let stopped = async move {
                 let _ = stop.wait_for(|s| *s).await;
@@ -234,9 +239,20 @@ pub async fn serve_with_http(
         .max_decoding_message_size(opts.max_request_bytes)
         .max_encoding_message_size(usize::MAX);
     // Only the Executor service wants the token: health (kubelet probes) and reflection stay open.
-    let svc = tonic::service::interceptor::InterceptedService::new(svc, crate::auth::interceptor(opts.token.clone()));
-    if opts.token.is_some() {
-        tracing::info!("callers must present the bearer token");
+    let svc = tonic::service::interceptor::InterceptedService::new(svc, crate::auth::interceptor(opts.tenants.clone()));
+    if !opts.tenants.is_open() {
+        let names: Vec<String> = opts.tenants.table().tenants().map(|t| t.name.to_string()).collect();
+        tracing::info!(tenants = ?names, "callers must present a tenant's bearer token");
+    }
+    {
+        let metrics = engine.metrics().clone();
+        opts.tenants.watch(TENANTS_RELOAD_EVERY, move |ok| {
+            if ok {
+                metrics.tenants_reloads.inc();
+            } else {
+                metrics.tenants_reload_errors.inc();
+            }
+        });
     }
 
     if let Some(addr) = opts.metrics_listen {

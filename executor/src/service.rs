@@ -6,6 +6,7 @@ use crate::call::{Call, Caller};
 use crate::error::ExecError;
 use crate::judge::{Judge, stream::judge_stream};
 use crate::session::{SessionError, SessionManager};
+use crate::tenants::Tenant;
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use std::pin::Pin;
@@ -37,18 +38,22 @@ pub fn session_status(e: SessionError) -> Status {
     }
 }
 
-/// Who is calling (see [`Caller`]).
-fn caller<T>(req: &Request<T>) -> Caller {
-    Caller::from_authorization(req.metadata().get("authorization").map(|v| v.as_bytes()))
-}
-
-/// The call's context: its deadline, caller and byte-budget charge (put there by
-/// [`crate::budget::grpc`]).
+/// The call's context: its deadline, its tenant (put there by [`crate::auth::interceptor`];
+/// anonymous without one), the caller that tenant makes it, and its byte-budget charge (put
+/// there by [`crate::budget::grpc`]).
 fn call<T>(req: &Request<T>) -> Call {
+    let tenant = req
+        .extensions()
+        .get::<Arc<Tenant>>()
+        .cloned()
+        .unwrap_or_else(Tenant::anonymous);
+    let authorization = req.metadata().get("authorization").map(|v| v.as_bytes());
     Call {
         deadline: deadline(req),
-        caller: caller(req),
+        caller: Caller::of(&tenant, authorization),
         charge: req.extensions().get::<Charge>().cloned(),
+        tenant,
+        priority: None,
     }
 }
 
@@ -66,6 +71,7 @@ pub fn status(e: ExecError) -> Status {
     match &e {
         ExecError::InvalidArgument { .. } => Status::invalid_argument(e.to_string()),
         ExecError::Unavailable(..) => Status::failed_precondition(e.to_string()),
+        ExecError::Priority(_) => Status::permission_denied(e.to_string()),
         ExecError::Admission(AdmissionError::QueueFull { .. }) | ExecError::Budget(_) => {
             Status::resource_exhausted(e.to_string())
         }
@@ -113,9 +119,14 @@ impl pb::executor_server::Executor for ExecutorService {
 
     async fn get_capabilities(
         &self,
-        _: Request<pb::GetCapabilitiesRequest>,
+        req: Request<pb::GetCapabilitiesRequest>,
     ) -> Result<Response<pb::Capabilities>, Status> {
-        Ok(Response::new(self.judge.engine().capabilities()))
+        let engine = self.judge.engine();
+        let mut caps = engine.capabilities();
+        let a = engine.admission();
+        let tenant = call(&req).tenant;
+        caps.tenant = Some(tenant.to_proto(a.slots(), a.queue_capacity(), self.sessions.max_sessions()));
+        Ok(Response::new(caps))
     }
 
     async fn evaluate(&self, req: Request<pb::EvaluateRequest>) -> Result<Response<pb::EvaluateResponse>, Status> {
@@ -154,10 +165,10 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::CreateSessionResponse>, Status> {
-        let (deadline, who) = (deadline(&req), caller(&req).into_bytes());
+        let call = call(&req);
         let resp = self
             .sessions
-            .create(req.into_inner(), who, deadline)
+            .create(req.into_inner(), call)
             .await
             .map_err(session_status)?;
         Ok(Response::new(resp))
@@ -167,7 +178,7 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::RunInSessionRequest>,
     ) -> Result<Response<pb::RunInSessionResponse>, Status> {
-        let who = caller(&req).into_bytes();
+        let who = call(&req).caller.into_bytes();
         let resp = self
             .sessions
             .run(req.into_inner(), &who)
@@ -180,7 +191,7 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::PutSessionFilesRequest>,
     ) -> Result<Response<pb::PutSessionFilesResponse>, Status> {
-        let who = caller(&req).into_bytes();
+        let who = call(&req).caller.into_bytes();
         let resp = self
             .sessions
             .put_files(req.into_inner(), &who)
@@ -206,7 +217,7 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        let who = caller(&req).into_bytes();
+        let who = call(&req).caller.into_bytes();
         let resp = self
             .sessions
             .close(req.into_inner(), &who)

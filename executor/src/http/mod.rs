@@ -11,11 +11,11 @@ pub mod scalebox;
 pub mod shapes;
 
 use crate::admission::AdmissionError;
-use crate::auth::Token;
 use crate::budget::{ByteBudget, Charge};
 use crate::call::{Call, Caller};
 use crate::error::ExecError;
 use crate::judge::Judge;
+use crate::tenants::{Priority, Tenant, Tenants};
 use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -32,6 +32,7 @@ fn error_response(e: ExecError) -> Response {
     let code = match &e {
         ExecError::InvalidArgument { .. } => StatusCode::BAD_REQUEST,
         ExecError::Unavailable(..) => StatusCode::BAD_REQUEST,
+        ExecError::Priority(_) => StatusCode::FORBIDDEN,
         ExecError::Admission(AdmissionError::QueueFull { .. }) => StatusCode::TOO_MANY_REQUESTS,
         ExecError::Admission(AdmissionError::Draining) | ExecError::Budget(_) => StatusCode::SERVICE_UNAVAILABLE,
         ExecError::Admission(AdmissionError::Deadline) | ExecError::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
@@ -62,21 +63,22 @@ pub struct HttpOptions {
     pub body_timeout: Duration,
     /// Connections served at once; more wait in the kernel's accept queue.
     pub max_connections: usize,
-    /// Bearer token required on the API routes (not on `/v1/ping`).
-    pub token: Option<Token>,
+    /// The tenants whose bearer tokens the API routes require (not `/v1/ping`); None or an
+    /// open table: no auth, every caller is `anonymous`.
+    pub tenants: Option<Arc<Tenants>>,
     /// The executor's byte budget, which request bodies are charged to (None: uncharged).
     pub budget: Option<ByteBudget>,
 }
 
 impl HttpOptions {
-    /// Defaults with `max_body_bytes`, no token.
+    /// Defaults with `max_body_bytes`, no auth.
     pub fn new(max_body_bytes: usize) -> Self {
         HttpOptions {
             max_body_bytes,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
-            token: None,
+            tenants: None,
             budget: None,
         }
     }
@@ -104,10 +106,22 @@ pub async fn read_body_in_time(
     let mut resp = match tokio::time::timeout(opts.body_timeout, read).await {
         Ok(Ok(bytes)) => {
             let caller = parts.headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+            // Put there by `require_token`; anonymous where the server has no auth.
+            let tenant = parts
+                .extensions
+                .get::<Arc<Tenant>>()
+                .cloned()
+                .unwrap_or_else(Tenant::anonymous);
+            let priority = match priority_header(&parts.headers) {
+                Ok(p) => p,
+                Err(r) => return r,
+            };
             parts.extensions.insert(Call {
                 deadline: None,
-                caller: Caller::from_authorization(caller),
+                caller: Caller::of(&tenant, caller),
                 charge: charge.clone(),
+                tenant,
+                priority,
             });
             let resp = next
                 .run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
@@ -182,18 +196,42 @@ async fn read_charged(mut body: Body, limit: usize, charge: Option<&Charge>) -> 
     Ok(buf.freeze())
 }
 
-/// Refuses API calls without the bearer token, before their body is read.
-async fn require_token(State(opts): State<Arc<HttpOptions>>, req: axum::extract::Request, next: Next) -> Response {
-    if let Some(t) = &opts.token {
+/// The header SandboxFusion-style callers set a request's priority with (docs/tenants.md).
+pub const PRIORITY_HEADER: &str = "x-sandpool-priority";
+
+/// The request's `X-Sandpool-Priority`, if any; an unknown value is a 400 naming the header.
+#[allow(clippy::result_large_err)]
+fn priority_header(headers: &http::HeaderMap) -> Result<Option<Priority>, Response> {
+    let Some(v) = headers.get(PRIORITY_HEADER) else {
+        return Ok(None);
+    };
+    match v.to_str().ok().and_then(Priority::parse) {
+        Some(p) => Ok(Some(p)),
+        None => Err(detail(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "{PRIORITY_HEADER}: {:?} is not a priority (interactive, normal or batch)",
+                String::from_utf8_lossy(v.as_bytes())
+            ),
+        )),
+    }
+}
+
+/// Refuses API calls without a tenant's bearer token, before their body is read; finds
+/// the caller's tenant for the handlers.
+async fn require_token(State(opts): State<Arc<HttpOptions>>, mut req: axum::extract::Request, next: Next) -> Response {
+    if let Some(t) = &opts.tenants {
         let h = req.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-        if !t.accepts(h) {
-            let mut r = detail(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong bearer token (Authorization: Bearer <token>)",
-            );
-            r.headers_mut()
-                .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
-            return r;
+        match t.authenticate(h) {
+            Ok(tenant) => {
+                req.extensions_mut().insert(tenant);
+            }
+            Err(e) => {
+                let mut r = detail(StatusCode::UNAUTHORIZED, &e.to_string());
+                r.headers_mut()
+                    .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+                return r;
+            }
         }
     }
     next.run(req).await

@@ -90,6 +90,8 @@ pub async fn run_code(engine: &Engine, req: RunCodeRequest, call: Call) -> Resul
         request_id: String::new(),
         cold_start: false,
         cache: pb::CachePolicy::Default as i32,
+        // The call's (X-Sandpool-Priority) stands.
+        priority: 0,
     };
     let resp = engine.execute(exec, call).await.map_err(http_field)?;
     let status = run_status(resp.compile.as_ref(), resp.run.as_ref());

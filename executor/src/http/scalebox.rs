@@ -189,6 +189,8 @@ pub fn to_request(engine: &Engine, body: &EvaluateBody) -> Result<pb::EvaluateRe
             ..Default::default()
         }),
         cache: pb::CachePolicy::Default as i32,
+        // The call's (X-Sandpool-Priority) stands.
+        priority: 0,
     })
 }
 

@@ -3,7 +3,7 @@
 
 use super::build::{self, Build, Compiled, SourceFile};
 use super::program::{self, Case, Expect, Program};
-use crate::admission::{AdmissionError, Admit, SlotGuard};
+use crate::admission::{AdmissionError, Admit, SlotGuard, Ticket};
 use crate::call::{Call, Caller};
 use crate::engine::Engine;
 use crate::error::ExecError;
@@ -11,6 +11,7 @@ use crate::languages::Language;
 use crate::limits::Limits;
 use crate::metrics::Phase;
 use crate::result_cache::{self, ResultCache};
+use crate::tenants::Priority;
 use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::{RunSpec, WorkDir};
@@ -29,10 +30,23 @@ pub struct Judge {
     engine: Arc<Engine>,
     /// Each language's warm-up result, made on first use (None: it failed; tests run cold).
     warm: Arc<tokio::sync::Mutex<HashMap<String, Option<Arc<WorkDir>>>>>,
-    /// Bounds the judge's slot requests (waiting or running) to the admission
-    /// queue's capacity, so tests wait here rather than being refused as
-    /// QUEUE_FULL (a woken waiter still counts as queued until it runs).
-    gate: Arc<Semaphore>,
+    /// Per tenant and priority: bounds the judge's slot requests (waiting or running) to
+    /// the tenant's queue capacity, so tests wait here rather than fill the admission
+    /// queue. Per tenant and priority, so one tenant's backlog never waits ahead of
+    /// another's, nor a tenant's batch ahead of its own interactive requests.
+    gates: Arc<std::sync::Mutex<Gates>>,
+}
+
+/// One gate: its size (the tenant's terms may change) and its permits.
+type Gate = (usize, Arc<Semaphore>);
+/// The gates, by tenant and priority.
+type Gates = HashMap<(Arc<str>, Priority), Gate>;
+
+/// What an Evaluate's runs wait for slots as: its ticket, and whether it held one yet.
+struct Claim {
+    ticket: Ticket,
+    /// Once it held a slot, its later runs finish even while the executor drains (see [`Admit`]).
+    admitted: AtomicBool,
 }
 
 /// The cache a request uses, how, and its key.
@@ -61,7 +75,7 @@ struct Runs<'a> {
     total_deadline: Option<Instant>,
     deadline: Option<Instant>,
     stopped: AtomicBool,
-    admitted: &'a AtomicBool,
+    admitted: &'a Claim,
     /// The zygote tests fork from (None: cold starts).
     warm: Option<std::sync::Arc<sandpool_sandbox::ZygoteConfig>>,
     /// The language's shared artifacts, when the tests use them.
@@ -99,11 +113,10 @@ impl Decision {
 impl Judge {
     /// A judge on `engine`.
     pub fn new(engine: Arc<Engine>) -> Self {
-        let permits = engine.admission().slots().max(engine.admission().queue_capacity());
         Judge {
             engine,
             warm: Default::default(),
-            gate: Arc::new(Semaphore::new(permits.max(1))),
+            gates: Default::default(),
         }
     }
 
@@ -112,10 +125,28 @@ impl Judge {
         &self.engine
     }
 
-    /// A slot for a run of one request; `admitted` is that request's: once it held a slot,
-    /// its later runs finish even while the executor drains (see [`Admit`]).
-    async fn hold(&self, deadline: Option<Instant>, admitted: &AtomicBool) -> Result<Held, ExecError> {
-        let admit = if admitted.load(Ordering::SeqCst) {
+    /// The gate of `ticket`'s tenant and priority.
+    fn gate(&self, ticket: &Ticket) -> Arc<Semaphore> {
+        let a = self.engine.admission();
+        let size = a
+            .slots()
+            .max(ticket.tenant.max_queue.unwrap_or(a.queue_capacity()))
+            .max(1);
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        let gate = gates
+            .entry((ticket.tenant.name.clone(), ticket.priority))
+            .or_insert_with(|| (size, Arc::new(Semaphore::new(size))));
+        if gate.0 != size {
+            // New terms: holders of the old gate's permits keep them; newcomers use this one.
+            *gate = (size, Arc::new(Semaphore::new(size)));
+        }
+        gate.1.clone()
+    }
+
+    /// A slot for a run of one request; `admitted` is that request's claim: once it held a
+    /// slot, its later runs finish even while the executor drains (see [`Admit`]).
+    async fn hold(&self, deadline: Option<Instant>, admitted: &Claim) -> Result<Held, ExecError> {
+        let admit = if admitted.admitted.load(Ordering::SeqCst) {
             Admit::Continuing
         } else {
             Admit::New
@@ -123,7 +154,7 @@ impl Judge {
         if admit == Admit::New && self.engine.admission().is_draining() {
             return Err(AdmissionError::Draining.into());
         }
-        let permit = self.gate.clone().acquire_owned();
+        let permit = self.gate(&admitted.ticket).acquire_owned();
         let permit = match deadline {
             Some(d) => tokio::time::timeout_at(d, permit)
                 .await
@@ -131,8 +162,8 @@ impl Judge {
             None => permit.await,
         }
         .map_err(|_| ExecError::Admission(AdmissionError::Draining))?;
-        let slot = self.engine.acquire_as(deadline, admit).await?;
-        admitted.store(true, Ordering::SeqCst);
+        let slot = self.engine.acquire_as(&admitted.ticket, deadline, admit).await?;
+        admitted.admitted.store(true, Ordering::SeqCst);
         Ok(Held { slot, _permit: permit })
     }
 
@@ -142,7 +173,10 @@ impl Judge {
         req: pb::EvaluateRequest,
         call: impl Into<Call>,
     ) -> Result<pb::EvaluateResponse, ExecError> {
-        let Call { deadline, caller, .. } = call.into();
+        let call = call.into();
+        // Before the cache: a priority the tenant may not have is refused, answered or not.
+        let ticket = self.engine.ticket(&call, req.priority, "priority")?;
+        let Call { deadline, caller, .. } = call;
         let (req, cached) = self.cache_key(req, &caller).await?;
         // While an identical request runs, this one waits for its answer (up to its deadline).
         let leader = match &cached {
@@ -153,7 +187,7 @@ impl Judge {
             None => None,
         };
         let captured = self.engine.capture().map(|_| req.clone());
-        let fut = self.evaluate_inner(req, deadline);
+        let fut = self.evaluate_inner(req, deadline, &ticket);
         let res = match deadline {
             Some(d) => tokio::time::timeout_at(d, fut)
                 .await
@@ -166,7 +200,7 @@ impl Judge {
         // Stored first: the requests waiting for this run find it.
         drop(leader);
         if let (Some(c), Some(req), Ok(resp)) = (self.engine.capture(), captured, &res) {
-            c.evaluate(&req, resp);
+            c.evaluate(&req, resp, &ticket);
         }
         res
     }
@@ -222,12 +256,16 @@ impl Judge {
         &self,
         req: pb::EvaluateRequest,
         deadline: Option<Instant>,
+        ticket: &Ticket,
     ) -> Result<pb::EvaluateResponse, ExecError> {
         let engine = &*self.engine;
         let _in_progress = engine.admission().request();
         let (table_lang, version) = engine.language(&req.language, "language")?;
         let opts = req.options.clone().unwrap_or_default();
-        let admitted = AtomicBool::new(false);
+        let admitted = Claim {
+            ticket: ticket.clone(),
+            admitted: AtomicBool::new(false),
+        };
         let run_limits = engine.policy().resolve(
             opts.run_limits.as_ref(),
             &engine.policy().run_defaults,
@@ -410,7 +448,7 @@ impl Judge {
         files: Vec<SourceFile>,
         limits: Limits,
         deadline: Option<Instant>,
-        admitted: &AtomicBool,
+        admitted: &Claim,
         cold_start: bool,
     ) -> Result<Compiled, ExecError> {
         if lang.compile.is_none() {
@@ -442,7 +480,7 @@ impl Judge {
         &self,
         lang: &Language,
         deadline: Option<Instant>,
-        admitted: &AtomicBool,
+        admitted: &Claim,
     ) -> Result<Option<Arc<WorkDir>>, ExecError> {
         let Some(program) = &lang.judge.warm_up else {
             return Ok(None);

@@ -26,7 +26,8 @@ mod shell;
 
 pub use policy::{SessionPolicy, Totals};
 
-use crate::admission::SlotGuard;
+use crate::admission::{SlotGuard, Ticket};
+use crate::call::Call;
 use crate::engine::Engine;
 use crate::error::{ExecError, scrub_host_paths};
 use crate::limits::Limits;
@@ -85,8 +86,11 @@ struct Session {
     id: String,
     kind: Kind,
     language: String,
-    /// The creator's `authorization` metadata (empty without one).
+    /// Its creator as a [`crate::call::Caller`]: the tenant, or without auth the
+    /// `authorization` metadata (empty without one).
     owner: Vec<u8>,
+    /// The creator's tenant: the session counts against its `max_sessions`.
+    tenant: Arc<str>,
     totals: Totals,
     call_limits: Limits,
     created: Instant,
@@ -152,13 +156,21 @@ impl Drop for CallGuard<'_> {
     }
 }
 
-/// A create in progress, counted against the cap until dropped.
-struct Creating<'a>(&'a Mutex<usize>);
+/// A create in progress, counted against the caps (the executor's, its tenant's) until dropped.
+struct Creating<'a> {
+    counts: &'a Mutex<HashMap<Arc<str>, usize>>,
+    tenant: Arc<str>,
+}
 
 impl Drop for Creating<'_> {
     fn drop(&mut self) {
-        if let Ok(mut c) = self.0.lock() {
-            *c = c.saturating_sub(1);
+        if let Ok(mut c) = self.counts.lock()
+            && let Some(n) = c.get_mut(&self.tenant)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                c.remove(&self.tenant);
+            }
         }
     }
 }
@@ -172,8 +184,8 @@ pub struct SessionManager {
     /// "host:port" clients send a session's calls to.
     advertise: String,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
-    /// Sessions being created: counted against the cap before they hold a slot.
-    creating: Mutex<usize>,
+    /// Sessions being created, per tenant: counted against the caps before they hold a slot.
+    creating: Mutex<HashMap<Arc<str>, usize>>,
 }
 
 /// 128 bits from the kernel's CSPRNG, hex.
@@ -266,7 +278,7 @@ impl SessionManager {
             policy,
             advertise,
             sessions: Mutex::new(HashMap::new()),
-            creating: Mutex::new(0),
+            creating: Mutex::new(HashMap::new()),
         });
         let weak = Arc::downgrade(&m);
         tokio::spawn(reaper(weak));
@@ -286,6 +298,26 @@ impl SessionManager {
     /// Sessions alive now.
     pub fn count(&self) -> usize {
         self.sessions.lock().map(|s| s.len()).unwrap_or(0)
+    }
+
+    /// Sessions of `tenant` alive now.
+    fn count_of(&self, tenant: &str) -> usize {
+        self.sessions
+            .lock()
+            .map(|m| m.values().filter(|s| *s.tenant == *tenant).count())
+            .unwrap_or(0)
+    }
+
+    /// The executor's cap on sessions (`--max-sessions`): a tenant's default too.
+    pub fn max_sessions(&self) -> usize {
+        self.policy.max_sessions
+    }
+
+    /// Publishes `tenant`'s open sessions, from the table `m`.
+    fn publish(&self, m: &HashMap<String, Arc<Session>>, tenant: &str) {
+        let metrics = self.engine.metrics();
+        metrics.sessions.set(m.len() as i64);
+        metrics.tenant_sessions(tenant, m.values().filter(|s| *s.tenant == *tenant).count());
     }
 
     fn find(&self, id: &str, auth: &[u8]) -> Result<Arc<Session>, SessionError> {
@@ -309,11 +341,12 @@ impl SessionManager {
     pub async fn create(
         &self,
         req: pb::CreateSessionRequest,
-        auth: Vec<u8>,
-        deadline: Option<tokio::time::Instant>,
+        call: Call,
     ) -> Result<pb::CreateSessionResponse, SessionError> {
         let engine = &self.engine;
         let _in_progress = engine.admission().request();
+        let ticket = engine.ticket(&call, req.priority, "priority")?;
+        let (auth, deadline) = (call.caller.into_bytes(), call.deadline);
         // The session drivers rely on a fixed /work and /tmp, which only the
         // namespaces mode gives (restricted runs see host paths).
         if engine.sandbox().mode() != crate::sandbox::IsolationMode::Namespaces {
@@ -357,16 +390,27 @@ impl SessionManager {
         let _creating = {
             let mut creating = self.creating.lock().map_err(|_| ExecError::Internal("lock".into()))?;
             let max = self.policy().max_sessions;
-            if self.count() + *creating >= max {
+            if self.count() + creating.values().sum::<usize>() >= max {
                 return Err(SessionError::Exhausted(format!(
                     "this executor already holds its {max} sessions (--max-sessions); close one or try another executor"
                 )));
             }
-            *creating += 1;
-            Creating(&self.creating)
+            let tenant = ticket.tenant.name.clone();
+            let tenant_max = ticket.tenant.max_sessions.unwrap_or(max);
+            let mine = creating.get(&tenant).copied().unwrap_or(0);
+            if self.count_of(&tenant) + mine >= tenant_max {
+                return Err(SessionError::Exhausted(format!(
+                    "tenant {tenant:?} already holds its {tenant_max} sessions on this executor (its max_sessions); close one or try another executor"
+                )));
+            }
+            *creating.entry(tenant.clone()).or_default() += 1;
+            Creating {
+                counts: &self.creating,
+                tenant,
+            }
         };
         let s = self
-            .open(kind, language, totals, call_limits, files, auth, deadline)
+            .open(kind, language, totals, call_limits, files, auth, &ticket, deadline)
             .await?;
         tracing::info!(session = %&s.id[..8], language = %s.language, slot = s.slot, request_id = %req.request_id, "session created");
         Ok(pb::CreateSessionResponse {
@@ -388,10 +432,11 @@ impl SessionManager {
         call_limits: Limits,
         files: Vec<pb::File>,
         owner: Vec<u8>,
+        ticket: &Ticket,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Arc<Session>, SessionError> {
         let engine = &self.engine;
-        let slot = engine.acquire(deadline).await?;
+        let slot = engine.acquire(ticket, deadline).await?;
         let work = engine
             .sandbox()
             .work_dir(slot.index())
@@ -411,6 +456,7 @@ impl SessionManager {
             kind,
             language,
             owner,
+            tenant: ticket.tenant.name.clone(),
             totals,
             call_limits,
             created: Instant::now(),
@@ -438,7 +484,7 @@ impl SessionManager {
         {
             let mut all = self.sessions.lock().map_err(|_| ExecError::Internal("lock".into()))?;
             all.insert(s.id.clone(), s.clone());
-            self.engine.metrics().sessions.set(all.len() as i64);
+            self.publish(&all, &s.tenant);
         }
         Ok(s)
     }
@@ -770,7 +816,7 @@ impl SessionManager {
             .ok()
             .and_then(|mut m| {
                 let gone = m.remove(&s.id);
-                self.engine.metrics().sessions.set(m.len() as i64);
+                self.publish(&m, &s.tenant);
                 gone
             })
             .is_some();
