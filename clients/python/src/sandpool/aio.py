@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import time
 from typing import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Optional, TypeVar, Union
@@ -21,7 +23,7 @@ from .session import AsyncSession, SessionLimits
 from .stream import Lane, Source
 from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
-from .types import CachePolicy, EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
+from .types import CachePolicy, EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits, Priority
 
 T = TypeVar("T")
 
@@ -40,6 +42,7 @@ class AsyncClient:
         compression: Optional[str] = "gzip",
         load_balancing: str = "round_robin",
         token: Optional[str] = None,
+        priority: Optional[Union[Priority, str]] = None,
     ):
         self.target = target = target or default_target()
         self.timeout = timeout
@@ -47,6 +50,9 @@ class AsyncClient:
         self._compression = compression_of(compression)
         # Sent on every call; the executor's --auth-token-file checks it (UNAUTHENTICATED otherwise).
         self._metadata = auth_metadata(token)
+        # Every request's priority unless the call gives one (docs/tenants.md).
+        convert.priority_value(priority)  # refused here, not on the first call
+        self.priority = priority
         self.channel = grpc.aio.insecure_channel(target, options=channel_options(target, load_balancing))
         self.stub = pb_grpc.ExecutorStub(self.channel)
 
@@ -102,6 +108,7 @@ class AsyncClient:
         request_id: str = "",
         cache: CachePolicy = CachePolicy.DEFAULT,
         cold_start: bool = False,
+        priority: Optional[Union[Priority, str]] = None,
         timeout: Optional[float] = None,
     ) -> ExecuteResult:
         """Compiles (if needed) and runs one program; `timeout` (s) bounds all attempts together.
@@ -121,6 +128,7 @@ class AsyncClient:
             request_id=request_id,
             cache=cache,
             cold_start=cold_start,
+            priority=priority if priority is not None else self.priority,
         )
         r, n = await self._call(
             lambda left: self.stub.Execute(
@@ -133,7 +141,7 @@ class AsyncClient:
 
     async def evaluate(self, request: EvaluateRequest, *, timeout: Optional[float] = None) -> EvaluateResult:
         """Judges one completion. A rejected request raises `errors.RequestRejected`."""
-        req = convert.evaluate_request(request)
+        req = convert.evaluate_request(self._prioritised(request))
         r, n = await self._call(
             lambda left: self.stub.Evaluate(
                 req, timeout=left, compression=self._compression, metadata=self._metadata
@@ -152,10 +160,12 @@ class AsyncClient:
         files: Union[Mapping[str, Union[str, bytes]], list[File], None] = None,
         route: bool = True,
         request_id: str = "",
+        priority: Optional[Union[Priority, str]] = None,
         timeout: Optional[float] = None,
     ) -> AsyncSession:
         """Opens a stateful session; as `Client.session`. `async with await c.session() as s: ...`"""
         req = _session.create_request(language, limits, call_limits, files, request_id)
+        req.priority = convert.priority_value(priority if priority is not None else self.priority)
         t = timeout if timeout is not None else self.timeout
         resp, _ = await self._call(
             lambda left: self.stub.CreateSession(req, timeout=left, metadata=self._metadata),
@@ -177,7 +187,7 @@ class AsyncClient:
     ) -> AsyncIterator[EvaluateResult]:
         """Judges `requests` over EvaluateStream, yielding results as they finish (see `Client.evaluate_many`)."""
         n = max(1, min(streams, concurrency))
-        source = Source(iter(requests), self.retry, streams=n)
+        source = Source((self._prioritised(r) for r in requests), self.retry, streams=n)
         per_stream = -(-concurrency // n)
         out: "asyncio.Queue[object]" = asyncio.Queue()
         done = object()

@@ -21,7 +21,7 @@ from .session import Session, SessionLimits
 from .stream import Lane, Source
 from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
-from .types import CachePolicy, EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits
+from .types import CachePolicy, EvaluateRequest, EvaluateResult, ExecuteResult, File, Limits, Priority
 
 T = TypeVar("T")
 
@@ -46,6 +46,7 @@ class Client:
         compression: Optional[str] = "gzip",
         load_balancing: str = "round_robin",
         token: Optional[str] = None,
+        priority: Optional[Union[Priority, str]] = None,
         channel: Optional[grpc.Channel] = None,
     ):
         self.target = target = target or default_target()
@@ -54,8 +55,17 @@ class Client:
         self._compression = compression_of(compression)
         # Sent on every call; the executor's --auth-token-file checks it (UNAUTHENTICATED otherwise).
         self._metadata = auth_metadata(token)
+        # Every request's priority unless the call gives one (docs/tenants.md).
+        convert.priority_value(priority)  # refused here, not on the first call
+        self.priority = priority
         self.channel = channel or grpc.insecure_channel(target, options=channel_options(target, load_balancing))
         self.stub = pb_grpc.ExecutorStub(self.channel)
+
+    def _prioritised(self, r: EvaluateRequest) -> EvaluateRequest:
+        """`r` with the client's priority when it names none."""
+        if r.priority is None and self.priority is not None:
+            return dataclasses.replace(r, priority=self.priority)
+        return r
 
     def close(self) -> None:
         """Closes the channel."""
@@ -111,6 +121,7 @@ class Client:
         request_id: str = "",
         cache: CachePolicy = CachePolicy.DEFAULT,
         cold_start: bool = False,
+        priority: Optional[Union[Priority, str]] = None,
         timeout: Optional[float] = None,
     ) -> ExecuteResult:
         """Compiles (if needed) and runs one program; `timeout` (s) bounds all attempts together.
@@ -130,6 +141,7 @@ class Client:
             request_id=request_id,
             cache=cache,
             cold_start=cold_start,
+            priority=priority if priority is not None else self.priority,
         )
         deadline = _deadline(timeout if timeout is not None else self.timeout)
         r, n = self._call(
@@ -143,7 +155,7 @@ class Client:
 
     def evaluate(self, request: EvaluateRequest, *, timeout: Optional[float] = None) -> EvaluateResult:
         """Judges one completion. A refused request raises `errors.RequestRejected` (`InvalidArgument`: the field)."""
-        req = convert.evaluate_request(request)
+        req = convert.evaluate_request(self._prioritised(request))
         t = timeout if timeout is not None else self.timeout
         deadline = _deadline(t)
         r, n = self._call(
@@ -173,6 +185,7 @@ class Client:
         files: Union[Mapping[str, Union[str, bytes]], list[File], None] = None,
         route: bool = True,
         request_id: str = "",
+        priority: Optional[Union[Priority, str]] = None,
         timeout: Optional[float] = None,
     ) -> Session:
         """Opens a stateful session (`python` or `bash`); use it as a context manager to close it.
@@ -184,6 +197,7 @@ class Client:
         Calls in the session are never retried: they are not idempotent.
         """
         req = _session.create_request(language, limits, call_limits, files, request_id)
+        req.priority = convert.priority_value(priority if priority is not None else self.priority)
         t = timeout if timeout is not None else self.timeout
         deadline = _deadline(t)
         resp, _ = self._call(
@@ -216,7 +230,7 @@ class Client:
         `timeout` bounds each stream.
         """
         n = max(1, min(streams, concurrency))
-        source = Source(iter(requests), self.retry, streams=n)
+        source = Source((self._prioritised(r) for r in requests), self.retry, streams=n)
         per_stream = -(-concurrency // n)
         if n == 1:
             yield from self._stream(source, per_stream, timeout)

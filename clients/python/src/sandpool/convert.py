@@ -19,6 +19,7 @@ from .types import (
     FunctionCallTests,
     Limits,
     PhaseResult,
+    Priority,
     RequestError,
     StdioTests,
     TestResult,
@@ -49,6 +50,18 @@ def file_pb(f: File) -> pb.File:
     return pb.File(path=f.path, content=_bytes(f.content), executable=f.executable)
 
 
+def priority_value(p: Optional[Union[Priority, str]]) -> int:
+    """The proto value of a priority given as a Priority, its name, or None (unspecified)."""
+    if p is None:
+        return 0
+    if isinstance(p, str):
+        name = p.strip().upper().removeprefix("PRIORITY_")
+        if name not in Priority.__members__:
+            raise ValueError(f"priority: {p!r} is not one of interactive, normal, batch")
+        return int(Priority[name])
+    return int(Priority(p))
+
+
 def execute_request(
     language: str,
     code: str,
@@ -62,6 +75,7 @@ def execute_request(
     request_id: str = "",
     cache: CachePolicy = CachePolicy.DEFAULT,
     cold_start: bool = False,
+    priority: Optional[Union[Priority, str]] = None,
 ) -> pb.ExecuteRequest:
     """ExecuteRequest message from keyword arguments."""
     return pb.ExecuteRequest(
@@ -76,6 +90,7 @@ def execute_request(
         request_id=request_id,
         cache=cast("pb.CachePolicy", int(cache)),
         cold_start=cold_start,
+        priority=cast("pb.Priority", priority_value(priority)),
     )
 
 
@@ -86,6 +101,7 @@ def evaluate_request(r: EvaluateRequest, id: Optional[str] = None) -> pb.Evaluat
         language=r.language,
         completion=r.completion,
         cache=cast("pb.CachePolicy", int(r.cache)),
+        priority=cast("pb.Priority", priority_value(r.priority)),
     )
     t = r.tests
     if isinstance(t, StdioTests):

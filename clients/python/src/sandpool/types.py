@@ -184,6 +184,20 @@ class EvaluateOptions:
     cold_start: bool = False
 
 
+class Priority(enum.IntEnum):
+    """How soon a request is served beside others waiting on an executor (mirrors
+    `sandpool.v1.Priority`; docs/tenants.md). Priorities share slots 16 : 4 : 1.
+    A string ("interactive", "normal", "batch") is accepted wherever a Priority is."""
+
+    # The tenant's default: normal, or its highest allowed priority if that is lower.
+    UNSPECIFIED = 0
+    # Someone waits on the answer now: RL reward calls, agent turns.
+    INTERACTIVE = 1
+    NORMAL = 2
+    # Sweeps and nightly benchmarks.
+    BATCH = 3
+
+
 @dataclass
 class EvaluateRequest:
     """One completion to judge against `tests`."""
@@ -196,6 +210,8 @@ class EvaluateRequest:
     special_judge_code: str = ""
     options: Optional[EvaluateOptions] = None
     cache: CachePolicy = CachePolicy.DEFAULT
+    # Where its runs wait for a slot; None: the client's default (Client(priority=...)).
+    priority: Optional[Union[Priority, str]] = None
 
 
 @dataclass
