@@ -72,6 +72,7 @@ pub fn render(input: &str, config: &OperatorConfig, namespace: &str) -> Result<S
                     network_policy,
                     service,
                     disruption_budget,
+                    tenants,
                     deployment,
                 },
             ..
@@ -81,6 +82,9 @@ pub fn render(input: &str, config: &OperatorConfig, namespace: &str) -> Result<S
         push(&mut out, &service, "Service")?;
         if let Some(pdb) = &disruption_budget {
             push(&mut out, pdb, "PodDisruptionBudget")?;
+        }
+        if let Some(config_map) = &tenants {
+            push(&mut out, config_map, "ConfigMap")?;
         }
         push(&mut out, &deployment, "Deployment")?;
     }
