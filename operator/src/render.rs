@@ -155,6 +155,31 @@ spec: {disruptionBudget: {enabled: false}}
     }
 
     #[test]
+    fn a_pool_with_tenants_renders_its_config_map_before_its_deployment() {
+        let input = "apiVersion: sandpool.dev/v1alpha1\nkind: SandboxPool\nmetadata: {name: shared}\n\
+                     spec: {tenants: [{name: rl, tokenSecretRef: {name: rl-token, key: token}}]}\n";
+        let out = render(input, &OperatorConfig::default(), "evals").expect("renders");
+        let kinds: Vec<String> = serde_yaml::Deserializer::from_str(&out)
+            .map(|doc| {
+                let v = serde_yaml::Value::deserialize(doc).expect("rendered YAML parses");
+                v["kind"].as_str().unwrap_or_default().to_owned()
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "ServiceAccount",
+                "NetworkPolicy",
+                "Service",
+                "PodDisruptionBudget",
+                "ConfigMap",
+                "Deployment"
+            ]
+        );
+        assert!(out.contains("name: shared-tenants"), "{out}");
+    }
+
+    #[test]
     fn invalid_pools_name_the_field() {
         let input = "apiVersion: sandpool.dev/v1alpha1\nkind: SandboxPool\nmetadata: {name: bad}\nspec: {limits: {wallTime: soon}}\n";
         let err = render(input, &OperatorConfig::default(), "x").expect_err("must refuse");
