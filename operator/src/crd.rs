@@ -253,7 +253,8 @@ pub struct Auth {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Tenant {
-    /// Tenant name: the `tenant` label of metrics and the name in capture records.
+    /// Tenant name: the `tenant` label of metrics and the name in capture records; not
+    /// `anonymous`, the executor's name for callers without auth.
     #[schemars(length(min = 1, max = 63), regex(pattern = TENANT_NAME_PATTERN))]
     pub name: String,
     /// Secret key holding the tenant's bearer token. The operator never reads it: it is
@@ -263,9 +264,9 @@ pub struct Tenant {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
     pub weight: Option<i32>,
-    /// Runs at once on each executor pod (default 0: every slot).
+    /// Runs at once on each executor pod, at least 1 (unset: every slot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 1))]
     pub max_concurrency: Option<i32>,
     /// Requests waiting for a slot on each executor pod (default: the executor's queue size).
     #[serde(default, skip_serializing_if = "Option::is_none")]

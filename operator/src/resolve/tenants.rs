@@ -10,6 +10,8 @@ use crate::crd::{Auth, Priority, Tenant};
 pub const MAX_TENANT_WEIGHT: u32 = 1000;
 /// Weight of a tenant that names none (the executor's default too).
 pub const DEFAULT_TENANT_WEIGHT: u32 = 1;
+/// The executor's tenant of callers without auth; a tenants file may not use the name.
+const ANONYMOUS: &str = "anonymous";
 
 /// One tenant, checked; unset caps stay unset so the executor's defaults apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +112,12 @@ pub(super) fn resolve_tenants(
                 ),
             ));
         }
+        if t.name == ANONYMOUS {
+            return Err(InvalidSpec::new(
+                at("name"),
+                "\"anonymous\" is the executor's tenant of callers without auth",
+            ));
+        }
         if !seen.insert(t.name.as_str()) {
             return Err(InvalidSpec::new(at("name"), format!("{:?} is listed twice", t.name)));
         }
@@ -126,6 +134,18 @@ pub(super) fn resolve_tenants(
                     "{:?} is not a Secret key (letters, digits, '-', '.' and '_')",
                     t.token_secret_ref.key
                 ),
+            ));
+        }
+        // The executor refuses a file where two tenants share a token (it could not tell
+        // them apart); the operator cannot read tokens, but the same key twice is that.
+        let secret_ref = (t.token_secret_ref.name.as_str(), t.token_secret_ref.key.as_str());
+        if let Some(other) = list[..i]
+            .iter()
+            .position(|o| (o.token_secret_ref.name.as_str(), o.token_secret_ref.key.as_str()) == secret_ref)
+        {
+            return Err(InvalidSpec::new(
+                at("tokenSecretRef"),
+                format!("is spec.tenants[{other}]'s token too; each tenant needs a token of its own"),
             ));
         }
         let weight = match t.weight {
@@ -145,7 +165,16 @@ pub(super) fn resolve_tenants(
             secret_name: t.token_secret_ref.name.clone(),
             secret_key: t.token_secret_ref.key.clone(),
             weight,
-            max_concurrency: cap(t.max_concurrency, at("maxConcurrency"))?,
+            max_concurrency: match t.max_concurrency {
+                // The executor refuses 0; every slot is spelled by leaving the cap out.
+                Some(n) if n < 1 => {
+                    return Err(InvalidSpec::new(
+                        at("maxConcurrency"),
+                        "must be at least 1 (leave it out for every slot)",
+                    ));
+                }
+                n => cap(n, at("maxConcurrency"))?,
+            },
             max_queue: cap(t.max_queue, at("maxQueue"))?,
             max_sessions: cap(t.max_sessions, at("maxSessions"))?,
             max_priority: t.max_priority,

@@ -88,8 +88,38 @@ fn weights_are_one_to_a_thousand() {
 }
 
 #[test]
+fn concurrency_is_at_least_one_as_the_executor_requires() {
+    for bad in [0, -1] {
+        let mut t = tenant("rl");
+        t["maxConcurrency"] = json!(bad);
+        let (field, message) = refused(json!({"tenants": [t]}));
+        assert_eq!(field, "spec.tenants[0].maxConcurrency");
+        assert!(message.contains("at least 1"), "{message}");
+    }
+}
+
+#[test]
+fn anonymous_is_the_executors_and_not_a_tenant_name() {
+    let (field, message) = refused(json!({"tenants": [tenant("anonymous")]}));
+    assert_eq!(field, "spec.tenants[0].name");
+    assert!(message.contains("callers without auth"), "{message}");
+}
+
+#[test]
+fn two_tenants_may_not_share_a_token() {
+    let mut b = tenant("b");
+    b["tokenSecretRef"] = json!({"name": "a-token", "key": "token"});
+    let (field, message) = refused(json!({"tenants": [tenant("a"), b.clone()]}));
+    assert_eq!(field, "spec.tenants[1].tokenSecretRef");
+    assert!(message.contains("spec.tenants[0]"), "{message}");
+    // Another key of the same Secret is another token.
+    b["tokenSecretRef"]["key"] = json!("other");
+    assert!(resolve_spec(json!({"tenants": [tenant("a"), b]})).is_ok());
+}
+
+#[test]
 fn caps_are_not_negative() {
-    for cap in ["maxConcurrency", "maxQueue", "maxSessions"] {
+    for cap in ["maxQueue", "maxSessions"] {
         let mut t = tenant("rl");
         t[cap] = json!(-1);
         let (field, message) = refused(json!({"tenants": [t]}));
