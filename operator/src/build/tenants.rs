@@ -115,7 +115,11 @@ pub(super) fn volumes(pool: &ResolvedPool) -> Vec<Volume> {
                     path: format!("{}/token", t.name),
                     ..Default::default()
                 }]),
-                ..Default::default()
+                // A missing Secret would hold the pod in ContainerCreating, which the pool
+                // reports only as not ready. Optional, the pod starts and the executor exits
+                // naming the tenant and its missing token_file, which the pool's status
+                // quotes (CrashLoopBackOff); a running executor keeps its table meanwhile.
+                optional: Some(true),
             }),
             ..Default::default()
         })

@@ -106,8 +106,8 @@ fn the_deployment_mounts_the_file_and_each_token_as_whole_directories() {
     assert!(
         volumes.contains(
             &json!({"name": "tenant-tokens", "projected": {"defaultMode": 0o400, "sources": [
-                {"secret": {"name": "rl-token", "items": [{"key": "token", "path": "rl/token"}]}},
-                {"secret": {"name": "sweeps-token", "items": [{"key": "bearer.txt", "path": "sweeps/token"}]}},
+                {"secret": {"name": "rl-token", "items": [{"key": "token", "path": "rl/token"}], "optional": true}},
+                {"secret": {"name": "sweeps-token", "items": [{"key": "bearer.txt", "path": "sweeps/token"}], "optional": true}},
             ]}})
         ),
         "{volumes:?}"
