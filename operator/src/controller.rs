@@ -146,16 +146,21 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
         .owns(api::<NetworkPolicy>(&client, ns), owned.clone())
         .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
         .owns(api::<ServiceAccount>(&client, ns), owned);
-    // Tenants ConfigMaps are watched only where a list is allowed, as pods are below: an
-    // operator newer than its chart's Role keeps reconciling pools without tenants.
-    let config_maps = api::<ConfigMap>(&client, ns);
-    let probe = ListParams::default().labels(&pod_selector()).limit(1);
-    match config_maps.list(&probe).await {
-        Ok(_) => controller = controller.owns(config_maps, config_map_watch_config()),
-        Err(error) => tracing::warn!(
-            error = %crate::error_chain(&error),
-            "cannot list ConfigMaps (does the operator's Role grant configmaps list/watch?); edits to tenants ConfigMaps wait for the next resync"
-        ),
+    // Tenants ConfigMaps are read only where the operator manages pools (as pods are below:
+    // it has no business reading other namespaces' ConfigMaps), and watched only where a
+    // list is allowed: an operator newer than its chart's Role keeps reconciling pools
+    // without tenants.
+    for cm_ns in &pod_namespaces {
+        let config_maps = api::<ConfigMap>(&client, cm_ns.as_deref());
+        let probe = ListParams::default().labels(&pod_selector()).limit(1);
+        match config_maps.list(&probe).await {
+            Ok(_) => controller = controller.owns(config_maps, config_map_watch_config()),
+            Err(error) => tracing::warn!(
+                namespace = ?cm_ns,
+                error = %crate::error_chain(&error),
+                "cannot list ConfigMaps (does the operator's Role grant configmaps list/watch?); edits to tenants ConfigMaps wait for the next resync"
+            ),
+        }
     }
     // A pod that crashes, is refused a node or fails its probe changes no child of the pool,
     // only its own status: watch executor pods too, so the pool says why within seconds.

@@ -68,8 +68,6 @@ pub const RULES: &[Rule] = &[
         &["get", "list", "watch"],
         Scope::Watch,
     ),
-    // controller: watch tenants ConfigMaps (label selector); apply::ensure: get the live one.
-    rule("", "configmaps", &["get", "list", "watch"], Scope::Watch),
     // apply::ensure: server-side apply, which needs `create` when the child is new.
     rule("apps", "deployments", &["create", "patch"], Scope::Manage),
     rule("", "services", &["create", "patch"], Scope::Manage),
@@ -87,8 +85,15 @@ pub const RULES: &[Rule] = &[
         &["create", "patch", "delete"],
         Scope::Manage,
     ),
-    // ... and apply::ensure_absent: a pool whose tenants are gone loses their ConfigMap.
-    rule("", "configmaps", &["create", "patch", "delete"], Scope::Manage),
+    // Tenants ConfigMaps, only where pools are managed (no reading other ConfigMaps):
+    // controller: watch them (label selector); apply::ensure: get, then server-side apply;
+    // apply::ensure_absent: a pool whose tenants are gone loses theirs.
+    rule(
+        "",
+        "configmaps",
+        &["get", "list", "watch", "create", "patch", "delete"],
+        Scope::Manage,
+    ),
     // reconcile::ensure_auth_secret: create only; Secrets are never read or overwritten.
     rule("", "secrets", &["create"], Scope::Manage),
     // controller: watch executor pods (label selector) so their failures reach the pool;
