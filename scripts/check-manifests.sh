@@ -271,6 +271,9 @@ refuse_values() {
 refuse_values "replicaCount > 1 without leader election" --set replicaCount=2 --set leaderElection.enabled=false
 refuse_values "a pod label that duplicates one of ours" --set 'podLabels.app\.kubernetes\.io/name=x'
 refuse_values "watch.namespaces without cluster-wide mode" --set 'watch.namespaces={evals}'
+refuse_values "a pool's tenants both beside and inside its spec" -f <(printf '%s\n' 'pools:' \
+  '- {name: p, tenants: [{name: a, tokenSecretRef: {name: s, key: k}}],' \
+  '   spec: {tenants: [{name: b, tokenSecretRef: {name: s, key: k}}]}}')
 
 # --- RBAC: the chart grants exactly what the operator calls ----------------------------
 "$OPERATOR" rbac > "$WORK/rbac.json"

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
@@ -146,6 +146,22 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
         .owns(api::<NetworkPolicy>(&client, ns), owned.clone())
         .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
         .owns(api::<ServiceAccount>(&client, ns), owned);
+    // Tenants ConfigMaps are read only where the operator manages pools (as pods are below:
+    // it has no business reading other namespaces' ConfigMaps), and watched only where a
+    // list is allowed: an operator newer than its chart's Role keeps reconciling pools
+    // without tenants.
+    for cm_ns in &pod_namespaces {
+        let config_maps = api::<ConfigMap>(&client, cm_ns.as_deref());
+        let probe = ListParams::default().labels(&pod_selector()).limit(1);
+        match config_maps.list(&probe).await {
+            Ok(_) => controller = controller.owns(config_maps, config_map_watch_config()),
+            Err(error) => tracing::warn!(
+                namespace = ?cm_ns,
+                error = %crate::error_chain(&error),
+                "cannot list ConfigMaps (does the operator's Role grant configmaps list/watch?); edits to tenants ConfigMaps wait for the next resync"
+            ),
+        }
+    }
     // A pod that crashes, is refused a node or fails its probe changes no child of the pool,
     // only its own status: watch executor pods too, so the pool says why within seconds.
     // A watch the API server refuses would back off every trigger of the controller (they
@@ -194,6 +210,13 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
 /// resync, and the owner reference is what decides whose child it is.
 pub fn child_watch_config() -> watcher::Config {
     watcher::Config::default()
+}
+
+/// How tenants ConfigMaps are watched: only those the operator labelled. Unlike the other
+/// kinds, every namespace is full of ConfigMaps (some large) that are not ours; one whose
+/// label someone removed is still put back at the next resync.
+pub fn config_map_watch_config() -> watcher::Config {
+    watcher::Config::default().labels(&pod_selector())
 }
 
 /// How executor pods are watched: only pods the operator's Deployments made (their

@@ -110,6 +110,12 @@ pub struct SandboxPoolSpec {
     /// pools start every run cold either way (warm starts need CAP_SYS_ADMIN).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_starts: Option<bool>,
+    /// Callers of the pool, each with its own bearer token, share and caps
+    /// (docs/tenants.md). Unset: no tenants (see `auth`); cannot be set with `auth.enabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub tenants: Option<Vec<Tenant>>,
 }
 
 fn default_replicas() -> i32 {
@@ -240,6 +246,80 @@ pub struct Auth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,
+}
+
+/// One caller identity of the pool: its token (from a Secret the pool author creates), its
+/// share of the run slots and its caps, each per executor pod (docs/tenants.md).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Tenant {
+    /// Tenant name: the `tenant` label of metrics and the name in capture records; not
+    /// `anonymous`, the executor's name for callers without auth.
+    #[schemars(length(min = 1, max = 63), regex(pattern = TENANT_NAME_PATTERN))]
+    pub name: String,
+    /// Secret key holding the tenant's bearer token. The operator never reads it: it is
+    /// mounted into the executor pods, which re-read it when it is rotated.
+    pub token_secret_ref: SecretKeyRef,
+    /// Share of slots among tenants at the same priority (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub weight: Option<i32>,
+    /// Runs at once on each executor pod, at least 1 (unset: every slot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_concurrency: Option<i32>,
+    /// Requests waiting for a slot on each executor pod (default: the executor's queue size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_queue: Option<i32>,
+    /// Sessions open on each executor pod (default: the executor's session cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_sessions: Option<i32>,
+    /// Highest priority the tenant may ask for (default interactive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority: Option<Priority>,
+}
+
+/// A tenant name (as the executor's tenants file requires).
+pub const TENANT_NAME_PATTERN: &str = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$";
+/// A Secret data key (Kubernetes: `[-._a-zA-Z0-9]+`).
+pub const SECRET_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
+
+/// One key of a Secret in the pool's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key within the Secret.
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY_PATTERN))]
+    pub key: String,
+}
+
+/// How urgent a request is; tenants are capped at one (docs/tenants.md).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Served first (weight 16).
+    #[default]
+    Interactive,
+    /// The default (weight 4).
+    Normal,
+    /// Bulk work (weight 1).
+    Batch,
+}
+
+impl Priority {
+    /// The executor's spelling of the priority.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Interactive => "interactive",
+            Priority::Normal => "normal",
+            Priority::Batch => "batch",
+        }
+    }
 }
 
 /// The executor's result cache (`--result-cache-*`). Per pod: pods do not share it.

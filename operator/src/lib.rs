@@ -5,7 +5,7 @@
 //!   with its reason) out; pure, and the one path both [`reconcile`] and [`render`] take.
 //! - [`resolve`]: checks a spec and fills in defaults, or names the field it cannot honour.
 //! - [`build`]: pure builders from a resolved pool to Deployment, Service, NetworkPolicy,
-//!   ServiceAccount and PodDisruptionBudget.
+//!   ServiceAccount, PodDisruptionBudget and the tenants ConfigMap.
 //! - [`apply`]: server-side apply of one child, skipped when nothing would change.
 //! - [`status`]: the pool's status and its Ready/Progressing/Degraded conditions.
 //! - [`diagnose`]: why executors are not running (crash loop, OOM, image, scheduling,

@@ -85,6 +85,15 @@ pub const RULES: &[Rule] = &[
         &["create", "patch", "delete"],
         Scope::Manage,
     ),
+    // Tenants ConfigMaps, only where pools are managed (no reading other ConfigMaps):
+    // controller: watch them (label selector); apply::ensure: get, then server-side apply;
+    // apply::ensure_absent: a pool whose tenants are gone loses theirs.
+    rule(
+        "",
+        "configmaps",
+        &["get", "list", "watch", "create", "patch", "delete"],
+        Scope::Manage,
+    ),
     // reconcile::ensure_auth_secret: create only; Secrets are never read or overwritten.
     rule("", "secrets", &["create"], Scope::Manage),
     // controller: watch executor pods (label selector) so their failures reach the pool;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -143,6 +143,11 @@ pub fn error_policy(pool: Arc<SandboxPool>, error: &Error, ctx: Arc<Context>) ->
 pub fn backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     MIN_BACKOFF.saturating_mul(1 << doublings).min(MAX_BACKOFF)
+}
+
+/// Whether RBAC refused the request.
+fn forbidden(error: &ApplyError) -> bool {
+    matches!(error, ApplyError::Api { source: kube::Error::Api(status), .. } if status.code == 403)
 }
 
 /// Whether the API server refused the request itself (validation, admission, RBAC), as
@@ -366,7 +371,8 @@ struct Applied {
 }
 
 /// Applies the children in an order that never leaves a pod unprotected: identity and
-/// NetworkPolicy first, the Deployment last.
+/// NetworkPolicy first, the Deployment last. The tenants ConfigMap is applied before the
+/// Deployment whose pods mount it, and removed only after the Deployment stops mounting it.
 async fn apply_children(
     ctx: &Context,
     pool: &ResolvedPool,
@@ -379,6 +385,7 @@ async fn apply_children(
         network_policy,
         service,
         disruption_budget,
+        tenants,
         deployment,
     } = children;
     let name = deployment.name_any();
@@ -396,6 +403,10 @@ async fn apply_children(
         }
     }
     ensure_auth_secret(ctx, pool, owner_uid).await?;
+    let tenants_wanted = tenants.is_some();
+    if let Some(config_map) = tenants {
+        apply_one::<ConfigMap>(ctx, namespace, config_map, owner_uid).await?;
+    }
 
     let desired_replicas = deployment.spec.as_ref().and_then(|s| s.replicas);
     let desired_template = serde_json::to_value(deployment.spec.as_ref().map(|s| &s.template)).ok();
@@ -427,6 +438,18 @@ async fn apply_children(
             }
         }
         _ => {}
+    }
+    if !tenants_wanted {
+        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+        match apply::ensure_absent(&api, &build::tenants_config_map_name(&name), owner_uid).await {
+            Ok(outcome) => record(ctx, "ConfigMap", outcome),
+            // An operator newer than its chart's Role: a pool without tenants needs no
+            // ConfigMap, so not being allowed to look for a stale one fails nothing.
+            Err(error) if forbidden(&error) => {
+                tracing::warn!(error = %crate::error_chain(&error), "cannot check for a stale tenants ConfigMap");
+            }
+            Err(error) => return Err(error),
+        }
     }
     Ok(Applied {
         deployment: live,

@@ -72,6 +72,7 @@ pub fn render(input: &str, config: &OperatorConfig, namespace: &str) -> Result<S
                     network_policy,
                     service,
                     disruption_budget,
+                    tenants,
                     deployment,
                 },
             ..
@@ -81,6 +82,9 @@ pub fn render(input: &str, config: &OperatorConfig, namespace: &str) -> Result<S
         push(&mut out, &service, "Service")?;
         if let Some(pdb) = &disruption_budget {
             push(&mut out, pdb, "PodDisruptionBudget")?;
+        }
+        if let Some(config_map) = &tenants {
+            push(&mut out, config_map, "ConfigMap")?;
         }
         push(&mut out, &deployment, "Deployment")?;
     }
@@ -148,6 +152,31 @@ spec: {disruptionBudget: {enabled: false}}
             !out.contains("ownerReferences"),
             "pools from a file have no uid to own by"
         );
+    }
+
+    #[test]
+    fn a_pool_with_tenants_renders_its_config_map_before_its_deployment() {
+        let input = "apiVersion: sandpool.dev/v1alpha1\nkind: SandboxPool\nmetadata: {name: shared}\n\
+                     spec: {tenants: [{name: rl, tokenSecretRef: {name: rl-token, key: token}}]}\n";
+        let out = render(input, &OperatorConfig::default(), "evals").expect("renders");
+        let kinds: Vec<String> = serde_yaml::Deserializer::from_str(&out)
+            .map(|doc| {
+                let v = serde_yaml::Value::deserialize(doc).expect("rendered YAML parses");
+                v["kind"].as_str().unwrap_or_default().to_owned()
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "ServiceAccount",
+                "NetworkPolicy",
+                "Service",
+                "PodDisruptionBudget",
+                "ConfigMap",
+                "Deployment"
+            ]
+        );
+        assert!(out.contains("name: shared-tenants"), "{out}");
     }
 
     #[test]

@@ -63,6 +63,7 @@ async fn api(State(fake): State<Fake>, method: Method, uri: Uri, body: Bytes) ->
             "serviceaccounts",
             "networkpolicies",
             "poddisruptionbudgets",
+            "configmaps",
             "pods",
         ]
         .iter()
@@ -275,6 +276,14 @@ async fn run_reconciles_an_existing_pool_and_serves_health() {
             && p.contains("watch=true")
             && p.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsandpool-operator%2Csandpool.dev%2Fpool")),
         "executor pods are not watched by label: {seen:?}"
+    );
+    // Tenants ConfigMaps too: a namespace's other ConfigMaps are not cached.
+    assert!(
+        seen.iter().any(|(m, p)| m == Method::GET
+            && p.starts_with("/api/v1/namespaces/evals/configmaps?")
+            && p.contains("watch=true")
+            && p.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsandpool-operator%2Csandpool.dev%2Fpool")),
+        "tenants ConfigMaps are not watched by label: {seen:?}"
     );
 
     let (status, _) = http_get(health, "/readyz").await;

@@ -126,8 +126,12 @@ async fn namespaced_install_upgrade_and_uninstall() {
     let operator = Operator::start(&kubeconfig, Some(&ns.name), &ns.name, "op", dir.path());
     wait_pool_ready(&cluster, &ns.name, "python", 1, &operator).await;
 
-    // Upgrade with changed values: two operator replicas, a bigger pool.
-    let pools = json!([{"name": "python", "spec": {"replicas": 2, "languages": ["python"]}}]).to_string();
+    // Upgrade with changed values: two operator replicas, a bigger pool with tenants (the
+    // chart's `tenants:` beside `spec:`; the Role must let the operator write their ConfigMap).
+    let pools = json!([{"name": "python",
+        "tenants": [{"name": "rl", "tokenSecretRef": {"name": "rl-token", "key": "token"}, "weight": 3}],
+        "spec": {"replicas": 2, "languages": ["python"]}}])
+    .to_string();
     cluster.helm(&[
         "upgrade",
         "sp",
@@ -151,6 +155,18 @@ async fn namespaced_install_upgrade_and_uninstall() {
     ]);
     assert_eq!(deployment, "2", "the chart's operator Deployment follows replicaCount");
     wait_pool_ready(&cluster, &ns.name, "python", 2, &operator).await;
+    let tenants_file = cluster.kubectl(&[
+        "get",
+        "configmap/python-tenants",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.data.tenants\\.toml}",
+    ]);
+    assert!(
+        tenants_file.contains("name = \"rl\"\ntoken_file = \"/sandpool-tenants/rl/token\"\nweight = 3\n"),
+        "{tenants_file}"
+    );
     drop(operator);
 
     // Uninstall removes the release's objects, the leader Lease included (the chart makes it:

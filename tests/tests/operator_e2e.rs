@@ -14,12 +14,12 @@ use e2e_cluster::{Cluster, Operator, TestNamespace, repo_root, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use sandpool_operator::crd::SandboxPool;
 use serde_json::{Value, json};
@@ -957,5 +957,206 @@ async fn a_pool_that_loses_a_pod_after_its_rollout_is_degraded() {
     .await;
     let status = pools.get("e2e").await.expect("pool").status.expect("status");
     assert_eq!(status.ready_replicas, 1, "{status:?}");
+    drop(operator);
+}
+
+/// Two tenants as docs/tenants.md shows them.
+fn two_tenants() -> Value {
+    json!([
+        {"name": "rl", "tokenSecretRef": {"name": "rl-token", "key": "token"}, "weight": 3,
+         "maxConcurrency": 8, "maxQueue": 1000, "maxSessions": 4, "maxPriority": "interactive"},
+        {"name": "sweeps", "tokenSecretRef": {"name": "sweeps-token", "key": "token"}, "maxPriority": "batch"},
+    ])
+}
+
+/// The tenants file the operator renders for [`two_tenants`] (the executor's format,
+/// docs/tenants.md): no token, unset caps left to the executor's defaults.
+const TWO_TENANTS_FILE: &str = r#"# Rendered by sandpool-operator from the SandboxPool's spec.tenants; tokens are mounted, not here.
+
+[[tenant]]
+name = "rl"
+token_file = "/sandpool-tenants/rl/token"
+weight = 3
+max_concurrency = 8
+max_queue = 1000
+max_sessions = 4
+max_priority = "interactive"
+
+[[tenant]]
+name = "sweeps"
+token_file = "/sandpool-tenants/sweeps/token"
+weight = 1
+max_priority = "batch"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_become_a_config_map_and_mounts_and_change_without_a_rollout() {
+    let Some(setup) = Setup::new("e2e-tenants", privileged()).await else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    // The pool author's Secrets; the operator never reads them (its Role cannot).
+    let secrets = setup.api::<Secret>();
+    for name in ["rl-token", "sweeps-token"] {
+        let secret: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+            "stringData": {"token": format!("{name}-0123456789abcdef")},
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("Secret creates");
+    }
+    let mut spec = pool_spec(1);
+    spec["tenants"] = two_tenants();
+    setup.create_pool("e2e", spec).await;
+    setup.wait_ready("e2e", 1, &operator).await;
+
+    let pools = setup.api::<SandboxPool>();
+    let pool = pools.get("e2e").await.expect("pool reads");
+    let config_maps = setup.api::<ConfigMap>();
+    let cm = config_maps.get("e2e-tenants").await.expect("tenants ConfigMap");
+    assert_owned("ConfigMap", cm.owner_references(), &pool);
+    let data = cm.data.clone().unwrap_or_default();
+    assert_eq!(data.keys().collect::<Vec<_>>(), ["tenants.toml"]);
+    assert_eq!(data["tenants.toml"], TWO_TENANTS_FILE);
+
+    let deployments = setup.api::<Deployment>();
+    let deploy = deployments.get("e2e").await.expect("Deployment");
+    let pod = serde_json::to_value(deploy.spec.clone().expect("spec").template.spec.expect("pod spec")).expect("json");
+    let volumes = pod["volumes"].as_array().expect("volumes");
+    let volume = |name: &str| {
+        volumes
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("volume {name} in {volumes:?}"))
+            .clone()
+    };
+    assert_eq!(volume("tenants-config")["configMap"]["name"], "e2e-tenants");
+    let sources: Vec<(String, String, String)> = volume("tenant-tokens")["projected"]["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .map(|s| {
+            let secret = &s["secret"];
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                text(&secret["name"]),
+                text(&secret["items"][0]["key"]),
+                text(&secret["items"][0]["path"]),
+            )
+        })
+        .collect();
+    let source = |n: &str, k: &str, p: &str| (n.to_owned(), k.to_owned(), p.to_owned());
+    assert_eq!(
+        sources,
+        [
+            source("rl-token", "token", "rl/token"),
+            source("sweeps-token", "token", "sweeps/token")
+        ]
+    );
+    let container = &pod["containers"][0];
+    let mounts = container["volumeMounts"].as_array().expect("mounts");
+    for (name, path) in [
+        ("tenants-config", "/sandpool-tenants-config"),
+        ("tenant-tokens", "/sandpool-tenants"),
+    ] {
+        let mount = mounts
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("mount {name} in {mounts:?}"));
+        assert_eq!(mount["mountPath"], path);
+        assert_eq!(mount["readOnly"], true);
+        assert!(mount.get("subPath").is_none(), "a subPath mount is never refreshed");
+    }
+    assert!(
+        container["env"]
+            .as_array()
+            .expect("env")
+            .contains(&json!({"name": "SANDPOOL_TENANTS_FILE", "value": "/sandpool-tenants-config/tenants.toml"})),
+        "{}",
+        container["env"]
+    );
+
+    // A new weight reaches the ConfigMap, and the pods are left running: the executor
+    // re-reads the file the kubelet refreshes.
+    let generation = deploy.metadata.generation;
+    let mut tenants = two_tenants();
+    tenants[1]["weight"] = json!(5);
+    pools
+        .patch(
+            "e2e",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"tenants": tenants}})),
+        )
+        .await
+        .expect("pool patches");
+    wait_for("the new weight in the ConfigMap", TIMEOUT, || async {
+        config_maps.get("e2e-tenants").await.is_ok_and(|cm| {
+            cm.data.unwrap_or_default().get("tenants.toml").is_some_and(|f| {
+                f.contains("name = \"sweeps\"\ntoken_file = \"/sandpool-tenants/sweeps/token\"\nweight = 5\n")
+            })
+        })
+    })
+    .await;
+    setup.wait_ready("e2e", 1, &operator).await;
+    let after = deployments.get("e2e").await.expect("Deployment");
+    assert_eq!(after.metadata.generation, generation, "no rollout for a new weight");
+
+    // Without tenants, the ConfigMap goes (after the Deployment stops mounting it).
+    pools
+        .patch(
+            "e2e",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"tenants": null}})),
+        )
+        .await
+        .expect("pool patches");
+    wait_for("the tenants ConfigMap to go", TIMEOUT, || async {
+        config_maps.get_opt("e2e-tenants").await.is_ok_and(|cm| cm.is_none())
+    })
+    .await;
+    let deploy = deployments.get("e2e").await.expect("Deployment");
+    let text = serde_json::to_string(&deploy.spec).expect("json");
+    assert!(!text.contains("tenant"), "{text}");
+    drop(operator);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_with_auth_are_an_invalid_spec() {
+    let Some(setup) = Setup::new("e2e-tenants-auth", privileged()).await else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    let mut spec = pool_spec(1);
+    spec["tenants"] = two_tenants();
+    spec["auth"] = json!({"enabled": true});
+    setup.create_pool("e2e", spec).await;
+    let pools = setup.api::<SandboxPool>();
+    wait_for("Ready=False with reason InvalidSpec", TIMEOUT, || async {
+        pools.get("e2e").await.is_ok_and(|p| {
+            condition(&p, "Ready").is_some_and(|c| {
+                c.status == "False"
+                    && c.reason == "InvalidSpec"
+                    && c.message.contains("spec.tenants")
+                    && c.message.contains("spec.auth.enabled")
+            })
+        })
+    })
+    .await;
+    wait_for_warning(&setup, "e2e", "InvalidSpec", "spec.auth.enabled").await;
+    assert!(get_sbp_shows(&setup, "e2e", "InvalidSpec"));
+    // Nothing was made for it: no Deployment, no ConfigMap, no auth Secret.
+    assert!(setup.api::<Deployment>().get_opt("e2e").await.expect("get").is_none());
+    assert!(
+        setup
+            .api::<ConfigMap>()
+            .get_opt("e2e-tenants")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(setup.api::<Secret>().get_opt("e2e-auth").await.expect("get").is_none());
     drop(operator);
 }

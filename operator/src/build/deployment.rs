@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::child_meta;
+use super::{child_meta, tenants};
 use crate::crd::IsolationMode;
 use crate::labels::{self, GRPC_PORT, HTTP_PORT, METRICS_PORT};
 use crate::resolve::{AUTH_TOKEN_KEY, ResolvedPool};
@@ -214,6 +214,7 @@ fn container(pool: &ResolvedPool) -> Container {
                     }),
                     ..Default::default()
                 })
+                .chain(tenants::env(pool))
                 .collect(),
         ),
         ports: Some(ports),
@@ -260,6 +261,7 @@ fn volumes(pool: &ResolvedPool) -> Vec<Volume> {
             ..Default::default()
         });
     }
+    volumes.extend(tenants::volumes(pool));
     volumes
 }
 
@@ -284,6 +286,7 @@ fn volume_mounts(pool: &ResolvedPool) -> Vec<VolumeMount> {
             ..Default::default()
         });
     }
+    mounts.extend(tenants::volume_mounts(pool));
     mounts
 }
 

@@ -7,12 +7,13 @@ mod disruption_budget;
 mod network_policy;
 mod service;
 mod service_account;
+mod tenants;
 
 #[cfg(test)]
 mod tests;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -26,6 +27,10 @@ pub use disruption_budget::disruption_budget;
 pub use network_policy::network_policy;
 pub use service::service;
 pub use service_account::service_account;
+pub use tenants::{
+    TENANT_TOKENS_DIR, TENANTS_CONFIG_DIR, TENANTS_FILE_ENV, TENANTS_FILE_KEY, tenants_config_map,
+    tenants_config_map_name, tenants_toml, token_file,
+};
 
 /// Every object the operator wants for one pool.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +43,9 @@ pub struct Children {
     pub service: Service,
     /// Budget for voluntary disruptions; `None` means the pool wants none (and any is removed).
     pub disruption_budget: Option<PodDisruptionBudget>,
+    /// The tenants file (`<pool>-tenants`); `None` means the pool has no tenants (and any is
+    /// removed once the Deployment no longer mounts it).
+    pub tenants: Option<ConfigMap>,
     /// The executor pods.
     pub deployment: Deployment,
 }
@@ -49,6 +57,7 @@ pub fn children(pool: &ResolvedPool) -> Children {
         network_policy: network_policy(pool),
         service: service(pool),
         disruption_budget: disruption_budget(pool),
+        tenants: tenants_config_map(pool),
         deployment: deployment(pool),
     }
 }

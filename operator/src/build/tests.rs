@@ -3,6 +3,7 @@ use serde_json::{Value, json};
 use super::*;
 
 mod pod_security;
+mod tenants;
 use crate::defaults::PoolDefaults;
 use crate::resolve::resolve;
 use crate::test_pool::pool;

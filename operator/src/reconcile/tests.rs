@@ -15,6 +15,8 @@ const NP: &str = "/apis/networking.k8s.io/v1/namespaces/evals/networkpolicies/py
 const SVC: &str = "/api/v1/namespaces/evals/services/python";
 const PDB: &str = "/apis/policy/v1/namespaces/evals/poddisruptionbudgets/python";
 const DEPLOY: &str = "/apis/apps/v1/namespaces/evals/deployments/python";
+/// The tenants ConfigMap: a pool without tenants checks that none is left.
+const CM: &str = "/api/v1/namespaces/evals/configmaps/python-tenants";
 const STATUS: &str = "/apis/sandpool.dev/v1alpha1/namespaces/evals/sandboxpools/python/status";
 const PODS: &str = "/api/v1/namespaces/evals/pods";
 const CORE_EVENTS: &str = "/api/v1/namespaces/evals/events";
@@ -406,6 +408,7 @@ async fn create_applies_every_child_in_order_then_status() {
             apply(PDB),
             get_missing(DEPLOY),
             apply(DEPLOY),
+            get_missing(CM),
             apply(STATUS),
         ],
     )
@@ -426,7 +429,7 @@ async fn create_applies_every_child_in_order_then_status() {
         assert_eq!(seen.body["metadata"]["ownerReferences"][0]["uid"], "u-1");
         assert!(seen.body["metadata"]["annotations"][APPLIED_HASH_ANNOTATION].is_string());
     }
-    let status_write = &seen[10];
+    let status_write = &seen[11];
     status_write.assert_apply();
     assert_eq!(status_write.body["apiVersion"], "sandpool.dev/v1alpha1");
     assert_eq!(status_write.body["kind"], "SandboxPool");
@@ -458,12 +461,13 @@ async fn nothing_to_change_means_no_writes() {
             get(SVC, svc),
             get(PDB, pdb),
             get(DEPLOY, deploy),
+            get_missing(CM),
         ],
     )
     .await;
     assert_eq!(result.expect("reconcile succeeds"), Action::requeue(RESYNC));
     assert!(seen.iter().all(|s| s.method == Method::GET), "{seen:?}");
-    assert_eq!(seen.len(), 5);
+    assert_eq!(seen.len(), 6);
     assert_eq!(writes(&ctx), "sandpool_operator_status_writes_total 0");
 }
 
@@ -486,6 +490,7 @@ async fn spec_change_updates_only_what_changed() {
             get(PDB, pdb),
             get(DEPLOY, deploy),
             apply_returning(DEPLOY, rolled),
+            get_missing(CM),
             list_pods(vec![]),
             apply(STATUS),
         ],
@@ -546,6 +551,7 @@ async fn a_deleted_child_is_recreated() {
             apply(SVC),
             get(PDB, pdb),
             get(DEPLOY, deploy),
+            get_missing(CM),
         ],
     )
     .await;
@@ -574,6 +580,7 @@ async fn an_edited_child_is_put_back() {
             get(SVC, svc),
             get(PDB, pdb),
             get(DEPLOY, deploy),
+            get_missing(CM),
         ],
     )
     .await;
@@ -605,6 +612,7 @@ async fn a_disabled_budget_is_deleted_only_if_ours() {
                 body: Some(pdb.clone()),
             },
             get(DEPLOY, deploy.clone()),
+            get_missing(CM),
         ],
     )
     .await;
@@ -622,6 +630,7 @@ async fn a_disabled_budget_is_deleted_only_if_ours() {
             get(SVC, svc),
             get(PDB, foreign),
             get(DEPLOY, deploy),
+            get_missing(CM),
         ],
     )
     .await;
@@ -708,6 +717,7 @@ async fn creating_a_pool_tells_kubectl_describe() {
             apply(PDB),
             get_missing(DEPLOY),
             apply(DEPLOY),
+            get_missing(CM),
             apply(STATUS),
         ],
         OperatorConfig::default(),
@@ -745,6 +755,7 @@ async fn scaling_and_rollouts_are_events() {
             get(PDB, pdb),
             get(DEPLOY, deploy.clone()),
             apply_returning(DEPLOY, deploy),
+            get_missing(CM),
             list_pods(vec![]),
             apply(STATUS),
         ],
@@ -778,6 +789,7 @@ async fn a_finished_rollout_is_an_event() {
             get(SVC, svc),
             get(PDB, pdb),
             get(DEPLOY, deploy),
+            get_missing(CM),
             apply(STATUS),
         ],
         OperatorConfig::default(),
@@ -957,6 +969,7 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
         ];
         replies.extend(secret);
         replies.push(get(DEPLOY, deploy.clone()));
+        replies.push(get_missing(CM));
         replies
     };
     // The Secret exists already (a user rotated it): the create is refused and nothing else
@@ -1006,6 +1019,7 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
         get(PDB, pdb),
         created,
         get(DEPLOY, deploy),
+        get_missing(CM),
     ];
     let (result, seen, _, ctx) =
         run_remembering(again, replies, OperatorConfig::default(), &["evals/python-auth/u-1"]).await;
@@ -1056,6 +1070,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
             get(SVC, svc.clone()),
             get(PDB, pdb.clone()),
             get(DEPLOY, deploy.clone()),
+            get_missing(CM),
             list_pods(pods),
             apply(STATUS),
         ]
@@ -1067,7 +1082,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
     )
     .await;
     result.expect("reconcile succeeds");
-    let list = &seen[5];
+    let list = &seen[6];
     assert_eq!(list.method, Method::GET);
     assert!(
         list.query
@@ -1075,7 +1090,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
         "only the pool's own pods are listed: {}",
         list.query
     );
-    let status = &seen[6].body["status"];
+    let status = &seen[7].body["status"];
     let (ready, reason, message) = condition(status, "Ready");
     assert_eq!((ready.as_str(), reason.as_str()), ("False", "CrashLoopBackOff"));
     assert!(
@@ -1109,7 +1124,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
     .await;
     result.expect("reconcile succeeds");
     assert!(
-        condition(&seen[6].body["status"], "Ready")
+        condition(&seen[7].body["status"], "Ready")
             .2
             .contains("restarted 4 times")
     );
@@ -1130,13 +1145,14 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
             get(SVC, svc.clone()),
             get(PDB, pdb.clone()),
             get(DEPLOY, settled),
+            get_missing(CM),
             apply(STATUS),
         ],
         OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
-    let status = &seen[5].body["status"];
+    let status = &seen[6].body["status"];
     assert_eq!(condition(status, "Ready").1, "AllReplicasReady");
     assert_eq!(
         condition(status, "Degraded"),
@@ -1187,6 +1203,7 @@ async fn a_failing_readiness_probe_is_quoted_from_the_kubelets_events() {
             get(SVC, svc),
             get(PDB, pdb),
             get(DEPLOY, deploy),
+            get_missing(CM),
             list_pods(vec![unready]),
             get(
                 CORE_EVENTS,
@@ -1199,11 +1216,11 @@ async fn a_failing_readiness_probe_is_quoted_from_the_kubelets_events() {
     .await;
     result.expect("reconcile succeeds");
     assert!(
-        seen[6].query.contains("fieldSelector=reason%3DUnhealthy"),
+        seen[7].query.contains("fieldSelector=reason%3DUnhealthy"),
         "only probe failures are read: {}",
-        seen[6].query
+        seen[7].query
     );
-    let (_, reason, message) = condition(&seen[7].body["status"], "Ready");
+    let (_, reason, message) = condition(&seen[8].body["status"], "Ready");
     assert_eq!(reason, "Unhealthy");
     assert!(
         message.ends_with(
@@ -1227,6 +1244,7 @@ async fn a_passed_progress_deadline_is_a_warning_event_and_the_ready_reason() {
             get(SVC, svc),
             get(PDB, pdb),
             get(DEPLOY, deploy),
+            get_missing(CM),
             list_pods(vec![]),
             apply(STATUS),
         ],
@@ -1234,7 +1252,7 @@ async fn a_passed_progress_deadline_is_a_warning_event_and_the_ready_reason() {
     )
     .await;
     result.expect("reconcile succeeds");
-    let status = &seen[6].body["status"];
+    let status = &seen[7].body["status"];
     assert_eq!(condition(status, "Ready").1, "ProgressDeadlineExceeded");
     assert_eq!(condition(status, "Degraded").1, "ProgressDeadlineExceeded");
     assert_eq!(
@@ -1259,6 +1277,7 @@ async fn pods_the_operator_may_not_list_leave_the_deployments_word() {
             get(SVC, svc),
             get(PDB, pdb),
             get(DEPLOY, deploy),
+            get_missing(CM),
             api_error(
                 Method::GET,
                 PODS,
@@ -1272,7 +1291,7 @@ async fn pods_the_operator_may_not_list_leave_the_deployments_word() {
     )
     .await;
     result.expect("a pod list is not worth failing the reconcile for");
-    let status = &seen[6].body["status"];
+    let status = &seen[7].body["status"];
     assert_eq!(condition(status, "Ready").1, "ReplicasNotReady");
     assert_eq!(condition(status, "Degraded").1, "ReplicasUnavailable");
 }
@@ -1303,3 +1322,5 @@ fn executor_pods_are_watched_by_label_and_mapped_to_their_pool() {
     );
     assert_eq!(pod_watch_namespaces(None, &[]), [None]);
 }
+
+mod tenants;

@@ -14,7 +14,8 @@
 //! - `limits`: per-run limits; [`executor_defaults`]: the executor's own defaults they
 //!   fall back on;
 //! - `restricted`: what restricted mode refuses;
-//! - `result_cache`, `access`, `disruption_budget`, `auth`: the rest of the spec.
+//! - `result_cache`, `access`, `disruption_budget`, `auth`: the rest of the spec;
+//! - `tenants`: the pool's callers, their shares and caps.
 
 mod access;
 mod auth;
@@ -29,6 +30,7 @@ mod pool;
 mod resources;
 mod restricted;
 mod result_cache;
+mod tenants;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
@@ -46,6 +48,7 @@ pub use pool::{DRAIN_MARGIN_MS, ResolvedPool, TERMINATION_MARGIN_S};
 pub use resources::GPU_MEMORY_REQUEST_PER_SLOT_GI;
 pub use restricted::SECURITY_ANNOTATION_PREFIXES;
 pub use result_cache::{DEFAULT_RESULT_CACHE_BYTES, ResolvedResultCache};
+pub use tenants::{DEFAULT_TENANT_WEIGHT, MAX_TENANT_WEIGHT, ResolvedTenant};
 
 /// Checks and defaults a pool. `namespace` is used when the object carries none (rendering).
 pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> Result<ResolvedPool, InvalidSpec> {
@@ -102,6 +105,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
 
     let max_unavailable = disruption_budget::max_unavailable(spec.disruption_budget.as_ref())?;
     let auth = auth::resolve_auth(spec.auth.as_ref(), &name);
+    let tenants = tenants::resolve_tenants(spec.tenants.as_deref(), spec.auth.as_ref())?;
 
     Ok(ResolvedPool {
         // Foreground deletion of the pool waits for its children.
@@ -134,6 +138,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         pod_annotations: template.annotations.unwrap_or_default(),
         max_unavailable,
         auth,
+        tenants,
         result_cache,
         warm_starts,
     })

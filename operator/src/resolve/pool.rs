@@ -12,6 +12,7 @@ use super::auth::ResolvedAuth;
 use super::gpu::ResolvedGpu;
 use super::limits::ResolvedLimits;
 use super::result_cache::ResolvedResultCache;
+use super::tenants::ResolvedTenant;
 use crate::crd::IsolationMode;
 use crate::labels;
 
@@ -69,6 +70,8 @@ pub struct ResolvedPool {
     pub max_unavailable: Option<IntOrString>,
     /// Caller authentication, when enabled.
     pub auth: Option<ResolvedAuth>,
+    /// The pool's tenants (never together with `auth`).
+    pub tenants: Option<Vec<ResolvedTenant>>,
     /// The result cache, when enabled.
     pub result_cache: Option<ResolvedResultCache>,
     /// False turns warm starts off (`--warm-starts=false`); true leaves the executor's default.

@@ -7,6 +7,8 @@ use super::*;
 use crate::crd::SandboxPool;
 use crate::test_pool::pool;
 
+mod tenants;
+
 fn resolve_spec(spec: serde_json::Value) -> Result<ResolvedPool, InvalidSpec> {
     resolve(&pool(spec), &PoolDefaults::default(), "default")
 }
