@@ -108,6 +108,7 @@ pub async fn run(a: ExecArgs) -> anyhow::Result<i32> {
             memory_bytes: a.memory_bytes,
             ..Default::default()
         }),
+        priority: crate::target::priority(),
         ..Default::default()
     };
     let resp = target

@@ -79,6 +79,7 @@ pub async fn run(a: LoadArgs) -> anyhow::Result<i32> {
             language: a.language.clone(),
             code: code.clone(),
             request_id: format!("bench-{i}"),
+            priority: crate::target::priority(),
             ..Default::default()
         });
         req.set_timeout(Duration::from_millis(a.timeout_ms));

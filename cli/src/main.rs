@@ -20,6 +20,9 @@ struct Cli {
     /// File holding the bearer token the executors want (default: $SANDPOOL_TOKEN).
     #[arg(long, global = true, env = "SANDPOOL_TOKEN_FILE")]
     token_file: Option<std::path::PathBuf>,
+    /// Priority of every request: interactive, normal or batch (default: the tenant's, see docs/tenants.md).
+    #[arg(long, global = true, env = "SANDPOOL_PRIORITY")]
+    priority: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -49,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(sandpool_executor::config::colour(&std::io::stderr()))
         .init();
     target::set_token(cli.token_file.as_deref(), std::env::var("SANDPOOL_TOKEN").ok())?;
+    target::set_priority(cli.priority.as_deref())?;
     let rt = tokio::runtime::Runtime::new()?;
     let code = rt.block_on(async {
         match cli.command {

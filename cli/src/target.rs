@@ -36,6 +36,26 @@ pub fn set_token(file: Option<&std::path::Path>, env_value: Option<String>) -> a
     Ok(())
 }
 
+/// The priority every request asks for (`--priority`, `SANDPOOL_PRIORITY`; docs/tenants.md).
+static PRIORITY: OnceLock<pb::Priority> = OnceLock::new();
+
+/// Sets the priority requests carry; an unknown name is refused, naming the flag.
+pub fn set_priority(name: Option<&str>) -> anyhow::Result<()> {
+    let p = match name.map(str::trim).filter(|n| !n.is_empty()) {
+        None => pb::Priority::Unspecified,
+        Some(n) => sandpool_executor::tenants::Priority::parse(n)
+            .ok_or_else(|| anyhow::anyhow!("--priority: {n:?} is not one of interactive, normal, batch"))?
+            .to_proto(),
+    };
+    let _ = PRIORITY.set(p);
+    Ok(())
+}
+
+/// The priority requests carry (unspecified: the tenant's default).
+pub fn priority() -> i32 {
+    PRIORITY.get().copied().unwrap_or(pb::Priority::Unspecified) as i32
+}
+
 /// Adds `authorization: Bearer <token>` to every call when a token is set.
 #[derive(Debug, Clone, Copy)]
 pub struct Bearer;

@@ -111,7 +111,10 @@ async fn each_token_is_its_tenant_with_its_terms_and_refusals_name_it() {
     let r = with_priority(request("python", "print(1)", ""), pb::Priority::Interactive);
     let s = c.execute(as_tenant(r, SWEEPS)).await.expect_err("above max_priority");
     assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
-    assert!(s.message().contains("\"sweeps\"") && s.message().contains("batch"), "{s:?}");
+    assert!(
+        s.message().contains("\"sweeps\"") && s.message().contains("batch"),
+        "{s:?}"
+    );
     let mut r = request("python", "print(1)", "");
     r.priority = 42;
     let s = c.execute(as_tenant(r, RL)).await.expect_err("unknown priority");
@@ -130,7 +133,10 @@ async fn each_token_is_its_tenant_with_its_terms_and_refusals_name_it() {
         })),
         ..Default::default()
     };
-    let s = c.evaluate(as_tenant(eval, SWEEPS)).await.expect_err("evaluate above max_priority");
+    let s = c
+        .evaluate(as_tenant(eval, SWEEPS))
+        .await
+        .expect_err("evaluate above max_priority");
     assert_eq!(s.code(), tonic::Code::PermissionDenied);
 
     let http_addr = exe.http_addr.clone().expect("http");
@@ -160,7 +166,10 @@ async fn each_token_is_its_tenant_with_its_terms_and_refusals_name_it() {
         queued.push(tokio::spawn(async move { c.execute(r).await }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let s = c.execute(as_tenant(sleeper(0.0), SWEEPS)).await.expect_err("sweeps' queue is full");
+    let s = c
+        .execute(as_tenant(sleeper(0.0), SWEEPS))
+        .await
+        .expect_err("sweeps' queue is full");
     assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
     assert!(s.message().contains("\"sweeps\""), "{s:?}");
     let rl = {
@@ -169,9 +178,15 @@ async fn each_token_is_its_tenant_with_its_terms_and_refusals_name_it() {
         tokio::spawn(async move { c.execute(r).await })
     };
     assert_eq!(stdout(hold.await.expect("join").expect("held run").get_ref()), "done\n");
-    assert_eq!(stdout(rl.await.expect("join").expect("rl not refused").get_ref()), "done\n");
+    assert_eq!(
+        stdout(rl.await.expect("join").expect("rl not refused").get_ref()),
+        "done\n"
+    );
     for q in queued {
-        assert_eq!(stdout(q.await.expect("join").expect("queued sweep").get_ref()), "done\n");
+        assert_eq!(
+            stdout(q.await.expect("join").expect("queued sweep").get_ref()),
+            "done\n"
+        );
     }
     assert_eq!(exe.metric("sandpool_tenant_refused_total"), 1.0);
     assert!(exe.metric("sandpool_tenant_admitted_total") >= 6.0);
@@ -194,8 +209,15 @@ async fn sessions_belong_to_their_tenant_and_count_against_its_cap() {
             token,
         )
     };
-    let s = c.create_session(create(AGENTS)).await.expect("first session").into_inner();
-    let refused = c.create_session(create(AGENTS)).await.expect_err("agents' max_sessions is 1");
+    let s = c
+        .create_session(create(AGENTS))
+        .await
+        .expect("first session")
+        .into_inner();
+    let refused = c
+        .create_session(create(AGENTS))
+        .await
+        .expect_err("agents' max_sessions is 1");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
     assert!(refused.message().contains("\"agents\""), "{refused:?}");
     let run = |token: &str| {
@@ -221,7 +243,9 @@ async fn sessions_belong_to_their_tenant_and_count_against_its_cap() {
     ))
     .await
     .expect("close");
-    c.create_session(create(AGENTS)).await.expect("room again after closing");
+    c.create_session(create(AGENTS))
+        .await
+        .expect("room again after closing");
 }
 
 /// An interactive request overtakes a backlog of batch requests, over gRPC and HTTP, and
@@ -306,7 +330,10 @@ async fn interactive_requests_overtake_a_batch_backlog_on_grpc_and_http() {
     let pos = |l: &str| order.iter().position(|x| x == l).expect("finished");
     // All three interactive calls finished while most of the backlog still waited: each took
     // the next slot that freed (one 0.25 s batch run at most, plus the previous one).
-    assert!(pos("evaluate") <= 6 + 3, "interactive calls waited behind the backlog: {order:?}");
+    assert!(
+        pos("evaluate") <= 6 + 3,
+        "interactive calls waited behind the backlog: {order:?}"
+    );
     let wait_label = "sandpool_tenant_queue_wait_seconds_count";
     assert!(exe.metric(wait_label) >= (backlog + 5) as f64);
 }
@@ -332,7 +359,10 @@ async fn a_changed_tenants_file_is_picked_up_without_a_restart() {
             assert_eq!(r.into_inner().tenant.expect("tenant").name, "late");
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(15), "the new tenant never became known");
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "the new tenant never became known"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Broken: the last good table stays (and the refusal is counted).

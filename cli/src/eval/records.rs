@@ -156,6 +156,7 @@ pub fn request(
     };
     let mut req = pb::EvaluateRequest {
         language: text(r, "language").unwrap_or(language).to_owned(),
+        priority: crate::target::priority(),
         ..Default::default()
     };
     match format {

@@ -6,7 +6,7 @@ import dataclasses
 
 import asyncio
 import time
-from typing import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Optional, TypeVar, Union
+from typing import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Optional, TypeVar, Union, cast
 
 import grpc
 import grpc.aio
@@ -55,6 +55,12 @@ class AsyncClient:
         self.priority = priority
         self.channel = grpc.aio.insecure_channel(target, options=channel_options(target, load_balancing))
         self.stub = pb_grpc.ExecutorStub(self.channel)
+
+    def _prioritised(self, r: EvaluateRequest) -> EvaluateRequest:
+        """`r` with the client's priority when it names none."""
+        if r.priority is None and self.priority is not None:
+            return dataclasses.replace(r, priority=self.priority)
+        return r
 
     async def close(self) -> None:
         """Closes the channel."""
@@ -165,7 +171,7 @@ class AsyncClient:
     ) -> AsyncSession:
         """Opens a stateful session; as `Client.session`. `async with await c.session() as s: ...`"""
         req = _session.create_request(language, limits, call_limits, files, request_id)
-        req.priority = convert.priority_value(priority if priority is not None else self.priority)
+        req.priority = cast("pb.Priority", convert.priority_value(priority if priority is not None else self.priority))
         t = timeout if timeout is not None else self.timeout
         resp, _ = await self._call(
             lambda left: self.stub.CreateSession(req, timeout=left, metadata=self._metadata),

@@ -6,7 +6,7 @@ import dataclasses
 import queue
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Mapping, Optional, TypeVar, Union
+from typing import Callable, Iterable, Iterator, Mapping, Optional, TypeVar, Union, cast
 
 import grpc
 
@@ -197,7 +197,7 @@ class Client:
         Calls in the session are never retried: they are not idempotent.
         """
         req = _session.create_request(language, limits, call_limits, files, request_id)
-        req.priority = convert.priority_value(priority if priority is not None else self.priority)
+        req.priority = cast("pb.Priority", convert.priority_value(priority if priority is not None else self.priority))
         t = timeout if timeout is not None else self.timeout
         deadline = _deadline(t)
         resp, _ = self._call(
