@@ -103,4 +103,21 @@ mod tests {
         assert_ne!(a, Caller::from_authorization(None));
         assert_eq!(Caller::from_authorization(Some(b"Basic xyz")).as_bytes(), b"Basic xyz");
     }
+
+    #[test]
+    fn a_tenant_is_one_caller_whatever_it_sends_and_never_an_anonymous_one() {
+        let mut t = (*Tenant::anonymous()).clone();
+        t.name = "rl".into();
+        t.authenticated = true;
+        // Scoped by the tenant: the result cache and sessions see one caller.
+        assert_eq!(Caller::of(&t, Some(b"Bearer a")), Caller::of(&t, Some(b"Bearer b")));
+        // No header value can hold it, so no unauthenticated caller's can equal it.
+        assert!(http::HeaderValue::from_bytes(Caller::of(&t, None).as_bytes()).is_err());
+        let mut other = t.clone();
+        other.name = "sweeps".into();
+        assert_ne!(Caller::of(&t, None), Caller::of(&other, None));
+        // Without auth, callers are told apart by what they send, as before.
+        let anon = Tenant::anonymous();
+        assert_ne!(Caller::of(&anon, Some(b"Bearer a")), Caller::of(&anon, Some(b"Bearer b")));
+    }
 }
