@@ -118,6 +118,9 @@ mod tests {
         assert_ne!(Caller::of(&t, None), Caller::of(&other, None));
         // Without auth, callers are told apart by what they send, as before.
         let anon = Tenant::anonymous();
-        assert_ne!(Caller::of(&anon, Some(b"Bearer a")), Caller::of(&anon, Some(b"Bearer b")));
+        assert_ne!(
+            Caller::of(&anon, Some(b"Bearer a")),
+            Caller::of(&anon, Some(b"Bearer b"))
+        );
     }
 }

@@ -522,7 +522,10 @@ async fn bad_case_capture_records_chosen_verdicts_within_its_cap() {
         serde_json::from_str(text.lines().find(|l| l.contains("marker-bad")).expect("the line")).expect("JSON");
     assert_eq!(line["verdict"], "RUNTIME_ERROR");
     // Without auth every caller is the tenant `anonymous`, at the default priority.
-    assert_eq!((&line["tenant"], &line["priority"]), (&"anonymous".into(), &"normal".into()));
+    assert_eq!(
+        (&line["tenant"], &line["priority"]),
+        (&"anonymous".into(), &"normal".into())
+    );
     assert_eq!(line["run"]["exit_code"], 3);
     assert_eq!(line["run"]["stdout"], "oops\n");
     assert!(line["response_pb"].as_str().is_some_and(|s| !s.is_empty()));
