@@ -275,6 +275,16 @@ impl ServerArgs {
         if let (true, Some(file)) = (restricted, &self.auth_token_file) {
             crate::auth::check_out_of_reach(file, &ro)?;
         }
+        if let Some(file) = &self.auth_token_file {
+            if std::env::var("SANDPOOL_AUTH_TOKEN").is_ok_and(|v| !v.is_empty()) {
+                return Err(crate::auth::AuthError::Both);
+            }
+            // From a file: re-read while running, so a rotated Secret needs no restart.
+            return crate::tenants::Tenants::from_token_file(file).map_err(|e| match e {
+                crate::tenants::TenantsError::Read(f, e) => crate::auth::AuthError::Read(f, e),
+                _ => crate::auth::AuthError::Empty(file.display().to_string()),
+            });
+        }
         let token = crate::auth::Token::load(
             self.auth_token_file.as_deref(),
             std::env::var("SANDPOOL_AUTH_TOKEN").ok(),

@@ -351,6 +351,9 @@ enum Source {
     Fixed,
     /// A tenants file, re-read by [`Tenants::watch`].
     File(PathBuf),
+    /// The single token's file (`--auth-token-file`), re-read by [`Tenants::watch`]: a
+    /// rotated token takes effect without a restart.
+    TokenFile(PathBuf),
 }
 
 /// The executor's live tenant table.
@@ -388,6 +391,26 @@ fn read_file(path: &Path) -> Result<(Directory, Vec<u8>), TenantsError> {
     Ok((dir, seen.into_inner()))
 }
 
+/// Reads the single token's file: one tenant, `default`.
+fn read_token_file(path: &Path) -> Result<(Directory, Vec<u8>), TenantsError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| TenantsError::Read(name.clone(), e))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(TenantsError::Parse(name, "the token is empty".into()));
+    }
+    Ok((Directory::single(token.as_bytes()), text.into_bytes()))
+}
+
+/// Reads what `source` names (a file and what it refers to); None for sources without files.
+fn read_source(source: &Source) -> Option<Result<(Directory, Vec<u8>), TenantsError>> {
+    match source {
+        Source::File(p) => Some(read_file(p)),
+        Source::TokenFile(p) => Some(read_token_file(p)),
+        Source::Open | Source::Fixed => None,
+    }
+}
+
 impl Tenants {
     /// No auth: every caller is `anonymous`.
     pub fn open() -> Arc<Tenants> {
@@ -404,6 +427,12 @@ impl Tenants {
     pub fn from_file(path: &Path) -> Result<Arc<Tenants>, TenantsError> {
         let (dir, read) = read_file(path)?;
         Ok(Tenants::new(Source::File(path.to_owned()), dir, read))
+    }
+
+    /// The single token in the file at `path` (read now; [`Tenants::watch`] re-reads it).
+    pub fn from_token_file(path: &Path) -> Result<Arc<Tenants>, TenantsError> {
+        let (dir, read) = read_token_file(path)?;
+        Ok(Tenants::new(Source::TokenFile(path.to_owned()), dir, read))
     }
 
     fn new(source: Source, dir: Directory, read: Vec<u8>) -> Arc<Tenants> {
@@ -442,16 +471,18 @@ impl Tenants {
         )
     }
 
-    /// Re-reads the tenants file (off the runtime) and swaps in its table if anything read
-    /// changed. Ok(true) when swapped; an error leaves the old table in force.
+    /// Re-reads the tenants file or the single token's file (off the runtime) and swaps in
+    /// its table if anything read changed. Ok(true) when swapped; an error leaves the old table in force.
     pub async fn reload(&self) -> Result<bool, TenantsError> {
-        let Source::File(path) = &self.source else {
-            return Ok(false);
+        let source = match &self.source {
+            Source::File(p) => Source::File(p.clone()),
+            Source::TokenFile(p) => Source::TokenFile(p.clone()),
+            Source::Open | Source::Fixed => return Ok(false),
         };
-        let path = path.clone();
-        let read = tokio::task::spawn_blocking(move || read_file(&path))
+        let read = tokio::task::spawn_blocking(move || read_source(&source))
             .await
             .map_err(|e| TenantsError::Read("tenants file".into(), std::io::Error::other(e.to_string())))?;
+        let Some(read) = read else { return Ok(false) };
         let (dir, bytes) = match read {
             Ok(r) => r,
             Err(e) => {
@@ -473,7 +504,7 @@ impl Tenants {
     /// `counted(true)` on each change swapped in, `counted(false)` on each refused (logged
     /// once per distinct error; the old table stays).
     pub fn watch(self: &Arc<Self>, every: Duration, counted: impl Fn(bool) + Send + 'static) {
-        if !matches!(self.source, Source::File(_)) {
+        if !matches!(self.source, Source::File(_) | Source::TokenFile(_)) {
             return;
         }
         let weak = Arc::downgrade(self);
@@ -617,6 +648,22 @@ mod tests {
         assert!(t.reload().await.is_err());
         assert_eq!(who(&t, B).as_deref(), Some("second"), "the old table stays");
         assert_eq!(t.reloads(), (2, 1));
+    }
+
+    #[tokio::test]
+    async fn a_rotated_single_token_takes_effect_without_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("token");
+        std::fs::write(&f, "first-token\n").unwrap();
+        let t = Tenants::from_token_file(&f).unwrap();
+        assert!(t.authenticate(Some(b"Bearer first-token")).is_ok());
+        std::fs::write(&f, "second-token\n").unwrap();
+        assert!(t.reload().await.unwrap());
+        assert!(t.authenticate(Some(b"Bearer first-token")).is_err());
+        assert_eq!(&*t.authenticate(Some(b"Bearer second-token")).unwrap().name, DEFAULT);
+        std::fs::write(&f, "\n").unwrap();
+        assert!(t.reload().await.is_err(), "an emptied file is refused");
+        assert!(t.authenticate(Some(b"Bearer second-token")).is_ok());
     }
 
     #[test]

@@ -381,7 +381,8 @@ async fn every_committed_manifest_applies() {
         BTreeSet::from([
             "sandboxpool.sandpool.dev/cuda",
             "sandboxpool.sandpool.dev/python",
-            "sandboxpool.sandpool.dev/restricted"
+            "sandboxpool.sandpool.dev/restricted",
+            "sandboxpool.sandpool.dev/shared"
         ])
     );
 }
