@@ -185,7 +185,15 @@ impl Drop for Pending<'_> {
             }
             Err(_) => {
                 if let Some(a) = st.accounts.get_mut(&self.tenant) {
-                    a.live[self.level] = a.live[self.level].saturating_sub(1);
+                    let level = self.level;
+                    a.live[level] = a.live[level].saturating_sub(1);
+                    // Waiters that gave up stay queued until popped; a tenant that cannot run
+                    // (at its max_concurrency) while its callers keep timing out would pile them
+                    // up without bound. Swept once they outnumber the live ones: amortised O(1).
+                    let q = &mut a.queues[level];
+                    if q.len() > 2 * a.live[level] + 16 {
+                        q.retain(|w| !w.tx.is_closed());
+                    }
                 }
                 st.level_live[self.level] = st.level_live[self.level].saturating_sub(1);
                 st.queued = st.queued.saturating_sub(1);
@@ -418,6 +426,17 @@ impl Admission {
             .collect();
         v.sort();
         v
+    }
+
+    /// Entries in the waiting queues, including waiters that gave up and are not yet swept
+    /// (tests bound it).
+    pub fn queue_entries(&self) -> usize {
+        let st = self.lock();
+        st.accounts
+            .values()
+            .flat_map(|a| a.queues.iter())
+            .map(VecDeque::len)
+            .sum()
     }
 
     /// Slots handed out since start-up.

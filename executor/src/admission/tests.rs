@@ -327,3 +327,26 @@ async fn waiters_that_give_up_lose_no_slot_and_leave_no_count() {
         vec![(&2, &0), (&0, &0)]
     );
 }
+
+#[tokio::test]
+async fn waiters_that_give_up_behind_a_capped_tenant_do_not_pile_up() {
+    // A tenant at its max_concurrency whose callers keep timing out: nothing is popped from
+    // its queue, so the dead entries must be swept rather than kept.
+    let a = Admission::new(2, 100);
+    let mut capped = (*tenant("capped", 1)).clone();
+    capped.max_concurrency = Some(1);
+    let capped = Arc::new(capped);
+    let t = ticket(&capped, Priority::Batch);
+    let held = a.acquire_as(&t, None, Admit::New).await.unwrap();
+    for _ in 0..2000 {
+        let d = tokio::time::Instant::now();
+        assert_eq!(
+            a.acquire_as(&t, Some(d), Admit::New).await.unwrap_err(),
+            AdmissionError::Deadline
+        );
+    }
+    assert_eq!(a.queued(), 0);
+    assert!(a.queue_entries() <= 32, "{} dead entries kept", a.queue_entries());
+    drop(held);
+    assert!(a.acquire_as(&t, None, Admit::New).await.is_ok());
+}
