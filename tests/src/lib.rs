@@ -515,3 +515,21 @@ pub fn signal(pid: u32, sig: i32) -> bool {
     };
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).is_ok()
 }
+
+/// One HTTP/1.1 request (Connection: close, blocking: call it off the runtime) with extra header lines; the status and body.
+pub fn http(addr: &str, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    write!(
+        conn,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut raw = String::new();
+    let _ = conn.read_to_string(&mut raw);
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, body.to_owned())
+}

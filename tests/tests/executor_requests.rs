@@ -7,7 +7,7 @@
 //! against an older binary (`SANDPOOL_EXECUTOR_BIN`) and show what it got wrong.
 
 use sandpool_proto::v1 as pb;
-use sandpool_tests::{Executor, Options, binary, describe, request, stdout};
+use sandpool_tests::{Executor, Options, binary, describe, http, request, stdout};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -25,23 +25,6 @@ async fn python(http: bool, vars: &[(&str, &str)]) -> Executor {
         ..Default::default()
     })
     .await
-}
-
-/// One HTTP/1.1 request (Connection: close) with extra header lines; the status and body.
-fn http(addr: &str, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
-    let mut conn = TcpStream::connect(addr).expect("connect");
-    conn.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
-    write!(
-        conn,
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut raw = String::new();
-    let _ = conn.read_to_string(&mut raw);
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, body.to_owned())
 }
 
 fn code_of(r: &Result<tonic::Response<pb::ExecuteResponse>, tonic::Status>) -> String {

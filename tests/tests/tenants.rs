@@ -2,9 +2,7 @@
 //! tenants file, over gRPC and HTTP on loopback, real Python runs.
 
 use sandpool_proto::v1 as pb;
-use sandpool_tests::{Executor, Options, request, stdout};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use sandpool_tests::{Executor, Options, http, request, stdout};
 use std::time::{Duration, Instant};
 
 const RL: &str = "rl-token-0123456789abcdef";
@@ -52,26 +50,9 @@ fn with_priority(mut r: pb::ExecuteRequest, p: pb::Priority) -> pb::ExecuteReque
     r
 }
 
-/// One HTTP/1.1 request (Connection: close) with extra header lines; the status and body.
-fn http(addr: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
-    let mut conn = TcpStream::connect(addr).expect("connect");
-    conn.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
-    write!(
-        conn,
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut raw = String::new();
-    let _ = conn.read_to_string(&mut raw);
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, body.to_owned())
-}
-
 async fn http_async(addr: &str, path: &str, headers: String, body: String) -> (u16, String) {
     let (addr, path) = (addr.to_owned(), path.to_owned());
-    tokio::task::spawn_blocking(move || http(&addr, &path, &headers, &body))
+    tokio::task::spawn_blocking(move || http(&addr, "POST", &path, &headers, &body))
         .await
         .expect("http")
 }
