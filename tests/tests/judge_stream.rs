@@ -34,7 +34,7 @@ fn item(i: usize) -> (pb::EvaluateRequest, &'static str) {
             stdio(
                 id,
                 "python",
-                "import time\ntime.sleep(1.5)\nprint(input())",
+                "import time\ntime.sleep(3)\nprint(input())",
                 "slow",
                 "slow",
             ),
@@ -79,7 +79,7 @@ fn item(i: usize) -> (pb::EvaluateRequest, &'static str) {
             "WRONG_ANSWER",
         ),
         7 => (stdio(id, "cobol", "x", "", ""), "error:3"),
-        8 if i % 100 == 8 => (
+        8 if i % 100 == 58 => (
             stdio(
                 id,
                 "cpp",
@@ -117,9 +117,16 @@ async fn five_hundred_mixed_requests_each_answered_once() {
     }
     assert_eq!(seen.len(), n, "ids answered");
     assert!(seen.values().all(|c| *c == 1), "every id exactly once");
-    // req-0 sleeps 1.5 s and was sent first: it must not hold back the rest.
+    // req-0 sleeps 3 s and was sent first: answers that overtake it show the stream is not
+    // answered in order. A few suffice: the other tests of this binary share the executor's
+    // slots (two on a 2-core CI machine), and a C++ compile (the first one builds the shared
+    // headers in its request's slot) is kept out of the first 50 so it cannot take the other.
     let slow_at = order.iter().position(|id| id == "req-0").expect("req-0");
-    assert!(slow_at >= 10, "req-0 answered at position {slow_at}");
+    assert!(
+        slow_at >= 3,
+        "req-0 answered at position {slow_at}: {:?}",
+        &order[..slow_at]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
