@@ -325,6 +325,11 @@ impl Engine {
         }
     }
 
+    /// The executor's name (its pod's, in a cluster).
+    pub fn name(&self) -> &str {
+        &self.identity.name
+    }
+
     /// ExecutorInfo for a response.
     pub fn info(&self, toolchain: &str) -> pb::ExecutorInfo {
         pb::ExecutorInfo {

@@ -25,6 +25,12 @@ struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    protocol: &'static str,
+    code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TenantLabels {
     tenant: String,
 }
@@ -80,6 +86,7 @@ pub struct Metrics {
     /// Tenants file changes swapped in, and refused (see `crate::tenants::Tenants::watch`).
     pub tenants_reloads: Counter,
     pub tenants_reload_errors: Counter,
+    http_requests: Family<HttpLabels, Counter>,
 }
 
 /// A pipeline phase whose latency is recorded.
@@ -199,7 +206,14 @@ impl Metrics {
             "Changes of the tenants file refused (the old table stayed); see the log",
             tenants_reload_errors.clone(),
         );
+        let http_requests = Family::default();
+        registry.register(
+            "http_requests",
+            "HTTP API requests answered, by protocol (sandboxfusion, scalebox, piston) and status code",
+            http_requests.clone(),
+        );
         Arc::new(Metrics {
+            http_requests,
             registry,
             tenants,
             tenants_reloads,
@@ -277,6 +291,11 @@ impl Metrics {
             tenant: tenant.to_owned(),
         };
         self.tenants.sessions.get_or_create(&l).set(sessions as i64);
+    }
+
+    /// Counts an HTTP API request of `protocol` answered with `code`.
+    pub fn http_request(&self, protocol: &'static str, code: u16) {
+        self.http_requests.get_or_create(&HttpLabels { protocol, code }).inc();
     }
 
     /// Records a phase's duration.

@@ -130,7 +130,17 @@ async fn python_state_persists_across_calls_and_not_across_sessions() {
         "{limits:?}"
     );
     assert!(s.call_limits.as_ref().is_some_and(|l| l.wall_time_ms > 0));
-    assert_eq!(s.session_id.len(), 32, "128 bits, hex");
+    let (random, name) = s.session_id.split_at(32);
+    assert!(
+        random.chars().all(|c| c.is_ascii_hexdigit()),
+        "128 bits, hex: {}",
+        s.session_id
+    );
+    assert!(
+        name.strip_prefix('-').is_some_and(|n| !n.is_empty()),
+        "then the executor's name, which a gateway routes by: {}",
+        s.session_id
+    );
 
     let r = run(
         &mut c,

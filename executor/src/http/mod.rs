@@ -5,7 +5,12 @@
 //! - `GET /v1/ping`: liveness, answers `"pong"`.
 //! - `POST /run_code`: SandboxFusion's run ([`run_code`]).
 //! - `POST /common_evaluate_batch`: ScaleBox's unified evaluation ([`scalebox`]).
+//! - `GET /api/v2/runtimes`, `POST /api/v2/execute`: Piston v2 ([`piston`]).
+//!
+//! Every protocol is a thin adapter over the same engine, with the same limits, auth,
+//! metrics (`sandpool_http_requests_total` by protocol) and capture.
 
+pub mod piston;
 pub mod run_code;
 pub mod scalebox;
 pub mod shapes;
@@ -29,7 +34,13 @@ use std::time::Duration;
 
 /// An engine error as an HTTP error with a JSON `detail`.
 fn error_response(e: ExecError) -> Response {
-    let code = match &e {
+    let code = error_response_code(&e);
+    (code, Json(serde_json::json!({ "detail": e.to_string() }))).into_response()
+}
+
+/// The HTTP status of an engine error.
+fn error_response_code(e: &ExecError) -> StatusCode {
+    match e {
         ExecError::InvalidArgument { .. } => StatusCode::BAD_REQUEST,
         ExecError::Unavailable(..) => StatusCode::BAD_REQUEST,
         ExecError::Priority(_) => StatusCode::FORBIDDEN,
@@ -37,8 +48,7 @@ fn error_response(e: ExecError) -> Response {
         ExecError::Admission(AdmissionError::Draining) | ExecError::Budget(_) => StatusCode::SERVICE_UNAVAILABLE,
         ExecError::Admission(AdmissionError::Deadline) | ExecError::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
         ExecError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (code, Json(serde_json::json!({ "detail": e.to_string() }))).into_response()
+    }
 }
 
 /// A body that is not the JSON we take, as the same `detail` error: 400 for bad JSON
@@ -49,6 +59,47 @@ fn body_error(r: JsonRejection) -> Response {
         _ => r.status(),
     };
     (code, Json(serde_json::json!({ "detail": r.body_text() }))).into_response()
+}
+
+/// An engine error as Piston answers errors: `{"message": ...}`; the executor's own
+/// failure (SANDBOX_ERROR) is a 500, which Piston's clients report as a server error.
+fn piston_error(e: ExecError) -> Response {
+    let code = error_response_code(&e);
+    (code, Json(serde_json::json!({ "message": e.to_string() }))).into_response()
+}
+
+/// A body that is not the JSON Piston takes, as its error.
+fn piston_body_error(r: JsonRejection) -> Response {
+    let code = match r {
+        JsonRejection::JsonDataError(_) | JsonRejection::JsonSyntaxError(_) => StatusCode::BAD_REQUEST,
+        _ => r.status(),
+    };
+    (code, Json(serde_json::json!({ "message": r.body_text() }))).into_response()
+}
+
+/// The protocol a path belongs to, for the request counter; None for `/v1/ping` and
+/// unknown paths (their label set stays bounded).
+fn protocol_of(path: &str) -> Option<&'static str> {
+    match path {
+        "/run_code" => Some("sandboxfusion"),
+        "/common_evaluate_batch" => Some("scalebox"),
+        p if p.starts_with("/api/v2/") => Some("piston"),
+        _ => None,
+    }
+}
+
+/// Outermost: counts each API request by protocol and status, and turns Piston's raw
+/// `Authorization: <key>` into a bearer token before the token is checked.
+async fn by_protocol(State(judge): State<Judge>, mut req: axum::extract::Request, next: Next) -> Response {
+    let protocol = protocol_of(req.uri().path());
+    if protocol == Some("piston") {
+        piston::raw_key_as_bearer(req.headers_mut());
+    }
+    let resp = next.run(req).await;
+    if let Some(p) = protocol {
+        judge.engine().metrics().http_request(p, resp.status().as_u16());
+    }
+    resp
 }
 
 /// How the HTTP server treats its clients.
@@ -274,6 +325,10 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
                 },
             ),
         )
+        .route("/api/v2/runtimes", get(piston_runtimes))
+        .route("/api/v2/runtimes/", get(piston_runtimes))
+        .route("/api/v2/execute", post(piston_execute))
+        .route("/api/v2/execute/", post(piston_execute))
         // Layers run outside in: the token is checked before the body is read.
         .layer(middleware::from_fn_with_state(opts.clone(), read_body_in_time))
         .layer(middleware::from_fn_with_state(opts.clone(), require_token));
@@ -281,7 +336,24 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
         .route("/v1/ping", get(|| async { Json("pong") }))
         .merge(api)
         .layer(DefaultBodyLimit::max(opts.max_body_bytes))
+        .layer(middleware::from_fn_with_state(judge.clone(), by_protocol))
         .with_state(judge)
+}
+
+async fn piston_runtimes(State(j): State<Judge>) -> Response {
+    Json(piston::runtimes(j.engine())).into_response()
+}
+
+async fn piston_execute(State(j): State<Judge>, call: Option<Extension<Call>>, body: bytes::Bytes) -> Response {
+    // Any content type: npm's piston-client posts its JSON as text/plain.
+    let Json(body) = match Json::<piston::ExecuteBody>::from_bytes(&body) {
+        Ok(b) => b,
+        Err(e) => return piston_body_error(e),
+    };
+    match piston::execute(j.engine(), body, call.map(|c| c.0).unwrap_or_default()).await {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => piston_error(e),
+    }
 }
 
 /// Serves the HTTP API on `listener` until `shutdown` resolves, then lets the

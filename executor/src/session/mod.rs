@@ -15,7 +15,7 @@
 //! Sessions end at close, after their idle or absolute timeout (a reaper task
 //! checks every second), or when the executor shuts down: the slot's processes
 //! are killed, and the slot is handed on only once the host sees none left.
-//! Ids are 128 random bits from the kernel's CSPRNG; a session's calls must carry
+//! Ids are 128 random bits from the kernel's CSPRNG and the executor's name; a session's calls must carry
 //! the `authorization` metadata its creator sent (compared in constant time),
 //! else they get NOT_FOUND, like unknown, closed or expired ids.
 
@@ -188,11 +188,13 @@ pub struct SessionManager {
     creating: Mutex<HashMap<Arc<str>, usize>>,
 }
 
-/// 128 bits from the kernel's CSPRNG, hex.
-fn new_id() -> Result<String, ExecError> {
+/// 128 bits from the kernel's CSPRNG, hex, then `-` and the executor's name (its pod's):
+/// a pool's gateway routes a session's calls by the id alone, with no shared store.
+fn new_id(executor: &str) -> Result<String, ExecError> {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).map_err(|e| ExecError::Internal(format!("getrandom: {e}")))?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Ok(format!("{hex}-{executor}"))
 }
 
 fn is_full(e: &crate::sandbox::WorkDirError) -> bool {
@@ -452,7 +454,7 @@ impl SessionManager {
         .await??;
         let (closed, _) = tokio::sync::watch::channel(false);
         let s = Arc::new(Session {
-            id: new_id()?,
+            id: new_id(engine.name())?,
             kind,
             language,
             owner,
@@ -892,10 +894,11 @@ mod tests {
 
     #[test]
     fn ids_are_long_random_and_distinct() {
-        let a = new_id().unwrap();
-        let b = new_id().unwrap();
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        let a = new_id("pool-7f9c-x2").unwrap();
+        let b = new_id("pool-7f9c-x2").unwrap();
+        let (hex, name) = a.split_at(32);
+        assert!(hex.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_eq!(name, "-pool-7f9c-x2", "the executor's name follows, for the gateway");
         assert_ne!(a, b);
     }
 
