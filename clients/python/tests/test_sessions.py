@@ -17,7 +17,7 @@ def sessions_executor() -> Executor:
 def test_state_files_and_close_on_exit(sessions_executor: Executor) -> None:
     with Client(sessions_executor.address) as c:
         with c.session("python", files={"data.txt": "21"}) as s:
-            assert s.language == "python" and len(s.id) == 32
+            assert s.language == "python" and s.id.endswith("-pytest-sessions"), s.id  # the executor names itself
             assert s.executor_address == sessions_executor.address
             assert s.limits.max_calls > 0 and s.call_limits.wall_time_ms > 0
             r = s.run("n = int(open('data.txt').read())")
