@@ -46,11 +46,7 @@ pub enum AuthError {
 /// Refuses a token file that runs could read: in restricted mode they see the
 /// `ro_paths` with the executor's own permissions.
 pub fn check_out_of_reach(file: &Path, ro_paths: &[std::path::PathBuf]) -> Result<(), AuthError> {
-    let real = file.canonicalize().unwrap_or_else(|_| file.to_owned());
-    match ro_paths
-        .iter()
-        .find(|p| real.starts_with(p.canonicalize().unwrap_or_else(|_| p.to_path_buf())))
-    {
+    match crate::tenants::under_any(file, ro_paths) {
         Some(p) => Err(AuthError::ReadableByRuns(
             file.display().to_string(),
             p.display().to_string(),

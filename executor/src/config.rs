@@ -269,6 +269,8 @@ impl ServerArgs {
                 for f in tenants.table().token_files() {
                     crate::auth::check_out_of_reach(f, &ro)?;
                 }
+                // And every table reloaded later: a token file moved under them is refused.
+                tenants.refuse_files_under(ro);
             }
             return Ok(tenants);
         }
@@ -280,10 +282,14 @@ impl ServerArgs {
                 return Err(crate::auth::AuthError::Both);
             }
             // From a file: re-read while running, so a rotated Secret needs no restart.
-            return crate::tenants::Tenants::from_token_file(file).map_err(|e| match e {
+            let tenants = crate::tenants::Tenants::from_token_file(file).map_err(|e| match e {
                 crate::tenants::TenantsError::Read(f, e) => crate::auth::AuthError::Read(f, e),
                 _ => crate::auth::AuthError::Empty(file.display().to_string()),
-            });
+            })?;
+            if restricted {
+                tenants.refuse_files_under(ro);
+            }
+            return Ok(tenants);
         }
         let token = crate::auth::Token::load(
             self.auth_token_file.as_deref(),

@@ -365,6 +365,16 @@ pub struct Tenants {
     read: std::sync::Mutex<Vec<u8>>,
     reloads: AtomicU64,
     reload_errors: AtomicU64,
+    /// Directories runs can read (restricted mode): a reloaded table whose files lie under
+    /// one is refused, as it would be at start-up.
+    runs_read: std::sync::OnceLock<Vec<PathBuf>>,
+}
+
+/// The first of `dirs` that holds `file` (both resolved through symlinks where they exist).
+pub fn under_any<'a>(file: &Path, dirs: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    let real = file.canonicalize().unwrap_or_else(|_| file.to_owned());
+    dirs.iter()
+        .find(|d| real.starts_with(d.canonicalize().unwrap_or_else(|_| d.to_path_buf())))
 }
 
 /// No tenant has the token presented.
@@ -442,7 +452,14 @@ impl Tenants {
             read: std::sync::Mutex::new(read),
             reloads: AtomicU64::new(0),
             reload_errors: AtomicU64::new(0),
+            runs_read: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Refuses, from now on, reloaded tables whose files lie under `dirs` (what runs can
+    /// read in restricted mode); the start-up check is the caller's.
+    pub fn refuse_files_under(&self, dirs: Vec<PathBuf>) {
+        let _ = self.runs_read.set(dirs);
     }
 
     /// True when callers need no token.
@@ -483,7 +500,26 @@ impl Tenants {
             .await
             .map_err(|e| TenantsError::Read("tenants file".into(), std::io::Error::other(e.to_string())))?;
         let Some(read) = read else { return Ok(false) };
-        let (dir, bytes) = match read {
+        let checked = read.and_then(|(dir, bytes)| {
+            let dirs = self.runs_read.get().map_or(&[][..], Vec::as_slice);
+            let files = dir.token_files().iter().chain(match &self.source {
+                Source::File(p) | Source::TokenFile(p) => Some(p),
+                _ => None,
+            });
+            for f in files {
+                if let Some(d) = under_any(f, dirs) {
+                    return Err(TenantsError::Parse(
+                        f.display().to_string(),
+                        format!(
+                            "runs can read it (it is under {}): a token there would leak",
+                            d.display()
+                        ),
+                    ));
+                }
+            }
+            Ok((dir, bytes))
+        });
+        let (dir, bytes) = match checked {
             Ok(r) => r,
             Err(e) => {
                 self.reload_errors.fetch_add(1, Ordering::Relaxed);
@@ -664,6 +700,27 @@ mod tests {
         std::fs::write(&f, "\n").unwrap();
         assert!(t.reload().await.is_err(), "an emptied file is refused");
         assert!(t.authenticate(Some(b"Bearer second-token")).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_reloaded_table_naming_a_token_file_runs_can_read_is_refused() {
+        let (dir, runs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let file = dir.path().join("tenants.toml");
+        let (safe, exposed) = (dir.path().join("tok"), runs.path().join("tok"));
+        std::fs::write(&safe, A).unwrap();
+        std::fs::write(&exposed, B).unwrap();
+        let body = |tok: &Path| format!("[[tenant]]\nname = \"t\"\ntoken_file = \"{}\"\n", tok.display());
+        std::fs::write(&file, body(&safe)).unwrap();
+        let t = Tenants::from_file(&file).unwrap();
+        t.refuse_files_under(vec![runs.path().to_owned()]);
+        std::fs::write(&file, body(&exposed)).unwrap();
+        let e = t.reload().await.unwrap_err();
+        assert!(e.to_string().contains("runs can read it"), "{e}");
+        assert!(
+            t.authenticate(Some(format!("Bearer {A}").as_bytes())).is_ok(),
+            "the old table stays"
+        );
+        assert!(t.authenticate(Some(format!("Bearer {B}").as_bytes())).is_err());
     }
 
     #[test]
