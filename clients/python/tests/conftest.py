@@ -29,6 +29,40 @@ def executor_bin() -> Path:
     return p
 
 
+def gateway_bin() -> Path:
+    """$SANDPOOL_GATEWAY_BIN, else target/debug/sandpool-gateway of this checkout."""
+    p = Path(os.environ.get("SANDPOOL_GATEWAY_BIN", REPO / "target" / "debug" / "sandpool-gateway"))
+    if not p.exists():
+        pytest.fail(f"{p} not found: run `cargo build --workspace` first")
+    return p
+
+
+def start_gateway(backends: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """A `sandpool-gateway` over `backends` (executor name -> HTTP host:port); its base URL.
+    Waits for /readyz on its metrics port."""
+    port, metrics = free_port(), free_port()
+    cmd = [str(gateway_bin()), "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics}"]
+    for name, addr in backends.items():
+        cmd += ["--backend", f"{name}={addr}"]
+    quiet = subprocess.DEVNULL if os.environ.get("SANDPOOL_TEST_QUIET") else None
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=quiet)
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"sandpool-gateway exited during start-up: {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", metrics), timeout=1) as c:
+                c.sendall(b"GET /readyz HTTP/1.0\r\nHost: x\r\n\r\n")
+                if c.recv(64).split(b" ")[1:2] == [b"200"]:
+                    return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("sandpool-gateway not ready after 30 s")
+        time.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

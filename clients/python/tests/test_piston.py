@@ -9,13 +9,14 @@ import json
 import os
 import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import piston_rspy
 import pyston
 import pytest
 
-from conftest import free_port
+from conftest import free_port, start_gateway
 
 PISTON_CLIENT_NPM = "piston-client@1.0.2"
 KEY = "piston-key-0123456789abcdef"
@@ -138,3 +139,48 @@ def test_npm_piston_client(piston_base: str, tmp_path: Path) -> None:
         assert got["cpp"]["compile"]["code"] == 0 and got["cpp"]["run"]["code"] == 4, got
     finally:
         e.close()
+
+
+def piston_requests(metrics_port: int) -> float:
+    """`sandpool_http_requests_total{protocol="piston"}` on one executor, every status."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in body.splitlines()
+        if line.startswith('sandpool_http_requests_total{protocol="piston"')
+    )
+
+
+def test_clients_through_the_gateway_over_two_executors(make_executor) -> None:
+    """One base URL for a pool: the gateway spreads each request (one keep-alive client
+    included) over both executors, which answer as one."""
+    pool = {name: (free_port(), free_port()) for name in ("pytest-piston-a", "pytest-piston-b")}
+    for name, (http, metrics) in pool.items():
+        make_executor(
+            name,
+            languages="python",
+            args=["--http-listen", f"127.0.0.1:{http}", "--metrics-listen", f"127.0.0.1:{metrics}"],
+        )
+    gw, base = start_gateway({name: f"127.0.0.1:{http}" for name, (http, _) in pool.items()})
+    try:
+
+        async def main() -> None:
+            c = piston_rspy.Client.with_url(f"{base}/api/v2")
+            assert "python" in {r.language for r in await c.fetch_runtimes()}
+            prog = piston_rspy.Executor().set_language("python").add_file(piston_rspy.File(content="print(1)"))
+            for _ in range(12):
+                r = await c.execute(prog)
+                assert r.is_ok() and r.run.stdout == "1\n", r
+            p = pyston.PystonClient(base_url=f"{base}/api/v2/")
+            try:
+                out = await p.execute("python", [pyston.File("print(6 * 7)")])
+                assert out.run_stage.stdout == "42\n"
+            finally:
+                await p.close_session()
+
+        asyncio.run(main())
+        counts = [piston_requests(metrics) for _, metrics in pool.values()]
+        assert sum(counts) == 14 and min(counts) >= 3, f"piston requests per executor: {counts}"
+    finally:
+        gw.terminate()
+        gw.wait(10)
