@@ -123,7 +123,9 @@ fn key(pool: &SandboxPool) -> String {
 pub async fn reconcile(pool: Arc<SandboxPool>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
-    let result = reconcile_pool(&pool, &ctx).await;
+    // Boxed: the reconcile future holds every child object, too large for a small stack
+    // (a test's thread) when polled inline.
+    let result = Box::pin(reconcile_pool(&pool, &ctx)).await;
     ctx.metrics
         .observe(started.elapsed(), result.as_ref().err().map(Error::class));
     if result.is_ok() {
@@ -455,7 +457,7 @@ async fn apply_children(
     }
     // Boxed: the reconcile future is large already, and a test thread's stack is small.
     let gateway = match gateway {
-        Some(gateway) => Some(Box::pin(apply_gateway(ctx, namespace, gateway, owner_uid)).await?),
+        Some(gateway) => Some(Box::pin(apply_gateway(ctx, namespace, *gateway, owner_uid)).await?),
         None => {
             Box::pin(remove_gateway(ctx, pool, owner_uid)).await?;
             None

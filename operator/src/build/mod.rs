@@ -50,8 +50,9 @@ pub struct Children {
     pub tenants: Option<ConfigMap>,
     /// The executor pods.
     pub deployment: Deployment,
-    /// The gateway's objects; `None` means the pool has none (and any is removed).
-    pub gateway: Option<GatewayChildren>,
+    /// The gateway's objects; `None` means the pool has none (and any is removed). Boxed:
+    /// six more objects would double the size of every future that holds the children.
+    pub gateway: Option<Box<GatewayChildren>>,
 }
 
 /// Builds every object for a pool.
@@ -63,7 +64,7 @@ pub fn children(pool: &ResolvedPool) -> Children {
         disruption_budget: disruption_budget(pool),
         tenants: tenants_config_map(pool),
         deployment: deployment(pool),
-        gateway: gateway(pool),
+        gateway: gateway(pool).map(Box::new),
     }
 }
 
