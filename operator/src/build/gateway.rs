@@ -251,6 +251,9 @@ fn gateway_deployment(pool: &ResolvedPool, gateway: &ResolvedGateway) -> Deploym
             seccomp_profile: Some(runtime_default()),
             ..Default::default()
         }),
+        // The pool's pull secrets: the operator's image usually sits in the same registry as
+        // the executor's, and a secret that does not cover it costs nothing.
+        image_pull_secrets: (!pool.image_pull_secrets.is_empty()).then(|| pool.image_pull_secrets.clone()),
         containers: vec![gateway_container(pool, gateway)],
         ..Default::default()
     };

@@ -263,17 +263,24 @@ fn gateway_deployment_runs_the_gateway_locked_down() {
         json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
     );
     assert!(pod.get("hostNetwork") == Some(&json!(false)));
+    assert!(pod.get("imagePullSecrets").is_none(), "none unless the pool has some");
 }
 
 #[test]
 fn gateway_replicas_resources_and_image_come_from_the_spec() {
-    let pool = resolved(json!({"access": {"http": true}, "gateway": {
-        "replicas": 4,
-        "image": "ghcr.io/sandpool/operator:custom",
-        "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2", "memory": "1Gi"}},
-    }}));
+    let pool = resolved(
+        json!({"access": {"http": true}, "imagePullSecrets": [{"name": "regcred"}], "gateway": {
+            "replicas": 4,
+            "image": "ghcr.io/sandpool/operator:custom",
+            "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+        }}),
+    );
     let d = to_json(&gw(&pool).deployment);
     assert_eq!(d["spec"]["replicas"], 4);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["imagePullSecrets"],
+        json!([{"name": "regcred"}])
+    );
     let c = &d["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(c["image"], "ghcr.io/sandpool/operator:custom");
     assert_eq!(
