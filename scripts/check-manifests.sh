@@ -274,6 +274,8 @@ refuse_values "watch.namespaces without cluster-wide mode" --set 'watch.namespac
 refuse_values "a pool's tenants both beside and inside its spec" -f <(printf '%s\n' 'pools:' \
   '- {name: p, tenants: [{name: a, tokenSecretRef: {name: s, key: k}}],' \
   '   spec: {tenants: [{name: b, tokenSecretRef: {name: s, key: k}}]}}')
+refuse_values "a pool's gateway both beside and inside its spec" -f <(printf '%s\n' 'pools:' \
+  '- {name: p, gateway: {replicas: 2}, spec: {gateway: {enabled: false}}}')
 
 # --- RBAC: the chart grants exactly what the operator calls ----------------------------
 "$OPERATOR" rbac > "$WORK/rbac.json"

@@ -41,5 +41,10 @@ for d in docs:
         for rule in d.get("rules", []):
             if "*" in rule["verbs"] or "*" in rule["resources"] or "*" in rule["apiGroups"]:
                 problems.append(f"{d['metadata']['name']}: wildcard in {rule}")
+            # The operator writes the gateway's Role; it must hold what that grants, never
+            # the verbs that would let it grant more.
+            risky = {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+            if risky:
+                problems.append(f"{d['metadata']['name']}: {sorted(risky)} in {rule}")
 print("\n".join(problems))
 sys.exit(1 if problems else 0)

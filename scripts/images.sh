@@ -20,7 +20,9 @@
 #
 # Knobs: SANDPOOL_IMAGE_CACHE (unpacked roots, keyed by their package list; default
 # ~/.cache/sandpool-images), SANDPOOL_IMAGE_BINARIES (a directory holding already built
-# sandpool-executor, sandpool and sandpool-operator: skips cargo), DEBIAN_MIRROR.
+# sandpool-executor, sandpool, sandpool-operator and sandpool-gateway: skips cargo),
+# DEBIAN_MIRROR. The operator image also carries /sandpool-gateway: the operator runs it,
+# from its own image, as each HTTP pool's gateway.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -141,7 +143,7 @@ binaries() {
     echo "$SANDPOOL_IMAGE_BINARIES"
     return
   fi
-  local flags=(--locked -p sandpool-executor -p sandpool-cli -p sandpool-operator)
+  local flags=(--locked -p sandpool-executor -p sandpool-cli -p sandpool-operator -p sandpool-gateway)
   [[ $PROFILE == release ]] && flags+=(--release)
   log "cargo build ${flags[*]}"
   (cd "$ROOT" && cargo build "${flags[@]}" >&2) || die "cargo build failed"
@@ -217,7 +219,7 @@ start=$SECONDS
 rootfs="$(executor_rootfs)"
 rooted=$SECONDS
 bin="$(binaries)"
-for b in sandpool-executor sandpool sandpool-operator; do
+for b in sandpool-executor sandpool sandpool-operator sandpool-gateway; do
   [[ -x "$bin/$b" ]] || die "$bin/$b is missing"
 done
 built=$SECONDS
@@ -241,19 +243,23 @@ umoci insert --image "$stage/executor:$VERSION" "$stage/bin" /usr/local/bin
 archive executor "$stage/executor"
 log "executor: $(du -sm "$rootfs" | cut -f1) MiB unpacked"
 
-# Operator: the binary and the libraries it links, nothing else (the published image is a
-# static musl build on distroless; this one needs no musl toolchain).
+# Operator: the operator and gateway binaries and the libraries they link, nothing else (the
+# published image is a static musl build on distroless; this one needs no musl toolchain).
 mkdir -p "$stage/operator/etc" "$stage/operator/tmp"
 chmod 1777 "$stage/operator/tmp"
-strip --strip-debug -o "$stage/operator/sandpool-operator" "$bin/sandpool-operator"
-for lib in $(libraries "$bin/sandpool-operator"); do
-  install -D -m 0755 "$lib" "$stage/operator$lib"
+for b in sandpool-operator sandpool-gateway; do
+  strip --strip-debug -o "$stage/operator/$b" "$bin/$b"
+  for lib in $(libraries "$bin/$b"); do
+    install -D -m 0755 "$lib" "$stage/operator$lib"
+  done
 done
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%s:%s:nonroot:/home/nonroot:/sbin/nologin\n' \
   "$UID_NONROOT" "$UID_NONROOT" > "$stage/operator/etc/passwd"
 printf 'root:x:0:\nnonroot:x:%s:\n' "$UID_NONROOT" > "$stage/operator/etc/group"
-missing="$(chroot "$stage/operator" /lib64/ld-linux-x86-64.so.2 --list /sandpool-operator | grep 'not found' || true)"
-[[ -z "$missing" ]] || die "the operator image lacks libraries: $missing"
+for b in sandpool-operator sandpool-gateway; do
+  missing="$(chroot "$stage/operator" /lib64/ld-linux-x86-64.so.2 --list "/$b" | grep 'not found' || true)"
+  [[ -z "$missing" ]] || die "the operator image lacks libraries for $b: $missing"
+done
 layout "$stage/operator-oci" "$stage/operator" \
   --config.user "$UID_NONROOT:$UID_NONROOT" \
   --config.entrypoint /sandpool-operator --config.cmd run \

@@ -79,10 +79,13 @@ done
 "$K" label namespace "$NS_POOL_NS" pod-security.kubernetes.io/enforce=privileged > /dev/null
 "$K" label namespace "$R_POOL_NS" pod-security.kubernetes.io/enforce=restricted > /dev/null
 
+# The API server's own port (this cluster picks a free one): a gateway's NetworkPolicy lets
+# it reach only the ports the operator is told, 443 and 6443 by default.
+apiserver_port="$("$K" get endpointslices -n default -l kubernetes.io/service-name=kubernetes -o jsonpath='{.items[0].ports[0].port}')"
 start=$SECONDS
 check "helm install: the operator's pod Ready from $VERSION's image" \
   "$H" install sandpool "$ROOT/charts/sandpool" -n "$RELEASE_NS" --set watch.clusterWide=true \
-  --wait --timeout 180s
+  --set "gateway.apiServerPorts={$apiserver_port}" --wait --timeout 180s
 log "helm install in $((SECONDS - start)) s"
 operator_pod() {
   local sa image
@@ -114,10 +117,12 @@ spec:
     limits: {cpu: "1", memory: 1536Mi}
   limits: {wallTime: 10s, maxWallTime: 30s, memory: 256Mi, maxMemory: 512Mi}
   isolation: {mode: $mode}
+  access: {http: $3}
 EOF
 }
-pool "$NS_POOL_NS" namespaces | "$K" apply -f - > /dev/null
-pool "$R_POOL_NS" restricted | "$K" apply -f - > /dev/null
+# The namespaces pool also serves HTTP, and so gets a gateway (checked below).
+pool "$NS_POOL_NS" namespaces true | "$K" apply -f - > /dev/null
+pool "$R_POOL_NS" restricted false | "$K" apply -f - > /dev/null
 start=$SECONDS
 for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
   check "the pool in $ns becomes Ready" "$K" wait --for=condition=Ready sbp/python -n "$ns" --timeout=240s
@@ -277,7 +282,6 @@ done
 # From inside an executor pod: nothing is reachable. The same targets from a pod without a
 # policy are the control (each is reachable, so a failure is the policy's doing).
 apiserver="${SANDPOOL_E2E_NODE_IP}"
-apiserver_port="$("$K" get endpointslices -n default -l kubernetes.io/service-name=kubernetes -o jsonpath='{.items[0].ports[0].port}')"
 other_pod="$("$K" get pods -n "$R_POOL_NS" -l sandpool.dev/pool=python -o jsonpath='{.items[0].status.podIP}')"
 targets=(
   "the API server's Service|10.96.0.1|443"
@@ -361,6 +365,68 @@ EOF
 for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
   check "a run in the sandbox of $ns reaches none of the ${#targets[@]} targets" sandbox_reaches_nothing "$ns"
 done
+
+# --- the gateway ---------------------------------------------------------------------------------
+# The HTTP pool's gateway (python-gateway) spreads /run_code over the executors. Only the
+# pool's clients reach it, and it reaches the executors for them.
+gateway_ready() {
+  "$K" wait --for=jsonpath='{.status.gateway.readyReplicas}'=1 sbp/python -n "$NS_POOL_NS" --timeout=180s &&
+    "$K" get deploy,svc,networkpolicy,role,rolebinding -n "$NS_POOL_NS" python-gateway
+}
+check "the HTTP pool in $NS_POOL_NS has a Ready gateway (it watches the pool's EndpointSlices)" gateway_ready
+# run_code_via_gateway NS LABELLED: a pod POSTs /run_code to the gateway Service for 20 s
+# (a new pod's address reaches the policy engine a moment after it starts); 0 if a run
+# answered Success with the program's output.
+run_code_via_gateway() {
+  local ns="$1" name="gw-client-$RANDOM" labels="{}" phase out
+  [[ $2 == true ]] && labels="{role: sandbox-user}"
+  cat <<EOF | "$K" apply -f - > /dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: $ns, labels: $labels}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: client
+      image: $EXECUTOR_IMAGE
+      imagePullPolicy: Never
+      command:
+        - python3
+        - -c
+        - |
+          import json, sys, time, urllib.request
+          body = json.dumps({"language": "python", "code": "print(6 * 7)"}).encode()
+          deadline = time.time() + 20
+          while True:
+              try:
+                  req = urllib.request.Request("http://python-gateway.$ns.svc.cluster.local:8080/run_code",
+                                               data=body, headers={"content-type": "application/json"})
+                  reply = json.load(urllib.request.urlopen(req, timeout=10))
+                  print(reply.get("status"), repr((reply.get("run_result") or {}).get("stdout")))
+                  sys.exit(0 if reply.get("status") == "Success" else 1)
+              except OSError as e:
+                  if time.time() > deadline:
+                      print("not connected:", e); sys.exit(1)
+                  time.sleep(1)
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+      resources: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 64Mi}}
+EOF
+  for _ in $(seq 1 90); do
+    phase="$("$K" get pod "$name" -n "$ns" -o jsonpath='{.status.phase}')"
+    [[ $phase == Succeeded || $phase == Failed ]] && break
+    sleep 1
+  done
+  out="$("$K" logs "$name" -n "$ns" 2>&1 || true)"
+  "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
+  echo "$out"
+  [[ $phase == Succeeded ]] && grep -qF "Success '42\n'" <<< "$out"
+}
+check "a role=sandbox-user pod in $NS_POOL_NS runs code through http://python-gateway:8080/run_code" \
+  run_code_via_gateway "$NS_POOL_NS" true
+check "the same pod without the label cannot reach the gateway (its policy admits the pool's clients only)" \
+  not run_code_via_gateway "$NS_POOL_NS" false
 
 # --- disruption, deletion, uninstall ------------------------------------------------------------
 # eval_running NS NAME: starts an eval Job (no stubs) and prints its pod's phase once it runs

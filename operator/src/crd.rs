@@ -116,6 +116,11 @@ pub struct SandboxPoolSpec {
     #[schemars(length(min = 1))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub tenants: Option<Vec<Tenant>>,
+    /// The pool's gateway: one HTTP address that spreads SandboxFusion/Piston requests over
+    /// the executors and sends E2B session calls to the pod holding the session
+    /// (docs/operator.md, "Gateway"). Rendered only when `access.http` is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Gateway>,
 }
 
 fn default_replicas() -> i32 {
@@ -389,6 +394,42 @@ pub struct DisruptionBudget {
     pub max_unavailable: Option<IntOrString>,
 }
 
+/// The pool's gateway (`sandpool-gateway`, shipped in the operator's image).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Gateway {
+    /// Run the gateway when the pool serves HTTP (default true); false removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Gateway pods (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 20))]
+    pub replicas: Option<i32>,
+    /// Compute resources of each gateway container. Unset: requests cpu 100m and memory
+    /// 64Mi, limit memory 256Mi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Gateway image; defaults to the operator's `--gateway-image` (the operator's own image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+}
+
+/// Observed state of the pool's gateway.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayStatus {
+    /// Gateway pods that exist.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Gateway pods that pass readiness (they know at least one executor).
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// HTTP address of the gateway, e.g. `http://python-gateway.evals.svc.cluster.local:8080`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}
+
 /// Observed state of a pool.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -405,6 +446,9 @@ pub struct SandboxPoolStatus {
     /// gRPC target clients dial, e.g. `dns:///python.evals.svc.cluster.local:50051`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// The gateway, when the pool has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<GatewayStatus>,
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

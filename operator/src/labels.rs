@@ -11,6 +11,12 @@ pub const APPLIED_HASH_ANNOTATION: &str = "sandpool.dev/applied-hash";
 /// `app.kubernetes.io/name` of executor pods.
 pub const EXECUTOR_APP_NAME: &str = "sandpool-executor";
 
+/// `app.kubernetes.io/name` of gateway pods.
+pub const GATEWAY_APP_NAME: &str = "sandpool-gateway";
+/// Label naming the pool a gateway pod fronts. Gateway pods do not carry [`POOL_LABEL`], so
+/// nothing that looks for a pool's executors by that label finds a gateway.
+pub const GATEWAY_LABEL: &str = "sandpool.dev/gateway";
+
 /// The gRPC port (executor API, health, reflection).
 pub const GRPC_PORT: i32 = 50051;
 /// The SandboxFusion-compatible HTTP port.
@@ -48,7 +54,30 @@ pub fn common_labels(pool: &str) -> BTreeMap<String, String> {
     labels
 }
 
+/// Labels that select a pool's gateway pods: disjoint from [`selector_labels`] (the
+/// `app.kubernetes.io/name` differs, and users may not set it), so the pool's Service,
+/// PodDisruptionBudget and NetworkPolicy never select a gateway pod, and the gateway's
+/// never an executor.
+pub fn gateway_selector_labels(pool: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), GATEWAY_APP_NAME.to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), pool.to_owned()),
+        (GATEWAY_LABEL.to_owned(), pool.to_owned()),
+    ])
+}
+
+/// Labels on every gateway object.
+pub fn gateway_labels(pool: &str) -> BTreeMap<String, String> {
+    let mut labels = gateway_selector_labels(pool);
+    labels.extend([
+        ("app.kubernetes.io/component".to_owned(), "gateway".to_owned()),
+        ("app.kubernetes.io/part-of".to_owned(), "sandpool".to_owned()),
+        ("app.kubernetes.io/managed-by".to_owned(), FIELD_MANAGER.to_owned()),
+    ]);
+    labels
+}
+
 /// Whether a user-supplied pod label would clash with one the operator sets.
 pub fn is_reserved(key: &str) -> bool {
-    key.starts_with("app.kubernetes.io/") || key == POOL_LABEL
+    key.starts_with("app.kubernetes.io/") || key == POOL_LABEL || key == GATEWAY_LABEL
 }

@@ -5,7 +5,9 @@
 //!   with its reason) out; pure, and the one path both [`reconcile`] and [`render`] take.
 //! - [`resolve`]: checks a spec and fills in defaults, or names the field it cannot honour.
 //! - [`build`]: pure builders from a resolved pool to Deployment, Service, NetworkPolicy,
-//!   ServiceAccount, PodDisruptionBudget and the tenants ConfigMap.
+//!   ServiceAccount, PodDisruptionBudget and the tenants ConfigMap, and for HTTP pools the
+//!   gateway's (`sandpool-gateway`) Deployment, Service, NetworkPolicy, ServiceAccount,
+//!   Role and RoleBinding.
 //! - [`apply`]: server-side apply of one child, skipped when nothing would change.
 //! - [`status`]: the pool's status and its Ready/Progressing/Degraded conditions.
 //! - [`diagnose`]: why executors are not running (crash loop, OOM, image, scheduling,
@@ -19,7 +21,8 @@
 //! - [`units`]: durations and quantities in the executor's units.
 //! - [`labels`]: names, labels and ports shared by every object.
 //! - [`config`]: what the operator's flags decide for every pool: [`defaults`] and [`policy`].
-//! - [`defaults`]: operator-wide defaults (image, isolation, runtime class).
+//! - [`defaults`]: operator-wide defaults (executor and gateway images, isolation, runtime
+//!   class, the API server ports gateways may reach).
 //! - [`policy`]: operator-wide policy pool authors cannot override (images, runtime classes,
 //!   tolerations, node selectors, namespaces).
 //! - [`render`]: the `render` subcommand, objects for pools in a file.

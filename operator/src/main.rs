@@ -11,7 +11,9 @@ use clap::{Args, Parser, Subcommand};
 use sandpool_operator::config::OperatorConfig;
 use sandpool_operator::controller::{self, RunConfig};
 use sandpool_operator::crd::IsolationMode;
-use sandpool_operator::defaults::{PoolDefaults, default_executor_image};
+use sandpool_operator::defaults::{
+    DEFAULT_API_SERVER_PORTS, PoolDefaults, default_executor_image, default_operator_image,
+};
 use sandpool_operator::error_chain;
 use sandpool_operator::policy::Policy;
 
@@ -53,6 +55,14 @@ struct DefaultsArgs {
     /// Executor image for pools without `spec.image`.
     #[arg(long, env = "SANDPOOL_EXECUTOR_IMAGE", default_value_t = default_executor_image())]
     executor_image: String,
+    /// Gateway image for pools without `spec.gateway.image`: the operator's own image, which
+    /// carries `/sandpool-gateway`.
+    #[arg(long, env = "SANDPOOL_GATEWAY_IMAGE", default_value_t = default_operator_image())]
+    gateway_image: String,
+    /// Ports (comma-separated) gateways may reach the API server on, as NetworkPolicy sees
+    /// them: the API server's own port, not the `kubernetes` Service's. Default 443,6443.
+    #[arg(long, env = "SANDPOOL_GATEWAY_API_SERVER_PORTS", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
+    gateway_api_server_ports: Vec<u16>,
     /// Isolation mode for pools without `spec.isolation.mode`.
     #[arg(long, env = "SANDPOOL_DEFAULT_ISOLATION", default_value = "namespaces", value_parser = parse_isolation)]
     default_isolation: IsolationMode,
@@ -120,6 +130,12 @@ impl From<DefaultsArgs> for PoolDefaults {
     fn from(a: DefaultsArgs) -> Self {
         PoolDefaults {
             executor_image: a.executor_image,
+            gateway_image: a.gateway_image,
+            api_server_ports: if a.gateway_api_server_ports.is_empty() {
+                DEFAULT_API_SERVER_PORTS.to_vec()
+            } else {
+                a.gateway_api_server_ports.into_iter().map(i32::from).collect()
+            },
             isolation: a.default_isolation,
             runtime_class_name: a.default_runtime_class.filter(|s| !s.is_empty()),
             cluster_domain: a.cluster_domain,

@@ -69,6 +69,12 @@ pub fn plan(pool: &SandboxPool, config: &OperatorConfig, namespace: &str) -> Res
             defaults.runtime_class_name.as_deref(),
         )
         .map_err(Refusal::PolicyRefused)?;
+    if let Some(gateway) = &resolved.gateway {
+        config
+            .policy
+            .check_gateway_image(&gateway.image, &defaults.gateway_image)
+            .map_err(Refusal::PolicyRefused)?;
+    }
     let children = build::children(&resolved);
     Ok(Plan {
         pool: resolved,

@@ -137,6 +137,25 @@ impl Policy {
         Ok(())
     }
 
+    /// A gateway image other than the operator's own runs with a token that may watch the
+    /// namespace's EndpointSlices and sees every request: it must come from the repository
+    /// of `default_gateway_image` (the operator's `--gateway-image`) or be an allowed image.
+    pub fn check_gateway_image(&self, image: &str, default_gateway_image: &str) -> Result<(), Refusal> {
+        let own = repository(default_gateway_image);
+        if image_matches(own, image) || self.allowed_images.iter().any(|p| image_matches(p, image)) {
+            return Ok(());
+        }
+        let mut allowed = vec![own.to_owned()];
+        allowed.extend(self.allowed_images.iter().cloned());
+        Err(refuse(
+            "spec.gateway.image",
+            format!(
+                "{image:?} is not allowed by the operator's policy (allowed: {})",
+                list_or_none(&allowed)
+            ),
+        ))
+    }
+
     fn check_image(&self, image: &str, default_image: &str) -> Result<(), Refusal> {
         let default_pattern = [repository(default_image).to_owned()];
         let patterns = if self.allowed_images.is_empty() {

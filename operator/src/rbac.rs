@@ -68,16 +68,35 @@ pub const RULES: &[Rule] = &[
         &["get", "list", "watch"],
         Scope::Watch,
     ),
-    // apply::ensure: server-side apply, which needs `create` when the child is new.
-    rule("apps", "deployments", &["create", "patch"], Scope::Manage),
-    rule("", "services", &["create", "patch"], Scope::Manage),
-    rule("", "serviceaccounts", &["create", "patch"], Scope::Manage),
+    // apply::ensure: server-side apply, which needs `create` when the child is new;
+    // apply::ensure_absent: a pool whose gateway is turned off loses its objects.
+    rule("apps", "deployments", &["create", "patch", "delete"], Scope::Manage),
+    rule("", "services", &["create", "patch", "delete"], Scope::Manage),
+    rule("", "serviceaccounts", &["create", "patch", "delete"], Scope::Manage),
     rule(
         "networking.k8s.io",
         "networkpolicies",
-        &["create", "patch"],
+        &["create", "patch", "delete"],
         Scope::Manage,
     ),
+    // The gateway's Role and RoleBinding, only where pools are managed: apply::ensure gets
+    // and applies them, apply::ensure_absent deletes them. Not watched (no list/watch): a
+    // changed one is put back at the next resync. No `escalate` or `bind`.
+    rule(
+        "rbac.authorization.k8s.io",
+        "roles",
+        &["get", "create", "patch", "delete"],
+        Scope::Manage,
+    ),
+    rule(
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        &["get", "create", "patch", "delete"],
+        Scope::Manage,
+    ),
+    // Never called by the operator: the gateway's Role grants these, and the API server lets
+    // a Role be written only by someone who holds what it grants (escalation prevention).
+    rule("discovery.k8s.io", "endpointslices", &["list", "watch"], Scope::Manage),
     // ... and apply::ensure_absent: a disabled budget is deleted.
     rule(
         "policy",

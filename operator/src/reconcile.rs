@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -20,7 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::apply::{self, ApplyError, Outcome};
-use crate::build::{self, Children};
+use crate::build::{self, Children, GatewayChildren};
 use crate::config::OperatorConfig;
 use crate::crd::{SandboxPool, SandboxPoolStatus};
 use crate::diagnose::{self, Observed};
@@ -122,7 +123,9 @@ fn key(pool: &SandboxPool) -> String {
 pub async fn reconcile(pool: Arc<SandboxPool>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
-    let result = reconcile_pool(&pool, &ctx).await;
+    // Boxed: the reconcile future holds every child object, too large for a small stack
+    // (a test's thread) when polled inline.
+    let result = Box::pin(reconcile_pool(&pool, &ctx)).await;
     ctx.metrics
         .observe(started.elapsed(), result.as_ref().err().map(Error::class));
     if result.is_ok() {
@@ -228,14 +231,12 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
     } else {
         observe_pods(ctx, &namespace, &resolved.name).await
     };
-    let new_status = status::from_deployment(
-        pool,
-        &resolved,
-        &applied.deployment,
-        &observed,
-        &ctx.config.defaults.cluster_domain,
-        &now,
-    );
+    let cluster_domain = &ctx.config.defaults.cluster_domain;
+    let mut new_status = status::from_deployment(pool, &resolved, &applied.deployment, &observed, cluster_domain, &now);
+    new_status.gateway = applied
+        .gateway
+        .as_ref()
+        .map(|d| status::gateway_status(&resolved, d, cluster_domain));
     if rollout_just_finished(pool, &new_status) {
         let note = format!("{} executors run the current spec", resolved.replicas);
         publish(ctx, pool, EventType::Normal, "RolloutComplete", "Rollout", &note).await;
@@ -368,6 +369,8 @@ struct Applied {
     created: bool,
     /// (reason, note) of Normal Events.
     events: Vec<(&'static str, String)>,
+    /// The gateway's live Deployment, when the pool has a gateway.
+    gateway: Option<Deployment>,
 }
 
 /// Applies the children in an order that never leaves a pod unprotected: identity and
@@ -387,6 +390,7 @@ async fn apply_children(
         disruption_budget,
         tenants,
         deployment,
+        gateway,
     } = children;
     let name = deployment.name_any();
     apply_one::<ServiceAccount>(ctx, namespace, service_account, owner_uid).await?;
@@ -451,11 +455,78 @@ async fn apply_children(
             Err(error) => return Err(error),
         }
     }
+    // Boxed: the reconcile future is large already, and a test thread's stack is small.
+    let gateway = match gateway {
+        Some(gateway) => Some(Box::pin(apply_gateway(ctx, namespace, *gateway, owner_uid)).await?),
+        None => {
+            Box::pin(remove_gateway(ctx, pool, owner_uid)).await?;
+            None
+        }
+    };
     Ok(Applied {
         deployment: live,
         created: outcome == Outcome::Created,
         events,
+        gateway,
     })
+}
+
+/// Applies the gateway's objects: identity and permissions first, its NetworkPolicy before
+/// its pods, the Deployment last. Returns the live Deployment (for the status).
+async fn apply_gateway(
+    ctx: &Context,
+    namespace: &str,
+    gateway: GatewayChildren,
+    owner_uid: Option<&str>,
+) -> Result<Deployment, ApplyError> {
+    let GatewayChildren {
+        service_account,
+        role,
+        role_binding,
+        network_policy,
+        service,
+        deployment,
+    } = gateway;
+    apply_one::<ServiceAccount>(ctx, namespace, service_account, owner_uid).await?;
+    apply_one::<Role>(ctx, namespace, role, owner_uid).await?;
+    apply_one::<RoleBinding>(ctx, namespace, role_binding, owner_uid).await?;
+    apply_one::<NetworkPolicy>(ctx, namespace, network_policy, owner_uid).await?;
+    apply_one::<Service>(ctx, namespace, service, owner_uid).await?;
+    apply_one::<Deployment>(ctx, namespace, deployment, owner_uid).await
+}
+
+/// Removes a gateway the pool no longer wants (HTTP or the gateway turned off). Its
+/// NetworkPolicy is looked at first and deleted last, so one GET tells a pool that never had
+/// a gateway, and a removal cut short is finished by the next reconcile. By then the pool's
+/// own NetworkPolicy no longer admits gateway pods, so one still terminating reaches nothing.
+async fn remove_gateway(ctx: &Context, pool: &ResolvedPool, owner_uid: Option<&str>) -> Result<(), ApplyError> {
+    let namespace = pool.namespace.as_str();
+    let name = pool.gateway_name();
+    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);
+    let present = policies.get_opt(&name).await.map_err(|source| ApplyError::Api {
+        kind: "NetworkPolicy".to_owned(),
+        name: name.clone(),
+        source,
+    })?;
+    if present.is_none() {
+        return Ok(());
+    }
+    remove_one::<Deployment>(ctx, namespace, &name, owner_uid).await?;
+    remove_one::<Service>(ctx, namespace, &name, owner_uid).await?;
+    remove_one::<RoleBinding>(ctx, namespace, &name, owner_uid).await?;
+    remove_one::<Role>(ctx, namespace, &name, owner_uid).await?;
+    remove_one::<ServiceAccount>(ctx, namespace, &name, owner_uid).await?;
+    remove_one::<NetworkPolicy>(ctx, namespace, &name, owner_uid).await
+}
+
+async fn remove_one<K>(ctx: &Context, namespace: &str, name: &str, owner_uid: Option<&str>) -> Result<(), ApplyError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + std::fmt::Debug + DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let outcome = apply::ensure_absent(&api, name, owner_uid).await?;
+    record(ctx, &K::kind(&()), outcome);
+    Ok(())
 }
 
 /// Creates the pool's auth Secret with a fresh token if it does not exist. The operator may

@@ -74,6 +74,7 @@ pub fn render(input: &str, config: &OperatorConfig, namespace: &str) -> Result<S
                     disruption_budget,
                     tenants,
                     deployment,
+                    gateway,
                 },
             ..
         } = plan::plan(&pool, config, namespace).map_err(refused)?;
@@ -87,6 +88,14 @@ pub fn render(input: &str, config: &OperatorConfig, namespace: &str) -> Result<S
             push(&mut out, config_map, "ConfigMap")?;
         }
         push(&mut out, &deployment, "Deployment")?;
+        if let Some(gateway) = &gateway {
+            push(&mut out, &gateway.service_account, "ServiceAccount")?;
+            push(&mut out, &gateway.role, "Role")?;
+            push(&mut out, &gateway.role_binding, "RoleBinding")?;
+            push(&mut out, &gateway.network_policy, "NetworkPolicy")?;
+            push(&mut out, &gateway.service, "Service")?;
+            push(&mut out, &gateway.deployment, "Deployment")?;
+        }
     }
     Ok(out)
 }

@@ -5,7 +5,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use crate::crd::{SandboxPool, SandboxPoolStatus};
+use crate::crd::{GatewayStatus, SandboxPool, SandboxPoolStatus};
 use crate::diagnose::{self, Observed, Problem};
 use crate::labels;
 use crate::resolve::{InvalidSpec, ResolvedPool};
@@ -84,6 +84,22 @@ pub fn refused(pool: &SandboxPool, refusal: &InvalidSpec, now: &Time) -> Sandbox
 /// Status for a pool whose child the API server refused (admission, validation, RBAC).
 pub fn apply_rejected(pool: &SandboxPool, message: &str, now: &Time) -> SandboxPoolStatus {
     failed(pool, APPLY_REJECTED, message, now)
+}
+
+/// The gateway's replica counts from its live Deployment, and the address clients call.
+pub fn gateway_status(resolved: &ResolvedPool, deployment: &Deployment, cluster_domain: &str) -> GatewayStatus {
+    let status = deployment.status.clone().unwrap_or_default();
+    GatewayStatus {
+        replicas: status.replicas.unwrap_or(0),
+        ready_replicas: status.ready_replicas.unwrap_or(0),
+        endpoint: Some(format!(
+            "http://{}.{}.svc.{}:{}",
+            resolved.gateway_name(),
+            resolved.namespace,
+            cluster_domain,
+            labels::HTTP_PORT
+        )),
+    }
 }
 
 /// Not ready, not progressing, degraded, all for `reason`; counts and endpoint carried over.
@@ -279,6 +295,8 @@ fn with_problem(
         ready_replicas: ready,
         selector: Some(labels::selector_string(&resolved.name)),
         endpoint: Some(resolved.endpoint(cluster_domain)),
+        // Filled in by the caller from the gateway's Deployment (see [`gateway_status`]).
+        gateway: None,
         observed_generation: generation,
         conditions: conditions(
             previous(pool),

@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -226,10 +227,17 @@ async fn a_pool_gets_its_children_scales_and_is_garbage_collected() {
                 "app.kubernetes.io/name": "sandpool-executor",
                 "sandpool.dev/pool": "e2e"}},
             "policyTypes": ["Ingress", "Egress"],
-            // The default client peer only, on gRPC and HTTP; no egress rule at all.
+            // The default client peer on gRPC and HTTP, and the pool's own gateway on HTTP
+            // only; no egress rule at all.
             "ingress": [{
                 "from": [{"podSelector": {"matchLabels": {"role": "sandbox-user"}}}],
                 "ports": [{"protocol": "TCP", "port": 50051}, {"protocol": "TCP", "port": 8080}],
+            }, {
+                "from": [{"podSelector": {"matchLabels": {
+                    "app.kubernetes.io/instance": "e2e",
+                    "app.kubernetes.io/name": "sandpool-gateway",
+                    "sandpool.dev/gateway": "e2e"}}}],
+                "ports": [{"protocol": "TCP", "port": 8080}],
             }],
         }),
         "NetworkPolicy as stored by the API server"
@@ -1158,5 +1166,123 @@ async fn tenants_with_auth_are_an_invalid_spec() {
             .is_none()
     );
     assert!(setup.api::<Secret>().get_opt("e2e-auth").await.expect("get").is_none());
+    drop(operator);
+}
+
+/// The gateway's objects, by kind, that exist now.
+async fn gateway_objects(setup: &Setup, name: &str) -> Vec<&'static str> {
+    let mut present = Vec::new();
+    macro_rules! check {
+        ($kind:ty, $label:literal) => {
+            if setup.api::<$kind>().get_opt(name).await.expect("get").is_some() {
+                present.push($label);
+            }
+        };
+    }
+    check!(Deployment, "Deployment");
+    check!(Service, "Service");
+    check!(NetworkPolicy, "NetworkPolicy");
+    check!(ServiceAccount, "ServiceAccount");
+    check!(Role, "Role");
+    check!(RoleBinding, "RoleBinding");
+    present
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_pool_gets_a_gateway_that_goes_when_turned_off() {
+    let Some(setup) = Setup::new("e2e-gateway", privileged()).await else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    setup.create_pool("e2e", pool_spec(1)).await;
+    setup.wait_ready("e2e", 1, &operator).await;
+    let pools = setup.api::<SandboxPool>();
+    let pool = pools.get("e2e").await.expect("pool reads");
+
+    // Every gateway object, owned by the pool; the chart's Role let the operator write a
+    // Role that grants EndpointSlice list/watch (it holds them itself).
+    wait_for("the gateway's objects", TIMEOUT, || async {
+        gateway_objects(&setup, "e2e-gateway").await.len() == 6
+    })
+    .await;
+    let deploy = setup.api::<Deployment>().get("e2e-gateway").await.expect("Deployment");
+    assert_owned("Deployment", deploy.owner_references(), &pool);
+    let pod = deploy.spec.expect("spec").template.spec.expect("pod spec");
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.command.as_deref(),
+        Some(&["/sandpool-gateway".to_owned()][..])
+    );
+    assert_eq!(pod.service_account_name.as_deref(), Some("e2e-gateway"));
+    let role = setup.api::<Role>().get("e2e-gateway").await.expect("Role");
+    assert_owned("Role", role.owner_references(), &pool);
+    assert_eq!(
+        serde_json::to_value(role.rules).expect("json"),
+        json!([{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}])
+    );
+    let svc = setup.api::<Service>().get("e2e-gateway").await.expect("Service");
+    let svc_spec = svc.spec.expect("Service spec");
+    assert_eq!(svc_spec.type_.as_deref(), Some("ClusterIP"));
+    let ports: Vec<i32> = svc_spec.ports.unwrap_or_default().iter().map(|p| p.port).collect();
+    assert_eq!(ports, [8080, 9090]);
+    let np = setup
+        .api::<NetworkPolicy>()
+        .get("e2e-gateway")
+        .await
+        .expect("NetworkPolicy");
+    let egress = serde_json::to_value(np.spec.expect("spec").egress).expect("json");
+    assert_eq!(
+        egress.as_array().map(Vec::len),
+        Some(3),
+        "executors, DNS, API server: {egress}"
+    );
+
+    // The gateway pod runs on a kwok node and the status counts it.
+    wait_for("status.gateway with one ready pod", TIMEOUT, || async {
+        pools.get("e2e").await.is_ok_and(|p| {
+            p.status
+                .and_then(|s| s.gateway)
+                .is_some_and(|g| g.ready_replicas == 1 && g.replicas == 1)
+        })
+    })
+    .await;
+    // Executor pods are still found by the pool label alone; the gateway's are not.
+    let pods: Api<Pod> = setup.api();
+    let executors = pods
+        .list(&ListParams::default().labels("sandpool.dev/pool=e2e"))
+        .await
+        .expect("pods list");
+    assert_eq!(executors.items.len(), 1, "only the executor carries the pool label");
+
+    // A reconcile with nothing to change writes nothing, gateway included.
+    no_op_reconcile_writes_nothing(&setup, &operator).await;
+
+    // Turned off: every gateway object goes, and the status no longer names one.
+    pools
+        .patch(
+            "e2e",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gateway": {"enabled": false}}})),
+        )
+        .await
+        .expect("pool patches");
+    wait_for("the gateway's objects to go", TIMEOUT, || async {
+        gateway_objects(&setup, "e2e-gateway").await.is_empty()
+    })
+    .await;
+    wait_for("status without a gateway", TIMEOUT, || async {
+        pools
+            .get("e2e")
+            .await
+            .is_ok_and(|p| p.status.is_some_and(|s| s.gateway.is_none()))
+    })
+    .await;
+    let np = setup.api::<NetworkPolicy>().get("e2e").await.expect("NetworkPolicy");
+    let ingress = serde_json::to_value(np.spec.expect("spec").ingress).expect("json");
+    assert_eq!(
+        ingress.as_array().map(Vec::len),
+        Some(1),
+        "no gateway admitted: {ingress}"
+    );
     drop(operator);
 }

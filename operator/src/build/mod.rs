@@ -4,6 +4,7 @@
 mod auth_secret;
 mod deployment;
 mod disruption_budget;
+mod gateway;
 mod network_policy;
 mod service;
 mod service_account;
@@ -24,6 +25,7 @@ use crate::resolve::ResolvedPool;
 pub use auth_secret::{auth_secret, random_token};
 pub use deployment::{NAMESPACES_CAPABILITIES, deployment, executor_args};
 pub use disruption_budget::disruption_budget;
+pub use gateway::{GATEWAY_COMMAND, GATEWAY_CONTAINER, GATEWAY_UID, GatewayChildren, dns_peer, gateway, gateway_args};
 pub use network_policy::network_policy;
 pub use service::service;
 pub use service_account::service_account;
@@ -48,6 +50,9 @@ pub struct Children {
     pub tenants: Option<ConfigMap>,
     /// The executor pods.
     pub deployment: Deployment,
+    /// The gateway's objects; `None` means the pool has none (and any is removed). Boxed:
+    /// six more objects would double the size of every future that holds the children.
+    pub gateway: Option<Box<GatewayChildren>>,
 }
 
 /// Builds every object for a pool.
@@ -59,6 +64,7 @@ pub fn children(pool: &ResolvedPool) -> Children {
         disruption_budget: disruption_budget(pool),
         tenants: tenants_config_map(pool),
         deployment: deployment(pool),
+        gateway: gateway(pool).map(Box::new),
     }
 }
 

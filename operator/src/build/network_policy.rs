@@ -1,6 +1,8 @@
 //! The pool's NetworkPolicy: only the pool's clients get in, nothing gets out.
 
-use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPort, NetworkPolicySpec};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -17,6 +19,10 @@ use crate::resolve::ResolvedPool;
 /// them into two entries would mean "these pods here, or anything in those namespaces" (OR).
 /// An empty peer list produces no rule rather than a rule with no `from`, which would admit
 /// every source.
+///
+/// A pool with a gateway also admits its own gateway pods (by their selector, in the pool's
+/// namespace) on the HTTP port only: the gateway forwards the clients' requests, and must
+/// not depend on a label the clients' selector happens to match.
 pub fn network_policy(pool: &ResolvedPool) -> NetworkPolicy {
     let mut ingress = Vec::new();
     if !pool.clients.is_empty() {
@@ -27,6 +33,18 @@ pub fn network_policy(pool: &ResolvedPool) -> NetworkPolicy {
         ingress.push(NetworkPolicyIngressRule {
             from: Some(pool.clients.clone()),
             ports: Some(ports),
+        });
+    }
+    if pool.gateway.is_some() {
+        ingress.push(NetworkPolicyIngressRule {
+            from: Some(vec![NetworkPolicyPeer {
+                pod_selector: Some(LabelSelector {
+                    match_labels: Some(labels::gateway_selector_labels(&pool.name)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ports: Some(vec![tcp(HTTP_PORT)]),
         });
     }
     if !pool.metrics_clients.is_empty() {

@@ -2,6 +2,7 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod gateway;
 mod pod_security;
 mod tenants;
 use crate::defaults::PoolDefaults;
@@ -44,6 +45,14 @@ fn selector() -> Value {
         "app.kubernetes.io/instance": "python",
         "app.kubernetes.io/name": "sandpool-executor",
         "sandpool.dev/pool": "python",
+    })
+}
+
+fn gateway_selector() -> Value {
+    json!({
+        "app.kubernetes.io/instance": "python",
+        "app.kubernetes.io/name": "sandpool-gateway",
+        "sandpool.dev/gateway": "python",
     })
 }
 
@@ -132,6 +141,10 @@ fn network_policy_keeps_namespace_and_pod_selectors_anded() {
         json!([{
             "from": [anded, ored],
             "ports": [{"protocol": "TCP", "port": 50051}, {"protocol": "TCP", "port": 8080}],
+        }, {
+            // The pool's own gateway (see tests/gateway.rs).
+            "from": [{"podSelector": {"matchLabels": gateway_selector()}}],
+            "ports": [{"protocol": "TCP", "port": 8080}],
         }])
     );
     assert_eq!(np["spec"]["ingress"][0]["from"].as_array().map(Vec::len), Some(2));

@@ -57,3 +57,25 @@ fn the_policy_sees_the_operators_defaults() {
     let refusal = plan(&p, &config, "default").expect_err("not the default, not allowed");
     assert_eq!(refusal.why().field, "spec.isolation.runtimeClassName");
 }
+
+#[test]
+fn a_gateway_image_outside_the_policy_is_refused() {
+    let with_image = |image: &str| pool(json!({"access": {"http": true}, "gateway": {"image": image}}));
+    let config = OperatorConfig::default();
+    let own = format!("ghcr.io/sandpool/operator:{}", "custom");
+    assert!(
+        plan(&with_image(&own), &config, "default").is_ok(),
+        "the operator's own repository"
+    );
+    let refusal = plan(&with_image("docker.io/evil/proxy:1"), &config, "default").expect_err("foreign image");
+    assert!(matches!(refusal, Refusal::PolicyRefused(_)), "{refusal}");
+    assert_eq!(refusal.why().field, "spec.gateway.image");
+    let open = OperatorConfig {
+        policy: Policy {
+            allowed_images: vec!["ghcr.io/sandpool/".to_owned(), "docker.io/evil/".to_owned()],
+            ..Policy::default()
+        },
+        ..OperatorConfig::default()
+    };
+    assert!(plan(&with_image("docker.io/evil/proxy:1"), &open, "default").is_ok());
+}

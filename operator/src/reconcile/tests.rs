@@ -17,6 +17,8 @@ const PDB: &str = "/apis/policy/v1/namespaces/evals/poddisruptionbudgets/python"
 const DEPLOY: &str = "/apis/apps/v1/namespaces/evals/deployments/python";
 /// The tenants ConfigMap: a pool without tenants checks that none is left.
 const CM: &str = "/api/v1/namespaces/evals/configmaps/python-tenants";
+/// The gateway's NetworkPolicy: a pool without a gateway checks that none is left.
+const GW_NP: &str = "/apis/networking.k8s.io/v1/namespaces/evals/networkpolicies/python-gateway";
 const STATUS: &str = "/apis/sandpool.dev/v1alpha1/namespaces/evals/sandboxpools/python/status";
 const PODS: &str = "/api/v1/namespaces/evals/pods";
 const CORE_EVENTS: &str = "/api/v1/namespaces/evals/events";
@@ -409,6 +411,7 @@ async fn create_applies_every_child_in_order_then_status() {
             get_missing(DEPLOY),
             apply(DEPLOY),
             get_missing(CM),
+            get_missing(GW_NP),
             apply(STATUS),
         ],
     )
@@ -429,7 +432,7 @@ async fn create_applies_every_child_in_order_then_status() {
         assert_eq!(seen.body["metadata"]["ownerReferences"][0]["uid"], "u-1");
         assert!(seen.body["metadata"]["annotations"][APPLIED_HASH_ANNOTATION].is_string());
     }
-    let status_write = &seen[11];
+    let status_write = &seen[12];
     status_write.assert_apply();
     assert_eq!(status_write.body["apiVersion"], "sandpool.dev/v1alpha1");
     assert_eq!(status_write.body["kind"], "SandboxPool");
@@ -462,12 +465,13 @@ async fn nothing_to_change_means_no_writes() {
             get(PDB, pdb),
             get(DEPLOY, deploy),
             get_missing(CM),
+            get_missing(GW_NP),
         ],
     )
     .await;
     assert_eq!(result.expect("reconcile succeeds"), Action::requeue(RESYNC));
     assert!(seen.iter().all(|s| s.method == Method::GET), "{seen:?}");
-    assert_eq!(seen.len(), 6);
+    assert_eq!(seen.len(), 7);
     assert_eq!(writes(&ctx), "sandpool_operator_status_writes_total 0");
 }
 
@@ -491,6 +495,7 @@ async fn spec_change_updates_only_what_changed() {
             get(DEPLOY, deploy),
             apply_returning(DEPLOY, rolled),
             get_missing(CM),
+            get_missing(GW_NP),
             list_pods(vec![]),
             apply(STATUS),
         ],
@@ -552,6 +557,7 @@ async fn a_deleted_child_is_recreated() {
             get(PDB, pdb),
             get(DEPLOY, deploy),
             get_missing(CM),
+            get_missing(GW_NP),
         ],
     )
     .await;
@@ -581,6 +587,7 @@ async fn an_edited_child_is_put_back() {
             get(PDB, pdb),
             get(DEPLOY, deploy),
             get_missing(CM),
+            get_missing(GW_NP),
         ],
     )
     .await;
@@ -613,6 +620,7 @@ async fn a_disabled_budget_is_deleted_only_if_ours() {
             },
             get(DEPLOY, deploy.clone()),
             get_missing(CM),
+            get_missing(GW_NP),
         ],
     )
     .await;
@@ -631,6 +639,7 @@ async fn a_disabled_budget_is_deleted_only_if_ours() {
             get(PDB, foreign),
             get(DEPLOY, deploy),
             get_missing(CM),
+            get_missing(GW_NP),
         ],
     )
     .await;
@@ -718,6 +727,7 @@ async fn creating_a_pool_tells_kubectl_describe() {
             get_missing(DEPLOY),
             apply(DEPLOY),
             get_missing(CM),
+            get_missing(GW_NP),
             apply(STATUS),
         ],
         OperatorConfig::default(),
@@ -756,6 +766,7 @@ async fn scaling_and_rollouts_are_events() {
             get(DEPLOY, deploy.clone()),
             apply_returning(DEPLOY, deploy),
             get_missing(CM),
+            get_missing(GW_NP),
             list_pods(vec![]),
             apply(STATUS),
         ],
@@ -790,6 +801,7 @@ async fn a_finished_rollout_is_an_event() {
             get(PDB, pdb),
             get(DEPLOY, deploy),
             get_missing(CM),
+            get_missing(GW_NP),
             apply(STATUS),
         ],
         OperatorConfig::default(),
@@ -970,6 +982,7 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
         replies.extend(secret);
         replies.push(get(DEPLOY, deploy.clone()));
         replies.push(get_missing(CM));
+        replies.push(get_missing(GW_NP));
         replies
     };
     // The Secret exists already (a user rotated it): the create is refused and nothing else
@@ -1020,6 +1033,7 @@ async fn auth_creates_a_token_secret_once_and_never_overwrites_it() {
         created,
         get(DEPLOY, deploy),
         get_missing(CM),
+        get_missing(GW_NP),
     ];
     let (result, seen, _, ctx) =
         run_remembering(again, replies, OperatorConfig::default(), &["evals/python-auth/u-1"]).await;
@@ -1071,6 +1085,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
             get(PDB, pdb.clone()),
             get(DEPLOY, deploy.clone()),
             get_missing(CM),
+            get_missing(GW_NP),
             list_pods(pods),
             apply(STATUS),
         ]
@@ -1082,7 +1097,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
     )
     .await;
     result.expect("reconcile succeeds");
-    let list = &seen[6];
+    let list = &seen[7];
     assert_eq!(list.method, Method::GET);
     assert!(
         list.query
@@ -1090,7 +1105,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
         "only the pool's own pods are listed: {}",
         list.query
     );
-    let status = &seen[7].body["status"];
+    let status = &seen[8].body["status"];
     let (ready, reason, message) = condition(status, "Ready");
     assert_eq!((ready.as_str(), reason.as_str()), ("False", "CrashLoopBackOff"));
     assert!(
@@ -1124,7 +1139,7 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
     .await;
     result.expect("reconcile succeeds");
     assert!(
-        condition(&seen[7].body["status"], "Ready")
+        condition(&seen[8].body["status"], "Ready")
             .2
             .contains("restarted 4 times")
     );
@@ -1146,13 +1161,14 @@ async fn a_crash_looping_pod_is_the_pools_reason_and_one_warning_event() {
             get(PDB, pdb.clone()),
             get(DEPLOY, settled),
             get_missing(CM),
+            get_missing(GW_NP),
             apply(STATUS),
         ],
         OperatorConfig::default(),
     )
     .await;
     result.expect("reconcile succeeds");
-    let status = &seen[6].body["status"];
+    let status = &seen[7].body["status"];
     assert_eq!(condition(status, "Ready").1, "AllReplicasReady");
     assert_eq!(
         condition(status, "Degraded"),
@@ -1204,6 +1220,7 @@ async fn a_failing_readiness_probe_is_quoted_from_the_kubelets_events() {
             get(PDB, pdb),
             get(DEPLOY, deploy),
             get_missing(CM),
+            get_missing(GW_NP),
             list_pods(vec![unready]),
             get(
                 CORE_EVENTS,
@@ -1216,11 +1233,11 @@ async fn a_failing_readiness_probe_is_quoted_from_the_kubelets_events() {
     .await;
     result.expect("reconcile succeeds");
     assert!(
-        seen[7].query.contains("fieldSelector=reason%3DUnhealthy"),
+        seen[8].query.contains("fieldSelector=reason%3DUnhealthy"),
         "only probe failures are read: {}",
-        seen[7].query
+        seen[8].query
     );
-    let (_, reason, message) = condition(&seen[8].body["status"], "Ready");
+    let (_, reason, message) = condition(&seen[9].body["status"], "Ready");
     assert_eq!(reason, "Unhealthy");
     assert!(
         message.ends_with(
@@ -1245,6 +1262,7 @@ async fn a_passed_progress_deadline_is_a_warning_event_and_the_ready_reason() {
             get(PDB, pdb),
             get(DEPLOY, deploy),
             get_missing(CM),
+            get_missing(GW_NP),
             list_pods(vec![]),
             apply(STATUS),
         ],
@@ -1252,7 +1270,7 @@ async fn a_passed_progress_deadline_is_a_warning_event_and_the_ready_reason() {
     )
     .await;
     result.expect("reconcile succeeds");
-    let status = &seen[7].body["status"];
+    let status = &seen[8].body["status"];
     assert_eq!(condition(status, "Ready").1, "ProgressDeadlineExceeded");
     assert_eq!(condition(status, "Degraded").1, "ProgressDeadlineExceeded");
     assert_eq!(
@@ -1278,6 +1296,7 @@ async fn pods_the_operator_may_not_list_leave_the_deployments_word() {
             get(PDB, pdb),
             get(DEPLOY, deploy),
             get_missing(CM),
+            get_missing(GW_NP),
             api_error(
                 Method::GET,
                 PODS,
@@ -1291,7 +1310,7 @@ async fn pods_the_operator_may_not_list_leave_the_deployments_word() {
     )
     .await;
     result.expect("a pod list is not worth failing the reconcile for");
-    let status = &seen[7].body["status"];
+    let status = &seen[8].body["status"];
     assert_eq!(condition(status, "Ready").1, "ReplicasNotReady");
     assert_eq!(condition(status, "Degraded").1, "ReplicasUnavailable");
 }
@@ -1323,4 +1342,5 @@ fn executor_pods_are_watched_by_label_and_mapped_to_their_pool() {
     assert_eq!(pod_watch_namespaces(None, &[]), [None]);
 }
 
+mod gateway;
 mod tenants;

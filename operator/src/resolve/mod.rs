@@ -15,12 +15,14 @@
 //!   fall back on;
 //! - `restricted`: what restricted mode refuses;
 //! - `result_cache`, `access`, `disruption_budget`, `auth`: the rest of the spec;
-//! - `tenants`: the pool's callers, their shares and caps.
+//! - `tenants`: the pool's callers, their shares and caps;
+//! - `gateway`: the pool's gateway (only for pools that serve HTTP).
 
 mod access;
 mod auth;
 mod disruption_budget;
 pub mod executor_defaults;
+mod gateway;
 mod gpu;
 mod invalid;
 mod limits;
@@ -40,11 +42,12 @@ use crate::defaults::PoolDefaults;
 
 pub use access::default_clients;
 pub use auth::{AUTH_TOKEN_KEY, ResolvedAuth};
+pub use gateway::{MAX_GATEWAY_REPLICAS, MAX_POOL_NAME_WITH_GATEWAY, ResolvedGateway, default_gateway_resources};
 pub use gpu::{DEFAULT_GPU_RESOURCE, ResolvedGpu};
 pub use invalid::InvalidSpec;
 pub use limits::{DEFAULT_MAX_WALL_TIME_MS, ResolvedLimits};
 pub use memory::{EXECUTOR_MEMORY_HEADROOM, ZYGOTE_MEMORY_PER_SLOT, ZYGOTE_MEMORY_SHARED, executor_headroom};
-pub use pool::{DRAIN_MARGIN_MS, ResolvedPool, TERMINATION_MARGIN_S};
+pub use pool::{DRAIN_MARGIN_MS, ResolvedPool, TERMINATION_MARGIN_S, gateway_name};
 pub use resources::GPU_MEMORY_REQUEST_PER_SLOT_GI;
 pub use restricted::SECURITY_ANNOTATION_PREFIXES;
 pub use result_cache::{DEFAULT_RESULT_CACHE_BYTES, ResolvedResultCache};
@@ -106,6 +109,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
     let max_unavailable = disruption_budget::max_unavailable(spec.disruption_budget.as_ref())?;
     let auth = auth::resolve_auth(spec.auth.as_ref(), &name);
     let tenants = tenants::resolve_tenants(spec.tenants.as_deref(), spec.auth.as_ref())?;
+    let gateway = gateway::resolve_gateway(spec.gateway.as_ref(), access.http, &name, defaults)?;
 
     Ok(ResolvedPool {
         // Foreground deletion of the pool waits for its children.
@@ -141,6 +145,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         tenants,
         result_cache,
         warm_starts,
+        gateway,
     })
 }
 

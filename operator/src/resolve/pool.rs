@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::auth::ResolvedAuth;
+use super::gateway::ResolvedGateway;
 use super::gpu::ResolvedGpu;
 use super::limits::ResolvedLimits;
 use super::result_cache::ResolvedResultCache;
@@ -76,6 +77,8 @@ pub struct ResolvedPool {
     pub result_cache: Option<ResolvedResultCache>,
     /// False turns warm starts off (`--warm-starts=false`); true leaves the executor's default.
     pub warm_starts: bool,
+    /// The gateway in front of the executors' HTTP port, when the pool has one.
+    pub gateway: Option<ResolvedGateway>,
 }
 
 impl ResolvedPool {
@@ -98,6 +101,12 @@ impl ResolvedPool {
             .saturating_add(TERMINATION_MARGIN_S)
     }
 
+    /// Name of the gateway's Deployment, Service, NetworkPolicy, ServiceAccount, Role and
+    /// RoleBinding (at most 63 characters: resolve refuses longer pool names with a gateway).
+    pub fn gateway_name(&self) -> String {
+        gateway_name(&self.name)
+    }
+
     /// The gRPC target clients dial.
     pub fn endpoint(&self, cluster_domain: &str) -> String {
         format!(
@@ -108,4 +117,9 @@ impl ResolvedPool {
             labels::GRPC_PORT
         )
     }
+}
+
+/// Name of a pool's gateway objects.
+pub fn gateway_name(pool: &str) -> String {
+    format!("{pool}-gateway")
 }

@@ -44,6 +44,8 @@ fn defaults_fill_an_empty_spec() {
 fn operator_defaults_apply_when_the_spec_is_silent() {
     let defaults = PoolDefaults {
         executor_image: "registry.local/exec:9".to_owned(),
+        gateway_image: "registry.local/operator:9".to_owned(),
+        api_server_ports: vec![6443],
         isolation: IsolationMode::Restricted,
         runtime_class_name: Some("gvisor".to_owned()),
         cluster_domain: "corp.local".to_owned(),
@@ -495,4 +497,49 @@ fn warm_starts_reserve_a_zygote_per_slot_in_the_executors_headroom() {
     assert_eq!(err.field, "spec.limits.maxMemory");
     assert!(err.message.contains("544Mi"), "{}", err.message);
     assert!(resolve_spec(spec(json!({"warmStarts": false, "limits": {"maxMemory": "3700Mi"}}))).is_ok());
+}
+
+#[test]
+fn the_gateway_runs_only_for_http_pools_that_keep_it_on() {
+    assert_eq!(resolve_spec(json!({})).expect("valid").gateway, None);
+    assert_eq!(
+        resolve_spec(json!({"gateway": {"replicas": 3}}))
+            .expect("valid")
+            .gateway,
+        None
+    );
+    let off = json!({"access": {"http": true}, "gateway": {"enabled": false}});
+    assert_eq!(resolve_spec(off).expect("valid").gateway, None);
+    let g = resolve_spec(json!({"access": {"http": true}}))
+        .expect("valid")
+        .gateway
+        .expect("on by default for HTTP pools");
+    assert_eq!(g.replicas, 1);
+    assert_eq!(g.image, crate::defaults::default_operator_image());
+    assert_eq!(g.resources, default_gateway_resources());
+    assert_eq!(g.api_server_ports, vec![443, 6443]);
+}
+
+#[test]
+fn gateway_fields_the_operator_cannot_honour_are_named() {
+    let http = |gateway: serde_json::Value| json!({"access": {"http": true}, "gateway": gateway});
+    assert_eq!(invalid_field(http(json!({"replicas": 0}))), "spec.gateway.replicas");
+    assert_eq!(invalid_field(http(json!({"replicas": 21}))), "spec.gateway.replicas");
+    assert_eq!(invalid_field(http(json!({"image": "a b"}))), "spec.gateway.image");
+    assert_eq!(
+        invalid_field(http(json!({"resources": {"limits": {"memory": "lots"}}}))),
+        "spec.gateway.resources.limits[\"memory\"]"
+    );
+    // `<pool>-gateway` must fit a Service name.
+    let long = "p".repeat(MAX_POOL_NAME_WITH_GATEWAY + 1);
+    let mut p = pool(json!({"access": {"http": true}}));
+    p.metadata.name = Some(long.clone());
+    let e = resolve(&p, &PoolDefaults::default(), "default").expect_err("too long for the gateway");
+    assert_eq!(e.field, "metadata.name");
+    let mut p = pool(json!({"access": {"http": true}, "gateway": {"enabled": false}}));
+    p.metadata.name = Some(long);
+    assert!(
+        resolve(&p, &PoolDefaults::default(), "default").is_ok(),
+        "no gateway, no limit"
+    );
 }

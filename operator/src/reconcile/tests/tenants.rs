@@ -32,6 +32,7 @@ async fn a_pool_with_tenants_gets_its_config_map_before_its_deployment() {
             apply(CM),
             get_missing(DEPLOY),
             apply(DEPLOY),
+            get_missing(GW_NP),
             apply(STATUS),
         ],
     )
@@ -76,6 +77,7 @@ async fn a_steady_pool_with_tenants_makes_no_writes() {
             get(PDB, pdb),
             get(CM, cm),
             get(DEPLOY, deploy),
+            get_missing(GW_NP),
         ],
     )
     .await;
@@ -103,6 +105,7 @@ async fn a_weight_change_rewrites_the_config_map_and_leaves_the_pods_alone() {
             get(CM, cm),
             apply(CM),
             get(DEPLOY, deploy),
+            get_missing(GW_NP),
             apply(STATUS),
         ],
     )
@@ -147,6 +150,7 @@ async fn dropping_tenants_deletes_the_config_map_after_the_deployment_stops_moun
                 status: StatusCode::OK,
                 body: Some(cm.clone()),
             },
+            get_missing(GW_NP),
             apply(STATUS),
         ],
     )
@@ -172,6 +176,7 @@ async fn dropping_tenants_deletes_the_config_map_after_the_deployment_stops_moun
             get(PDB, pdb),
             get(DEPLOY, new_deploy),
             get(CM, foreign),
+            get_missing(GW_NP),
             apply(STATUS),
         ],
     )
@@ -223,6 +228,7 @@ async fn a_role_without_configmaps_still_reconciles_pools_without_tenants() {
                 "Forbidden",
                 "configmaps \"python-tenants\" is forbidden: User \"system:serviceaccount:x:y\" cannot get resource \"configmaps\"",
             ),
+            get_missing(GW_NP),
         ],
     )
     .await;
