@@ -155,7 +155,12 @@ async fn main() {
         "--backend".into(),
         format!("bench-b={b}"),
     ]);
-    tokio::spawn(sandpool_gateway::run(args, listener, metrics_listener, std::future::pending()));
+    tokio::spawn(sandpool_gateway::run(
+        args,
+        listener,
+        metrics_listener,
+        std::future::pending(),
+    ));
     let body = Bytes::from(serde_json::json!({"code": PROGRAM, "language": "python"}).to_string());
 
     // Warm both executors (zygotes, page cache) and the gateway's upstream pool.
@@ -174,12 +179,12 @@ async fn main() {
     }
     let (pd, pg) = (p50(&mut sd), p50(&mut sg));
     println!("requests per phase: {n}, concurrency 16; sequential pairs: {seq}");
-    println!(
-        "direct:  {direct_rps:8.1} req/s  p50 {:?}",
-        p50(&mut direct_lat)
-    );
+    println!("direct:  {direct_rps:8.1} req/s  p50 {:?}", p50(&mut direct_lat));
     println!("gateway: {gw_rps:8.1} req/s  p50 {:?}", p50(&mut gw_lat));
-    println!("throughput ratio (gateway / direct): {:.3}  (target >= 0.9)", gw_rps / direct_rps);
+    println!(
+        "throughput ratio (gateway / direct): {:.3}  (target >= 0.9)",
+        gw_rps / direct_rps
+    );
     println!(
         "sequential p50: direct {pd:?}, gateway {pg:?}; added {:.3} ms  (target <= 1 ms)",
         (pg.as_secs_f64() - pd.as_secs_f64()) * 1000.0

@@ -74,7 +74,11 @@ impl Outstanding {
 
 impl Drop for Outstanding {
     fn drop(&mut self) {
-        let n = self.backend.outstanding.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        let n = self
+            .backend
+            .outstanding
+            .fetch_sub(1, Ordering::Relaxed)
+            .saturating_sub(1);
         self.metrics.set_outstanding(&self.backend.name, n);
     }
 }
@@ -189,7 +193,10 @@ mod tests {
     use super::*;
 
     fn list(names: &[&str]) -> Vec<Arc<Backend>> {
-        names.iter().map(|n| Arc::new(Backend::new(*n, "127.0.0.1:1"))).collect()
+        names
+            .iter()
+            .map(|n| Arc::new(Backend::new(*n, "127.0.0.1:1")))
+            .collect()
     }
 
     fn busy(b: &Backend, n: u64) {
@@ -203,7 +210,10 @@ mod tests {
         busy(&l[1], 1);
         busy(&l[2], 2);
         for start in 0..3 {
-            assert_eq!(choose_from(&l, &[], start, |_| false).map(|b| b.name.clone()), Some("b".into()));
+            assert_eq!(
+                choose_from(&l, &[], start, |_| false).map(|b| b.name.clone()),
+                Some("b".into())
+            );
         }
     }
 
@@ -233,7 +243,10 @@ mod tests {
         let down = |b: &Backend| b.name == "a";
         assert_eq!(choose_from(&l, &[], 0, down).map(|b| b.name.clone()), Some("b".into()));
         let all_down = |_: &Backend| true;
-        assert_eq!(choose_from(&l, &[], 0, all_down).map(|b| b.name.clone()), Some("a".into()));
+        assert_eq!(
+            choose_from(&l, &[], 0, all_down).map(|b| b.name.clone()),
+            Some("a".into())
+        );
     }
 
     #[test]
@@ -243,7 +256,11 @@ mod tests {
         bs.replace([("a".into(), "h:1".into()), ("b".into(), "h:2".into())]);
         let a = bs.snapshot().get("a").cloned().expect("a");
         let _out = Outstanding::new(a.clone(), m.clone());
-        bs.replace([("a".into(), "h:1".into()), ("b".into(), "h:3".into()), ("a".into(), "h:9".into())]);
+        bs.replace([
+            ("a".into(), "h:1".into()),
+            ("b".into(), "h:3".into()),
+            ("a".into(), "h:9".into()),
+        ]);
         let s = bs.snapshot();
         assert!(Arc::ptr_eq(s.get("a").expect("a"), &a));
         assert_eq!(s.get("a").map(|b| b.outstanding()), Some(1));

@@ -116,7 +116,9 @@ mod tests {
 
     #[tokio::test]
     async fn small_bodies_are_kept() {
-        let p = prepare(chunked(&[b"ab", b"cd"]), 4, Duration::from_secs(1)).await.expect("ok");
+        let p = prepare(chunked(&[b"ab", b"cd"]), 4, Duration::from_secs(1))
+            .await
+            .expect("ok");
         assert!(p.is_kept());
         assert_eq!(all(p.body().expect("kept")).await, "abcd");
     }

@@ -129,7 +129,10 @@ impl Args {
             (false, Some(_)) => Err(ConfigError::BothSources),
             (true, None) => Err(ConfigError::NoSource),
             (false, None) => Ok(Source::Static(
-                backends.into_iter().map(|b| parse_backend(b)).collect::<Result<_, _>>()?,
+                backends
+                    .into_iter()
+                    .map(|b| parse_backend(b))
+                    .collect::<Result<_, _>>()?,
             )),
             (true, Some(name)) => Ok(Source::Service {
                 name: name.clone(),
@@ -167,10 +170,7 @@ mod tests {
             parse_backend("exec-0=127.0.0.1:8000").ok(),
             Some(("exec-0".into(), "127.0.0.1:8000".into()))
         );
-        assert_eq!(
-            parse_backend("a=[::1]:80").ok(),
-            Some(("a".into(), "[::1]:80".into()))
-        );
+        assert_eq!(parse_backend("a=[::1]:80").ok(), Some(("a".into(), "[::1]:80".into())));
         for bad in ["127.0.0.1:8000", "=h:1", "a=h", "a=h:x", "a=:1"] {
             assert!(parse_backend(bad).is_err(), "{bad}");
         }
@@ -181,7 +181,10 @@ mod tests {
         let a = Args::parse_from(["g", "--backend", "a=h:1", "--backend", "b=h:2"]);
         assert_eq!(
             a.source().ok(),
-            Some(Source::Static(vec![("a".into(), "h:1".into()), ("b".into(), "h:2".into())]))
+            Some(Source::Static(vec![
+                ("a".into(), "h:1".into()),
+                ("b".into(), "h:2".into())
+            ]))
         );
         let a = Args::parse_from(["g", "--backend", "a=h:1", "--service", "s"]);
         assert!(matches!(a.source(), Err(ConfigError::BothSources)));

@@ -55,7 +55,13 @@ pub fn backends_of<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, port
 /// Watches `service`'s EndpointSlices in `namespace` and keeps `backends` at their ready
 /// endpoints, until the task is dropped. Watch errors are retried with backoff; the set
 /// in place stays meanwhile.
-pub async fn watch(client: kube::Client, namespace: String, service: String, port_name: String, backends: Arc<Backends>) {
+pub async fn watch(
+    client: kube::Client,
+    namespace: String,
+    service: String,
+    port_name: String,
+    backends: Arc<Backends>,
+) {
     let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, &namespace);
     let cfg = watcher::Config::default().labels(&format!("{SERVICE_LABEL}={service}"));
     let mut events = watcher::watcher(api, cfg).default_backoff().boxed();
@@ -137,7 +143,10 @@ mod tests {
             ],
         );
         let b = slice(&[("http", 8000)], vec![endpoint(Some("pool-d"), "fd00::4", Some(true))]);
-        let no_port = slice(&[("grpc", 50051)], vec![endpoint(Some("pool-e"), "10.0.0.5", Some(true))]);
+        let no_port = slice(
+            &[("grpc", 50051)],
+            vec![endpoint(Some("pool-e"), "10.0.0.5", Some(true))],
+        );
         let got = backends_of([&a, &b, &no_port], "http");
         assert_eq!(
             got,
@@ -152,6 +161,9 @@ mod tests {
     #[test]
     fn endpoints_without_a_pod_are_named_by_address() {
         let s = slice(&[("http", 80)], vec![endpoint(None, "10.0.0.9", Some(true))]);
-        assert_eq!(backends_of([&s], "http"), [("10.0.0.9:80".to_string(), "10.0.0.9:80".to_string())]);
+        assert_eq!(
+            backends_of([&s], "http"),
+            [("10.0.0.9:80".to_string(), "10.0.0.9:80".to_string())]
+        );
     }
 }

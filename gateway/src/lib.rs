@@ -6,22 +6,22 @@
 //! outstanding requests, and to another only when the first refused them unrun
 //! (docs/gateway.md).
 
-/// Flags with environment fallbacks, and the backend source they name.
-pub mod config;
 /// The backend set, swapped whole on change, and the least-outstanding choice.
 pub mod backends;
-/// Backends from a Service's EndpointSlices (kube watcher).
-pub mod discovery;
-/// Session ids (`<32 hex>-<pod name>`) and where requests carry them.
-pub mod session;
 /// Request bodies kept for a retry when small, streamed through otherwise.
 pub mod body;
-/// Forwarding one request: routing, retry decision, hop-by-hop headers, error answers.
-pub mod proxy;
+/// Flags with environment fallbacks, and the backend source they name.
+pub mod config;
+/// Backends from a Service's EndpointSlices (kube watcher).
+pub mod discovery;
 /// Prometheus metrics.
 pub mod metrics;
+/// Forwarding one request: routing, retry decision, hop-by-hop headers, error answers.
+pub mod proxy;
 /// The accept loop, the metrics and probe endpoints, draining, and `run`.
 pub mod serve;
+/// Session ids (`<32 hex>-<pod name>`) and where requests carry them.
+pub mod session;
 
 pub use config::Args;
 pub use serve::{GatewayError, run};

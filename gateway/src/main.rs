@@ -5,7 +5,9 @@ use sandpool_gateway::Args;
 
 fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json { b.json().init() } else { b.init() }
 }
 
@@ -19,6 +21,12 @@ async fn main() -> anyhow::Result<()> {
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
         .await
         .map_err(|e| anyhow::anyhow!("binding --metrics-listen {}: {e}", args.metrics_listen))?;
-    sandpool_gateway::run(args, listener, metrics_listener, sandpool_gateway::serve::termination_signal()).await?;
+    sandpool_gateway::run(
+        args,
+        listener,
+        metrics_listener,
+        sandpool_gateway::serve::termination_signal(),
+    )
+    .await?;
     Ok(())
 }

@@ -111,7 +111,9 @@ impl Metrics {
                 outcome,
             })
             .inc();
-        self.duration.get_or_create(&KindLabels { kind: kind.into() }).observe(seconds);
+        self.duration
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .observe(seconds);
     }
 
     pub fn upstream_error(&self, reason: &str) {
@@ -122,13 +124,17 @@ impl Metrics {
 
     pub fn set_outstanding(&self, backend: &str, n: u64) {
         self.outstanding
-            .get_or_create(&BackendLabels { backend: backend.into() })
+            .get_or_create(&BackendLabels {
+                backend: backend.into(),
+            })
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Drops a backend's series once it is no longer in the set (pods come and go).
     pub fn forget_backend(&self, backend: &str) {
-        self.outstanding.remove(&BackendLabels { backend: backend.into() });
+        self.outstanding.remove(&BackendLabels {
+            backend: backend.into(),
+        });
     }
 
     /// The text exposition.

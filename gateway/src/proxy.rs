@@ -199,7 +199,12 @@ impl Proxy {
     }
 
     /// A session-bound request: its executor or nothing.
-    async fn session<B>(&self, req: Request<B>, id: &SessionId, control: bool) -> (Response<BoxBody>, Option<Outstanding>)
+    async fn session<B>(
+        &self,
+        req: Request<B>,
+        id: &SessionId,
+        control: bool,
+    ) -> (Response<BoxBody>, Option<Outstanding>)
     where
         B: Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<BoxError>,
@@ -220,7 +225,12 @@ impl Proxy {
             Ok(r) => (r, Some(out)),
             Err((f, e)) => {
                 tracing::warn!(backend = %backend.name, session = %id.id, error = %e, "session request failed");
-                let msg = format!("sandbox {}: its executor {} did not answer ({})", id.id, backend.name, f.reason());
+                let msg = format!(
+                    "sandbox {}: its executor {} did not answer ({})",
+                    id.id,
+                    backend.name,
+                    f.reason()
+                );
                 (json_error(StatusCode::BAD_GATEWAY, &msg), None)
             }
         }
@@ -234,20 +244,30 @@ impl Proxy {
     {
         let set = self.backends.snapshot();
         if set.list.is_empty() {
-            return (json_error(StatusCode::SERVICE_UNAVAILABLE, "no executors known yet"), None);
+            return (
+                json_error(StatusCode::SERVICE_UNAVAILABLE, "no executors known yet"),
+                None,
+            );
         }
         let (parts, b) = req.into_parts();
-        let (kept, mut streamed) = match body::prepare(b, self.opts.max_retry_body_bytes, self.opts.body_timeout).await {
+        let (kept, mut streamed) = match body::prepare(b, self.opts.max_retry_body_bytes, self.opts.body_timeout).await
+        {
             Ok(Prepared::Kept(b)) => (Some(b), None),
             Ok(Prepared::Streamed(s)) => (None, Some(s)),
-            Err(e @ body::BodyError::Timeout(_)) => return (json_error(StatusCode::REQUEST_TIMEOUT, &e.to_string()), None),
+            Err(e @ body::BodyError::Timeout(_)) => {
+                return (json_error(StatusCode::REQUEST_TIMEOUT, &e.to_string()), None);
+            }
             Err(e) => return (json_error(StatusCode::BAD_REQUEST, &e.to_string()), None),
         };
         let mut tried: Vec<Arc<Backend>> = Vec::new();
         let mut last_error = String::from("no backend could be tried");
         while let Some(backend) = self.backends.choose(&set, &tried) {
             tried.push(backend.clone());
-            let retries_left = self.opts.retries.saturating_sub(tried.len() - 1).min(set.list.len() - tried.len());
+            let retries_left = self
+                .opts
+                .retries
+                .saturating_sub(tried.len() - 1)
+                .min(set.list.len() - tried.len());
             // A kept body goes to every attempt; a streamed one only to the first.
             let body = match (&kept, streamed.take()) {
                 (Some(b), _) => body::full(b.clone()),
@@ -259,7 +279,8 @@ impl Proxy {
             match self.send(&backend, &parts, body).await {
                 Ok(resp) => {
                     if decide(Ok(resp.status()), kept, retries_left) == Next::Retry {
-                        self.metrics.upstream_error(&format!("status_{}", resp.status().as_u16()));
+                        self.metrics
+                            .upstream_error(&format!("status_{}", resp.status().as_u16()));
                         self.metrics.retries.inc();
                         tracing::debug!(backend = %backend.name, status = %resp.status(), "refused; trying another");
                         discard(resp);
@@ -296,7 +317,9 @@ impl Proxy {
         // address is not a host:port, which the backend source has checked.
         match format!("http://{}{pq}", backend.addr).parse() {
             Ok(u) => *req.uri_mut() = u,
-            Err(e) => tracing::error!(backend = %backend.name, addr = %backend.addr, error = %e, "backend address is not a URI authority"),
+            Err(e) => {
+                tracing::error!(backend = %backend.name, addr = %backend.addr, error = %e, "backend address is not a URI authority")
+            }
         }
         *req.headers_mut() = parts.headers.clone();
         strip_hop_by_hop(req.headers_mut());
@@ -305,7 +328,10 @@ impl Proxy {
                 backend.mark_up();
                 let (mut rp, b) = resp.into_parts();
                 strip_hop_by_hop(&mut rp.headers);
-                Ok(Response::from_parts(rp, b.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync()))
+                Ok(Response::from_parts(
+                    rp,
+                    b.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync(),
+                ))
             }
             Err(e) => {
                 let f = Failure::of(&e);
@@ -364,10 +390,7 @@ mod tests {
             ("x-access-token", "a"),
             ("content-length", "3"),
         ] {
-            h.insert(
-                HeaderName::from_static(k),
-                HeaderValue::from_str(v).expect("value"),
-            );
+            h.insert(HeaderName::from_static(k), HeaderValue::from_str(v).expect("value"));
         }
         strip_hop_by_hop(&mut h);
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();

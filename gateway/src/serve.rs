@@ -96,7 +96,10 @@ pub async fn serve_proxy(
     }
     drop(listener);
     tracing::info!(timeout_ms = opts.drain_timeout.as_millis() as u64, "draining");
-    if tokio::time::timeout(opts.drain_timeout, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(opts.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("drain timeout: closing connections with requests still in flight");
     }
 }

@@ -101,7 +101,11 @@ fn path_id(path: &str) -> (bool, Option<&str>) {
 /// then the path, then Sandpool's header.
 pub fn classify(path: &str, headers: &HeaderMap) -> Result<Binding, MalformedId> {
     let (control, in_path) = path_id(path);
-    let header = |name: &str| headers.get(name).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    };
     let found = if let Some(v) = header(E2B_SANDBOX_HEADER) {
         Some((Source::E2bHeader, v))
     } else if let Some(v) = in_path {
@@ -179,13 +183,26 @@ mod tests {
         assert_eq!(classify("/x", &headers(&[("E2b-Sandbox-Id", &id)])), want(false));
         assert_eq!(classify("/x", &headers(&[("X-Sandpool-Session", &id)])), want(false));
         assert_eq!(classify(&format!("/sandboxes/{id}"), &HeaderMap::new()), want(true));
-        assert_eq!(classify(&format!("/sandboxes/{id}/timeout"), &HeaderMap::new()), want(true));
-        assert_eq!(classify(&format!("/v2/sandboxes/{id}/logs"), &HeaderMap::new()), want(true));
+        assert_eq!(
+            classify(&format!("/sandboxes/{id}/timeout"), &HeaderMap::new()),
+            want(true)
+        );
+        assert_eq!(
+            classify(&format!("/v2/sandboxes/{id}/logs"), &HeaderMap::new()),
+            want(true)
+        );
     }
 
     #[test]
     fn stateless_requests_bind_to_nothing() {
-        for path in ["/run_code", "/sandboxes", "/v2/sandboxes", "/sandboxes/", "/sandboxesx/y", "/"] {
+        for path in [
+            "/run_code",
+            "/sandboxes",
+            "/v2/sandboxes",
+            "/sandboxes/",
+            "/sandboxesx/y",
+            "/",
+        ] {
             assert_eq!(classify(path, &HeaderMap::new()), Ok(Binding::Stateless), "{path}");
         }
     }
