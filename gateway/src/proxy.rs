@@ -323,6 +323,9 @@ impl Proxy {
         }
         *req.headers_mut() = parts.headers.clone();
         strip_hop_by_hop(req.headers_mut());
+        // Answered to the client already (hyper sends 100 Continue when the body is read);
+        // the body goes upstream without waiting for one.
+        req.headers_mut().remove(header::EXPECT);
         match self.client.request(req).await {
             Ok(resp) => {
                 backend.mark_up();
