@@ -109,6 +109,15 @@ struct Gateway {
 
 /// A gateway in this test's runtime over `backends` (name, address), with more flags.
 async fn gateway(backends: &[(&str, SocketAddr)], extra: &[&str]) -> Gateway {
+    gateway_until(backends, extra, std::future::pending()).await.0
+}
+
+/// [`gateway`] that shuts down when `shutdown` resolves; the handle ends with the drain.
+async fn gateway_until(
+    backends: &[(&str, SocketAddr)],
+    extra: &[&str],
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (Gateway, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let g = Gateway {
@@ -122,12 +131,12 @@ async fn gateway(backends: &[(&str, SocketAddr)], extra: &[&str]) -> Gateway {
     }
     argv.extend(extra.iter().map(|s| s.to_string()));
     let args = sandpool_gateway::Args::parse_from(argv);
-    tokio::spawn(async move {
-        sandpool_gateway::run(args, listener, metrics_listener, std::future::pending())
+    let task = tokio::spawn(async move {
+        sandpool_gateway::run(args, listener, metrics_listener, shutdown)
             .await
             .expect("gateway serves");
     });
-    g
+    (g, task)
 }
 
 /// One HTTP/1.1 keep-alive connection.
@@ -543,4 +552,39 @@ async fn probes_and_metrics() {
     assert_eq!(m.call(get("/readyz")).await.0, 200);
     let text = gateway_metrics(&g).await;
     assert_eq!(metric(&text, "sandpool_gateway_backends"), 1.0, "{text}");
+}
+
+/// On shutdown the gateway stops accepting and turns unready, while a response in flight
+/// streams to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_requests_in_flight() {
+    let up = fake("pod-a").await;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (g, task) = gateway_until(&[("pod-a", up.addr)], &["--drain-timeout-ms", "10000"], async {
+        let _ = stop_rx.await;
+    })
+    .await;
+    let mut metrics = Conn::open(g.metrics).await;
+    let mut conn = Conn::open(g.addr).await;
+    let resp = conn.request(get("/stream")).await;
+    let mut body = resp.into_body();
+    let first = body.frame().await.expect("frame").expect("body");
+    assert_eq!(first.into_data().ok().as_deref(), Some(&b"line 1\n"[..]));
+
+    stop_tx.send(()).expect("stop");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while tokio::net::TcpStream::connect(g.addr).await.is_ok() {
+        assert!(std::time::Instant::now() < deadline, "still accepting after shutdown");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metrics.call(get("/readyz")).await.0, 503, "ready while draining");
+    assert!(!task.is_finished(), "stopped with a response in flight");
+
+    up.go_on.notify_one();
+    let rest = body.collect().await.expect("rest").to_bytes();
+    assert_eq!(&rest[..], b"line 2\n");
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the drain ends once the response has")
+        .expect("gateway task");
 }
