@@ -1,0 +1,281 @@
+//! The executors a gateway sends to: a set swapped whole on each change, each backend
+//! with its outstanding requests and whether it recently failed to connect.
+
+use crate::metrics::Metrics;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// One executor.
+#[derive(Debug)]
+pub struct Backend {
+    /// The executor's name: its pod name (what session ids name).
+    pub name: String,
+    /// `host:port` of its HTTP API.
+    pub addr: String,
+    outstanding: AtomicU64,
+    down_until: Mutex<Option<Instant>>,
+}
+
+impl Backend {
+    pub fn new(name: impl Into<String>, addr: impl Into<String>) -> Self {
+        Backend {
+            name: name.into(),
+            addr: addr.into(),
+            outstanding: AtomicU64::new(0),
+            down_until: Mutex::new(None),
+        }
+    }
+
+    /// Requests sent to it whose responses have not ended.
+    pub fn outstanding(&self) -> u64 {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Whether it failed to connect less than the down time ago.
+    pub fn is_down(&self, now: Instant) -> bool {
+        self.down_until
+            .lock()
+            .map(|d| d.is_some_and(|t| now < t))
+            .unwrap_or(false)
+    }
+
+    /// Skipped by stateless requests until `for_` has passed.
+    pub fn mark_down(&self, for_: Duration) {
+        if let Ok(mut d) = self.down_until.lock() {
+            *d = Some(Instant::now() + for_);
+        }
+    }
+
+    /// Connected fine: no longer skipped.
+    pub fn mark_up(&self) {
+        if let Ok(mut d) = self.down_until.lock() {
+            *d = None;
+        }
+    }
+}
+
+/// Counts a request as outstanding on its backend until dropped (when its response
+/// body has ended or been abandoned).
+#[derive(Debug)]
+pub struct Outstanding {
+    backend: Arc<Backend>,
+    metrics: Arc<Metrics>,
+}
+
+impl Outstanding {
+    pub fn new(backend: Arc<Backend>, metrics: Arc<Metrics>) -> Self {
+        let n = backend.outstanding.fetch_add(1, Ordering::Relaxed) + 1;
+        metrics.set_outstanding(&backend.name, n);
+        Outstanding { backend, metrics }
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        let n = self
+            .backend
+            .outstanding
+            .fetch_sub(1, Ordering::Relaxed)
+            .saturating_sub(1);
+        self.metrics.set_outstanding(&self.backend.name, n);
+    }
+}
+
+/// One version of the backend set.
+#[derive(Debug, Default)]
+pub struct Set {
+    pub list: Vec<Arc<Backend>>,
+    by_name: HashMap<String, Arc<Backend>>,
+}
+
+impl Set {
+    pub fn get(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.by_name.get(name)
+    }
+}
+
+/// The current backend set, shared by every request; replaced whole on each change.
+#[derive(Debug)]
+pub struct Backends {
+    current: RwLock<Arc<Set>>,
+    /// Where the next tie-break starts, so equal backends take turns.
+    turn: AtomicUsize,
+    metrics: Arc<Metrics>,
+}
+
+impl Backends {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Backends {
+            current: RwLock::new(Arc::new(Set::default())),
+            turn: AtomicUsize::new(0),
+            metrics,
+        }
+    }
+
+    /// The set now (requests keep the version they started with).
+    pub fn snapshot(&self) -> Arc<Set> {
+        match self.current.read() {
+            Ok(s) => s.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replaces the set with `backends` (name, address). A backend whose name and address
+    /// are unchanged keeps its state (outstanding count, down mark), so counts stay true
+    /// across updates. Later duplicates of a name are ignored.
+    pub fn replace(&self, backends: impl IntoIterator<Item = (String, String)>) {
+        let old = self.snapshot();
+        let mut set = Set::default();
+        for (name, addr) in backends {
+            if set.by_name.contains_key(&name) {
+                continue;
+            }
+            let b = match old.by_name.get(&name) {
+                Some(b) if b.addr == addr => b.clone(),
+                _ => Arc::new(Backend::new(name.clone(), addr)),
+            };
+            set.list.push(b.clone());
+            set.by_name.insert(name, b);
+        }
+        for name in old.by_name.keys().filter(|n| !set.by_name.contains_key(*n)) {
+            self.metrics.forget_backend(name);
+        }
+        for b in &set.list {
+            self.metrics.set_outstanding(&b.name, b.outstanding());
+        }
+        self.metrics.backends.set(set.list.len() as i64);
+        let names: Vec<&str> = set.list.iter().map(|b| b.name.as_str()).collect();
+        tracing::info!(backends = ?names, "backend set updated");
+        let set = Arc::new(set);
+        match self.current.write() {
+            Ok(mut c) => *c = set,
+            Err(poisoned) => *poisoned.into_inner() = set,
+        }
+    }
+
+    /// The backend of `set` a stateless request goes to next: fewest outstanding among
+    /// those not in `tried`, skipping ones marked down unless every other is too; ties
+    /// taken in turn.
+    pub fn choose(&self, set: &Set, tried: &[Arc<Backend>]) -> Option<Arc<Backend>> {
+        let now = Instant::now();
+        let start = self.turn.fetch_add(1, Ordering::Relaxed);
+        choose_from(&set.list, tried, start, |b| b.is_down(now))
+    }
+}
+
+/// [`Backends::choose`]'s rule over `list`, ties broken from `start` on.
+fn choose_from(
+    list: &[Arc<Backend>],
+    tried: &[Arc<Backend>],
+    start: usize,
+    is_down: impl Fn(&Backend) -> bool,
+) -> Option<Arc<Backend>> {
+    let n = list.len();
+    let mut best: Option<(bool, u64, &Arc<Backend>)> = None;
+    for i in 0..n {
+        let b = &list[(start + i) % n];
+        if tried.iter().any(|t| Arc::ptr_eq(t, b)) {
+            continue;
+        }
+        // Up before down, then fewer outstanding; the first seen wins ties.
+        let key = (is_down(b), b.outstanding());
+        if best.is_none_or(|(d, o, _)| key < (d, o)) {
+            best = Some((key.0, key.1, b));
+        }
+    }
+    best.map(|(_, _, b)| b.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(names: &[&str]) -> Vec<Arc<Backend>> {
+        names
+            .iter()
+            .map(|n| Arc::new(Backend::new(*n, "127.0.0.1:1")))
+            .collect()
+    }
+
+    fn busy(b: &Backend, n: u64) {
+        b.outstanding.store(n, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn fewest_outstanding_wins() {
+        let l = list(&["a", "b", "c"]);
+        busy(&l[0], 3);
+        busy(&l[1], 1);
+        busy(&l[2], 2);
+        for start in 0..3 {
+            assert_eq!(
+                choose_from(&l, &[], start, |_| false).map(|b| b.name.clone()),
+                Some("b".into())
+            );
+        }
+    }
+
+    #[test]
+    fn ties_take_turns() {
+        let l = list(&["a", "b", "c"]);
+        let picks: Vec<String> = (0..6)
+            .filter_map(|s| choose_from(&l, &[], s, |_| false))
+            .map(|b| b.name.clone())
+            .collect();
+        assert_eq!(picks, ["a", "b", "c", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn tried_backends_are_not_chosen_again() {
+        let l = list(&["a", "b"]);
+        busy(&l[1], 5);
+        let got = choose_from(&l, &[l[0].clone()], 0, |_| false);
+        assert_eq!(got.map(|b| b.name.clone()), Some("b".into()));
+        assert!(choose_from(&l, &l, 0, |_| false).is_none());
+    }
+
+    #[test]
+    fn down_backends_only_when_nothing_else() {
+        let l = list(&["a", "b"]);
+        busy(&l[1], 9);
+        let down = |b: &Backend| b.name == "a";
+        assert_eq!(choose_from(&l, &[], 0, down).map(|b| b.name.clone()), Some("b".into()));
+        let all_down = |_: &Backend| true;
+        assert_eq!(
+            choose_from(&l, &[], 0, all_down).map(|b| b.name.clone()),
+            Some("a".into())
+        );
+    }
+
+    #[test]
+    fn replacing_keeps_the_state_of_unchanged_backends() {
+        let m = Arc::new(Metrics::new());
+        let bs = Backends::new(m.clone());
+        bs.replace([("a".into(), "h:1".into()), ("b".into(), "h:2".into())]);
+        let a = bs.snapshot().get("a").cloned().expect("a");
+        let _out = Outstanding::new(a.clone(), m.clone());
+        bs.replace([
+            ("a".into(), "h:1".into()),
+            ("b".into(), "h:3".into()),
+            ("a".into(), "h:9".into()),
+        ]);
+        let s = bs.snapshot();
+        assert!(Arc::ptr_eq(s.get("a").expect("a"), &a));
+        assert_eq!(s.get("a").map(|b| b.outstanding()), Some(1));
+        assert_eq!(s.get("b").map(|b| b.addr.as_str()), Some("h:3"));
+        assert_eq!(s.list.len(), 2);
+    }
+
+    #[test]
+    fn marks_down_for_a_while() {
+        let b = Backend::new("a", "h:1");
+        assert!(!b.is_down(Instant::now()));
+        b.mark_down(Duration::from_secs(60));
+        assert!(b.is_down(Instant::now()));
+        assert!(!b.is_down(Instant::now() + Duration::from_secs(61)));
+        b.mark_up();
+        assert!(!b.is_down(Instant::now()));
+    }
+}

@@ -1,0 +1,169 @@
+//! Backends from a Service: its EndpointSlices' ready endpoints, watched, the set
+//! swapped whole on each change.
+
+use crate::backends::Backends;
+use futures::StreamExt;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The label EndpointSlices carry naming their Service.
+const SERVICE_LABEL: &str = "kubernetes.io/service-name";
+
+/// The (pod name, `host:port`) of each ready endpoint of `slices` with the port named
+/// `port_name`, sorted by name. An endpoint without a pod reference is named by its
+/// address (no session id can name it, but stateless requests can go there).
+pub fn backends_of<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, port_name: &str) -> Vec<(String, String)> {
+    let mut out = BTreeMap::new();
+    for slice in slices {
+        let port = slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref().unwrap_or_default() == port_name)
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok());
+        let Some(port) = port else {
+            continue;
+        };
+        for ep in &slice.endpoints {
+            // A nil `ready` means unknown, which the API says to read as ready.
+            if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                continue;
+            }
+            let Some(ip) = ep.addresses.first() else {
+                continue;
+            };
+            let addr = if ip.contains(':') {
+                format!("[{ip}]:{port}")
+            } else {
+                format!("{ip}:{port}")
+            };
+            let name = ep
+                .target_ref
+                .as_ref()
+                .and_then(|r| r.name.clone())
+                .unwrap_or_else(|| addr.clone());
+            out.entry(name).or_insert(addr);
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Watches `service`'s EndpointSlices in `namespace` and keeps `backends` at their ready
+/// endpoints, until the task is dropped. Watch errors are retried with backoff; the set
+/// in place stays meanwhile.
+pub async fn watch(
+    client: kube::Client,
+    namespace: String,
+    service: String,
+    port_name: String,
+    backends: Arc<Backends>,
+) {
+    let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, &namespace);
+    let cfg = watcher::Config::default().labels(&format!("{SERVICE_LABEL}={service}"));
+    let mut events = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut slices: BTreeMap<String, EndpointSlice> = BTreeMap::new();
+    // Slices listed since the last (re)start, swapped in whole when the listing ends.
+    let mut listing: Option<BTreeMap<String, EndpointSlice>> = None;
+    let key = |s: &EndpointSlice| s.metadata.name.clone().unwrap_or_default();
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(Event::Init) => listing = Some(BTreeMap::new()),
+            Ok(Event::InitApply(s)) => {
+                listing.get_or_insert_with(BTreeMap::new).insert(key(&s), s);
+            }
+            Ok(Event::InitDone) => {
+                slices = listing.take().unwrap_or_default();
+                backends.replace(backends_of(slices.values(), &port_name));
+            }
+            Ok(Event::Apply(s)) => {
+                slices.insert(key(&s), s);
+                backends.replace(backends_of(slices.values(), &port_name));
+            }
+            Ok(Event::Delete(s)) => {
+                slices.remove(&key(&s));
+                backends.replace(backends_of(slices.values(), &port_name));
+            }
+            Err(e) => tracing::warn!(error = %e, %service, %namespace, "watching EndpointSlices"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
+
+    fn endpoint(pod: Option<&str>, ip: &str, ready: Option<bool>) -> Endpoint {
+        Endpoint {
+            addresses: vec![ip.into()],
+            conditions: Some(EndpointConditions {
+                ready,
+                ..Default::default()
+            }),
+            target_ref: pod.map(|p| ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some(p.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn slice(ports: &[(&str, i32)], endpoints: Vec<Endpoint>) -> EndpointSlice {
+        EndpointSlice {
+            address_type: "IPv4".into(),
+            endpoints,
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(n, p)| EndpointPort {
+                        name: Some((*n).into()),
+                        port: Some(*p),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ready_endpoints_with_the_named_port() {
+        let a = slice(
+            &[("grpc", 50051), ("http", 8000)],
+            vec![
+                endpoint(Some("pool-a"), "10.0.0.1", Some(true)),
+                endpoint(Some("pool-b"), "10.0.0.2", Some(false)),
+                endpoint(Some("pool-c"), "10.0.0.3", None),
+            ],
+        );
+        let b = slice(&[("http", 8000)], vec![endpoint(Some("pool-d"), "fd00::4", Some(true))]);
+        let no_port = slice(
+            &[("grpc", 50051)],
+            vec![endpoint(Some("pool-e"), "10.0.0.5", Some(true))],
+        );
+        let got = backends_of([&a, &b, &no_port], "http");
+        assert_eq!(
+            got,
+            [
+                ("pool-a".to_string(), "10.0.0.1:8000".to_string()),
+                ("pool-c".into(), "10.0.0.3:8000".into()),
+                ("pool-d".into(), "[fd00::4]:8000".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoints_without_a_pod_are_named_by_address() {
+        let s = slice(&[("http", 80)], vec![endpoint(None, "10.0.0.9", Some(true))]);
+        assert_eq!(
+            backends_of([&s], "http"),
+            [("10.0.0.9:80".to_string(), "10.0.0.9:80".to_string())]
+        );
+    }
+}

@@ -1,0 +1,590 @@
+//! The gateway end to end on loopback: two real in-process executors behind it (spread
+//! per request, retry on a full queue, a dead backend skipped), and small fake upstreams
+//! for what executors cannot show yet (session routing, streaming, large bodies).
+//!
+//! Runs as root (the executors' sandboxes need it).
+
+use bytes::Bytes;
+use clap::Parser;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use sandpool_executor::config::ServerArgs;
+use sandpool_executor::server::{ServeOptions, serve_with_http};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+// ---------------------------------------------------------------------------------------
+// Executors
+
+/// One in-process executor: its HTTP address and its engine (for its metrics).
+#[derive(Clone)]
+struct Exec {
+    http: SocketAddr,
+    engine: Arc<sandpool_executor::Engine>,
+}
+
+/// Starts an executor named `name` (its `executor_pod_name`, as a pod's name would be) on
+/// a thread and runtime of its own. `SANDPOOL_NAME` is process-wide, so the engine is
+/// built here with the name set, as `ExecutorArgs::build_engine` would build it.
+fn start_executor(name: &str, index: u32, extra: &[&str]) -> Exec {
+    let pid = std::process::id();
+    let work_root = std::env::temp_dir().join(format!("sandpool-gateway-{pid}-{index}"));
+    // Far from the other suites' uid ranges (60000-..., 61000-64800, 63000-83000).
+    let uid_base = 90_000 + (pid % 200) * 40 + index * 10;
+    let args = ServerArgs::parse_from(
+        [
+            "sandpool-executor".to_string(),
+            "--work-root".into(),
+            work_root.display().to_string(),
+            "--uid-base".into(),
+            uid_base.to_string(),
+            "--enable-languages".into(),
+            "python".into(),
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|s| s.to_string())),
+    );
+    let name = name.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async move {
+            let ex = &args.executor;
+            let mut table = sandpool_executor::languages::LanguageTable::load(None).expect("language table");
+            table.retain(&["python".to_string()]);
+            let sandbox = sandpool_sandbox::open(ex.sandbox_config()).expect("sandbox (run as root)");
+            let mut cfg = ex.engine_config();
+            cfg.identity.name = name;
+            let engine = Arc::new(sandpool_executor::Engine::new(sandbox, table, cfg).await);
+            let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let opts = ServeOptions {
+                drain_timeout: Duration::from_secs(1),
+                ..ServeOptions::local(grpc.local_addr().expect("addr"), ex.session_policy())
+            };
+            tx.send(Exec {
+                http: http.local_addr().expect("addr"),
+                engine: engine.clone(),
+            })
+            .expect("send");
+            serve_with_http(engine, grpc, Some(http), opts, std::future::pending())
+                .await
+                .expect("serve");
+        });
+    });
+    rx.recv_timeout(Duration::from_secs(300)).expect("executor started")
+}
+
+/// The two executors most tests share, `exec-a` and `exec-b`.
+fn pair() -> &'static (Exec, Exec) {
+    static PAIR: OnceLock<(Exec, Exec)> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        (
+            start_executor("exec-a", 0, &["--slots", "2"]),
+            start_executor("exec-b", 1, &["--slots", "2"]),
+        )
+    })
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+// ---------------------------------------------------------------------------------------
+// The gateway and a client
+
+struct Gateway {
+    addr: SocketAddr,
+    metrics: SocketAddr,
+}
+
+/// A gateway in this test's runtime over `backends` (name, address), with more flags.
+async fn gateway(backends: &[(&str, SocketAddr)], extra: &[&str]) -> Gateway {
+    gateway_until(backends, extra, std::future::pending()).await.0
+}
+
+/// [`gateway`] that shuts down when `shutdown` resolves; the handle ends with the drain.
+async fn gateway_until(
+    backends: &[(&str, SocketAddr)],
+    extra: &[&str],
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (Gateway, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let g = Gateway {
+        addr: listener.local_addr().expect("addr"),
+        metrics: metrics_listener.local_addr().expect("addr"),
+    };
+    let mut argv = vec!["sandpool-gateway".to_string()];
+    for (name, addr) in backends {
+        argv.push("--backend".into());
+        argv.push(format!("{name}={addr}"));
+    }
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let args = sandpool_gateway::Args::parse_from(argv);
+    let task = tokio::spawn(async move {
+        sandpool_gateway::run(args, listener, metrics_listener, shutdown)
+            .await
+            .expect("gateway serves");
+    });
+    (g, task)
+}
+
+/// One HTTP/1.1 keep-alive connection.
+struct Conn {
+    send: hyper::client::conn::http1::SendRequest<Body>,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr) -> Conn {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .expect("handshake");
+        tokio::spawn(conn);
+        Conn { send }
+    }
+
+    async fn request(&mut self, req: http::Request<Body>) -> http::Response<hyper::body::Incoming> {
+        self.send.ready().await.expect("connection ready");
+        tokio::time::timeout(Duration::from_secs(60), self.send.send_request(req))
+            .await
+            .expect("response within a minute")
+            .expect("response")
+    }
+
+    /// Sends `req`; the status and the whole body.
+    async fn call(&mut self, req: http::Request<Body>) -> (u16, Bytes) {
+        let resp = self.request(req).await;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, body)
+    }
+}
+
+fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).boxed_unsync()
+}
+
+fn get(path: &str) -> http::Request<Body> {
+    http::Request::get(path)
+        .header("host", "gateway")
+        .body(full(Bytes::new()))
+        .expect("request")
+}
+
+fn run_code(code: &str, run_timeout: f64) -> http::Request<Body> {
+    let body = serde_json::json!({ "code": code, "language": "python", "run_timeout": run_timeout });
+    http::Request::post("/run_code")
+        .header("host", "gateway")
+        .header("content-type", "application/json")
+        .body(full(body.to_string()))
+        .expect("request")
+}
+
+fn json(body: &Bytes) -> serde_json::Value {
+    serde_json::from_slice(body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(body)))
+}
+
+async fn gateway_metrics(g: &Gateway) -> String {
+    let (status, body) = Conn::open(g.metrics).await.call(get("/metrics")).await;
+    assert_eq!(status, 200);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// A port nothing listens on: bound, then closed.
+fn dead_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind")
+}
+
+// ---------------------------------------------------------------------------------------
+// Real executors
+
+/// A keep-alive client of a Service sticks to one pod; through the gateway its requests
+/// spread over both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keep_alive_connection_spreads_over_both_executors() {
+    let (a, b) = pair().clone();
+    let g = gateway(&[("exec-a", a.http), ("exec-b", b.http)], &[]).await;
+    let mut conn = Conn::open(g.addr).await;
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..40 {
+        let (status, body) = conn.call(run_code(&format!("print({i} * 2)"), 20.0)).await;
+        let v = json(&body);
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["status"], "Success", "{v}");
+        assert_eq!(v["run_result"]["stdout"], format!("{}\n", i * 2));
+        let pod = v["executor_pod_name"].as_str().unwrap_or("?").to_string();
+        *seen.entry(pod).or_default() += 1;
+    }
+    assert_eq!(seen.keys().collect::<Vec<_>>(), ["exec-a", "exec-b"], "{seen:?}");
+    assert!(seen.values().all(|&n| n >= 10), "lopsided: {seen:?}");
+    let m = gateway_metrics(&g).await;
+    assert_eq!(
+        metric(
+            &m,
+            "sandpool_gateway_requests_total{kind=\"stateless\",outcome=\"2xx\"}"
+        ),
+        40.0,
+        "{m}"
+    );
+}
+
+/// An executor whose queue is full answers 429 before running anything: the request
+/// goes to the other, and every one succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_backend_is_retried_on_the_other() {
+    let (_, b) = pair().clone();
+    static FULL: OnceLock<Exec> = OnceLock::new();
+    let full = FULL
+        .get_or_init(|| start_executor("exec-full", 2, &["--slots", "1", "--queue", "0"]))
+        .clone();
+    // Its one slot taken by a sleeper, sent to it directly.
+    let direct = full.http;
+    let sleeper = tokio::spawn(async move {
+        Conn::open(direct)
+            .await
+            .call(run_code("import time; time.sleep(6); print('slept')", 20.0))
+            .await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while metric(&full.engine.metrics_text(), "sandpool_busy_slots") < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "the sleeper never took the slot");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let g = gateway(&[("exec-full", full.http), ("exec-b", b.http)], &[]).await;
+    let mut conn = Conn::open(g.addr).await;
+    for i in 0..10 {
+        let (status, body) = conn.call(run_code(&format!("print({i})"), 20.0)).await;
+        let v = json(&body);
+        assert_eq!(status, 200, "request {i}: {v}");
+        assert_eq!(v["executor_pod_name"], "exec-b", "{v}");
+    }
+    let m = gateway_metrics(&g).await;
+    assert!(metric(&m, "sandpool_gateway_retries_total") >= 1.0, "{m}");
+    assert!(
+        metric(&m, "sandpool_gateway_upstream_errors_total{reason=\"status_429\"}") >= 1.0,
+        "{m}"
+    );
+    let (status, body) = sleeper.await.expect("sleeper");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+}
+
+/// A backend that refuses connections: requests still succeed on the other, and it is
+/// skipped while marked down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_backend_is_skipped() {
+    let (a, _) = pair().clone();
+    let g = gateway(&[("dead", dead_addr()), ("exec-a", a.http)], &[]).await;
+    let mut conn = Conn::open(g.addr).await;
+    for i in 0..10 {
+        let (status, body) = conn.call(run_code(&format!("print({i})"), 20.0)).await;
+        let v = json(&body);
+        assert_eq!(status, 200, "request {i}: {v}");
+        assert_eq!(v["executor_pod_name"], "exec-a", "{v}");
+    }
+    let m = gateway_metrics(&g).await;
+    // Tried once, then down for the next 2 s: not tried for each request.
+    let connects = metric(&m, "sandpool_gateway_upstream_errors_total{reason=\"connect\"}");
+    assert!((1.0..=2.0).contains(&connects), "connect errors: {connects}\n{m}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Fake upstreams
+
+/// What a fake upstream got.
+#[derive(Debug, Clone)]
+struct Seen {
+    path_and_query: String,
+    headers: http::HeaderMap,
+}
+
+#[derive(Clone)]
+struct Fake {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    /// Released by the test to let `/stream` send its second line.
+    go_on: Arc<tokio::sync::Notify>,
+}
+
+/// A fake executor named `name`: `/stream` sends a line, waits for `go_on`, sends another;
+/// `/echo` sends back its body; anything else is recorded and answered with the name.
+async fn fake(name: &'static str) -> Fake {
+    use axum::response::IntoResponse;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let go_on = Arc::new(tokio::sync::Notify::new());
+    let (s, n) = (seen.clone(), go_on.clone());
+    let app = axum::Router::new()
+        .route(
+            "/stream",
+            axum::routing::get(move || {
+                let n = n.clone();
+                async move {
+                    let lines = futures::stream::unfold(0, move |i| {
+                        let n = n.clone();
+                        async move {
+                            match i {
+                                0 => Some((Ok::<_, Infallible>(Bytes::from("line 1\n")), 1)),
+                                1 => {
+                                    n.notified().await;
+                                    Some((Ok(Bytes::from("line 2\n")), 2))
+                                }
+                                _ => None,
+                            }
+                        }
+                    });
+                    axum::body::Body::from_stream(lines).into_response()
+                }
+            }),
+        )
+        .route("/echo", axum::routing::post(|body: Bytes| async move { body }))
+        .fallback(move |req: axum::extract::Request| {
+            let s = s.clone();
+            async move {
+                s.lock().expect("lock").push(Seen {
+                    path_and_query: req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default(),
+                    headers: req.headers().clone(),
+                });
+                name
+            }
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(64 << 20));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Fake { addr, seen, go_on }
+}
+
+const HEX: &str = "0123456789abcdef0123456789abcdef";
+
+/// Each way a request names its session reaches the pod the id names, every time (a
+/// balancer would send half elsewhere), with its path, query and auth headers intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_bound_requests_reach_the_pod_their_id_names() {
+    let (pa, pb) = (fake("pod-a").await, fake("pod-b").await);
+    let g = gateway(&[("pod-a", pa.addr), ("pod-b", pb.addr)], &[]).await;
+    let mut conn = Conn::open(g.addr).await;
+    for target in ["pod-a", "pod-b"] {
+        let id = format!("{HEX}-{target}");
+        let forms: Vec<http::Request<Body>> = (0..4)
+            .flat_map(|_| {
+                let b = || http::Request::get("/files?path=%2Fx").header("host", "gw");
+                [
+                    b().header("E2b-Sandbox-Id", &id),
+                    b().header("X-Sandpool-Session", &id),
+                    http::Request::get(format!("/sandboxes/{id}?x=1")).header("host", "gw"),
+                    http::Request::post(format!("/sandboxes/{id}/timeout")).header("host", "gw"),
+                    http::Request::get(format!("/v2/sandboxes/{id}/logs")).header("host", "gw"),
+                ]
+            })
+            .map(|r| {
+                r.header("Authorization", "Bearer secret")
+                    .header("X-API-KEY", "key")
+                    .header("X-Access-Token", "token")
+                    .body(full(Bytes::new()))
+                    .expect("request")
+            })
+            .collect();
+        for req in forms {
+            let pq = req.uri().to_string();
+            let (status, body) = conn.call(req).await;
+            assert_eq!((status, &body[..]), (200, target.as_bytes()), "{pq} went elsewhere");
+        }
+    }
+    let seen = pb.seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 20);
+    let first = &seen[0];
+    assert_eq!(first.path_and_query, "/files?path=%2Fx");
+    for (h, v) in [
+        ("authorization", "Bearer secret"),
+        ("x-api-key", "key"),
+        ("x-access-token", "token"),
+    ] {
+        assert_eq!(first.headers.get(h).map(|v| v.as_bytes()), Some(v.as_bytes()), "{h}");
+    }
+    assert!(
+        seen.iter()
+            .any(|s| s.path_and_query == format!("/sandboxes/{HEX}-pod-b?x=1"))
+    );
+}
+
+/// A session whose pod is gone is answered as E2B answers for a gone sandbox; a malformed
+/// id is a 400 naming where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gone_and_malformed_sessions() {
+    let pa = fake("pod-a").await;
+    let g = gateway(&[("pod-a", pa.addr)], &[]).await;
+    let mut conn = Conn::open(g.addr).await;
+    let gone = format!("{HEX}-pod-gone");
+
+    let (status, body) = conn.call(get(&format!("/sandboxes/{gone}"))).await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        json(&body),
+        serde_json::json!({"code": 404, "message": format!("sandbox {gone} was not found")})
+    );
+    let (status, body) = conn.call(get(&format!("/v2/sandboxes/{gone}/logs"))).await;
+    assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
+
+    let req = http::Request::post("/process.Process/Start")
+        .header("host", "gw")
+        .header("E2b-Sandbox-Id", &gone)
+        .body(full("{}"))
+        .expect("request");
+    let (status, body) = conn.call(req).await;
+    assert_eq!(status, 502);
+    assert_eq!(
+        json(&body),
+        serde_json::json!({"code": 502, "message": format!("The sandbox {gone} was not found")})
+    );
+
+    for (req, names) in [
+        (
+            http::Request::get("/x").header("E2b-Sandbox-Id", "not-an-id"),
+            "E2b-Sandbox-Id",
+        ),
+        (
+            http::Request::get("/x").header("X-Sandpool-Session", "ABC"),
+            "X-Sandpool-Session",
+        ),
+        (http::Request::get("/sandboxes/bogus/pause"), "path"),
+    ] {
+        let (status, body) = conn
+            .call(req.header("host", "gw").body(full(Bytes::new())).expect("request"))
+            .await;
+        let v = json(&body);
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["code"], 400);
+        assert!(v["message"].as_str().is_some_and(|m| m.contains(names)), "{v}");
+    }
+    assert!(
+        pa.seen.lock().expect("lock").is_empty(),
+        "a bad request reached a backend"
+    );
+}
+
+/// Responses stream: the client has the first line before the upstream sends the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_stream_through() {
+    let up = fake("pod-a").await;
+    let g = gateway(&[("pod-a", up.addr)], &[]).await;
+    let mut conn = Conn::open(g.addr).await;
+    // A gateway that buffers would send nothing before the upstream ends, which it never does.
+    let resp = tokio::time::timeout(Duration::from_secs(5), conn.request(get("/stream")))
+        .await
+        .expect("the response head and first line arrive before the second is sent");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while !got.ends_with(b"line 1\n") {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("the first line arrives before the second is sent")
+            .expect("a frame")
+            .expect("body");
+        if let Ok(d) = frame.into_data() {
+            got.extend_from_slice(&d);
+        }
+    }
+    assert_eq!(got, b"line 1\n");
+    up.go_on.notify_one();
+    let rest = body.collect().await.expect("rest").to_bytes();
+    assert_eq!(&rest[..], b"line 2\n");
+}
+
+/// A body larger than the retry cap is streamed through whole, declared or chunked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_pass_through_intact() {
+    let up = fake("pod-a").await;
+    let g = gateway(&[("pod-a", up.addr)], &["--max-retry-body-bytes", "65536"]).await;
+    let mut conn = Conn::open(g.addr).await;
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let big = Bytes::from(big);
+
+    let req = http::Request::post("/echo")
+        .header("host", "gw")
+        .header("content-length", big.len())
+        .body(full(big.clone()))
+        .expect("request");
+    let (status, body) = conn.call(req).await;
+    assert_eq!(status, 200);
+    assert!(
+        body == big,
+        "declared body changed on the way: {} bytes back",
+        body.len()
+    );
+
+    let chunks: Vec<Result<Frame<Bytes>, Infallible>> = big
+        .chunks(100_000)
+        .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+        .collect();
+    let req = http::Request::post("/echo")
+        .header("host", "gw")
+        .body(StreamBody::new(futures::stream::iter(chunks)).boxed_unsync())
+        .expect("request");
+    let (status, body) = conn.call(req).await;
+    assert_eq!(status, 200);
+    assert!(
+        body == big,
+        "chunked body changed on the way: {} bytes back",
+        body.len()
+    );
+}
+
+/// Ready once a backend is known; health and metrics served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_and_metrics() {
+    let up = fake("pod-a").await;
+    let g = gateway(&[("pod-a", up.addr)], &[]).await;
+    let mut m = Conn::open(g.metrics).await;
+    assert_eq!(m.call(get("/healthz")).await.0, 200);
+    assert_eq!(m.call(get("/readyz")).await.0, 200);
+    let text = gateway_metrics(&g).await;
+    assert_eq!(metric(&text, "sandpool_gateway_backends"), 1.0, "{text}");
+}
+
+/// On shutdown the gateway stops accepting and turns unready, while a response in flight
+/// streams to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_requests_in_flight() {
+    let up = fake("pod-a").await;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (g, task) = gateway_until(&[("pod-a", up.addr)], &["--drain-timeout-ms", "10000"], async {
+        let _ = stop_rx.await;
+    })
+    .await;
+    let mut metrics = Conn::open(g.metrics).await;
+    let mut conn = Conn::open(g.addr).await;
+    let resp = conn.request(get("/stream")).await;
+    let mut body = resp.into_body();
+    let first = body.frame().await.expect("frame").expect("body");
+    assert_eq!(first.into_data().ok().as_deref(), Some(&b"line 1\n"[..]));
+
+    stop_tx.send(()).expect("stop");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while tokio::net::TcpStream::connect(g.addr).await.is_ok() {
+        assert!(std::time::Instant::now() < deadline, "still accepting after shutdown");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metrics.call(get("/readyz")).await.0, 503, "ready while draining");
+    assert!(!task.is_finished(), "stopped with a response in flight");
+
+    up.go_on.notify_one();
+    let rest = body.collect().await.expect("rest").to_bytes();
+    assert_eq!(&rest[..], b"line 2\n");
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the drain ends once the response has")
+        .expect("gateway task");
+}
