@@ -4,7 +4,8 @@
 //! through the gateway for the latency it adds. Needs root (the executors' sandboxes).
 //!
 //! `cargo bench -p sandpool-gateway --bench gateway`; `SANDPOOL_BENCH_REQUESTS` (default
-//! 400) requests per concurrent phase, `SANDPOOL_BENCH_SEQUENTIAL` (default 100) pairs.
+//! 400) requests per concurrent phase, `SANDPOOL_BENCH_ROUNDS` (default 4) phases per side,
+//! `SANDPOOL_BENCH_SEQUENTIAL` (default 100) sequential pairs.
 
 use bytes::Bytes;
 use clap::Parser;
@@ -87,6 +88,20 @@ impl Client {
         Client { send }
     }
 
+    /// One `GET /v1/ping` (no run: the hop alone); its latency.
+    async fn ping(&mut self) -> Duration {
+        let req = http::Request::get("/v1/ping")
+            .header("host", "bench")
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let t = Instant::now();
+        self.send.ready().await.expect("ready");
+        let resp = self.send.send_request(req).await.expect("response");
+        assert_eq!(resp.status(), 200);
+        resp.into_body().collect().await.expect("body");
+        t.elapsed()
+    }
+
     /// One `/run_code`; its latency.
     async fn run(&mut self, body: &Bytes) -> Duration {
         let req = http::Request::post("/run_code")
@@ -144,6 +159,7 @@ fn p50(v: &mut [Duration]) -> Duration {
 async fn main() {
     let n = env_or("SANDPOOL_BENCH_REQUESTS", 400);
     let seq = env_or("SANDPOOL_BENCH_SEQUENTIAL", 100);
+    let rounds = env_or("SANDPOOL_BENCH_ROUNDS", 4).max(1);
     let (a, b) = (start_executor("bench-a", 0), start_executor("bench-b", 1));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -166,19 +182,45 @@ async fn main() {
     // Warm both executors (zygotes, page cache) and the gateway's upstream pool.
     phase(&[a, b, gw, gw], 32, &body).await;
 
+    // Rounds in alternating order (direct first, then gateway first, ...): a machine
+    // shared with other work drifts, and drift then weighs on both sides alike.
     let direct: Vec<SocketAddr> = (0..16).map(|i| if i % 2 == 0 { a } else { b }).collect();
-    let (direct_rps, mut direct_lat) = phase(&direct, n, &body).await;
-    let (gw_rps, mut gw_lat) = phase(&[gw; 16], n, &body).await;
+    let (mut direct_s, mut gw_s) = (0.0, 0.0);
+    let (mut direct_lat, mut gw_lat) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for side in [round % 2, 1 - round % 2] {
+            let (addrs, secs, lat) = if side == 0 {
+                (&direct[..], &mut direct_s, &mut direct_lat)
+            } else {
+                (&[gw; 16][..], &mut gw_s, &mut gw_lat)
+            };
+            let (rps, l) = phase(addrs, n, &body).await;
+            *secs += n as f64 / rps;
+            lat.extend(l);
+        }
+    }
+    let (direct_rps, gw_rps) = ((n * rounds) as f64 / direct_s, (n * rounds) as f64 / gw_s);
 
     // Sequential, alternating, so drift hits both sides alike.
     let (mut cd, mut cg) = (Client::open(a).await, Client::open(gw).await);
     let (mut sd, mut sg) = (Vec::new(), Vec::new());
-    for _ in 0..seq {
-        sd.push(cd.run(&body).await);
-        sg.push(cg.run(&body).await);
+    for i in 0..seq {
+        if i % 2 == 0 {
+            sd.push(cd.run(&body).await);
+            sg.push(cg.run(&body).await);
+        } else {
+            sg.push(cg.run(&body).await);
+            sd.push(cd.run(&body).await);
+        }
     }
     let (pd, pg) = (p50(&mut sd), p50(&mut sg));
-    println!("requests per phase: {n}, concurrency 16; sequential pairs: {seq}");
+    let (mut pingd, mut pingg) = (Vec::new(), Vec::new());
+    for _ in 0..seq * 10 {
+        pingd.push(cd.ping().await);
+        pingg.push(cg.ping().await);
+    }
+    let (qd, qg) = (p50(&mut pingd), p50(&mut pingg));
+    println!("requests per phase: {n}, concurrency 16, {rounds} rounds per side; sequential pairs: {seq}");
     println!("direct:  {direct_rps:8.1} req/s  p50 {:?}", p50(&mut direct_lat));
     println!("gateway: {gw_rps:8.1} req/s  p50 {:?}", p50(&mut gw_lat));
     println!(
@@ -188,5 +230,10 @@ async fn main() {
     println!(
         "sequential p50: direct {pd:?}, gateway {pg:?}; added {:.3} ms  (target <= 1 ms)",
         (pg.as_secs_f64() - pd.as_secs_f64()) * 1000.0
+    );
+    println!(
+        "/v1/ping p50 ({} pairs): direct {qd:?}, gateway {qg:?}; added {:.3} ms",
+        seq * 10,
+        (qg.as_secs_f64() - qd.as_secs_f64()) * 1000.0
     );
 }

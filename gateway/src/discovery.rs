@@ -158,6 +158,92 @@ mod tests {
         );
     }
 
+    /// The watch against a fake API server: the listing's ready endpoints become the set,
+    /// then a slice's change swaps it whole.
+    #[tokio::test]
+    async fn watch_keeps_the_set_at_the_ready_endpoints() {
+        use bytes::Bytes;
+        use http_body_util::{BodyExt, StreamBody};
+        use std::sync::Mutex;
+        let mut s = slice(
+            &[("http", 8000)],
+            vec![
+                endpoint(Some("pool-a"), "10.0.0.1", Some(true)),
+                endpoint(Some("pool-b"), "10.0.0.2", Some(true)),
+            ],
+        );
+        s.metadata.name = Some("pool-abcde".into());
+        s.metadata.resource_version = Some("1".into());
+        let mut changed = s.clone();
+        changed.endpoints[0].conditions = Some(EndpointConditions {
+            ready: Some(false),
+            ..Default::default()
+        });
+        changed.metadata.resource_version = Some("2".into());
+        let list = serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList",
+            "metadata": {"resourceVersion": "1"}, "items": [s],
+        });
+        let mut event = serde_json::json!({"type": "MODIFIED", "object": changed}).to_string();
+        event.push('\n');
+        let queries = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+        let (q, release) = (queries.clone(), std::sync::Arc::new(tokio::sync::Notify::new()));
+        let rel = release.clone();
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let query = req.uri().query().unwrap_or_default().to_owned();
+            q.lock().expect("lock").push(query.clone());
+            let (list, event, rel) = (list.to_string(), event.clone(), rel.clone());
+            async move {
+                let body = if query.contains("watch=true") {
+                    // One change once the test has seen the listing, then an open stream.
+                    let first = futures::stream::once(async move {
+                        rel.notified().await;
+                        Ok::<_, std::convert::Infallible>(http_body::Frame::data(Bytes::from(event)))
+                    });
+                    StreamBody::new(first.chain(futures::stream::pending())).boxed_unsync()
+                } else {
+                    http_body_util::Full::new(Bytes::from(list))
+                        .map_err(|n| match n {})
+                        .boxed_unsync()
+                };
+                Ok::<_, std::convert::Infallible>(http::Response::new(body))
+            }
+        });
+        let client = kube::Client::new(svc, "ns");
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let backends = Arc::new(Backends::new(metrics));
+        let task = tokio::spawn(watch(
+            client,
+            "ns".into(),
+            "pool".into(),
+            "http".into(),
+            backends.clone(),
+        ));
+        let names = |b: &Backends| -> Vec<String> { b.snapshot().list.iter().map(|b| b.name.clone()).collect() };
+        let wait_for = |want: Vec<&'static str>| {
+            let b = backends.clone();
+            async move {
+                for _ in 0..500 {
+                    if names(&b) == want {
+                        return;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                panic!("backends {:?}, wanted {want:?}", names(&b));
+            }
+        };
+        wait_for(vec!["pool-a", "pool-b"]).await;
+        release.notify_one();
+        wait_for(vec!["pool-b"]).await;
+        task.abort();
+        let qs = queries.lock().expect("lock").clone();
+        assert!(
+            qs.iter()
+                .all(|q| q.contains("labelSelector=kubernetes.io%2Fservice-name%3Dpool")),
+            "{qs:?}"
+        );
+    }
+
     #[test]
     fn endpoints_without_a_pod_are_named_by_address() {
         let s = slice(&[("http", 80)], vec![endpoint(None, "10.0.0.9", Some(true))]);

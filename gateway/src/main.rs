@@ -11,10 +11,7 @@ fn init_tracing(json: bool) {
     if json { b.json().init() } else { b.init() }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    init_tracing(args.log_json);
+async fn run(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("binding --listen {}: {e}", args.listen))?;
@@ -29,4 +26,18 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    init_tracing(args.log_json);
+    match run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The message alone (a backtrace says nothing an operator can act on).
+            tracing::error!("{e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -33,6 +33,7 @@ struct Exec {
 /// a thread and runtime of its own. `SANDPOOL_NAME` is process-wide, so the engine is
 /// built here with the name set, as `ExecutorArgs::build_engine` would build it.
 fn start_executor(name: &str, index: u32, extra: &[&str]) -> Exec {
+    clean_stale();
     let pid = std::process::id();
     let work_root = std::env::temp_dir().join(format!("sandpool-gateway-{pid}-{index}"));
     // Far from the other suites' uid ranges (60000-..., 61000-64800, 63000-83000).
@@ -79,6 +80,31 @@ fn start_executor(name: &str, index: u32, extra: &[&str]) -> Exec {
         });
     });
     rx.recv_timeout(Duration::from_secs(300)).expect("executor started")
+}
+
+/// Removes the work roots that earlier runs of this suite (now dead) left, when nothing is
+/// mounted below them any more.
+fn clean_stale() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("sandpool-gateway-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = e.path();
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() || mountinfo.contains(&format!(" {}", path.display()))
+        {
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(&path);
+    }
 }
 
 /// The two executors most tests share, `exec-a` and `exec-b`.
@@ -255,7 +281,7 @@ async fn a_full_backend_is_retried_on_the_other() {
     let sleeper = tokio::spawn(async move {
         Conn::open(direct)
             .await
-            .call(run_code("import time; time.sleep(6); print('slept')", 20.0))
+            .call(run_code("import time; time.sleep(30); print('slept')", 40.0))
             .await
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -277,8 +303,9 @@ async fn a_full_backend_is_retried_on_the_other() {
         metric(&m, "sandpool_gateway_upstream_errors_total{reason=\"status_429\"}") >= 1.0,
         "{m}"
     );
-    let (status, body) = sleeper.await.expect("sleeper");
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    // Still busy: every request above met a full queue there, however slow they were.
+    assert!(!sleeper.is_finished(), "the sleeper ended before the test did");
+    sleeper.abort();
 }
 
 /// A backend that refuses connections: requests still succeed on the other, and it is
@@ -286,7 +313,8 @@ async fn a_full_backend_is_retried_on_the_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_backend_is_skipped() {
     let (a, _) = pair().clone();
-    let g = gateway(&[("dead", dead_addr()), ("exec-a", a.http)], &[]).await;
+    // Down for longer than the test takes, however loaded the machine: one connect only.
+    let g = gateway(&[("dead", dead_addr()), ("exec-a", a.http)], &["--down-ms", "600000"]).await;
     let mut conn = Conn::open(g.addr).await;
     for i in 0..10 {
         let (status, body) = conn.call(run_code(&format!("print({i})"), 20.0)).await;
@@ -295,9 +323,9 @@ async fn a_dead_backend_is_skipped() {
         assert_eq!(v["executor_pod_name"], "exec-a", "{v}");
     }
     let m = gateway_metrics(&g).await;
-    // Tried once, then down for the next 2 s: not tried for each request.
+    // Tried once, then skipped while down: not tried for each request.
     let connects = metric(&m, "sandpool_gateway_upstream_errors_total{reason=\"connect\"}");
-    assert!((1.0..=2.0).contains(&connects), "connect errors: {connects}\n{m}");
+    assert_eq!(connects, 1.0, "connect errors\n{m}");
 }
 
 // ---------------------------------------------------------------------------------------
