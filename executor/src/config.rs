@@ -318,6 +318,8 @@ impl ServerArgs {
             tenants: None,
             // The engine's, filled in when the server starts (crate::http::serve_on).
             budget: None,
+            // The server's, filled in when it starts (crate::server::serve_with_http).
+            sessions: None,
         }
     }
 }

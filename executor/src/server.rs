@@ -189,19 +189,6 @@ pub async fn serve_with_http(
 ) -> Result<(), ServeError> {
     let judge = Judge::new(engine.clone());
     let (http_stop_tx, http_stop_rx) = tokio::sync::watch::channel(false);
-    if let Some(http) = http {
-        let (judge, mut stop) = (judge.clone(), http_stop_rx);
-        let mut http_opts = opts.http.clone();
-        http_opts.tenants.get_or_insert_with(|| opts.tenants.clone());
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            if let Err(e) = crate::http::serve_on(judge, http, http_opts, stopped).await {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        });
-    }
     let (health, health_svc) = tonic_health::server::health_reporter();
     let ready = if engine.any_language_available() {
         ServingStatus::Serving
@@ -231,6 +218,20 @@ pub async fn serve_with_http(
         .clone()
         .unwrap_or_else(|| crate::config::advertise_address(None, None, bound));
     let sessions = crate::session::SessionManager::start(engine.clone(), opts.sessions, advertise);
+    if let Some(http) = http {
+        let (judge, mut stop) = (judge.clone(), http_stop_rx);
+        let mut http_opts = opts.http.clone();
+        http_opts.tenants.get_or_insert_with(|| opts.tenants.clone());
+        http_opts.sessions.get_or_insert_with(|| sessions.clone());
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = crate::http::serve_on(judge, http, http_opts, stopped).await {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        });
+    }
     let svc = pb::executor_server::ExecutorServer::new(ExecutorService::with_sessions(judge, sessions.clone()))
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Zstd)

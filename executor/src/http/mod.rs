@@ -6,10 +6,12 @@
 //! - `POST /run_code`: SandboxFusion's run ([`run_code`]).
 //! - `POST /common_evaluate_batch`: ScaleBox's unified evaluation ([`scalebox`]).
 //! - `GET /api/v2/runtimes`, `POST /api/v2/execute`: Piston v2 ([`piston`]).
+//! - E2B's control plane, sandbox daemon and code interpreter ([`e2b`]), over sessions.
 //!
 //! Every protocol is a thin adapter over the same engine, with the same limits, auth,
 //! metrics (`sandpool_http_requests_total` by protocol) and capture.
 
+pub mod e2b;
 pub mod piston;
 pub mod run_code;
 pub mod scalebox;
@@ -84,6 +86,7 @@ fn protocol_of(path: &str) -> Option<&'static str> {
         "/run_code" => Some("sandboxfusion"),
         "/common_evaluate_batch" => Some("scalebox"),
         p if p.starts_with("/api/v2/") => Some("piston"),
+        p if e2b::is_e2b_path(p) => Some("e2b"),
         _ => None,
     }
 }
@@ -92,8 +95,10 @@ fn protocol_of(path: &str) -> Option<&'static str> {
 /// `Authorization: <key>` into a bearer token before the token is checked.
 async fn by_protocol(State(judge): State<Judge>, mut req: axum::extract::Request, next: Next) -> Response {
     let protocol = protocol_of(req.uri().path());
-    if protocol == Some("piston") {
-        piston::raw_key_as_bearer(req.headers_mut());
+    match protocol {
+        Some("piston") => piston::raw_key_as_bearer(req.headers_mut()),
+        Some("e2b") => e2b::api_key_as_bearer(req.headers_mut()),
+        _ => {}
     }
     let resp = next.run(req).await;
     if let Some(p) = protocol {
@@ -119,6 +124,9 @@ pub struct HttpOptions {
     pub tenants: Option<Arc<Tenants>>,
     /// The executor's byte budget, which request bodies are charged to (None: uncharged).
     pub budget: Option<ByteBudget>,
+    /// The executor's sessions, which E2B's API serves as sandboxes (None: E2B calls get
+    /// 501).
+    pub sessions: Option<Arc<crate::session::SessionManager>>,
 }
 
 impl HttpOptions {
@@ -131,6 +139,7 @@ impl HttpOptions {
             max_connections: 1024,
             tenants: None,
             budget: None,
+            sessions: None,
         }
     }
 }
@@ -290,6 +299,14 @@ async fn require_token(State(opts): State<Arc<HttpOptions>>, mut req: axum::extr
 
 /// The HTTP routes, judging on `judge`.
 pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
+    let e2b_state = e2b::E2b {
+        engine: judge.engine().clone(),
+        sessions: opts.sessions.clone(),
+    };
+    // E2B's data plane: each call proves itself with its sandbox's access token, not the
+    // executor's token (the SDK sends none there).
+    let data =
+        e2b::data_routes(e2b_state.clone()).layer(middleware::from_fn_with_state(opts.clone(), read_body_in_time));
     let api = Router::new()
         .route(
             "/run_code",
@@ -329,12 +346,14 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
         .route("/api/v2/runtimes/", get(piston_runtimes))
         .route("/api/v2/execute", post(piston_execute))
         .route("/api/v2/execute/", post(piston_execute))
+        .merge(e2b::control_routes(e2b_state.clone()))
         // Layers run outside in: the token is checked before the body is read.
         .layer(middleware::from_fn_with_state(opts.clone(), read_body_in_time))
         .layer(middleware::from_fn_with_state(opts.clone(), require_token));
     Router::new()
         .route("/v1/ping", get(|| async { Json("pong") }))
         .merge(api)
+        .merge(data)
         .layer(DefaultBodyLimit::max(opts.max_body_bytes))
         .layer(middleware::from_fn_with_state(judge.clone(), by_protocol))
         .with_state(judge)

@@ -36,9 +36,9 @@ use crate::task::blocking;
 use crate::{validate, verdict};
 use repl::{CallEnd, Repl};
 use sandpool_proto::v1 as pb;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use subtle::ConstantTimeEq;
 
 /// Where the session machinery keeps its files inside /work; requests may not write there.
@@ -80,6 +80,36 @@ enum Kind {
     Bash,
 }
 
+/// What a front door other than gRPC (E2B, docs/compatibility.md) keeps with a session it
+/// opens. The engine itself never looks at it.
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    /// Give the session a data-plane secret ([`SessionInfo::access_token`]): its calls then
+    /// authenticate by id and that secret ([`SessionManager::by_access`]), not by caller.
+    pub access_token: bool,
+    /// The caller's labels, returned as given and matched by [`SessionManager::list`].
+    pub metadata: BTreeMap<String, String>,
+    /// The name the caller created it under (E2B's template).
+    pub template: String,
+    /// Ends the session this long after creation (never past its lifetime); adjustable with
+    /// [`SessionManager::set_end`]. None: its lifetime.
+    pub end_after: Option<Duration>,
+}
+
+/// What a session's holder may see of it.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    pub id: String,
+    pub language: String,
+    pub template: String,
+    pub metadata: BTreeMap<String, String>,
+    pub access_token: Option<String>,
+    pub started_at: SystemTime,
+    /// When it ends unless used up, closed or idle first.
+    pub end_at: SystemTime,
+    pub totals: Totals,
+}
+
 /// One session.
 #[derive(Debug)]
 struct Session {
@@ -94,6 +124,12 @@ struct Session {
     totals: Totals,
     call_limits: Limits,
     created: Instant,
+    started_at: SystemTime,
+    /// An end earlier than the lifetime's (E2B's timeout), set and moved by its holder.
+    end_at: Mutex<Option<Instant>>,
+    access_token: Option<String>,
+    metadata: BTreeMap<String, String>,
+    template: String,
     last_used: Mutex<Instant>,
     slot: usize,
     work: Arc<WorkDir>,
@@ -134,7 +170,25 @@ impl Session {
     }
 
     fn life_left(&self) -> Duration {
-        self.totals.lifetime.saturating_sub(self.created.elapsed())
+        let life = self.totals.lifetime.saturating_sub(self.created.elapsed());
+        match self.end_at.lock().ok().and_then(|e| *e) {
+            Some(end) => life.min(end.saturating_duration_since(Instant::now())),
+            None => life,
+        }
+    }
+
+    fn info(&self) -> SessionInfo {
+        let left = self.life_left();
+        SessionInfo {
+            id: self.id.clone(),
+            language: self.language.clone(),
+            template: self.template.clone(),
+            metadata: self.metadata.clone(),
+            access_token: self.access_token.clone(),
+            started_at: self.started_at,
+            end_at: SystemTime::now() + left,
+            totals: self.totals,
+        }
     }
 
     fn uid(&self, uid_base: u32) -> u32 {
@@ -188,13 +242,17 @@ pub struct SessionManager {
     creating: Mutex<HashMap<Arc<str>, usize>>,
 }
 
-/// 128 bits from the kernel's CSPRNG, hex, then `-` and the executor's name (its pod's):
-/// a pool's gateway routes a session's calls by the id alone, with no shared store.
-fn new_id(executor: &str) -> Result<String, ExecError> {
+/// 128 bits from the kernel's CSPRNG, as hex.
+fn random_hex() -> Result<String, ExecError> {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).map_err(|e| ExecError::Internal(format!("getrandom: {e}")))?;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!("{hex}-{executor}"))
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// 128 random bits, hex, then `-` and the executor's name (its pod's): a pool's gateway
+/// routes a session's calls by the id alone, with no shared store.
+fn new_id(executor: &str) -> Result<String, ExecError> {
+    Ok(format!("{}-{executor}", random_hex()?))
 }
 
 fn is_full(e: &crate::sandbox::WorkDirError) -> bool {
@@ -287,7 +345,8 @@ impl SessionManager {
         m
     }
 
-    fn policy(&self) -> &SessionPolicy {
+    /// The sessions' cap, defaults and ceilings.
+    pub fn policy(&self) -> &SessionPolicy {
         &self.policy
     }
 
@@ -345,6 +404,16 @@ impl SessionManager {
         req: pb::CreateSessionRequest,
         call: Call,
     ) -> Result<pb::CreateSessionResponse, SessionError> {
+        self.create_with(req, call, Extras::default()).await.map(|(r, _)| r)
+    }
+
+    /// Opens a session that keeps `extras`; answers what `info` would say of it too.
+    pub async fn create_with(
+        &self,
+        req: pb::CreateSessionRequest,
+        call: Call,
+        extras: Extras,
+    ) -> Result<(pb::CreateSessionResponse, SessionInfo), SessionError> {
         let engine = &self.engine;
         let _in_progress = engine.admission().request();
         let ticket = engine.ticket(&call, req.priority, "priority")?;
@@ -412,17 +481,78 @@ impl SessionManager {
             }
         };
         let s = self
-            .open(kind, language, totals, call_limits, files, auth, &ticket, deadline)
+            .open(
+                kind,
+                language,
+                totals,
+                call_limits,
+                files,
+                auth,
+                &ticket,
+                deadline,
+                extras,
+            )
             .await?;
         tracing::info!(session = %&s.id[..8], language = %s.language, slot = s.slot, request_id = %req.request_id, "session created");
-        Ok(pb::CreateSessionResponse {
+        let info = s.info();
+        let resp = pb::CreateSessionResponse {
             session_id: s.id.clone(),
             executor_address: self.advertise.clone(),
             language: s.language.clone(),
             session_limits: Some(s.totals.to_proto()),
             call_limits: Some(crate::limits::to_proto(s.call_limits)),
             executor: Some(engine.info(&version)),
-        })
+        };
+        Ok((resp, info))
+    }
+
+    /// The owner a session's calls authenticate as, given its id and the data-plane secret
+    /// its creator was given ([`Extras::access_token`]); compared in constant time. A
+    /// session without one, a wrong secret and an unknown id all look alike: NOT_FOUND.
+    pub fn by_access(&self, id: &str, token: &[u8]) -> Result<Vec<u8>, SessionError> {
+        let s = self
+            .sessions
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).cloned())
+            .ok_or(SessionError::NotFound)?;
+        match &s.access_token {
+            Some(t) if bool::from(t.as_bytes().ct_eq(token)) => Ok(s.owner.clone()),
+            _ => Err(SessionError::NotFound),
+        }
+    }
+
+    /// What `auth`'s session `id` is.
+    pub fn info(&self, id: &str, auth: &[u8]) -> Result<SessionInfo, SessionError> {
+        self.find(id, auth).map(|s| s.info())
+    }
+
+    /// `auth`'s sessions whose metadata holds every pair of `metadata`, oldest first.
+    pub fn list(&self, auth: &[u8], metadata: &BTreeMap<String, String>) -> Vec<SessionInfo> {
+        let mut all: Vec<SessionInfo> = self
+            .sessions
+            .lock()
+            .map(|m| {
+                m.values()
+                    .filter(|s| owner_matches(s, auth))
+                    .filter(|s| metadata.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+                    .map(|s| s.info())
+                    .collect()
+            })
+            .unwrap_or_default();
+        all.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.id.cmp(&b.id)));
+        all
+    }
+
+    /// Moves the end of `auth`'s session `id` to `after` from now, never past its lifetime.
+    pub fn set_end(&self, id: &str, auth: &[u8], after: Duration) -> Result<SessionInfo, SessionError> {
+        let s = self.find(id, auth)?;
+        let life = s.totals.lifetime.saturating_sub(s.created.elapsed());
+        if let Ok(mut e) = s.end_at.lock() {
+            *e = Some(Instant::now() + after.min(life));
+        }
+        s.touch();
+        Ok(s.info())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -436,6 +566,7 @@ impl SessionManager {
         owner: Vec<u8>,
         ticket: &Ticket,
         deadline: Option<tokio::time::Instant>,
+        extras: Extras,
     ) -> Result<Arc<Session>, SessionError> {
         let engine = &self.engine;
         let slot = engine.acquire(ticket, deadline).await?;
@@ -462,6 +593,11 @@ impl SessionManager {
             totals,
             call_limits,
             created: Instant::now(),
+            started_at: SystemTime::now(),
+            end_at: Mutex::new(extras.end_after.map(|d| Instant::now() + d.min(totals.lifetime))),
+            access_token: if extras.access_token { Some(random_hex()?) } else { None },
+            metadata: extras.metadata,
+            template: extras.template,
             last_used: Mutex::new(Instant::now()),
             slot: slot.index(),
             work,
@@ -495,8 +631,9 @@ impl SessionManager {
         st.epoch += 1;
         st.cpu_at_repl_start = st.cpu_used;
         let limits = Limits {
-            // The sandbox's own backstop; the reaper ends the session first.
-            wall: s.life_left() + Duration::from_secs(5),
+            // The sandbox's own backstop; the reaper ends the session first. Its lifetime, not
+            // an earlier end, which the holder may still move (E2B's set_timeout).
+            wall: s.totals.lifetime.saturating_sub(s.created.elapsed()) + Duration::from_secs(5),
             cpu: s.totals.cpu.saturating_sub(st.cpu_used),
             memory: s.totals.memory,
             ..s.call_limits

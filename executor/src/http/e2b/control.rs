@@ -1,0 +1,446 @@
+//! E2B's control plane: create, connect, list, get_info, set_timeout and kill a sandbox,
+//! each a Sandpool session of the caller (its token, or its tenant's).
+//!
+//! What E2B has and a session cannot be (pause and resume, snapshots, fork, internet access,
+//! custom templates, volumes) is refused with a 400 naming the limitation.
+
+use super::{E2b, TEMPLATES, api_error, api_session_error};
+use crate::call::Call;
+use crate::session::{Extras, SessionInfo};
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sandpool_proto::v1 as pb;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+/// E2B's default sandbox timeout, seconds, when create names none.
+const DEFAULT_TIMEOUT_S: u64 = 300;
+
+/// Who E2B says created the sandbox (a field the SDK requires).
+const CLIENT_ID: &str = "sandpool";
+
+/// A create request (`NewSandbox`/`NewSandboxV2`); fields Sandpool does not serve are taken
+/// only to be refused when they ask for something.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewSandbox {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    timeout: Option<u64>,
+    metadata: Option<BTreeMap<String, String>>,
+    env_vars: Option<BTreeMap<String, String>>,
+    auto_pause: Option<bool>,
+    auto_resume: Option<serde_json::Value>,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    network: Option<serde_json::Value>,
+    mcp: Option<serde_json::Value>,
+    volume_mounts: Option<Vec<serde_json::Value>>,
+}
+
+/// `{"timeout": seconds}` (set_timeout, connect).
+#[derive(Debug, Default, Deserialize)]
+pub struct TimeoutBody {
+    timeout: Option<u64>,
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since the epoch (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// The body create and connect answer (`Sandbox`).
+fn created(info: &SessionInfo) -> serde_json::Value {
+    serde_json::json!({
+        "templateID": info.template,
+        "sandboxID": info.id,
+        "clientID": CLIENT_ID,
+        "envdVersion": super::ENVD_VERSION,
+        "envdAccessToken": info.access_token,
+        "domain": null,
+    })
+}
+
+/// A sandbox as list and get_info show it (`ListedSandbox`, `SandboxDetail`).
+fn detail(info: &SessionInfo) -> serde_json::Value {
+    serde_json::json!({
+        "templateID": info.template,
+        "sandboxID": info.id,
+        "clientID": CLIENT_ID,
+        "startedAt": rfc3339(info.started_at),
+        "endAt": rfc3339(info.end_at),
+        "envdVersion": super::ENVD_VERSION,
+        "envdAccessToken": info.access_token,
+        "cpuCount": 1,
+        "memoryMB": info.totals.memory >> 20,
+        "diskSizeMB": info.totals.disk >> 20,
+        "state": "running",
+        "metadata": info.metadata,
+        "domain": null,
+    })
+}
+
+fn refused(what: &str) -> Response {
+    api_error(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "{what} is not supported by Sandpool: an E2B sandbox here is a session on one executor (docs/compatibility.md)"
+        ),
+    )
+}
+
+#[allow(clippy::result_large_err)] // an early answer, built once per request
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
+    serde_json::from_slice(body).map_err(|e| api_error(StatusCode::BAD_REQUEST, format!("request body: {e}")))
+}
+
+/// The seconds a request asks for, as a duration; zero is an error naming the field.
+#[allow(clippy::result_large_err)] // an early answer, built once per request
+fn timeout(field: &str, s: Option<u64>) -> Result<Duration, Response> {
+    match s.unwrap_or(DEFAULT_TIMEOUT_S) {
+        0 => Err(api_error(
+            StatusCode::BAD_REQUEST,
+            format!("{field}: must be at least 1 second"),
+        )),
+        s => Ok(Duration::from_secs(s)),
+    }
+}
+
+/// `POST /sandboxes`, `POST /v2/sandboxes`.
+pub async fn create(
+    State(e): State<E2b>,
+    uri: axum::http::Uri,
+    call: Option<axum::Extension<Call>>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(sessions) = e.sessions.clone() else {
+        return api_error(
+            StatusCode::NOT_IMPLEMENTED,
+            "this executor serves no sessions, so no E2B sandboxes",
+        );
+    };
+    let req: NewSandbox = match parse(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let Some(&(template, language)) = TEMPLATES.iter().find(|(t, _)| *t == req.template_id) else {
+        let known: Vec<&str> = TEMPLATES.iter().map(|(t, _)| *t).collect();
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "templateID: {:?} is not a template of Sandpool; it serves {known:?} (custom templates are not supported)",
+                req.template_id
+            ),
+        );
+    };
+    // SDKs before 2.51 send `allow_internet_access: true` on every create, to `POST
+    // /sandboxes`; the newer ones only when the caller asks, to `POST /v2/sandboxes`.
+    if req.allow_internet_access == Some(true) && uri.path().starts_with("/v2/") {
+        return refused("allow_internet_access (internet access: sandboxes have no network)");
+    }
+    let resume =
+        |v: &serde_json::Value| v.as_bool() == Some(true) || v.get("enabled").and_then(|e| e.as_bool()) == Some(true);
+    if req.auto_pause == Some(true) || req.auto_resume.as_ref().is_some_and(resume) {
+        return refused("autoPause/autoResume (pause and resume)");
+    }
+    if req.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
+        return refused("volumeMounts (volumes)");
+    }
+    if req.mcp.as_ref().is_some_and(|v| !v.is_null()) {
+        return refused("mcp (an MCP gateway in the sandbox)");
+    }
+    if req
+        .network
+        .as_ref()
+        .is_some_and(|v| !v.is_null() && v != &serde_json::json!({}))
+    {
+        return refused("network (network rules: sandboxes have no network)");
+    }
+    let after = match timeout("timeout", req.timeout) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let engine = &e.engine;
+    let policy = sessions.policy();
+    let max = engine.policy().max;
+    // The sandbox's end is E2B's timeout (movable); the session's own lifetime and idle
+    // timeout are the executor's ceilings, so that they never end it first unexpectedly.
+    let call_limits = crate::limits::Limits {
+        wall: max.wall,
+        cpu: max.cpu,
+        ..engine.policy().run_defaults
+    };
+    let create = pb::CreateSessionRequest {
+        language: language.into(),
+        session_limits: Some(pb::SessionLimits {
+            lifetime_ms: policy.max_lifetime.as_millis() as u64,
+            idle_timeout_ms: policy.max_idle.min(policy.max_lifetime).as_millis() as u64,
+            ..Default::default()
+        }),
+        call_limits: Some(crate::limits::to_proto(call_limits)),
+        ..Default::default()
+    };
+    let extras = Extras {
+        access_token: true,
+        metadata: req.metadata.unwrap_or_default(),
+        template: template.into(),
+        end_after: Some(after),
+    };
+    let call = call.map(|c| c.0).unwrap_or_default();
+    let owner = call.caller.as_bytes().to_vec();
+    let info = match sessions.create_with(create, call, extras).await {
+        Ok((_, info)) => info,
+        Err(e) => return api_session_error(e),
+    };
+    let envs = req.env_vars.unwrap_or_default();
+    if !envs.is_empty()
+        && let Err(r) = set_envs(&sessions, &info, &owner, language, &envs).await
+    {
+        let _ = sessions
+            .close(
+                pb::CloseSessionRequest {
+                    session_id: info.id.clone(),
+                },
+                &owner,
+            )
+            .await;
+        return r;
+    }
+    (StatusCode::CREATED, Json(created(&info))).into_response()
+}
+
+/// Sets the sandbox's environment variables (create's `envVars`): Python sessions keep
+/// them in the interpreter's `os.environ` (commands inherit it), bash sessions as exported
+/// variables (which carry across calls).
+async fn set_envs(
+    sessions: &crate::session::SessionManager,
+    info: &SessionInfo,
+    owner: &[u8],
+    language: &str,
+    envs: &BTreeMap<String, String>,
+) -> Result<(), Response> {
+    if let Some(k) = envs.keys().find(|k| !is_env_name(k)) {
+        return Err(api_error(
+            StatusCode::BAD_REQUEST,
+            format!("envVars: {k:?} is not a variable name"),
+        ));
+    }
+    let input = if language == "python" {
+        let dict = serde_json::to_string(envs).unwrap_or_default();
+        pb::run_in_session_request::Input::Code(format!("__import__('os').environ.update({dict})\n"))
+    } else {
+        pb::run_in_session_request::Input::Command(super::envd::exports(envs))
+    };
+    let req = pb::RunInSessionRequest {
+        session_id: info.id.clone(),
+        input: Some(input),
+        ..Default::default()
+    };
+    match sessions.run(req, owner).await {
+        Ok(r) if r.verdict == pb::Verdict::Ok as i32 => Ok(()),
+        Ok(r) => Err(api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("setting envVars failed: {}", r.message),
+        )),
+        Err(e) => Err(api_session_error(e)),
+    }
+}
+
+/// An environment variable's name as shells take it.
+pub fn is_env_name(k: &str) -> bool {
+    let mut c = k.chars();
+    c.next().is_some_and(|f| f == '_' || f.is_ascii_alphabetic()) && c.all(|x| x == '_' || x.is_ascii_alphanumeric())
+}
+
+fn caller(call: Option<axum::Extension<Call>>) -> Vec<u8> {
+    call.map(|c| c.0.caller.into_bytes()).unwrap_or_default()
+}
+
+/// `POST /sandboxes/{id}/connect`, `POST /v2/sandboxes/{id}/connect`: the sandbox, its
+/// end moved to `timeout` from now when given.
+pub async fn connect(
+    State(e): State<E2b>,
+    Path(id): Path<String>,
+    call: Option<axum::Extension<Call>>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(sessions) = e.sessions.as_ref() else {
+        return api_error(StatusCode::NOT_FOUND, "sandbox not found");
+    };
+    let auth = caller(call);
+    let body: TimeoutBody = if body.is_empty() {
+        TimeoutBody::default()
+    } else {
+        match parse(&body) {
+            Ok(b) => b,
+            Err(r) => return r,
+        }
+    };
+    let info = match body.timeout {
+        Some(s) => match timeout("timeout", Some(s)) {
+            Ok(d) => sessions.set_end(&id, &auth, d),
+            Err(r) => return r,
+        },
+        None => sessions.info(&id, &auth),
+    };
+    match info {
+        Ok(i) => (StatusCode::OK, Json(created(&i))).into_response(),
+        Err(e) => api_session_error(e),
+    }
+}
+
+/// `GET /sandboxes/{id}`.
+pub async fn get(State(e): State<E2b>, Path(id): Path<String>, call: Option<axum::Extension<Call>>) -> Response {
+    let Some(sessions) = e.sessions.as_ref() else {
+        return api_error(StatusCode::NOT_FOUND, "sandbox not found");
+    };
+    match sessions.info(&id, &caller(call)) {
+        Ok(i) => Json(detail(&i)).into_response(),
+        Err(e) => api_session_error(e),
+    }
+}
+
+/// `POST /sandboxes/{id}/timeout`: the end moves to `timeout` seconds from now (never past
+/// the executor's session lifetime).
+pub async fn set_timeout(
+    State(e): State<E2b>,
+    Path(id): Path<String>,
+    call: Option<axum::Extension<Call>>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(sessions) = e.sessions.as_ref() else {
+        return api_error(StatusCode::NOT_FOUND, "sandbox not found");
+    };
+    let body: TimeoutBody = match parse(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let Some(s) = body.timeout else {
+        return api_error(StatusCode::BAD_REQUEST, "timeout: required (seconds from now)");
+    };
+    let d = match timeout("timeout", Some(s)) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    match sessions.set_end(&id, &caller(call), d) {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => api_session_error(e),
+    }
+}
+
+/// `DELETE /sandboxes/{id}`.
+pub async fn kill(State(e): State<E2b>, Path(id): Path<String>, call: Option<axum::Extension<Call>>) -> Response {
+    let Some(sessions) = e.sessions.as_ref() else {
+        return api_error(StatusCode::NOT_FOUND, "sandbox not found");
+    };
+    match sessions
+        .close(pb::CloseSessionRequest { session_id: id }, &caller(call))
+        .await
+    {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => api_session_error(e),
+    }
+}
+
+/// `GET /sandboxes`, `GET /v2/sandboxes`: the caller's running sandboxes, filtered by
+/// `metadata` (`k=v&k2=v2`, URL-encoded) and paged by `limit` and `nextToken` (the next
+/// page's token comes back in `x-next-token`).
+pub async fn list(
+    State(e): State<E2b>,
+    Query(q): Query<HashMap<String, String>>,
+    call: Option<axum::Extension<Call>>,
+) -> Response {
+    let auth = caller(call);
+    let mut filter = BTreeMap::new();
+    if let Some(m) = q.get("metadata").filter(|m| !m.is_empty()) {
+        for (k, v) in form_urlencoded::parse(m.as_bytes()) {
+            filter.insert(k.into_owned(), v.into_owned());
+        }
+    }
+    if let Some(states) = q.get("state")
+        && !states.split(',').any(|s| s == "running")
+    {
+        // Nothing here is ever paused.
+        return Json(serde_json::json!([])).into_response();
+    }
+    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
+        None => 100,
+        Some(Ok(n)) if (1..=1000).contains(&n) => n,
+        Some(_) => return api_error(StatusCode::BAD_REQUEST, "limit: must be 1 to 1000"),
+    };
+    let all = e.sessions.as_ref().map(|s| s.list(&auth, &filter)).unwrap_or_default();
+    // The token is the last id of the page before: ids are unique, and the order is stable.
+    let start = match q.get("nextToken").filter(|t| !t.is_empty()) {
+        Some(t) => all.iter().position(|i| &i.id == t).map(|p| p + 1).unwrap_or(all.len()),
+        None => 0,
+    };
+    let page: Vec<_> = all.iter().skip(start).take(limit).collect();
+    let mut resp = Json(page.iter().map(|i| detail(i)).collect::<Vec<_>>()).into_response();
+    if start + page.len() < all.len()
+        && let Some(last) = page.last()
+        && let Ok(v) = HeaderValue::from_str(&last.id)
+    {
+        resp.headers_mut().insert("x-next-token", v);
+    }
+    resp
+}
+
+/// What E2B offers and a Sandpool session cannot be: pause, resume, snapshots, fork,
+/// refreshes, logs, metrics and network rules.
+pub async fn unsupported(req: axum::extract::Request) -> Response {
+    let path = req.uri().path().to_owned();
+    let what = path.rsplit('/').next().unwrap_or_default();
+    let what = match what {
+        "pause" => "pause",
+        "resume" => "resume",
+        "snapshots" => "snapshots",
+        "fork" => "fork",
+        "refreshes" => "refreshes (keep-alive beyond set_timeout)",
+        "logs" => "sandbox logs",
+        "metrics" => "sandbox metrics",
+        "network" => "network rules (sandboxes have no network)",
+        _ => "this call",
+    };
+    refused(what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_270_400_123);
+        assert_eq!(rfc3339(t), "2026-12-03T04:00:00.123Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn env_names_are_shell_names() {
+        assert!(is_env_name("FOO_1") && is_env_name("_x"));
+        assert!(!is_env_name("1A") && !is_env_name("A-B") && !is_env_name("") && !is_env_name("A=B"));
+    }
+}

@@ -1,0 +1,542 @@
+//! E2B's sandbox daemon (envd) on the executor's HTTP port: `/health`, file upload and
+//! download (`/files`), the filesystem service and the process service, over one
+//! sandbox's session.
+//!
+//! - Files are the session's `/work`, which the SDK sees as `/home/user` ([`super::work_path`]).
+//! - Filesystem calls (`Stat`, `ListDir`, `MakeDir`, `Remove`, `Move`) run as a short
+//!   command inside the sandbox, so they see exactly what the sandbox's programs see and
+//!   nothing is touched from the host.
+//! - `Process.Start` runs a command to its end and answers its events (start, output, end)
+//!   then: output is not streamed while the command runs, and there are no background
+//!   processes, stdin, signals or PTYs (refused as `unimplemented`).
+
+use super::connect::{self, Code, Error};
+use super::{E2b, Refused, sandbox, sdk_path, work_path};
+use axum::extract::{Multipart, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use sandpool_proto::v1 as pb;
+use std::collections::{BTreeMap, HashMap};
+
+/// Single-quotes `s` for bash.
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// `export K='V'` lines for `envs` (names checked by the caller).
+pub fn exports(envs: &BTreeMap<String, String>) -> String {
+    envs.iter()
+        .filter(|(k, _)| super::control::is_env_name(k))
+        .map(|(k, v)| format!("export {k}={}\n", quote(v)))
+        .collect()
+}
+
+/// `GET /health`: 204 while the sandbox runs; 502 once it is gone (the SDK's `is_running`).
+pub async fn health(State(e): State<E2b>, headers: HeaderMap) -> Response {
+    match sandbox(e.sessions.as_ref(), &headers) {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(r) => r.response(),
+    }
+}
+
+fn file_error(code: StatusCode, message: &str) -> Response {
+    super::plain(code, message)
+}
+
+/// `GET /files?path=`: a file's bytes.
+pub async fn download(State(e): State<E2b>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+    let sbx = match sandbox(e.sessions.as_ref(), &headers) {
+        Ok(s) => s,
+        Err(r) => return r.response(),
+    };
+    let Some(sessions) = e.sessions.as_ref() else {
+        return Refused::NoSessions.response();
+    };
+    let Some(path) = q.get("path") else {
+        return file_error(StatusCode::BAD_REQUEST, "path: required");
+    };
+    let Some(rel) = work_path(path) else {
+        return file_error(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "path: {path:?} is outside the sandbox's files ({} and below)",
+                super::HOME
+            ),
+        );
+    };
+    let req = pb::GetSessionFilesRequest {
+        session_id: sbx.id.clone(),
+        paths: vec![rel],
+    };
+    match sessions.get_files(req, &sbx.owner, None).await {
+        Ok(r) => match (r.files.into_iter().next(), r.errors.into_iter().next()) {
+            (Some(f), _) => ([(http::header::CONTENT_TYPE, "application/octet-stream")], f.content).into_response(),
+            (None, Some(err)) => file_error(StatusCode::NOT_FOUND, &format!("path {path:?}: {}", err.message)),
+            (None, None) => file_error(StatusCode::NOT_FOUND, &format!("path {path:?}: not found")),
+        },
+        Err(crate::session::SessionError::NotFound) => Refused::NotFound(sbx.id).response(),
+        Err(crate::session::SessionError::Exec(err))
+            if matches!(err, crate::error::ExecError::InvalidArgument { .. }) =>
+        {
+            file_error(StatusCode::BAD_REQUEST, &err.to_string())
+        }
+        Err(err) => super::api_session_error(err),
+    }
+}
+
+/// `POST /files` (multipart, field `file`): writes each part to `path` (one part) or to its
+/// file name (the SDK's `write_files`), creating directories on the way.
+pub async fn upload(
+    State(e): State<E2b>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+    mut form: Multipart,
+) -> Response {
+    let sbx = match sandbox(e.sessions.as_ref(), &headers) {
+        Ok(s) => s,
+        Err(r) => return r.response(),
+    };
+    let Some(sessions) = e.sessions.as_ref() else {
+        return Refused::NoSessions.response();
+    };
+    let mut parts = Vec::new();
+    loop {
+        match form.next_field().await {
+            Ok(Some(f)) => {
+                let name = f.file_name().map(str::to_owned);
+                match f.bytes().await {
+                    Ok(b) => parts.push((name, b)),
+                    Err(err) => return file_error(StatusCode::BAD_REQUEST, &format!("multipart body: {err}")),
+                }
+            }
+            Ok(None) => break,
+            Err(err) => return file_error(StatusCode::BAD_REQUEST, &format!("multipart body: {err}")),
+        }
+    }
+    let mut files = Vec::new();
+    let mut written = Vec::new();
+    for (i, (name, content)) in parts.into_iter().enumerate() {
+        let path = match (q.get("path"), name) {
+            (Some(p), _) if i == 0 => p.clone(),
+            (_, Some(n)) if !n.is_empty() => n,
+            _ => {
+                return file_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("file[{i}]: no path (the query's path, or the part's file name)"),
+                );
+            }
+        };
+        let Some(rel) = work_path(&path) else {
+            return file_error(
+                StatusCode::BAD_REQUEST,
+                &format!("path {path:?}: outside the sandbox's files ({} and below)", super::HOME),
+            );
+        };
+        let name = rel.rsplit('/').next().unwrap_or(&rel).to_owned();
+        written.push(serde_json::json!({"name": name, "type": "file", "path": sdk_path(&rel)}));
+        files.push(pb::File {
+            path: rel,
+            content: content.to_vec(),
+            executable: false,
+        });
+    }
+    let req = pb::PutSessionFilesRequest {
+        session_id: sbx.id.clone(),
+        files,
+    };
+    match sessions.put_files(req, &sbx.owner).await {
+        Ok(_) => axum::Json(written).into_response(),
+        Err(crate::session::SessionError::NotFound) => Refused::NotFound(sbx.id).response(),
+        Err(crate::session::SessionError::Exec(err))
+            if matches!(err, crate::error::ExecError::InvalidArgument { .. }) =>
+        {
+            file_error(StatusCode::BAD_REQUEST, &err.to_string())
+        }
+        Err(crate::session::SessionError::Exhausted(m)) => file_error(StatusCode::INSUFFICIENT_STORAGE, &m),
+        Err(err) => super::api_session_error(err),
+    }
+}
+
+/// The script that does a filesystem call inside the sandbox: `op` and `/work`-relative
+/// paths in argv, one JSON line out (`{"entry"}`, `{"entries"}`, `{}` or `{"error"}`).
+const FS_SCRIPT: &str = r#"
+import json, os, shutil, stat, sys, datetime
+op, args = sys.argv[1], sys.argv[2:]
+def entry(rel):
+    p = os.path.join('/work', rel)
+    st = os.lstat(p)
+    target = None
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(p)
+        try:
+            st = os.stat(p)
+        except OSError:
+            pass
+    kind = 'FILE_TYPE_DIRECTORY' if stat.S_ISDIR(st.st_mode) else 'FILE_TYPE_FILE'
+    t = datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc)
+    e = {'name': os.path.basename(os.path.normpath(rel)) if rel != '.' else 'user', 'type': kind,
+         'path': os.path.normpath(rel), 'size': str(st.st_size), 'mode': stat.S_IMODE(st.st_mode),
+         'permissions': stat.filemode(st.st_mode), 'owner': 'user', 'group': 'user',
+         'modifiedTime': t.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}
+    if target is not None:
+        e['symlinkTarget'] = target
+    return e
+def walk(rel, depth):
+    out = []
+    for name in sorted(os.listdir(os.path.join('/work', rel))):
+        if rel == '.' and name == '.sandpool':
+            continue
+        r = os.path.normpath(os.path.join(rel, name))
+        e = entry(r)
+        out.append(e)
+        if depth > 1 and e['type'] == 'FILE_TYPE_DIRECTORY' and 'symlinkTarget' not in e:
+            out.extend(walk(r, depth - 1))
+    return out
+try:
+    for a in args:
+        if a.split('/')[0] == '.sandpool':
+            raise PermissionError('the session keeps its own files there')
+    if op == 'stat':
+        r = {'entry': entry(args[0])}
+    elif op == 'list':
+        if not os.path.isdir(os.path.join('/work', args[0])):
+            raise NotADirectoryError('not a directory')
+        r = {'entries': walk(args[0], max(1, int(args[1])))}
+    elif op == 'mkdir':
+        os.makedirs(os.path.join('/work', args[0]))
+        r = {'entry': entry(args[0])}
+    elif op == 'remove':
+        p = os.path.join('/work', args[0])
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.remove(p)
+        r = {}
+    elif op == 'move':
+        dst = os.path.join('/work', args[1])
+        os.makedirs(os.path.dirname(dst) or '/work', exist_ok=True)
+        os.rename(os.path.join('/work', args[0]), dst)
+        r = {'entry': entry(args[1])}
+except FileNotFoundError as e:
+    r = {'error': 'not_found', 'message': str(e.strerror or e)}
+except FileExistsError as e:
+    r = {'error': 'already_exists', 'message': str(e.strerror or e)}
+except PermissionError as e:
+    r = {'error': 'permission_denied', 'message': str(e.strerror or e)}
+except (NotADirectoryError, IsADirectoryError, OSError, ValueError) as e:
+    r = {'error': 'invalid_argument', 'message': str(getattr(e, 'strerror', None) or e)}
+print(json.dumps(r))
+"#;
+
+/// Runs `op` on `paths` inside the sandbox; the script's JSON answer.
+async fn fs_call(e: &E2b, headers: &HeaderMap, op: &str, args: &[String]) -> Result<serde_json::Value, Response> {
+    let sbx = sandbox(e.sessions.as_ref(), headers).map_err(Refused::response)?;
+    let sessions = e.sessions.as_ref().ok_or_else(|| Refused::NoSessions.response())?;
+    let mut cmd = format!("exec python3 -I -c {} {op}", quote(FS_SCRIPT));
+    for a in args {
+        cmd.push(' ');
+        cmd.push_str(&quote(a));
+    }
+    let req = pb::RunInSessionRequest {
+        session_id: sbx.id.clone(),
+        input: Some(pb::run_in_session_request::Input::Command(cmd)),
+        ..Default::default()
+    };
+    let r = match sessions.run(req, &sbx.owner).await {
+        Ok(r) => r,
+        Err(crate::session::SessionError::NotFound) => return Err(Refused::NotFound(sbx.id).response()),
+        Err(crate::session::SessionError::Exhausted(m)) => return Err(Error::new(Code::ResourceExhausted, m).unary()),
+        Err(err) => return Err(Error::new(Code::Internal, err.to_string()).unary()),
+    };
+    let out = r.result.map(|r| r.stdout).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_slice(&out).map_err(|_| {
+        Error::new(
+            Code::Internal,
+            format!(
+                "the filesystem call did not answer ({})",
+                if r.message.is_empty() { "no output" } else { &r.message }
+            ),
+        )
+        .unary()
+    })?;
+    if let Some(code) = v.get("error").and_then(|c| c.as_str()) {
+        let code = match code {
+            "not_found" => Code::NotFound,
+            "already_exists" => Code::AlreadyExists,
+            "permission_denied" => Code::PermissionDenied,
+            _ => Code::InvalidArgument,
+        };
+        let msg = v.get("message").and_then(|m| m.as_str()).unwrap_or_default();
+        return Err(Error::new(
+            code,
+            format!("{}: {msg}", args.first().map(|a| sdk_path(a)).unwrap_or_default()),
+        )
+        .unary());
+    }
+    Ok(v)
+}
+
+/// Rewrites an entry's `/work`-relative path as the SDK's.
+fn sdk_entry(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(p) = v.get("path").and_then(|p| p.as_str()).map(sdk_path) {
+        v["path"] = serde_json::Value::String(p);
+    }
+    v
+}
+
+#[allow(clippy::result_large_err)] // an early answer, built once per request
+fn path_arg(body: &serde_json::Value, field: &str) -> Result<String, Response> {
+    let p = body
+        .get(field)
+        .and_then(|p| p.as_str())
+        .ok_or_else(|| Error::new(Code::InvalidArgument, format!("{field}: required")).unary())?;
+    work_path(p).ok_or_else(|| {
+        Error::new(
+            Code::InvalidArgument,
+            format!(
+                "{field}: {p:?} is outside the sandbox's files ({} and below)",
+                super::HOME
+            ),
+        )
+        .unary()
+    })
+}
+
+/// `POST /filesystem.Filesystem/{method}`.
+pub async fn filesystem(
+    State(e): State<E2b>,
+    Path(method): Path<String>,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Response {
+    let req: serde_json::Value = if body.is_empty() {
+        serde_json::json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(err) => return Error::new(Code::InvalidArgument, format!("request body: {err}")).unary(),
+        }
+    };
+    let run = async {
+        match method.as_str() {
+            "Stat" => {
+                let v = fs_call(&e, &headers, "stat", &[path_arg(&req, "path")?]).await?;
+                Ok(serde_json::json!({"entry": sdk_entry(v["entry"].clone())}))
+            }
+            "MakeDir" => {
+                let v = fs_call(&e, &headers, "mkdir", &[path_arg(&req, "path")?]).await?;
+                Ok(serde_json::json!({"entry": sdk_entry(v["entry"].clone())}))
+            }
+            "Remove" => {
+                fs_call(&e, &headers, "remove", &[path_arg(&req, "path")?]).await?;
+                Ok(serde_json::json!({}))
+            }
+            "Move" => {
+                let (src, dst) = (path_arg(&req, "source")?, path_arg(&req, "destination")?);
+                let v = fs_call(&e, &headers, "move", &[src, dst]).await?;
+                Ok(serde_json::json!({"entry": sdk_entry(v["entry"].clone())}))
+            }
+            "ListDir" => {
+                let depth = req.get("depth").and_then(|d| d.as_u64()).unwrap_or(1).clamp(1, 32);
+                let v = fs_call(&e, &headers, "list", &[path_arg(&req, "path")?, depth.to_string()]).await?;
+                let entries: Vec<_> = v["entries"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(sdk_entry)
+                    .collect();
+                Ok(serde_json::json!({"entries": entries}))
+            }
+            other => Err(Error::new(
+                Code::Unimplemented,
+                format!("filesystem.Filesystem/{other} is not supported by Sandpool (watching directories is not)"),
+            )
+            .unary()),
+        }
+    };
+    match run.await {
+        Ok(v) => connect::unary_ok(v),
+        Err(r) => r,
+    }
+}
+
+/// The shell command a `ProcessConfig` asks for, in a subshell: the SDK's `/bin/bash -l -c
+/// CMD` is CMD; any other program runs with its arguments quoted. `cwd` and `envs` come first.
+fn command_of(process: &serde_json::Value) -> Result<String, Error> {
+    let cmd = process.get("cmd").and_then(|c| c.as_str()).unwrap_or_default();
+    if cmd.is_empty() {
+        return Err(Error::new(Code::InvalidArgument, "process.cmd: required"));
+    }
+    let args: Vec<&str> = process
+        .get("args")
+        .and_then(|a| a.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+        .unwrap_or_default();
+    let body = match (cmd, args.as_slice()) {
+        ("/bin/bash" | "bash" | "/bin/sh" | "sh", ["-l", "-c", c] | ["-c", c]) => (*c).to_owned(),
+        _ => std::iter::once(cmd)
+            .chain(args)
+            .map(quote)
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    let mut script = String::new();
+    if let Some(envs) = process.get("envs").and_then(|e| e.as_object()) {
+        let envs: BTreeMap<String, String> = envs
+            .iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+            .collect();
+        if let Some(k) = envs.keys().find(|k| !super::control::is_env_name(k)) {
+            return Err(Error::new(
+                Code::InvalidArgument,
+                format!("process.envs: {k:?} is not a variable name"),
+            ));
+        }
+        script.push_str(&exports(&envs));
+    }
+    if let Some(cwd) = process.get("cwd").and_then(|c| c.as_str()).filter(|c| !c.is_empty()) {
+        let rel = work_path(cwd).ok_or_else(|| {
+            Error::new(
+                Code::InvalidArgument,
+                format!(
+                    "process.cwd: {cwd:?} is outside the sandbox's files ({} and below)",
+                    super::HOME
+                ),
+            )
+        })?;
+        script.push_str(&format!("cd -- {} || exit 1\n", quote(&format!("/work/{rel}"))));
+    }
+    script.push_str(&body);
+    // A subshell: E2B runs each command as its own process, so its envs, cwd and whatever
+    // it exports or changes itself do not carry into the next (a bash session's would).
+    Ok(format!("(\n{script}\n)"))
+}
+
+/// `POST /process.Process/{method}`: `Start` runs a command to its end; `List` is empty
+/// (nothing runs between calls); the rest is refused.
+pub async fn process(
+    State(e): State<E2b>,
+    Path(method): Path<String>,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Response {
+    match method.as_str() {
+        "Start" => start(e, headers, body).await,
+        "List" => match sandbox(e.sessions.as_ref(), &headers) {
+            Ok(_) => connect::unary_ok(serde_json::json!({"processes": []})),
+            Err(r) => r.response(),
+        },
+        other => {
+            let msg = format!(
+                "process.Process/{other} is not supported by Sandpool: commands run to their end in one call (no background processes, stdin, signals or PTYs)"
+            );
+            let err = Error::new(Code::Unimplemented, msg);
+            if other == "Connect" || other == "StreamInput" {
+                connect::stream(&[], Some(&err))
+            } else {
+                err.unary()
+            }
+        }
+    }
+}
+
+async fn start(e: E2b, headers: HeaderMap, body: bytes::Bytes) -> Response {
+    let sbx = match sandbox(e.sessions.as_ref(), &headers) {
+        Ok(s) => s,
+        Err(r) => return r.response(),
+    };
+    let Some(sessions) = e.sessions.as_ref() else {
+        return Refused::NoSessions.response();
+    };
+    let req = match connect::first_message(&body) {
+        Ok(v) => v,
+        Err(err) => return connect::stream(&[], Some(&err)),
+    };
+    if req.get("pty").is_some_and(|p| !p.is_null()) {
+        let err = Error::new(Code::Unimplemented, "pty: terminals are not supported by Sandpool");
+        return connect::stream(&[], Some(&err));
+    }
+    let command = match command_of(req.get("process").unwrap_or(&serde_json::Value::Null)) {
+        Ok(c) => c,
+        Err(err) => return connect::stream(&[], Some(&err)),
+    };
+    // The SDK's command timeout arrives as Connect's deadline: the call's wall time.
+    let limits = headers
+        .get("connect-timeout-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(|ms| pb::Limits {
+            wall_time_ms: ms.min(e.engine.policy().max.wall.as_millis() as u64),
+            ..Default::default()
+        });
+    let run = pb::RunInSessionRequest {
+        session_id: sbx.id.clone(),
+        input: Some(pb::run_in_session_request::Input::Command(command)),
+        limits,
+        ..Default::default()
+    };
+    let r = match sessions.run(run, &sbx.owner).await {
+        Ok(r) => r,
+        Err(crate::session::SessionError::NotFound) => return Refused::NotFound(sbx.id).response(),
+        Err(crate::session::SessionError::Exhausted(m)) => {
+            return connect::stream(&[], Some(&Error::new(Code::ResourceExhausted, m)));
+        }
+        Err(crate::session::SessionError::Exec(err)) => {
+            let code = if matches!(err, crate::error::ExecError::InvalidArgument { .. }) {
+                Code::InvalidArgument
+            } else {
+                Code::Internal
+            };
+            return connect::stream(&[], Some(&Error::new(code, err.to_string())));
+        }
+    };
+    let result = r.result.unwrap_or_default();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let mut events = vec![serde_json::json!({"event": {"start": {"pid": 1}}})];
+    if !result.stdout.is_empty() {
+        events.push(serde_json::json!({"event": {"data": {"stdout": b64(&result.stdout)}}}));
+    }
+    if !result.stderr.is_empty() {
+        events.push(serde_json::json!({"event": {"data": {"stderr": b64(&result.stderr)}}}));
+    }
+    let verdict = pb::Verdict::try_from(r.verdict).unwrap_or(pb::Verdict::SandboxError);
+    let end = match verdict {
+        pb::Verdict::Ok | pb::Verdict::RuntimeError => serde_json::json!({
+            "exitCode": result.exit_code,
+            "exited": true,
+            "status": format!("exit status {}", result.exit_code),
+        }),
+        v => serde_json::json!({
+            "exitCode": if result.exit_code != 0 { result.exit_code } else { -1 },
+            "exited": false,
+            "status": "signal: killed",
+            "error": format!("{}{}", v.as_str_name(), if r.message.is_empty() { String::new() } else { format!(": {}", r.message) }),
+        }),
+    };
+    events.push(serde_json::json!({"event": {"end": end}}));
+    connect::stream(&events, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sdks_bash_call_is_its_command_with_env_and_cwd_first() {
+        let p = serde_json::json!({"cmd": "/bin/bash", "args": ["-l", "-c", "echo $A"], "envs": {"A": "x'y"}, "cwd": "/home/user/d"});
+        assert_eq!(
+            command_of(&p).unwrap(),
+            "(\nexport A='x'\\''y'\ncd -- '/work/d' || exit 1\necho $A\n)"
+        );
+        let p = serde_json::json!({"cmd": "ls", "args": ["-l", "a b"]});
+        assert_eq!(command_of(&p).unwrap(), "(\n'ls' '-l' 'a b'\n)");
+        let p = serde_json::json!({"cmd": "ls", "cwd": "/etc"});
+        assert_eq!(command_of(&p).unwrap_err().code, Code::InvalidArgument);
+        let p = serde_json::json!({"cmd": "ls", "envs": {"A-B": "1"}});
+        assert!(command_of(&p).unwrap_err().message.starts_with("process.envs"));
+        assert!(command_of(&serde_json::json!({})).is_err());
+    }
+}

@@ -1,0 +1,234 @@
+//! E2B's code interpreter (`e2b-code-interpreter`'s `run_code`): `POST /execute` runs a cell
+//! in the sandbox's Python interpreter (a Python session's, so state is kept across calls)
+//! and answers a stream of JSON lines: `stdout`, `stderr`, `result` (the value of a final
+//! expression), `error` (name, value, traceback) and `number_of_executions`.
+//!
+//! The lines come when the cell has ended (a session call answers once), not as the cell
+//! prints. One context per sandbox: the default Python one (`/contexts`).
+
+use super::{E2b, Refused, plain, sandbox};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, extract::State};
+use sandpool_proto::v1 as pb;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The one context of a sandbox.
+const DEFAULT_CONTEXT: &str = "default-python";
+
+/// `POST /execute`'s body.
+#[derive(Debug, Deserialize)]
+pub struct ExecuteBody {
+    code: String,
+    context_id: Option<String>,
+    language: Option<String>,
+    env_vars: Option<BTreeMap<String, String>>,
+}
+
+fn timestamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}.{:06}", now.as_secs(), now.subsec_micros())
+}
+
+/// The exception's name and value from the last line of a Python traceback
+/// (`NameError: name 'x' is not defined`).
+pub fn exception(stderr: &str) -> (String, String) {
+    let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+    match last.split_once(": ") {
+        Some((name, value)) if !name.contains(' ') => (name.to_owned(), value.to_owned()),
+        _ if !last.contains(' ') && !last.is_empty() => (last.to_owned(), String::new()),
+        _ => ("Error".to_owned(), last.to_owned()),
+    }
+}
+
+/// The lines an ended cell answers with.
+pub fn lines(r: &pb::RunInSessionResponse, execution_count: u32) -> String {
+    let result = r.result.clone().unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    let mut out = Vec::new();
+    let ts = timestamp();
+    let verdict = pb::Verdict::try_from(r.verdict).unwrap_or(pb::Verdict::SandboxError);
+    if !stdout.is_empty() {
+        out.push(serde_json::json!({"type": "stdout", "text": stdout, "timestamp": ts}));
+    }
+    let error = match verdict {
+        pb::Verdict::Ok | pb::Verdict::OutputLimitExceeded => None,
+        pb::Verdict::RuntimeError => {
+            let (name, value) = exception(&stderr);
+            Some((name, value, stderr.to_string()))
+        }
+        v => Some((
+            v.as_str_name().to_owned(),
+            if r.message.is_empty() {
+                v.as_str_name().to_owned()
+            } else {
+                r.message.clone()
+            },
+            stderr.to_string(),
+        )),
+    };
+    // A runtime error's stderr is its traceback, which the error line carries.
+    if !stderr.is_empty() && verdict != pb::Verdict::RuntimeError {
+        out.push(serde_json::json!({"type": "stderr", "text": stderr, "timestamp": ts}));
+    }
+    if !r.display.is_empty() {
+        out.push(serde_json::json!({
+            "type": "result", "text": r.display, "is_main_result": true, "extra": {},
+        }));
+    }
+    if let Some((name, value, traceback)) = error {
+        out.push(serde_json::json!({"type": "error", "name": name, "value": value, "traceback": traceback}));
+    }
+    out.push(serde_json::json!({"type": "number_of_executions", "execution_count": execution_count}));
+    let mut s = String::new();
+    for l in out {
+        s.push_str(&l.to_string());
+        s.push('\n');
+    }
+    s
+}
+
+/// `POST /execute`.
+pub async fn execute(State(e): State<E2b>, headers: HeaderMap, body: bytes::Bytes) -> Response {
+    let sbx = match sandbox(e.sessions.as_ref(), &headers) {
+        Ok(s) => s,
+        Err(r) => return r.response(),
+    };
+    let Some(sessions) = e.sessions.as_ref() else {
+        return Refused::NoSessions.response();
+    };
+    let req: ExecuteBody = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(err) => return plain(StatusCode::BAD_REQUEST, &format!("request body: {err}")),
+    };
+    if let Some(c) = req.context_id.as_deref().filter(|c| *c != DEFAULT_CONTEXT) {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            &format!("context_id: {c:?} is not a context of this sandbox; it has one, {DEFAULT_CONTEXT:?}"),
+        );
+    }
+    let input = match req.language.as_deref().unwrap_or("python") {
+        "python" | "python3" => pb::run_in_session_request::Input::Code(req.code),
+        "bash" | "sh" => pb::run_in_session_request::Input::Command(req.code),
+        other => {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                &format!("language: {other:?} is not served; run_code takes python (or bash)"),
+            );
+        }
+    };
+    let input = match (input, req.env_vars.filter(|v| !v.is_empty())) {
+        (i, None) => i,
+        (pb::run_in_session_request::Input::Command(c), Some(env)) => {
+            pb::run_in_session_request::Input::Command(format!("{}\n{c}", super::envd::exports(&env)))
+        }
+        (_, Some(_)) => {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                "env_vars: per-cell environment variables are not supported for python; set them with os.environ or at create (envs)",
+            );
+        }
+    };
+    let run = pb::RunInSessionRequest {
+        session_id: sbx.id.clone(),
+        input: Some(input),
+        ..Default::default()
+    };
+    match sessions.run(run, &sbx.owner).await {
+        Ok(r) => {
+            // The cell's number: the session's calls so far (commands count too).
+            let count = sessions
+                .info(&sbx.id, &sbx.owner)
+                .map(|i| i.totals.calls.saturating_sub(r.calls_left))
+                .unwrap_or_default();
+            ([(http::header::CONTENT_TYPE, "application/x-ndjson")], lines(&r, count)).into_response()
+        }
+        Err(crate::session::SessionError::NotFound) => Refused::NotFound(sbx.id).response(),
+        Err(err) => super::api_session_error(err),
+    }
+}
+
+/// The default context, as `/contexts` shows it.
+fn context() -> serde_json::Value {
+    serde_json::json!({"id": DEFAULT_CONTEXT, "language": "python", "cwd": super::HOME})
+}
+
+/// `GET /contexts`: the one context. The SDK sends no access token here, so it answers
+/// for any sandbox id of this executor, and says nothing about the sandbox.
+pub async fn list_contexts() -> Response {
+    Json(serde_json::json!([context()])).into_response()
+}
+
+/// `POST /contexts`: only the default Python context exists; asking for it again returns it.
+pub async fn create_context(body: bytes::Bytes) -> Response {
+    #[derive(Deserialize, Default)]
+    struct Body {
+        language: Option<String>,
+    }
+    let b: Body = if body.is_empty() {
+        Body::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(b) => b,
+            Err(err) => return plain(StatusCode::BAD_REQUEST, &format!("request body: {err}")),
+        }
+    };
+    match b.language.as_deref() {
+        None | Some("python") | Some("python3") => Json(context()).into_response(),
+        Some(other) => plain(
+            StatusCode::BAD_REQUEST,
+            &format!("language: {other:?}: a Sandpool sandbox has one context, the default Python one"),
+        ),
+    }
+}
+
+/// `DELETE /contexts/{id}`, `POST /contexts/{id}/restart`: a sandbox's one interpreter is
+/// its state; it is not dropped or restarted on request.
+pub async fn context_refused() -> Response {
+    plain(
+        StatusCode::BAD_REQUEST,
+        "contexts cannot be removed or restarted in Sandpool: a sandbox has one interpreter, which restarts only when a cell kills it; kill the sandbox and create another",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exception_is_the_tracebacks_last_line() {
+        let tb = "Traceback (most recent call last):\n  File \"<cell>\", line 1\nZeroDivisionError: division by zero\n";
+        assert_eq!(exception(tb), ("ZeroDivisionError".into(), "division by zero".into()));
+        assert_eq!(
+            exception("KeyboardInterrupt\n"),
+            ("KeyboardInterrupt".into(), String::new())
+        );
+        assert_eq!(
+            exception("some odd text here"),
+            ("Error".into(), "some odd text here".into())
+        );
+    }
+
+    #[test]
+    fn a_failed_cell_is_stdout_then_the_error_then_the_count() {
+        let r = pb::RunInSessionResponse {
+            verdict: pb::Verdict::RuntimeError as i32,
+            result: Some(pb::PhaseResult {
+                stdout: b"hi\n".to_vec(),
+                stderr: b"Traceback...\nValueError: bad\n".to_vec(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let l: Vec<serde_json::Value> = lines(&r, 3).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(l[0]["type"], "stdout");
+        assert_eq!(l[1]["type"], "error");
+        assert_eq!(l[1]["name"], "ValueError");
+        assert_eq!(l[2]["execution_count"], 3);
+        assert_eq!(l.len(), 3);
+    }
+}

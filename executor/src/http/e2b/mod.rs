@@ -1,0 +1,276 @@
+//! E2B's API on the executor's HTTP port, so that the unmodified E2B SDKs (`e2b`,
+//! `e2b-code-interpreter`, major version 2) work with `E2B_API_URL` and `E2B_SANDBOX_URL`
+//! both set to this port (docs/compatibility.md).
+//!
+//! An E2B sandbox is a Sandpool session ([`crate::session`]): its limits, timeouts, caps and
+//! isolation are the session's. Three APIs share the port; their paths do not collide:
+//! - [`control`]: the control plane (`/sandboxes`, `/v2/sandboxes`), authenticated by the
+//!   caller's token in `X-API-KEY`;
+//! - [`interpreter`]: the code interpreter (`/execute`, `/contexts`);
+//! - [`envd`]: the sandbox daemon (`/health`, `/files`, Connect RPC `/process.Process/*` and
+//!   `/filesystem.Filesystem/*`, framed by [`connect`]).
+//!
+//! The data plane (the last two) names its sandbox in `E2b-Sandbox-Id` and proves it may use
+//! it with the `X-Access-Token` create returned: knowing an id is not enough.
+
+pub mod connect;
+pub mod control;
+pub mod envd;
+pub mod interpreter;
+
+use crate::engine::Engine;
+use crate::error::ExecError;
+use crate::session::{SessionError, SessionManager};
+use axum::Json;
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use std::sync::Arc;
+
+/// What E2B's handlers work with.
+#[derive(Clone)]
+pub struct E2b {
+    pub engine: Arc<Engine>,
+    /// None where the server has no sessions (then every E2B call says so).
+    pub sessions: Option<Arc<SessionManager>>,
+}
+
+/// The control plane's routes (behind the executor's token check).
+pub fn control_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S> {
+    Router::new()
+        .route("/sandboxes", post(control::create).get(control::list))
+        .route("/v2/sandboxes", post(control::create).get(control::list))
+        .route("/sandboxes/{id}", get(control::get).delete(control::kill))
+        .route("/sandboxes/{id}/timeout", post(control::set_timeout))
+        .route("/sandboxes/{id}/connect", post(control::connect))
+        .route("/v2/sandboxes/{id}/connect", post(control::connect))
+        .route("/sandboxes/{id}/{what}", any(control::unsupported))
+        .route("/v2/sandboxes/{id}/{what}", any(control::unsupported))
+        .route("/snapshots", any(control::unsupported))
+        .route("/snapshots/{id}", any(control::unsupported))
+        .with_state(state)
+}
+
+/// The data plane's routes (daemon and code interpreter), authenticated per sandbox by its
+/// access token rather than by the executor's token.
+pub fn data_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S> {
+    Router::new()
+        .route("/health", get(envd::health))
+        .route("/files", get(envd::download).post(envd::upload))
+        .route("/filesystem.Filesystem/{method}", post(envd::filesystem))
+        .route("/process.Process/{method}", post(envd::process))
+        .route("/execute", post(interpreter::execute))
+        .route(
+            "/contexts",
+            get(interpreter::list_contexts).post(interpreter::create_context),
+        )
+        .route("/contexts/{id}", any(interpreter::context_refused))
+        .route("/contexts/{id}/restart", any(interpreter::context_refused))
+        .with_state(state)
+}
+
+/// The sandbox daemon version reported at create: the SDK gates features on it. 0.5.1 is
+/// the surface served here: commands with stdin flags and the default user (0.3.0, 0.4.0),
+/// but no `CloseStdin` (0.5.2) and no octet-stream uploads (0.5.7).
+pub const ENVD_VERSION: &str = "0.5.1";
+
+/// The templates served, and the session language each is.
+pub const TEMPLATES: [(&str, &str); 2] = [("code-interpreter-v1", "python"), ("base", "bash")];
+
+/// Where the SDK's paths point (the E2B user's home); the session's `/work`.
+pub const HOME: &str = "/home/user";
+
+/// Maps a path the SDK sends (absolute under [`HOME`] or `/work`, `~`, or relative to the
+/// home) to one relative to the session's `/work`; None for a path outside it.
+pub fn work_path(p: &str) -> Option<String> {
+    let rest = if p == "~" || p == HOME || p == crate::sandbox::WORK_DIR {
+        ""
+    } else if let Some(r) = p.strip_prefix("~/") {
+        r
+    } else if let Some(r) = p.strip_prefix(HOME).and_then(|r| r.strip_prefix('/')) {
+        r
+    } else if let Some(r) = p
+        .strip_prefix(crate::sandbox::WORK_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+    {
+        r
+    } else if p.starts_with('/') {
+        return None;
+    } else {
+        p
+    };
+    let rest = rest.trim_end_matches('/');
+    Some(if rest.is_empty() { ".".into() } else { rest.into() })
+}
+
+/// The sandbox-side path (`/home/user/...`) of a `/work`-relative one, as the SDK shows it.
+pub fn sdk_path(rel: &str) -> String {
+    let rel = rel.trim_start_matches("./");
+    if rel == "." || rel.is_empty() {
+        HOME.into()
+    } else {
+        format!("{HOME}/{rel}")
+    }
+}
+
+/// An E2B control-plane error: `{"code", "message"}`, which the SDK turns into its own
+/// exceptions (401 authentication, 404 not found, 400 invalid argument, 429 rate limit).
+pub fn api_error(code: StatusCode, message: impl Into<String>) -> Response {
+    let message = message.into();
+    (
+        code,
+        Json(serde_json::json!({ "code": code.as_u16(), "message": message })),
+    )
+        .into_response()
+}
+
+/// A session error on the control plane.
+pub fn api_session_error(e: SessionError) -> Response {
+    match e {
+        SessionError::NotFound => api_error(StatusCode::NOT_FOUND, "sandbox not found (unknown, killed or expired)"),
+        SessionError::Exhausted(m) => api_error(StatusCode::TOO_MANY_REQUESTS, m),
+        SessionError::Exec(e) => api_exec_error(e),
+    }
+}
+
+/// An engine error on the control plane. A draining or full executor is a 503 (the SDK
+/// retries it, a pool's gateway tries another executor); the executor's own failure a 500.
+pub fn api_exec_error(e: ExecError) -> Response {
+    let code = super::error_response_code(&e);
+    api_error(code, e.to_string())
+}
+
+/// What data-plane calls are made as: the session's id and its owner, once the access
+/// token matched.
+pub struct Sandbox {
+    pub id: String,
+    pub owner: Vec<u8>,
+}
+
+/// Why a data-plane call found no sandbox to run in.
+pub enum Refused {
+    /// No `E2b-Sandbox-Id`.
+    NoId,
+    /// Unknown, killed or expired, or a wrong access token (all alike).
+    NotFound(String),
+    /// The executor serves no sessions (no session manager on this HTTP server).
+    NoSessions,
+}
+
+impl Refused {
+    /// As the SDK's data plane expects: a gone sandbox is a 502 whose message says it
+    /// "was not found", which the SDK reports as not running (never retried).
+    pub fn response(self) -> Response {
+        match self {
+            Refused::NoId => plain(
+                StatusCode::BAD_REQUEST,
+                "E2b-Sandbox-Id: required (the sandbox this call is for)",
+            ),
+            Refused::NotFound(id) => plain(
+                StatusCode::BAD_GATEWAY,
+                &format!(
+                    "The sandbox {id} was not found: it was killed, timed out, or the access token (X-Access-Token) is wrong"
+                ),
+            ),
+            Refused::NoSessions => plain(
+                StatusCode::NOT_IMPLEMENTED,
+                "this executor serves no sessions, so no E2B sandboxes",
+            ),
+        }
+    }
+}
+
+/// A plain-text error with a JSON `message` too (the SDK shows either).
+pub fn plain(code: StatusCode, message: &str) -> Response {
+    (
+        code,
+        Json(serde_json::json!({ "code": code.as_u16(), "message": message })),
+    )
+        .into_response()
+}
+
+/// The sandbox a data-plane request is for, authenticated by its access token.
+pub fn sandbox(sessions: Option<&Arc<SessionManager>>, headers: &HeaderMap) -> Result<Sandbox, Refused> {
+    let sessions = sessions.ok_or(Refused::NoSessions)?;
+    let id = headers
+        .get("e2b-sandbox-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .ok_or(Refused::NoId)?
+        .to_owned();
+    let token = headers.get("x-access-token").map(|v| v.as_bytes()).unwrap_or_default();
+    match sessions.by_access(&id, token) {
+        Ok(owner) => Ok(Sandbox { id, owner }),
+        Err(_) => Err(Refused::NotFound(id)),
+    }
+}
+
+/// Turns E2B's `X-API-KEY` into the bearer token the executor checks (when no
+/// `Authorization` is sent), so that E2B callers authenticate like every other caller.
+pub fn api_key_as_bearer(headers: &mut HeaderMap) {
+    if headers.contains_key(http::header::AUTHORIZATION) {
+        return;
+    }
+    let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) else {
+        return;
+    };
+    if let Ok(v) = http::HeaderValue::from_str(&format!("Bearer {}", key.trim())) {
+        headers.insert(http::header::AUTHORIZATION, v);
+    }
+}
+
+/// Whether `path` is one of E2B's (control or data plane), for the request counter.
+pub fn is_e2b_path(path: &str) -> bool {
+    path == "/sandboxes"
+        || path.starts_with("/sandboxes/")
+        || path == "/v2/sandboxes"
+        || path.starts_with("/v2/sandboxes/")
+        || path == "/snapshots"
+        || path.starts_with("/snapshots/")
+        || is_data_path(path)
+}
+
+/// Whether `path` is on E2B's data plane (daemon or code interpreter).
+pub fn is_data_path(path: &str) -> bool {
+    matches!(path, "/health" | "/files" | "/execute" | "/contexts")
+        || path.starts_with("/contexts/")
+        || path.starts_with("/process.Process/")
+        || path.starts_with("/filesystem.Filesystem/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sdk_paths_map_into_work_and_nothing_else_does() {
+        assert_eq!(work_path("/home/user/a.py").as_deref(), Some("a.py"));
+        assert_eq!(work_path("/home/user").as_deref(), Some("."));
+        assert_eq!(work_path("/home/user/").as_deref(), Some("."));
+        assert_eq!(work_path("~/d/x").as_deref(), Some("d/x"));
+        assert_eq!(work_path("/work/d/x").as_deref(), Some("d/x"));
+        assert_eq!(work_path("rel/x").as_deref(), Some("rel/x"));
+        assert_eq!(work_path("/etc/passwd"), None);
+        assert_eq!(
+            work_path("/home/username/x"),
+            None,
+            "a prefix of the home is not the home"
+        );
+        assert_eq!(sdk_path("a/b"), "/home/user/a/b");
+        assert_eq!(sdk_path("."), "/home/user");
+    }
+
+    #[test]
+    fn the_api_key_becomes_a_bearer_token_unless_one_is_sent() {
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "k1".parse().unwrap());
+        api_key_as_bearer(&mut h);
+        assert_eq!(h.get("authorization").unwrap(), "Bearer k1");
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "k1".parse().unwrap());
+        h.insert("authorization", "Bearer other".parse().unwrap());
+        api_key_as_bearer(&mut h);
+        assert_eq!(h.get("authorization").unwrap(), "Bearer other");
+    }
+}
