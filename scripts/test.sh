@@ -14,8 +14,12 @@ export SANDPOOL_TEST_QUIET="${SANDPOOL_TEST_QUIET:-1}"
 
 # The Kubernetes e2e tests (operator_e2e, chart_e2e) need a real control plane. Building or
 # starting it fails the run; the tests themselves fail rather than skip without it.
+# Disk is the limit CI has hit (a full build, the cluster's and the node's binaries, images):
+# say what is free at each stage, so that a run that runs out says where.
+disk() { echo "disk ($1): $(df -h --output=avail "${CARGO_TARGET_DIR:-target}" 2>/dev/null | tail -1 | tr -d ' ') free"; }
+disk start
 scripts/cluster.sh up
-trap 'scripts/cluster.sh down' EXIT
+trap 'disk end; scripts/cluster.sh down' EXIT
 eval "$(scripts/cluster.sh env)"
 unset SANDPOOL_E2E_SKIP
 
@@ -31,6 +35,7 @@ cargo test --workspace --locked --no-fail-fast
 # The isolation and limits suites again with Python started cold (the run above is warm, the default).
 SANDPOOL_WARM_STARTS=false cargo test -p sandpool-tests --locked --no-fail-fast --test executor_isolation --test executor_limits
 
+disk "before the node"
 # The real node: images of this build, the control plane again with a node that runs them, and
 # the pods' e2e. An image or a node that cannot be built fails the run; nothing here skips.
 scripts/cluster.sh down
