@@ -16,7 +16,7 @@ export SANDPOOL_TEST_QUIET="${SANDPOOL_TEST_QUIET:-1}"
 # starting it fails the run; the tests themselves fail rather than skip without it.
 # Disk is the limit CI has hit (a full build, the cluster's and the node's binaries, images):
 # say what is free at each stage, so that a run that runs out says where.
-disk() { echo "disk ($1): $(df -h --output=avail "${CARGO_TARGET_DIR:-target}" 2>/dev/null | tail -1 | tr -d ' ') free"; }
+disk() { echo "disk ($1): $(df -h --output=avail . | tail -1 | tr -d ' ') free in $(pwd)"; }
 disk start
 scripts/cluster.sh up
 trap 'disk end; scripts/cluster.sh down' EXIT
