@@ -112,7 +112,7 @@ fn refused(what: &str) -> Response {
 
 #[allow(clippy::result_large_err)] // an early answer, built once per request
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
-    serde_json::from_slice(body).map_err(|e| api_error(StatusCode::BAD_REQUEST, format!("request body: {e}")))
+    super::json_body(body).map_err(|e| api_error(StatusCode::BAD_REQUEST, e))
 }
 
 /// The seconds a request asks for, as a duration; zero is an error naming the field.

@@ -101,9 +101,9 @@ pub async fn execute(State(e): State<E2b>, headers: HeaderMap, body: bytes::Byte
     let Some(sessions) = e.sessions.as_ref() else {
         return Refused::NoSessions.response();
     };
-    let req: ExecuteBody = match serde_json::from_slice(&body) {
+    let req: ExecuteBody = match super::json_body(&body) {
         Ok(r) => r,
-        Err(err) => return plain(StatusCode::BAD_REQUEST, &format!("request body: {err}")),
+        Err(err) => return plain(StatusCode::BAD_REQUEST, &err),
     };
     if let Some(c) = req.context_id.as_deref().filter(|c| *c != DEFAULT_CONTEXT) {
         return plain(

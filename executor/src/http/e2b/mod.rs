@@ -114,6 +114,19 @@ pub fn sdk_path(rel: &str) -> String {
     }
 }
 
+/// Parses a JSON body; an error names the field at fault (`request body: metadata.k: ...`).
+pub fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            format!("request body: {}", e.inner())
+        } else {
+            format!("request body: {path}: {}", e.inner())
+        }
+    })
+}
+
 /// An E2B control-plane error: `{"code", "message"}`, which the SDK turns into its own
 /// exceptions (401 authentication, 404 not found, 400 invalid argument, 429 rate limit).
 pub fn api_error(code: StatusCode, message: impl Into<String>) -> Response {

@@ -1,0 +1,450 @@
+//! E2B's API on the executor's HTTP port (control plane, code interpreter, sandbox daemon),
+//! as a hostile caller would send it, against the real executor over loopback: bad JSON,
+//! wrong types, huge, chunked and trickled bodies, unknown ids, wrong access tokens and
+//! another tenant's sandbox. Each gets a 4xx naming what is wrong (or the SDK's "not found"),
+//! never a run, SANDBOX_ERROR or a crash. The unmodified SDKs themselves run in
+//! clients/python/tests/test_e2b.py.
+
+use sandpool_tests::{Executor, Options, http};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::time::Duration;
+
+const A: &str = "tenant-a-token-0123456789abcdef";
+const B: &str = "tenant-b-token-0123456789abcdef";
+
+async fn executor(dir: &std::path::Path, extra: &[&str]) -> Executor {
+    let f = dir.join("tenants.toml");
+    std::fs::write(
+        &f,
+        format!("[[tenant]]\nname = \"a\"\ntoken = \"{A}\"\n\n[[tenant]]\nname = \"b\"\ntoken = \"{B}\"\n"),
+    )
+    .expect("tenants file");
+    Executor::start(Options {
+        slots: 4,
+        languages: vec!["python", "bash"],
+        http: true,
+        env: vec![("SANDPOOL_TENANTS_FILE".into(), f.display().to_string())],
+        extra_args: extra.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .await
+}
+
+/// One request: status and body (parsed as JSON when it is).
+async fn call(exe: &Executor, method: &str, path: &str, headers: String, body: String) -> (u16, Value) {
+    let addr = exe.http_addr.clone().expect("http");
+    let (method, path) = (method.to_owned(), path.to_owned());
+    let (code, text) = tokio::task::spawn_blocking(move || http(&addr, &method, &path, &headers, &body))
+        .await
+        .expect("http");
+    (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+fn key(k: &str) -> String {
+    format!("X-API-KEY: {k}\r\n")
+}
+
+fn data(id: &str, token: &str) -> String {
+    format!("E2b-Sandbox-Id: {id}\r\nE2b-Sandbox-Port: 49983\r\nX-Access-Token: {token}\r\n")
+}
+
+/// Creates a sandbox as `api_key`; its id and access token.
+async fn create(exe: &Executor, api_key: &str, body: Value) -> (String, String) {
+    let (code, v) = call(exe, "POST", "/v2/sandboxes", key(api_key), body.to_string()).await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["envdVersion"], "0.5.1", "{v}");
+    let id = v["sandboxID"].as_str().expect("sandboxID").to_owned();
+    let token = v["envdAccessToken"].as_str().expect("envdAccessToken").to_owned();
+    assert_eq!(token.len(), 32, "128 random bits: {v}");
+    (id, token)
+}
+
+/// A body is refused with `code` and a message naming `field`.
+fn assert_names(code: u16, v: &Value, want: u16, field: &str) {
+    assert_eq!(code, want, "{v}");
+    let msg = v["message"].as_str().or_else(|| v.as_str()).unwrap_or_default();
+    assert!(msg.contains(field), "{field} not named: {v}");
+}
+
+#[tokio::test]
+async fn the_control_plane_takes_the_token_and_names_what_it_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = executor(dir.path(), &["--max-sessions", "2"]).await;
+    let tpl = json!({"templateID": "code-interpreter-v1"}).to_string();
+    for h in [String::new(), key("wrong-token-0123456789abcdef")] {
+        let (code, _) = call(&exe, "POST", "/v2/sandboxes", h, tpl.clone()).await;
+        assert_eq!(code, 401, "no token, no sandbox");
+    }
+    for (body, want, field) in [
+        ("{not json".to_owned(), 400, "request body"),
+        (json!({"templateID": 7}).to_string(), 400, "templateID"),
+        (json!({}).to_string(), 400, "templateID"),
+        (json!({"templateID": "my-custom"}).to_string(), 400, "templateID"),
+        (
+            json!({"templateID": "base", "timeout": "soon"}).to_string(),
+            400,
+            "timeout",
+        ),
+        (json!({"templateID": "base", "timeout": 0}).to_string(), 400, "timeout"),
+        (
+            json!({"templateID": "base", "metadata": {"k": 1}}).to_string(),
+            400,
+            "metadata",
+        ),
+        (
+            json!({"templateID": "base", "allow_internet_access": true}).to_string(),
+            400,
+            "internet",
+        ),
+        (
+            json!({"templateID": "base", "autoPause": true}).to_string(),
+            400,
+            "pause",
+        ),
+        (
+            json!({"templateID": "base", "autoResume": {"enabled": true}}).to_string(),
+            400,
+            "resume",
+        ),
+        (
+            json!({"templateID": "base", "volumeMounts": [{"name": "v"}]}).to_string(),
+            400,
+            "volume",
+        ),
+        (
+            json!({"templateID": "base", "envVars": {"A-B": "1"}}).to_string(),
+            400,
+            "envVars",
+        ),
+    ] {
+        let (code, v) = call(&exe, "POST", "/v2/sandboxes", key(A), body.clone()).await;
+        assert_names(code, &v, want, field);
+    }
+    // Older SDKs send `allow_internet_access: true` and `autoResume: {enabled: false}` on every
+    // create, to the v1 path: not a request for internet, so not refused.
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/sandboxes",
+        key(A),
+        json!({"templateID": "base", "allow_internet_access": true, "autoPause": false, "autoResume": {"enabled": false}, "secure": true})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let first = v["sandboxID"].as_str().expect("id").to_owned();
+    for (method, path) in [
+        ("GET", "/sandboxes/nope-vm".to_owned()),
+        ("DELETE", "/sandboxes/nope-vm".to_owned()),
+        ("POST", "/v2/sandboxes/nope-vm/connect".to_owned()),
+    ] {
+        let (code, v) = call(&exe, method, &path, key(A), "{}".into()).await;
+        assert_eq!(code, 404, "{method} {path}: {v}");
+    }
+    for what in ["pause", "resume", "snapshots", "fork"] {
+        let (code, v) = call(&exe, "POST", &format!("/sandboxes/{first}/{what}"), key(A), "{}".into()).await;
+        assert_names(code, &v, 400, what);
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("not supported by Sandpool"),
+            "{v}"
+        );
+    }
+    let (code, v) = call(&exe, "GET", "/snapshots?sandboxID=x", key(A), String::new()).await;
+    assert_names(code, &v, 400, "snapshots");
+    let (code, v) = call(
+        &exe,
+        "POST",
+        &format!("/sandboxes/{first}/timeout"),
+        key(A),
+        json!({"timeout": "x"}).to_string(),
+    )
+    .await;
+    assert_names(code, &v, 400, "timeout");
+    // A sandbox is a session: the executor's cap is E2B's rate limit, with the reason.
+    create(&exe, A, json!({"templateID": "base"})).await;
+    let (code, v) = call(&exe, "POST", "/v2/sandboxes", key(A), tpl.clone()).await;
+    assert_names(code, &v, 429, "--max-sessions");
+    assert_eq!(exe.runs_total(), 0.0, "nothing ran");
+}
+
+#[tokio::test]
+async fn a_sandbox_is_its_creators_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = executor(dir.path(), &["--max-sessions", "3"]).await;
+    let (id, token) = create(
+        &exe,
+        A,
+        json!({"templateID": "code-interpreter-v1", "metadata": {"run": "1"}}),
+    )
+    .await;
+    let (other_id, other_token) = create(&exe, A, json!({"templateID": "base"})).await;
+    let cell = json!({"code": "print(6 * 7)"}).to_string();
+    // The data plane: the id alone, a wrong token, or another sandbox's token are "not found".
+    for h in [
+        format!("E2b-Sandbox-Id: {id}\r\n"),
+        data(&id, "0123456789abcdef0123456789abcdef"),
+        data(&id, &other_token),
+        data(&other_id, &token),
+        data("nope-vm", &token),
+    ] {
+        let (code, v) = call(&exe, "POST", "/execute", h.clone(), cell.clone()).await;
+        assert_eq!(code, 502, "{h}: {v}");
+        assert!(
+            v["message"].as_str().unwrap_or_default().contains("was not found"),
+            "{v}"
+        );
+        let (code, _) = call(&exe, "GET", "/health", h.clone(), String::new()).await;
+        assert_eq!(code, 502, "{h}");
+    }
+    let (code, v) = call(&exe, "POST", "/execute", String::new(), cell.clone()).await;
+    assert_names(code, &v, 400, "E2b-Sandbox-Id");
+    assert_eq!(exe.runs_total(), 0.0, "nothing ran without the sandbox's token");
+    let (code, v) = call(&exe, "POST", "/execute", data(&id, &token), cell.clone()).await;
+    assert_eq!(code, 200, "{v}");
+    assert!(v.as_str().unwrap_or_default().contains("\"text\":\"42\\n\""), "{v}");
+    // The control plane: tenant b sees none of a's sandboxes and cannot touch them.
+    let (code, v) = call(&exe, "GET", "/v2/sandboxes", key(B), String::new()).await;
+    assert_eq!((code, v.clone()), (200, json!([])), "{v}");
+    for (method, path, body) in [
+        ("GET", format!("/sandboxes/{id}"), String::new()),
+        (
+            "POST",
+            format!("/sandboxes/{id}/timeout"),
+            json!({"timeout": 5}).to_string(),
+        ),
+        ("POST", format!("/v2/sandboxes/{id}/connect"), "{}".into()),
+        ("DELETE", format!("/sandboxes/{id}"), String::new()),
+    ] {
+        let (code, v) = call(&exe, method, &path, key(B), body).await;
+        assert_eq!(code, 404, "{method} {path}: {v}");
+    }
+    // a sees both, filtered by metadata, paged.
+    let (code, v) = call(&exe, "GET", "/v2/sandboxes?metadata=run%3D1", key(A), String::new()).await;
+    assert_eq!(code, 200);
+    let ids: Vec<&str> = v
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|s| s["sandboxID"].as_str())
+        .collect();
+    assert_eq!(ids, [id.as_str()], "{v}");
+    assert_eq!(v[0]["metadata"]["run"], "1", "{v}");
+    let (_, page) = call(&exe, "GET", "/v2/sandboxes?limit=1", key(A), String::new()).await;
+    assert_eq!(page.as_array().map(Vec::len), Some(1), "{page}");
+    // set_timeout moves the end; kill ends it, and then it is gone everywhere.
+    let (code, _) = call(
+        &exe,
+        "POST",
+        &format!("/sandboxes/{id}/timeout"),
+        key(A),
+        json!({"timeout": 3}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 204);
+    let (_, info) = call(&exe, "GET", &format!("/sandboxes/{id}"), key(A), String::new()).await;
+    assert_eq!(info["templateID"], "code-interpreter-v1", "{info}");
+    let (code, _) = call(&exe, "DELETE", &format!("/sandboxes/{other_id}"), key(A), String::new()).await;
+    assert_eq!(code, 204);
+    let (code, _) = call(&exe, "GET", "/health", data(&other_id, &other_token), String::new()).await;
+    assert_eq!(code, 502, "a killed sandbox is not running");
+    // The timeout of 3 s ends the first one.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (code, _) = call(&exe, "GET", &format!("/sandboxes/{id}"), key(A), String::new()).await;
+    assert_eq!(code, 404, "ended at its timeout");
+    let (code, _) = call(&exe, "POST", "/execute", data(&id, &token), cell).await;
+    assert_eq!(code, 502);
+}
+
+/// Sends `head` then `body` in pieces, `gap` apart; the raw reply.
+fn raw(addr: &str, head: &str, pieces: &[&[u8]], gap: Duration) -> String {
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    c.write_all(head.as_bytes()).expect("head");
+    for p in pieces {
+        std::thread::sleep(gap);
+        if c.write_all(p).is_err() {
+            break;
+        }
+    }
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn bad_data_plane_requests_name_the_field_and_odd_bodies_are_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = executor(dir.path(), &["--max-sessions", "2", "--http-body-timeout-ms", "1500"]).await;
+    let (id, token) = create(&exe, A, json!({"templateID": "code-interpreter-v1"})).await;
+    let h = data(&id, &token);
+    let runs = exe.runs_total();
+    for (path, body, want, field) in [
+        ("/execute", "{not json".to_owned(), 400, "request body"),
+        ("/execute", json!({"code": 5}).to_string(), 400, "request body"),
+        (
+            "/execute",
+            json!({"code": "1", "language": "cobol"}).to_string(),
+            400,
+            "language",
+        ),
+        (
+            "/execute",
+            json!({"code": "1", "context_id": "other"}).to_string(),
+            400,
+            "context_id",
+        ),
+        (
+            "/execute",
+            json!({"code": "1", "env_vars": {"A": "1"}}).to_string(),
+            400,
+            "env_vars",
+        ),
+        ("/filesystem.Filesystem/Stat", json!({}).to_string(), 400, "path"),
+        (
+            "/filesystem.Filesystem/Stat",
+            json!({"path": "/etc/passwd"}).to_string(),
+            400,
+            "path",
+        ),
+        (
+            "/filesystem.Filesystem/Move",
+            json!({"source": "a"}).to_string(),
+            400,
+            "destination",
+        ),
+        ("/filesystem.Filesystem/ListDir", "[1".to_owned(), 400, "request body"),
+        (
+            "/filesystem.Filesystem/WatchDir",
+            json!({"path": "."}).to_string(),
+            501,
+            "WatchDir",
+        ),
+        ("/process.Process/SendSignal", json!({}).to_string(), 501, "SendSignal"),
+        ("/process.Process/SendInput", json!({}).to_string(), 501, "SendInput"),
+    ] {
+        let (code, v) = call(&exe, "POST", path, h.clone(), body.clone()).await;
+        assert_names(code, &v, want, field);
+    }
+    for (path, want, field) in [("/files", 400, "path"), ("/files?path=/etc/passwd", 404, "outside")] {
+        let (code, v) = call(&exe, "GET", path, h.clone(), String::new()).await;
+        assert_names(code, &v, want, field);
+    }
+    let (code, v) = call(
+        &exe,
+        "GET",
+        "/files?path=/home/user/missing.txt",
+        h.clone(),
+        String::new(),
+    )
+    .await;
+    assert_names(code, &v, 404, "missing.txt");
+    assert_eq!(exe.runs_total(), runs, "bad requests ran nothing");
+    // The filesystem's own errors come from inside the sandbox, as Connect codes.
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/filesystem.Filesystem/Stat",
+        h.clone(),
+        json!({"path": "nope"}).to_string(),
+    )
+    .await;
+    assert_eq!((code, v["code"].clone()), (404, json!("not_found")), "{v}");
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/filesystem.Filesystem/Remove",
+        h.clone(),
+        json!({"path": "/home/user/.sandpool"}).to_string(),
+    )
+    .await;
+    assert_eq!((code, v["code"].clone()), (403, json!("permission_denied")), "{v}");
+    // A streaming call's bad envelope, and a cwd outside the files: errors in the stream's end.
+    let addr = exe.http_addr.clone().expect("http");
+    let start = |body: Vec<u8>, h: String| {
+        let addr = addr.clone();
+        tokio::task::spawn_blocking(move || {
+            let head = format!(
+                "POST /process.Process/Start HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\n{h}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            );
+            let mut chunked = format!("{:x}\r\n", body.len()).into_bytes();
+            chunked.extend_from_slice(&body);
+            chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+            raw(&addr, &head, &[&chunked], Duration::ZERO)
+        })
+    };
+    let envelope = |v: Value| {
+        let b = v.to_string().into_bytes();
+        let mut e = vec![0u8];
+        e.extend_from_slice(&(b.len() as u32).to_be_bytes());
+        e.extend_from_slice(&b);
+        e
+    };
+    let reply = start(b"{}".to_vec(), h.clone()).await.expect("start");
+    assert!(
+        reply.contains("invalid_argument") && reply.contains("request body"),
+        "{reply}"
+    );
+    let reply = start(envelope(json!({"process": {"cmd": "ls", "cwd": "/etc"}})), h.clone())
+        .await
+        .expect("start");
+    assert!(
+        reply.contains("invalid_argument") && reply.contains("process.cwd"),
+        "{reply}"
+    );
+    // A chunked start runs, and its events come back framed.
+    let reply = start(
+        envelope(json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo hi; exit 4"]}})),
+        h.clone(),
+    )
+    .await
+    .expect("start");
+    assert!(reply.contains("\"exitCode\":4"), "{reply}");
+    assert!(reply.contains("\"stdout\":\"aGkK\""), "base64 of hi: {reply}");
+    // A body trickled past the body timeout: 408 and the connection closes; one larger than
+    // the executor takes: 413 before it is read.
+    let (a, hh) = (addr.clone(), h.clone());
+    let reply = tokio::task::spawn_blocking(move || {
+        let head = format!("POST /execute HTTP/1.1\r\nHost: x\r\n{hh}Content-Length: 100\r\n\r\n");
+        raw(&a, &head, &[b"{", b"\"", b"c"], Duration::from_millis(900))
+    })
+    .await
+    .expect("trickle");
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    let (a, hh) = (addr.clone(), h.clone());
+    let reply = tokio::task::spawn_blocking(move || {
+        let head = format!(
+            "POST /files?path=big HTTP/1.1\r\nHost: x\r\n{hh}Content-Length: {}\r\n\r\n",
+            80u64 << 20
+        );
+        raw(&a, &head, &[b"--x"], Duration::ZERO)
+    })
+    .await
+    .expect("huge");
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    // The executor is still there and the sandbox still works.
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/execute",
+        h.clone(),
+        json!({"code": "1 + 1"}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert!(v.as_str().unwrap_or_default().contains("\"text\":\"2\""), "{v}");
+    let metrics = {
+        let mut s = std::net::TcpStream::connect(&exe.metrics_addr).expect("metrics connect");
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    assert!(
+        metrics.contains("sandpool_http_requests_total{protocol=\"e2b\",code=\"200\"}"),
+        "{metrics}"
+    );
+}
