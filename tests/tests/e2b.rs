@@ -53,7 +53,7 @@ fn data(id: &str, token: &str) -> String {
 async fn create(exe: &Executor, api_key: &str, body: Value) -> (String, String) {
     let (code, v) = call(exe, "POST", "/v2/sandboxes", key(api_key), body.to_string()).await;
     assert_eq!(code, 201, "{v}");
-    assert_eq!(v["envdVersion"], "0.5.1", "{v}");
+    assert_eq!(v["envdVersion"], "0.5.7", "{v}");
     let id = v["sandboxID"].as_str().expect("sandboxID").to_owned();
     let token = v["envdAccessToken"].as_str().expect("envdAccessToken").to_owned();
     assert_eq!(token.len(), 32, "128 random bits: {v}");

@@ -12,7 +12,7 @@
 
 use super::connect::{self, Code, Error};
 use super::{E2b, Refused, sandbox, sdk_path, work_path};
-use axum::extract::{Multipart, Path, Query, State};
+use axum::extract::{FromRequest, Multipart, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -85,14 +85,16 @@ pub async fn download(State(e): State<E2b>, headers: HeaderMap, Query(q): Query<
     }
 }
 
-/// `POST /files` (multipart, field `file`): writes each part to `path` (one part) or to its
-/// file name (the SDK's `write_files`), creating directories on the way.
+/// `POST /files`: multipart (field `file`; each part to `path` when there is one part, else
+/// to its file name: the SDK's `write_files`), or one file's bytes as
+/// `application/octet-stream` to `path` (gzip-encoded or not). Directories are created on
+/// the way.
 pub async fn upload(
     State(e): State<E2b>,
-    headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
-    mut form: Multipart,
+    req: axum::extract::Request,
 ) -> Response {
+    let headers = req.headers().clone();
     let sbx = match sandbox(e.sessions.as_ref(), &headers) {
         Ok(s) => s,
         Err(r) => return r.response(),
@@ -100,19 +102,51 @@ pub async fn upload(
     let Some(sessions) = e.sessions.as_ref() else {
         return Refused::NoSessions.response();
     };
+    let is_multipart = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/"));
     let mut parts = Vec::new();
-    loop {
-        match form.next_field().await {
-            Ok(Some(f)) => {
-                let name = f.file_name().map(str::to_owned);
-                match f.bytes().await {
-                    Ok(b) => parts.push((name, b)),
-                    Err(err) => return file_error(StatusCode::BAD_REQUEST, &format!("multipart body: {err}")),
-                }
-            }
-            Ok(None) => break,
+    if is_multipart {
+        let mut form = match Multipart::from_request(req, &()).await {
+            Ok(f) => f,
             Err(err) => return file_error(StatusCode::BAD_REQUEST, &format!("multipart body: {err}")),
+        };
+        loop {
+            match form.next_field().await {
+                Ok(Some(f)) => {
+                    let name = f.file_name().map(str::to_owned);
+                    match f.bytes().await {
+                        Ok(b) => parts.push((name, b)),
+                        Err(err) => return file_error(StatusCode::BAD_REQUEST, &format!("multipart body: {err}")),
+                    }
+                }
+                Ok(None) => break,
+                Err(err) => return file_error(StatusCode::BAD_REQUEST, &format!("multipart body: {err}")),
+            }
         }
+    } else {
+        if q.get("path").is_none_or(|p| p.is_empty()) {
+            return file_error(StatusCode::BAD_REQUEST, "path: required for an octet-stream upload");
+        }
+        let body = match axum::body::to_bytes(req.into_body(), usize::MAX).await {
+            Ok(b) => b,
+            Err(err) => return file_error(StatusCode::BAD_REQUEST, &format!("reading the body: {err}")),
+        };
+        let gzip = headers
+            .get(http::header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+        let body = if gzip {
+            // Never more than /work holds: a small bomb must not fill the executor's memory.
+            match gunzip(&body, e.engine.work_dir_bytes()) {
+                Ok(b) => bytes::Bytes::from(b),
+                Err(m) => return file_error(StatusCode::BAD_REQUEST, &m),
+            }
+        } else {
+            body
+        };
+        parts.push((None, body));
     }
     let mut files = Vec::new();
     let mut written = Vec::new();
@@ -156,6 +190,21 @@ pub async fn upload(
         Err(crate::session::SessionError::Exhausted(m)) => file_error(StatusCode::INSUFFICIENT_STORAGE, &m),
         Err(err) => super::api_session_error(err),
     }
+}
+
+/// Decompresses a gzip body, at most `limit` bytes of it.
+fn gunzip(body: &[u8], limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    let mut d = flate2::read::GzDecoder::new(body).take(limit + 1);
+    d.read_to_end(&mut out)
+        .map_err(|e| format!("Content-Encoding: gzip: the body does not decompress: {e}"))?;
+    if out.len() as u64 > limit {
+        return Err(format!(
+            "the decompressed body is larger than the sandbox's files may be ({limit} bytes)"
+        ));
+    }
+    Ok(out)
 }
 
 /// The script that does a filesystem call inside the sandbox: `op` and `/work`-relative

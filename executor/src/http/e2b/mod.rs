@@ -70,10 +70,11 @@ pub fn data_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S> {
         .with_state(state)
 }
 
-/// The sandbox daemon version reported at create: the SDK gates features on it. 0.5.1 is
-/// the surface served here: commands with stdin flags and the default user (0.3.0, 0.4.0),
-/// but no `CloseStdin` (0.5.2) and no octet-stream uploads (0.5.7).
-pub const ENVD_VERSION: &str = "0.5.1";
+/// The sandbox daemon version reported at create: the SDK gates features on it. 0.5.7 is
+/// the surface served here: commands with a stdin flag (0.3.0), the default user (0.4.0),
+/// octet-stream uploads (0.5.7); `CloseStdin` (0.5.2) is refused like all stdin, which the
+/// SDK only sends when its caller asks. Not 0.6.x: no file metadata, no watch options.
+pub const ENVD_VERSION: &str = "0.5.7";
 
 /// The templates served, and the session language each is.
 pub const TEMPLATES: [(&str, &str); 2] = [("code-interpreter-v1", "python"), ("base", "bash")];
