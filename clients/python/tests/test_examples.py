@@ -1,4 +1,4 @@
-"""The recipes under examples/ against a real executor: promptfoo's assertion, verl's reward, humaneval.py."""
+"""The recipes under examples/ against a real executor: promptfoo's assertion, verl's reward, humaneval.py, the agent loops."""
 
 from __future__ import annotations
 
@@ -91,3 +91,24 @@ def test_agent_session_loop_fixes_the_bug_over_several_turns(make_executor, monk
     assert "AssertionError" in turns[1]["observation"], turns[1]
     assert "[value] 3" in turns[2]["observation"], turns[2]
     assert "all passed" in turns[3]["observation"], turns[3]
+
+
+def test_e2b_agent_loop_runs_on_sandpool_with_environment_variables_only(make_executor, monkeypatch) -> None:
+    """examples/e2b_agent.py is plain E2B SDK code: only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY
+    point it at an executor's HTTP port."""
+    from conftest import free_port
+
+    port = free_port()
+    make_executor("pytest-e2b-agent", languages="python,bash", args=["--http-listen", f"127.0.0.1:{port}"])
+    for var in ("E2B_API_URL", "E2B_SANDBOX_URL"):
+        monkeypatch.setenv(var, f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("E2B_API_KEY", "any-key-without-auth")
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    m = load(REPO / "examples/e2b_agent.py", "", monkeypatch)
+    out = m.agent()
+    turns = out["turns"]
+    assert out["answer"] == "median() fixed: the tests pass", out
+    assert out["sandbox"].endswith("-pytest-e2b-agent"), out["sandbox"]
+    assert "AssertionError: even: got 3" in turns[2]["observation"], turns[2]
+    assert "[value] 3" in turns[3]["observation"], turns[3]
+    assert "all passed" in turns[5]["observation"], turns[5]
