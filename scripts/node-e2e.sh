@@ -374,12 +374,14 @@ gateway_ready() {
     "$K" get deploy,svc,networkpolicy,role,rolebinding -n "$NS_POOL_NS" python-gateway
 }
 check "the HTTP pool in $NS_POOL_NS has a Ready gateway (it watches the pool's EndpointSlices)" gateway_ready
-# run_code_via_gateway NS LABELLED: a pod POSTs /run_code to the gateway Service for 20 s
-# (a new pod's address reaches the policy engine a moment after it starts); 0 if a run
-# answered Success with the program's output.
-run_code_via_gateway() {
-  local ns="$1" name="gw-client-$RANDOM" labels="{}" phase out
+# gateway_client NS LABELLED WANT SCRIPT: a pod (labelled role=sandbox-user or not) runs the
+# Python SCRIPT against http://python-gateway.NS:8080 ($GW in the script), retrying for 20 s
+# while it cannot connect (a new pod's address reaches the policy engine a moment after it
+# starts); 0 if the pod succeeded and printed WANT.
+gateway_client() {
+  local ns="$1" name="gw-client-$RANDOM" labels="{}" want="$3" script phase out
   [[ $2 == true ]] && labels="{role: sandbox-user}"
+  script="$(jq -Rs . <<< "$4")"
   cat <<EOF | "$K" apply -f - > /dev/null
 apiVersion: v1
 kind: Pod
@@ -392,20 +394,19 @@ spec:
     - name: client
       image: $EXECUTOR_IMAGE
       imagePullPolicy: Never
+      env:
+        - {name: GW, value: "http://python-gateway.$ns.svc.cluster.local:8080"}
+        - {name: SCRIPT, value: $script}
       command:
         - python3
         - -c
         - |
-          import json, sys, time, urllib.request
-          body = json.dumps({"language": "python", "code": "print(6 * 7)"}).encode()
+          import os, sys, time
           deadline = time.time() + 20
           while True:
               try:
-                  req = urllib.request.Request("http://python-gateway.$ns.svc.cluster.local:8080/run_code",
-                                               data=body, headers={"content-type": "application/json"})
-                  reply = json.load(urllib.request.urlopen(req, timeout=10))
-                  print(reply.get("status"), repr((reply.get("run_result") or {}).get("stdout")))
-                  sys.exit(0 if reply.get("status") == "Success" else 1)
+                  exec(os.environ["SCRIPT"])
+                  sys.exit(0)
               except OSError as e:
                   if time.time() > deadline:
                       print("not connected:", e); sys.exit(1)
@@ -421,12 +422,40 @@ EOF
   out="$("$K" logs "$name" -n "$ns" 2>&1 || true)"
   "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
   echo "$out"
-  [[ $phase == Succeeded ]] && grep -qF "Success '42\n'" <<< "$out"
+  [[ $phase == Succeeded ]] && grep -qF "$want" <<< "$out"
 }
+# SandboxFusion's /run_code, spread per request.
+RUN_CODE='
+import json, os, urllib.request
+body = json.dumps({"language": "python", "code": "print(6 * 7)"}).encode()
+req = urllib.request.Request(os.environ["GW"] + "/run_code", data=body, headers={"content-type": "application/json"})
+reply = json.load(urllib.request.urlopen(req, timeout=10))
+print(reply.get("status"), repr((reply.get("run_result") or {}).get("stdout")))
+'
+# E2B as its SDK speaks it: create (on any executor), then two cells and a kill, routed to
+# the executor holding the sandbox by E2b-Sandbox-Id and by the id in the path.
+E2B='
+import json, os, urllib.request
+def call(method, path, body=None, headers={}):
+    data = None if body is None else json.dumps(body).encode()
+    hs = {"content-type": "application/json", "x-api-key": "none", **headers}
+    with urllib.request.urlopen(urllib.request.Request(os.environ["GW"] + path, method=method, data=data, headers=hs), timeout=30) as r:
+        return r.status, r.read().decode()
+code, created = call("POST", "/v2/sandboxes", {"templateID": "code-interpreter-v1", "timeout": 60})
+sbx = json.loads(created)
+data = {"e2b-sandbox-id": sbx["sandboxID"], "e2b-sandbox-port": "49999", "x-access-token": sbx["envdAccessToken"]}
+call("POST", "/execute", {"code": "x = 6"}, data)
+_, lines = call("POST", "/execute", {"code": "x * 7"}, data)
+result = [l for l in map(json.loads, lines.splitlines()) if l["type"] == "result"][0]
+killed, _ = call("DELETE", "/sandboxes/" + sbx["sandboxID"])
+print("e2b", code, result["text"], killed)
+'
 check "a role=sandbox-user pod in $NS_POOL_NS runs code through http://python-gateway:8080/run_code" \
-  run_code_via_gateway "$NS_POOL_NS" true
+  gateway_client "$NS_POOL_NS" true "Success '42\n'" "$RUN_CODE"
 check "the same pod without the label cannot reach the gateway (its policy admits the pool's clients only)" \
-  not run_code_via_gateway "$NS_POOL_NS" false
+  not gateway_client "$NS_POOL_NS" false "Success '42\n'" "$RUN_CODE"
+check "an E2B sandbox created through the gateway keeps its state across cells (routed by its id), and is killed" \
+  gateway_client "$NS_POOL_NS" true "e2b 201 42 204" "$E2B"
 
 # --- disruption, deletion, uninstall ------------------------------------------------------------
 # eval_running NS NAME: starts an eval Job (no stubs) and prints its pod's phase once it runs
