@@ -323,8 +323,19 @@ async fn bad_data_plane_requests_name_the_field_and_odd_bodies_are_bounded() {
             501,
             "WatchDir",
         ),
-        ("/process.Process/SendSignal", json!({}).to_string(), 501, "SendSignal"),
-        ("/process.Process/SendInput", json!({}).to_string(), 501, "SendInput"),
+        (
+            "/process.Process/SendSignal",
+            json!({"process": {"pid": 1}, "signal": "SIGNAL_SIGHUP"}).to_string(),
+            400,
+            "signal",
+        ),
+        (
+            "/process.Process/SendInput",
+            json!({"process": {"pid": 1}, "input": {"stdin": "%%"}}).to_string(),
+            400,
+            "input.stdin",
+        ),
+        ("/process.Process/Update", json!({}).to_string(), 501, "Update"),
     ] {
         let (code, v) = call(&exe, "POST", path, h.clone(), body.clone()).await;
         assert_names(code, &v, want, field);
@@ -425,6 +436,51 @@ async fn bad_data_plane_requests_name_the_field_and_odd_bodies_are_bounded() {
     .await
     .expect("huge");
     assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    // Processes that are not there: Connect's not_found, for a signal and for input too.
+    for (path, body) in [
+        (
+            "/process.Process/SendSignal",
+            json!({"process": {"pid": 424242}, "signal": "SIGNAL_SIGKILL"}),
+        ),
+        (
+            "/process.Process/SendInput",
+            json!({"process": {"pid": 424242}, "input": {"stdin": "eA=="}}),
+        ),
+    ] {
+        let (code, v) = call(&exe, "POST", path, h.clone(), body.to_string()).await;
+        assert_eq!((code, v["code"].clone()), (404, json!("not_found")), "{path}: {v}");
+    }
+    // A background process streams until the sandbox is killed under it: the stream ends
+    // (no hang), and nothing of the sandbox is left running.
+    let (bg_id, bg_token) = create(&exe, A, json!({"templateID": "base"})).await;
+    let watch = start(
+        envelope(json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo started; sleep 600"]}})),
+        data(&bg_id, &bg_token),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (code, _) = call(&exe, "DELETE", &format!("/sandboxes/{bg_id}"), key(A), String::new()).await;
+    assert_eq!(code, 204);
+    let reply = tokio::time::timeout(Duration::from_secs(20), watch)
+        .await
+        .expect("the stream ended when its sandbox did")
+        .expect("start");
+    assert!(reply.contains("\"pid\""), "{reply}");
+    assert!(
+        reply.contains("c3RhcnRlZAo="),
+        "base64 of started, streamed before the end: {reply}"
+    );
+    assert!(
+        reply.contains("not_found") && !reply.contains("\"exitCode\""),
+        "{reply}"
+    );
+    let sleepers = std::process::Command::new("pgrep")
+        .args(["-f", "sleep 600"])
+        .output()
+        .expect("pgrep");
+    assert!(
+        sleepers.stdout.is_empty(),
+        "the killed sandbox's process is still running"
+    );
     // The executor is still there and the sandbox still works.
     let (code, v) = call(
         &exe,

@@ -31,6 +31,15 @@ IN = BASE + "/in"
 OUT = BASE + "/out"
 SCRATCH = "/tmp/.sandpool"
 RESERVE = BASE + "/reserve"
+# Processes started in the background (E2B's commands): procs/N/{stdout,stderr}, then
+# procs/N/exit (the exit code, or minus the signal), written by a wrapper shell as the
+# command ends, or by the driver when it reaps one killed with its wrapper.
+PROCS = BASE + "/procs"
+WRAP = 'bash -c "$1"; c=$?; printf %s "$c" > "$2.tmp" && mv "$2.tmp" "$2"; exit "$c"'
+_procs = {}
+# Ids of background processes: never reused in a session, also across interpreter restarts
+# (each start has its own epoch), so a caller's old id never names a new process.
+_next_pid = [int(os.environ.get("SANDPOOL_EPOCH", "1") or 1) % 40000 * 100000]
 
 
 def _cpu_seconds():
@@ -130,7 +139,87 @@ def _forget(n):
     shutil.rmtree("%s/%d" % (OUT, n), ignore_errors=True)
 
 
+def _write_exit(i, code):
+    path = "%s/%d/exit" % (PROCS, i)
+    if os.path.exists(path):
+        return
+    with open(path + ".tmp", "w") as f:
+        f.write(str(code))
+    os.rename(path + ".tmp", path)
+
+
+def _reap():
+    """Collects the background processes that ended (no zombies), noting each one's end."""
+    for i, (p, _) in list(_procs.items()):
+        code = p.poll()
+        if code is not None:
+            del _procs[i]
+            try:
+                _write_exit(i, code)
+            except OSError:
+                pass
+
+
+def _op(req):
+    """A background-process operation; its answer (JSON) goes back as the call's display."""
+    kind = req.get("kind")
+    if kind == "spawn":
+        _next_pid[0] += 1
+        i = _next_pid[0]
+        d = "%s/%d" % (PROCS, i)
+        os.makedirs(d)
+        with open(d + "/stdout", "wb") as o, open(d + "/stderr", "wb") as e:
+            p = subprocess.Popen(
+                ["bash", "-c", WRAP, "sandpool-proc", req.get("source", ""), d + "/exit"],
+                stdin=subprocess.PIPE if req.get("stdin") else subprocess.DEVNULL,
+                stdout=o, stderr=e, start_new_session=True,
+            )
+        if p.stdin is not None:
+            os.set_blocking(p.stdin.fileno(), False)
+        _procs[i] = (p, req.get("config") or {})
+        return {"pid": i}
+    if kind == "procs":
+        return {"processes": [{"pid": i, "config": c} for i, (p, c) in sorted(_procs.items()) if p.poll() is None]}
+    entry = _procs.get(int(req.get("pid", 0)))
+    if entry is None or entry[0].poll() is not None:
+        return {"error": "not_found", "message": "no running process with pid %s" % req.get("pid")}
+    p = entry[0]
+    if kind == "signal":
+        os.killpg(p.pid, int(req.get("signal", 9)))
+        return {}
+    if kind == "input":
+        if p.stdin is None or p.stdin.closed:
+            return {"error": "failed_precondition", "message": "the process was started without stdin, or its stdin is closed"}
+        data = bytes.fromhex(req.get("data", ""))
+        try:
+            while data:
+                data = data[os.write(p.stdin.fileno(), data):]
+        except BlockingIOError:
+            return {"error": "resource_exhausted", "message": "the process is not reading its stdin (its pipe is full)"}
+        except BrokenPipeError:
+            return {"error": "failed_precondition", "message": "the process closed its stdin"}
+        return {}
+    if kind == "close_stdin":
+        if p.stdin is not None and not p.stdin.closed:
+            p.stdin.close()
+        return {}
+    return {"error": "invalid_argument", "message": "unknown operation %r" % kind}
+
+
 def _call(n, req, ns):
+    if req.get("kind") in ("spawn", "procs", "signal", "input", "close_stdin"):
+        meta = {"n": n, "status": "ok", "display": "", "exit_code": 0, "error": ""}
+        _set_cpu_limit(float(req.get("cpu_seconds", 0)))
+        try:
+            meta["display"] = json.dumps(_op(req))
+        except Exception as e:
+            meta["display"] = json.dumps({"error": "internal", "message": "%s: %s" % (type(e).__name__, e)})
+        try:
+            meta["cwd"] = os.getcwd()
+        except OSError:
+            meta["cwd"] = ""
+        _reply(n, meta, os.devnull, os.devnull, 1)
+        return
     cap = max(1, int(req.get("output_bytes", 1 << 20)))
     out_path, err_path = "%s/out" % SCRATCH, "%s/err" % SCRATCH
     stdin_path = "%s/%d.stdin" % (IN, n)
@@ -205,7 +294,9 @@ def main():
     # What an interpreter killed earlier in this session left.
     shutil.rmtree(IN, ignore_errors=True)
     shutil.rmtree(OUT, ignore_errors=True)
+    shutil.rmtree(PROCS, ignore_errors=True)
     os.makedirs(SCRATCH, exist_ok=True)
+    os.makedirs(PROCS, exist_ok=True)
     os.makedirs(IN, exist_ok=True)
     os.makedirs(OUT, exist_ok=True)
     os.chdir("/work")
@@ -223,6 +314,8 @@ def main():
         _ready()
     idle = 0.0
     while True:
+        if _procs:
+            _reap()
         if not os.path.exists("%s/%d.go" % (IN, n)):
             # Quick polls right after a call, slower ones when idle: a waiting session costs little CPU.
             idle = min(0.05, idle + 0.0005)

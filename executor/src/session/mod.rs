@@ -196,6 +196,31 @@ impl Session {
     }
 }
 
+/// What a session call asks for.
+enum Input {
+    Code(String),
+    Command(String),
+    /// A background-process operation ([`SessionManager::op`]).
+    Op(serde_json::Value),
+}
+
+impl Input {
+    fn len(&self) -> usize {
+        match self {
+            Input::Code(s) | Input::Command(s) => s.len(),
+            Input::Op(v) => v.to_string().len(),
+        }
+    }
+
+    fn field(&self) -> &'static str {
+        match self {
+            Input::Code(_) => "code",
+            Input::Command(_) => "command",
+            Input::Op(_) => "op",
+        }
+    }
+}
+
 /// Marks a Python call abandoned unless it finished: its caller's future was dropped.
 struct CallGuard<'a> {
     state: &'a mut State,
@@ -655,16 +680,58 @@ impl SessionManager {
         req: pb::RunInSessionRequest,
         auth: &[u8],
     ) -> Result<pb::RunInSessionResponse, SessionError> {
-        let _in_progress = self.engine.admission().request();
-        let s = self.find(&req.session_id, auth)?;
-        let (is_command, source) = match req.input {
-            Some(pb::run_in_session_request::Input::Code(c)) => (false, c),
-            Some(pb::run_in_session_request::Input::Command(c)) => (true, c),
+        let input = match req.input {
+            Some(pb::run_in_session_request::Input::Code(c)) => Input::Code(c),
+            Some(pb::run_in_session_request::Input::Command(c)) => Input::Command(c),
             None => return Err(ExecError::invalid("input", "set code or command").into()),
         };
-        if source.len() as u64 > s.totals.disk {
-            let field = if is_command { "command" } else { "code" };
-            return Err(ExecError::invalid(field, "longer than the session's /work can hold").into());
+        self.call(&req.session_id, auth, input, req.stdin, req.limits, &req.request_id)
+            .await
+    }
+
+    /// An operation on a Python session's background processes (E2B's commands; the
+    /// driver's `_op`): `op` is `{"kind": "spawn"|"procs"|"signal"|"input"|"close_stdin", ...}`.
+    /// Answers the driver's JSON, which has `error` and `message` when the operation failed.
+    pub async fn op(&self, id: &str, auth: &[u8], op: serde_json::Value) -> Result<serde_json::Value, SessionError> {
+        let r = self.call(id, auth, Input::Op(op), Vec::new(), None, "").await?;
+        if r.verdict != pb::Verdict::Ok as i32 {
+            return Err(ExecError::Internal(format!("the session's interpreter did not do it: {}", r.message)).into());
+        }
+        serde_json::from_str(&r.display)
+            .map_err(|e| ExecError::Internal(format!("the session's interpreter answered oddly: {e}")).into())
+    }
+
+    /// Reads a file of the session's own directory (`.sandpool/...`), at most `cap` bytes;
+    /// None when it is not there.
+    pub async fn state_file(
+        &self,
+        id: &str,
+        auth: &[u8],
+        path: &str,
+        cap: u64,
+    ) -> Result<Option<Vec<u8>>, SessionError> {
+        let s = self.find(id, auth)?;
+        let (w, p) = (s.work.clone(), format!("{STATE_DIR}/{path}"));
+        match blocking(move || w.read_file(&p, cap)).await? {
+            Ok(b) => Ok(Some(b)),
+            Err(crate::sandbox::FetchError::NotFound) => Ok(None),
+            Err(e) => Err(ExecError::Internal(scrub_host_paths(&e.to_string())).into()),
+        }
+    }
+
+    async fn call(
+        &self,
+        id: &str,
+        auth: &[u8],
+        input: Input,
+        stdin: Vec<u8>,
+        req_limits: Option<pb::Limits>,
+        request_id: &str,
+    ) -> Result<pb::RunInSessionResponse, SessionError> {
+        let _in_progress = self.engine.admission().request();
+        let s = self.find(id, auth)?;
+        if input.len() as u64 > s.totals.disk {
+            return Err(ExecError::invalid(input.field(), "longer than the session's /work can hold").into());
         }
         let mut closed = s.closed.subscribe();
         let mut st = tokio::select! {
@@ -689,7 +756,7 @@ impl SessionManager {
         let limits = policy::call_limits(
             self.engine.policy(),
             &s.call_limits,
-            req.limits.as_ref(),
+            req_limits.as_ref(),
             &s.totals,
             cpu_left,
             s.life_left(),
@@ -699,11 +766,17 @@ impl SessionManager {
         let t = Instant::now();
         let run = async {
             match s.kind {
-                Kind::Bash => self.run_shell(&s, &mut st, &source, req.stdin, limits).await,
-                Kind::Python => {
-                    self.run_python(&s, &mut st, is_command, source, req.stdin, limits)
-                        .await
-                }
+                Kind::Bash => match input {
+                    Input::Code(source) | Input::Command(source) => {
+                        self.run_shell(&s, &mut st, &source, stdin, limits).await
+                    }
+                    Input::Op(_) => Err(ExecError::invalid(
+                        "session_id",
+                        "background processes need a Python session (this one is bash)",
+                    )
+                    .into()),
+                },
+                Kind::Python => self.run_python(&s, &mut st, input, stdin, limits).await,
             }
         };
         let resp = tokio::select! {
@@ -719,7 +792,7 @@ impl SessionManager {
         s.touch();
         resp.calls_left = s.totals.calls.saturating_sub(st.calls);
         resp.executor = Some(self.engine.info(""));
-        tracing::debug!(session = %&s.id[..8], elapsed_ms = t.elapsed().as_millis() as u64, request_id = %req.request_id, verdict = resp.verdict, "session call");
+        tracing::debug!(session = %&s.id[..8], elapsed_ms = t.elapsed().as_millis() as u64, request_id = %request_id, verdict = resp.verdict, "session call");
         Ok(resp)
     }
 
@@ -751,8 +824,7 @@ impl SessionManager {
         &self,
         s: &Session,
         st: &mut State,
-        is_command: bool,
-        source: String,
+        input: Input,
         stdin: Vec<u8>,
         limits: Limits,
     ) -> Result<pb::RunInSessionResponse, SessionError> {
@@ -776,13 +848,14 @@ impl SessionManager {
         }
         let n = st.next_call;
         st.next_call += 1;
-        let request = serde_json::json!({
-            "kind": if is_command { "command" } else { "code" },
-            "source": source,
-            "output_bytes": limits.output,
-            "display_chars": limits.output.min(repl::DISPLAY_CHARS),
-            "cpu_seconds": limits.cpu.as_secs_f64(),
-        });
+        let mut request = match input {
+            Input::Code(source) => serde_json::json!({"kind": "code", "source": source}),
+            Input::Command(source) => serde_json::json!({"kind": "command", "source": source}),
+            Input::Op(op) => op,
+        };
+        request["output_bytes"] = limits.output.into();
+        request["display_chars"] = limits.output.min(repl::DISPLAY_CHARS).into();
+        request["cpu_seconds"] = limits.cpu.as_secs_f64().into();
         let t = Instant::now();
         let guard = CallGuard { state: st, done: false };
         let Some(repl) = guard.state.repl.as_mut() else {

@@ -8,13 +8,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 /// Flag of the envelope that ends a stream.
-const END_STREAM: u8 = 0x02;
+pub const END_STREAM: u8 = 0x02;
 
 /// A Connect error code, and the HTTP status a unary call answers it with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
     InvalidArgument,
     NotFound,
+    FailedPrecondition,
+    DeadlineExceeded,
     AlreadyExists,
     PermissionDenied,
     ResourceExhausted,
@@ -27,6 +29,8 @@ impl Code {
         match self {
             Code::InvalidArgument => "invalid_argument",
             Code::NotFound => "not_found",
+            Code::FailedPrecondition => "failed_precondition",
+            Code::DeadlineExceeded => "deadline_exceeded",
             Code::AlreadyExists => "already_exists",
             Code::PermissionDenied => "permission_denied",
             Code::ResourceExhausted => "resource_exhausted",
@@ -39,6 +43,8 @@ impl Code {
         match self {
             Code::InvalidArgument => StatusCode::BAD_REQUEST,
             Code::NotFound => StatusCode::NOT_FOUND,
+            Code::FailedPrecondition => StatusCode::BAD_REQUEST,
+            Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
             Code::AlreadyExists => StatusCode::CONFLICT,
             Code::PermissionDenied => StatusCode::FORBIDDEN,
             Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
@@ -63,7 +69,7 @@ impl Error {
         }
     }
 
-    fn json(&self) -> serde_json::Value {
+    pub fn json(&self) -> serde_json::Value {
         serde_json::json!({ "code": self.code.name(), "message": self.message })
     }
 
@@ -97,6 +103,13 @@ pub fn first_message(body: &[u8]) -> Result<serde_json::Value, Error> {
         .get(5..5 + len)
         .ok_or_else(|| bad("the envelope is longer than the body"))?;
     serde_json::from_slice(msg).map_err(|e| bad(&e.to_string()))
+}
+
+/// One envelope holding `msg`.
+pub fn envelope_bytes(flags: u8, msg: &serde_json::Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    envelope(&mut out, flags, msg);
+    out
 }
 
 fn envelope(out: &mut Vec<u8>, flags: u8, msg: &serde_json::Value) {

@@ -1,14 +1,16 @@
 //! E2B's sandbox daemon (envd) on the executor's HTTP port: `/health`, file upload and
 //! download (`/files`), the filesystem service and the process service, over one
-//! sandbox's session.
+//! sandbox's session (a Python session: see [`super::TEMPLATES`]).
 //!
 //! - Files are the session's `/work`, which the SDK sees as `/home/user` ([`super::work_path`]).
 //! - Filesystem calls (`Stat`, `ListDir`, `MakeDir`, `Remove`, `Move`) run as a short
 //!   command inside the sandbox, so they see exactly what the sandbox's programs see and
 //!   nothing is touched from the host.
-//! - `Process.Start` runs a command to its end and answers its events (start, output, end)
-//!   then: output is not streamed while the command runs, and there are no background
-//!   processes, stdin, signals or PTYs (refused as `unimplemented`).
+//! - Commands (`Process.Start`) are background processes of the sandbox's interpreter, each
+//!   in a subshell, writing its output to files of the session's own directory; the host
+//!   streams those files to the caller as they grow (`Start`, `Connect`) and ends the stream
+//!   with the exit code. `SendInput`, `CloseStdin`, `SendSignal` and `List` are interpreter
+//!   operations. No terminals (PTY) and no client-streamed stdin (`StreamInput`).
 
 use super::connect::{self, Code, Error};
 use super::{E2b, Refused, sandbox, sdk_path, work_path};
@@ -463,26 +465,135 @@ fn command_of(process: &serde_json::Value) -> Result<String, Error> {
     Ok(format!("(\n{script}\n)"))
 }
 
-/// `POST /process.Process/{method}`: `Start` runs a command to its end; `List` is empty
-/// (nothing runs between calls); the rest is refused.
+/// `POST /process.Process/{method}`: commands run as background processes of the sandbox's
+/// interpreter ([`crate::session::SessionManager::op`]); `Start` and `Connect` stream their
+/// output from the files the process writes, as it runs.
 pub async fn process(
     State(e): State<E2b>,
     Path(method): Path<String>,
     headers: HeaderMap,
     body: bytes::Bytes,
 ) -> Response {
+    let sbx = match sandbox(e.sessions.as_ref(), &headers) {
+        Ok(s) => s,
+        Err(r) => return r.response(),
+    };
+    let Some(sessions) = e.sessions.clone() else {
+        return Refused::NoSessions.response();
+    };
+    let streaming = matches!(method.as_str(), "Start" | "Connect" | "StreamInput");
+    let req = if streaming {
+        connect::first_message(&body)
+    } else if body.is_empty() {
+        Ok(serde_json::json!({}))
+    } else {
+        super::json_body::<serde_json::Value>(&body).map_err(|m| Error::new(Code::InvalidArgument, m))
+    };
+    let req = match req {
+        Ok(r) => r,
+        Err(err) if streaming => return connect::stream(&[], Some(&err)),
+        Err(err) => return err.unary(),
+    };
+    let deadline = headers
+        .get("connect-timeout-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms));
+    let op = |v: serde_json::Value| {
+        let (sessions, sbx) = (sessions.clone(), (sbx.id.clone(), sbx.owner.clone()));
+        async move { run_op(&sessions, &sbx.0, &sbx.1, v).await }
+    };
+    let pid = || req.pointer("/process/pid").and_then(|p| p.as_u64()).unwrap_or(0);
     match method.as_str() {
-        "Start" => start(e, headers, body).await,
-        "List" => match sandbox(e.sessions.as_ref(), &headers) {
-            Ok(_) => connect::unary_ok(serde_json::json!({"processes": []})),
-            Err(r) => r.response(),
+        "Start" => {
+            if req.get("pty").is_some_and(|p| !p.is_null()) {
+                let err = Error::new(Code::Unimplemented, "pty: terminals are not supported by Sandpool");
+                return connect::stream(&[], Some(&err));
+            }
+            let config = req.get("process").cloned().unwrap_or(serde_json::Value::Null);
+            let source = match command_of(&config) {
+                Ok(c) => c,
+                Err(err) => return connect::stream(&[], Some(&err)),
+            };
+            let spawn = serde_json::json!({
+                "kind": "spawn",
+                "source": source,
+                "stdin": req.get("stdin").and_then(|s| s.as_bool()).unwrap_or(false),
+                "config": config,
+            });
+            match op(spawn).await {
+                Ok(v) => {
+                    let pid = v.get("pid").and_then(|p| p.as_u64()).unwrap_or(0);
+                    tail(e, sbx, pid, deadline)
+                }
+                Err(r) => r.into_stream(),
+            }
+        }
+        "Connect" => match op(serde_json::json!({"kind": "procs"})).await {
+            Ok(v) => {
+                let live = v["processes"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|p| p["pid"].as_u64() == Some(pid())));
+                if !live {
+                    let err = Error::new(Code::NotFound, format!("process {}: not running", pid()));
+                    return connect::stream(&[], Some(&err));
+                }
+                tail(e, sbx, pid(), deadline)
+            }
+            Err(r) => r.into_stream(),
+        },
+        "List" => match op(serde_json::json!({"kind": "procs"})).await {
+            Ok(v) => connect::unary_ok(serde_json::json!({"processes": v["processes"]})),
+            Err(r) => r.into_unary(),
+        },
+        "SendSignal" => {
+            let signal = match req.get("signal").and_then(|s| s.as_str()) {
+                Some("SIGNAL_SIGKILL") | None => 9,
+                Some("SIGNAL_SIGTERM") => 15,
+                Some(other) => {
+                    return Error::new(
+                        Code::InvalidArgument,
+                        format!("signal: {other:?} is not SIGNAL_SIGKILL or SIGNAL_SIGTERM"),
+                    )
+                    .unary();
+                }
+            };
+            match op(serde_json::json!({"kind": "signal", "pid": pid(), "signal": signal})).await {
+                Ok(_) => connect::unary_ok(serde_json::json!({})),
+                Err(r) => r.into_unary(),
+            }
+        }
+        "SendInput" => {
+            let data = req.pointer("/input/stdin").and_then(|d| d.as_str()).unwrap_or_default();
+            let Ok(data) = base64::engine::general_purpose::STANDARD.decode(data) else {
+                return Error::new(Code::InvalidArgument, "input.stdin: not base64").unary();
+            };
+            if req.pointer("/input/pty").is_some() {
+                return Error::new(
+                    Code::Unimplemented,
+                    "input.pty: terminals are not supported by Sandpool",
+                )
+                .unary();
+            }
+            let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+            match op(serde_json::json!({"kind": "input", "pid": pid(), "data": hex})).await {
+                Ok(_) => connect::unary_ok(serde_json::json!({})),
+                Err(r) => r.into_unary(),
+            }
+        }
+        "CloseStdin" => match op(serde_json::json!({"kind": "close_stdin", "pid": pid()})).await {
+            Ok(_) => connect::unary_ok(serde_json::json!({})),
+            Err(r) => r.into_unary(),
         },
         other => {
-            let msg = format!(
-                "process.Process/{other} is not supported by Sandpool: commands run to their end in one call (no background processes, stdin, signals or PTYs)"
+            let err = Error::new(
+                Code::Unimplemented,
+                format!(
+                    "process.Process/{other} is not supported by Sandpool (no terminals, no streamed stdin; SendInput takes stdin)"
+                ),
             );
-            let err = Error::new(Code::Unimplemented, msg);
-            if other == "Connect" || other == "StreamInput" {
+            if streaming {
                 connect::stream(&[], Some(&err))
             } else {
                 err.unary()
@@ -491,82 +602,173 @@ pub async fn process(
     }
 }
 
-async fn start(e: E2b, headers: HeaderMap, body: bytes::Bytes) -> Response {
-    let sbx = match sandbox(e.sessions.as_ref(), &headers) {
-        Ok(s) => s,
-        Err(r) => return r.response(),
-    };
-    let Some(sessions) = e.sessions.as_ref() else {
-        return Refused::NoSessions.response();
-    };
-    let req = match connect::first_message(&body) {
-        Ok(v) => v,
-        Err(err) => return connect::stream(&[], Some(&err)),
-    };
-    if req.get("pty").is_some_and(|p| !p.is_null()) {
-        let err = Error::new(Code::Unimplemented, "pty: terminals are not supported by Sandpool");
-        return connect::stream(&[], Some(&err));
-    }
-    let command = match command_of(req.get("process").unwrap_or(&serde_json::Value::Null)) {
-        Ok(c) => c,
-        Err(err) => return connect::stream(&[], Some(&err)),
-    };
-    // The SDK's command timeout arrives as Connect's deadline: the call's wall time.
-    let limits = headers
-        .get("connect-timeout-ms")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|ms| *ms > 0)
-        .map(|ms| pb::Limits {
-            wall_time_ms: ms.min(e.engine.policy().max.wall.as_millis() as u64),
-            ..Default::default()
-        });
-    let run = pb::RunInSessionRequest {
-        session_id: sbx.id.clone(),
-        input: Some(pb::run_in_session_request::Input::Command(command)),
-        limits,
-        ..Default::default()
-    };
-    let r = match sessions.run(run, &sbx.owner).await {
-        Ok(r) => r,
-        Err(crate::session::SessionError::NotFound) => return Refused::NotFound(sbx.id).response(),
-        Err(crate::session::SessionError::Exhausted(m)) => {
-            return connect::stream(&[], Some(&Error::new(Code::ResourceExhausted, m)));
+/// Why a process operation failed: the sandbox is gone (the SDK's not-running answer), or
+/// an error to answer as Connect's.
+enum OpError {
+    Gone(String),
+    Rpc(Error),
+}
+
+impl OpError {
+    fn into_unary(self) -> Response {
+        match self {
+            OpError::Gone(id) => Refused::NotFound(id).response(),
+            OpError::Rpc(e) => e.unary(),
         }
-        Err(crate::session::SessionError::Exec(err)) => {
-            let code = if matches!(err, crate::error::ExecError::InvalidArgument { .. }) {
+    }
+
+    fn into_stream(self) -> Response {
+        match self {
+            OpError::Gone(id) => Refused::NotFound(id).response(),
+            OpError::Rpc(e) => connect::stream(&[], Some(&e)),
+        }
+    }
+}
+
+async fn run_op(
+    sessions: &crate::session::SessionManager,
+    id: &str,
+    owner: &[u8],
+    op: serde_json::Value,
+) -> Result<serde_json::Value, OpError> {
+    match sessions.op(id, owner, op).await {
+        Ok(v) => match v.get("error").and_then(|c| c.as_str()) {
+            None => Ok(v),
+            Some(code) => {
+                let code = match code {
+                    "not_found" => Code::NotFound,
+                    "resource_exhausted" => Code::ResourceExhausted,
+                    "invalid_argument" => Code::InvalidArgument,
+                    "failed_precondition" => Code::FailedPrecondition,
+                    _ => Code::Internal,
+                };
+                let msg = v.get("message").and_then(|m| m.as_str()).unwrap_or_default();
+                Err(OpError::Rpc(Error::new(code, msg)))
+            }
+        },
+        Err(crate::session::SessionError::NotFound) => Err(OpError::Gone(id.to_owned())),
+        Err(crate::session::SessionError::Exhausted(m)) => Err(OpError::Rpc(Error::new(Code::ResourceExhausted, m))),
+        Err(crate::session::SessionError::Exec(e)) => {
+            let code = if matches!(e, crate::error::ExecError::InvalidArgument { .. }) {
                 Code::InvalidArgument
             } else {
                 Code::Internal
             };
-            return connect::stream(&[], Some(&Error::new(code, err.to_string())));
+            Err(OpError::Rpc(Error::new(code, e.to_string())))
         }
-    };
-    let result = r.result.unwrap_or_default();
-    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-    let mut events = vec![serde_json::json!({"event": {"start": {"pid": 1}}})];
-    if !result.stdout.is_empty() {
-        events.push(serde_json::json!({"event": {"data": {"stdout": b64(&result.stdout)}}}));
     }
-    if !result.stderr.is_empty() {
-        events.push(serde_json::json!({"event": {"data": {"stderr": b64(&result.stderr)}}}));
-    }
-    let verdict = pb::Verdict::try_from(r.verdict).unwrap_or(pb::Verdict::SandboxError);
-    let end = match verdict {
-        pb::Verdict::Ok | pb::Verdict::RuntimeError => serde_json::json!({
-            "exitCode": result.exit_code,
-            "exited": true,
-            "status": format!("exit status {}", result.exit_code),
-        }),
-        v => serde_json::json!({
-            "exitCode": if result.exit_code != 0 { result.exit_code } else { -1 },
-            "exited": false,
-            "status": "signal: killed",
-            "error": format!("{}{}", v.as_str_name(), if r.message.is_empty() { String::new() } else { format!(": {}", r.message) }),
-        }),
-    };
-    events.push(serde_json::json!({"event": {"end": end}}));
-    connect::stream(&events, None)
+}
+
+/// How often a quiet process is checked on, at most; and how often a keepalive is sent.
+const TAIL_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Streams process `pid`'s events: start, its output as it grows (each stream capped at the
+/// executor's output ceiling), and its end; killed at `deadline` (the command's timeout).
+fn tail(e: E2b, sbx: super::Sandbox, pid: u64, deadline: Option<tokio::time::Instant>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
+    let cap = e.engine.policy().max.output;
+    tokio::spawn(async move {
+        let Some(sessions) = e.sessions.clone() else { return };
+        let send = |v: serde_json::Value, flags: u8| {
+            let tx = tx.clone();
+            async move { tx.send(Ok(connect::envelope_bytes(flags, &v).into())).await.is_ok() }
+        };
+        if !send(serde_json::json!({"event": {"start": {"pid": pid}}}), 0).await {
+            return;
+        }
+        let (mut sent_out, mut sent_err) = (0usize, 0usize);
+        let mut pause = std::time::Duration::from_millis(2);
+        let mut quiet_since = tokio::time::Instant::now();
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        loop {
+            let read = |name: &str, cap: u64| {
+                let (sessions, id, owner, p) = (
+                    sessions.clone(),
+                    sbx.id.clone(),
+                    sbx.owner.clone(),
+                    format!("procs/{pid}/{name}"),
+                );
+                async move { sessions.state_file(&id, &owner, &p, cap).await }
+            };
+            // The end first: output written before it is then all there to read.
+            let exit = match read("exit", 32).await {
+                Ok(x) => x,
+                Err(_) => {
+                    let err = Error::new(
+                        Code::NotFound,
+                        format!("the sandbox {} was not found: it was killed or timed out", sbx.id),
+                    );
+                    send(serde_json::json!({"error": err.json()}), connect::END_STREAM).await;
+                    return;
+                }
+            };
+            let mut sent_any = false;
+            for (name, sent) in [("stdout", &mut sent_out), ("stderr", &mut sent_err)] {
+                if let Ok(Some(b)) = read(name, cap).await
+                    && b.len() > *sent
+                {
+                    let chunk = b64(&b[*sent..]);
+                    *sent = b.len();
+                    sent_any = true;
+                    if !send(serde_json::json!({"event": {"data": {name: chunk}}}), 0).await {
+                        return;
+                    }
+                }
+            }
+            if let Some(code) = exit {
+                let code: i64 = String::from_utf8_lossy(&code).trim().parse().unwrap_or(-1);
+                let end = if code >= 0 {
+                    serde_json::json!({"exitCode": code, "exited": true, "status": format!("exit status {code}")})
+                } else {
+                    let status = format!(
+                        "signal: {}",
+                        if code == -9 {
+                            "killed".to_owned()
+                        } else {
+                            (-code).to_string()
+                        }
+                    );
+                    serde_json::json!({"exitCode": -1, "exited": false, "status": status, "error": status})
+                };
+                if send(serde_json::json!({"event": {"end": end}}), 0).await {
+                    send(serde_json::json!({}), connect::END_STREAM).await;
+                }
+                return;
+            }
+            let now = tokio::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                let _ = run_op(
+                    &sessions,
+                    &sbx.id,
+                    &sbx.owner,
+                    serde_json::json!({"kind": "signal", "pid": pid, "signal": 9}),
+                )
+                .await;
+                let err = Error::new(
+                    Code::DeadlineExceeded,
+                    "the command ran past its timeout and was killed",
+                );
+                send(serde_json::json!({"error": err.json()}), connect::END_STREAM).await;
+                return;
+            }
+            if sent_any {
+                pause = std::time::Duration::from_millis(2);
+                quiet_since = now;
+            } else {
+                pause = (pause * 2).min(TAIL_PAUSE);
+                if now.duration_since(quiet_since) >= KEEPALIVE {
+                    quiet_since = now;
+                    if !send(serde_json::json!({"event": {"keepalive": {}}}), 0).await {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(pause).await;
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    ([(http::header::CONTENT_TYPE, "application/connect+json")], body).into_response()
 }
 
 #[cfg(test)]

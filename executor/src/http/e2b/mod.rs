@@ -77,7 +77,9 @@ pub fn data_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S> {
 pub const ENVD_VERSION: &str = "0.5.7";
 
 /// The templates served, and the session language each is.
-pub const TEMPLATES: [(&str, &str); 2] = [("code-interpreter-v1", "python"), ("base", "bash")];
+/// Both are Python sessions: E2B's commands run as background processes of the sandbox's
+/// interpreter, which a bash session (a fresh shell each call) cannot keep.
+pub const TEMPLATES: [(&str, &str); 2] = [("code-interpreter-v1", "python"), ("base", "python")];
 
 /// Where the SDK's paths point (the E2B user's home); the session's `/work`.
 pub const HOME: &str = "/home/user";
