@@ -22,6 +22,7 @@ import os
 import resource
 import shutil
 import subprocess
+import threading
 import time
 import traceback
 import types
@@ -206,6 +207,45 @@ def _op(req):
     return {"error": "invalid_argument", "message": "unknown operation %r" % kind}
 
 
+class _Live:
+    """Copies a cell's output, as it is written, from its scratch files to
+    /work/.sandpool/live/<id>/ (at most `cap` bytes each), for the executor to stream (E2B's
+    run_code). Only when the request asks; stopped before the driver writes a traceback."""
+
+    def __init__(self, live_id, paths, cap):
+        self.dir = "%s/live/%s" % (BASE, live_id)
+        shutil.rmtree("%s/live" % BASE, ignore_errors=True)
+        os.makedirs(self.dir)
+        self.paths, self.cap, self.sent = paths, cap, {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _copy(self):
+        for name, src in self.paths:
+            sent = self.sent.get(name, 0)
+            if sent >= self.cap:
+                continue
+            with open(src, "rb") as f:
+                f.seek(sent)
+                data = f.read(min(self.cap - sent, 1 << 16))
+            if data:
+                with open("%s/%s" % (self.dir, name), "ab") as o:
+                    o.write(data)
+                self.sent[name] = sent + len(data)
+
+    def _run(self):
+        while not self.stop.wait(0.03):
+            try:
+                self._copy()
+            except Exception:
+                return  # a full /work, say: the reply still carries the output
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+
+
 def _call(n, req, ns):
     if req.get("kind") in ("spawn", "procs", "signal", "input", "close_stdin"):
         meta = {"n": n, "status": "ok", "display": "", "exit_code": 0, "error": ""}
@@ -241,6 +281,12 @@ def _call(n, req, ns):
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "rb", closefd=False), encoding="utf-8", errors="replace")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True)
+    live = None
+    if req.get("live"):
+        try:
+            live = _Live(str(req["live"]).replace("/", "_"), (("stdout", out_path), ("stderr", err_path)), cap)
+        except Exception:
+            live = None
     try:
         if req.get("kind") == "command":
             p = subprocess.run(["bash", "-c", req.get("source", "")], stdin=0, stdout=1, stderr=2)
@@ -256,6 +302,8 @@ def _call(n, req, ns):
                 meta["display"] = text[:dcap]
                 meta["display_truncated"] = len(text) > dcap
     except SystemExit as e:
+        if live is not None:
+            live.close()
         meta["status"] = "error"
         meta["error"] = "SystemExit"
         code = e.code
@@ -263,6 +311,8 @@ def _call(n, req, ns):
         if meta["exit_code"] == 0:
             meta["status"] = "ok"
     except BaseException as e:
+        if live is not None:
+            live.close()
         meta["status"] = "error"
         meta["error"] = type(e).__name__
         meta["exit_code"] = 1
@@ -275,6 +325,8 @@ def _call(n, req, ns):
             s.flush()
         except Exception:
             pass
+    if live is not None:
+        live.close()
     meta["cpu_us"] = int((_cpu_seconds() - cpu0) * 1e6)
     meta["max_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     try:

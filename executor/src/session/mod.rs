@@ -200,15 +200,15 @@ impl Session {
 enum Input {
     Code(String),
     Command(String),
-    /// A background-process operation ([`SessionManager::op`]).
-    Op(serde_json::Value),
+    /// A request for the Python driver as given ([`SessionManager::op`], [`SessionManager::run_live`]).
+    Request(serde_json::Value),
 }
 
 impl Input {
     fn len(&self) -> usize {
         match self {
             Input::Code(s) | Input::Command(s) => s.len(),
-            Input::Op(v) => v.to_string().len(),
+            Input::Request(v) => v.to_string().len(),
         }
     }
 
@@ -216,7 +216,7 @@ impl Input {
         match self {
             Input::Code(_) => "code",
             Input::Command(_) => "command",
-            Input::Op(_) => "op",
+            Input::Request(_) => "op",
         }
     }
 }
@@ -268,7 +268,7 @@ pub struct SessionManager {
 }
 
 /// 128 bits from the kernel's CSPRNG, as hex.
-fn random_hex() -> Result<String, ExecError> {
+pub(crate) fn random_hex() -> Result<String, ExecError> {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).map_err(|e| ExecError::Internal(format!("getrandom: {e}")))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
@@ -693,12 +693,26 @@ impl SessionManager {
     /// driver's `_op`): `op` is `{"kind": "spawn"|"procs"|"signal"|"input"|"close_stdin", ...}`.
     /// Answers the driver's JSON, which has `error` and `message` when the operation failed.
     pub async fn op(&self, id: &str, auth: &[u8], op: serde_json::Value) -> Result<serde_json::Value, SessionError> {
-        let r = self.call(id, auth, Input::Op(op), Vec::new(), None, "").await?;
+        let r = self.call(id, auth, Input::Request(op), Vec::new(), None, "").await?;
         if r.verdict != pb::Verdict::Ok as i32 {
             return Err(ExecError::Internal(format!("the session's interpreter did not do it: {}", r.message)).into());
         }
         serde_json::from_str(&r.display)
             .map_err(|e| ExecError::Internal(format!("the session's interpreter answered oddly: {e}")).into())
+    }
+
+    /// Runs a cell in a Python session whose output the driver also copies, as it is
+    /// written, to `.sandpool/live/<live>/{stdout,stderr}` ([`Self::state_file`] reads it
+    /// while the call runs: E2B's streamed `run_code`).
+    pub async fn run_live(
+        &self,
+        id: &str,
+        auth: &[u8],
+        code: String,
+        live: &str,
+    ) -> Result<pb::RunInSessionResponse, SessionError> {
+        let req = serde_json::json!({"kind": "code", "source": code, "live": live});
+        self.call(id, auth, Input::Request(req), Vec::new(), None, "").await
     }
 
     /// Reads a file of the session's own directory (`.sandpool/...`), at most `cap` bytes;
@@ -770,7 +784,7 @@ impl SessionManager {
                     Input::Code(source) | Input::Command(source) => {
                         self.run_shell(&s, &mut st, &source, stdin, limits).await
                     }
-                    Input::Op(_) => Err(ExecError::invalid(
+                    Input::Request(_) => Err(ExecError::invalid(
                         "session_id",
                         "background processes need a Python session (this one is bash)",
                     )
@@ -851,7 +865,7 @@ impl SessionManager {
         let mut request = match input {
             Input::Code(source) => serde_json::json!({"kind": "code", "source": source}),
             Input::Command(source) => serde_json::json!({"kind": "command", "source": source}),
-            Input::Op(op) => op,
+            Input::Request(op) => op,
         };
         request["output_bytes"] = limits.output.into();
         request["display_chars"] = limits.output.min(repl::DISPLAY_CHARS).into();

@@ -3,8 +3,10 @@
 //! and answers a stream of JSON lines: `stdout`, `stderr`, `result` (the value of a final
 //! expression), `error` (name, value, traceback) and `number_of_executions`.
 //!
-//! The lines come when the cell has ended (a session call answers once), not as the cell
-//! prints. One context per sandbox: the default Python one (`/contexts`).
+//! A Python cell's `stdout` and `stderr` lines come as the cell writes them (the session's
+//! driver copies them to the session's own directory, which the host reads while the call
+//! runs); the rest when it ends. One context per sandbox: the default Python one
+//! (`/contexts`).
 
 use super::{E2b, Refused, plain, sandbox};
 use axum::http::{HeaderMap, StatusCode};
@@ -44,22 +46,32 @@ pub fn exception(stderr: &str) -> (String, String) {
     }
 }
 
-/// The lines an ended cell answers with.
-pub fn lines(r: &pb::RunInSessionResponse, execution_count: u32) -> String {
+/// The lines an ended cell answers with, after the first `sent` bytes of its stdout and
+/// stderr went out while it ran.
+pub fn lines(r: &pb::RunInSessionResponse, execution_count: u32, sent: (usize, usize)) -> String {
     let result = r.result.clone().unwrap_or_default();
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    let stderr = String::from_utf8_lossy(&result.stderr);
+    let rest = |b: &[u8], n: usize| String::from_utf8_lossy(b.get(n..).unwrap_or_default()).into_owned();
+    let stdout = rest(&result.stdout, sent.0);
+    let verdict = pb::Verdict::try_from(r.verdict).unwrap_or(pb::Verdict::SandboxError);
+    // A runtime error's traceback comes last on stderr and goes in the error line; what the
+    // cell wrote to stderr before it is the cell's stderr.
+    let whole_stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+    let (own, traceback) = match whole_stderr.rfind("Traceback (most recent call last):") {
+        Some(i) if verdict == pb::Verdict::RuntimeError => whole_stderr.split_at(i),
+        _ if verdict == pb::Verdict::RuntimeError => ("", whole_stderr.as_str()),
+        _ => (whole_stderr.as_str(), ""),
+    };
+    let stderr = rest(own.as_bytes(), sent.1);
     let mut out = Vec::new();
     let ts = timestamp();
-    let verdict = pb::Verdict::try_from(r.verdict).unwrap_or(pb::Verdict::SandboxError);
     if !stdout.is_empty() {
         out.push(serde_json::json!({"type": "stdout", "text": stdout, "timestamp": ts}));
     }
     let error = match verdict {
         pb::Verdict::Ok | pb::Verdict::OutputLimitExceeded => None,
         pb::Verdict::RuntimeError => {
-            let (name, value) = exception(&stderr);
-            Some((name, value, stderr.to_string()))
+            let (name, value) = exception(traceback);
+            Some((name, value, traceback.to_owned()))
         }
         v => Some((
             v.as_str_name().to_owned(),
@@ -71,8 +83,7 @@ pub fn lines(r: &pb::RunInSessionResponse, execution_count: u32) -> String {
             stderr.to_string(),
         )),
     };
-    // A runtime error's stderr is its traceback, which the error line carries.
-    if !stderr.is_empty() && verdict != pb::Verdict::RuntimeError {
+    if !stderr.is_empty() {
         out.push(serde_json::json!({"type": "stderr", "text": stderr, "timestamp": ts}));
     }
     if !r.display.is_empty() {
@@ -90,6 +101,78 @@ pub fn lines(r: &pb::RunInSessionResponse, execution_count: u32) -> String {
         s.push('\n');
     }
     s
+}
+
+/// How often a running cell's output is looked at.
+const LIVE_POLL: std::time::Duration = std::time::Duration::from_millis(30);
+
+/// The text of `b` that is whole UTF-8 (a character cut at the end waits for the rest);
+/// how many bytes that is.
+fn whole_utf8(b: &[u8]) -> (String, usize) {
+    match std::str::from_utf8(b) {
+        Ok(s) => (s.to_owned(), b.len()),
+        Err(e) if e.error_len().is_none() => (
+            String::from_utf8_lossy(&b[..e.valid_up_to()]).into_owned(),
+            e.valid_up_to(),
+        ),
+        Err(_) => (String::from_utf8_lossy(b).into_owned(), b.len()),
+    }
+}
+
+/// Streams a Python cell: `stdout`/`stderr` lines as the cell writes them, then the rest
+/// of what [`lines`] says once it ends. A sandbox that goes away mid-cell cuts the stream
+/// (the SDK then asks whether the sandbox still runs, and says it was killed).
+fn stream_cell(
+    sessions: std::sync::Arc<crate::session::SessionManager>,
+    sbx: super::Sandbox,
+    code: String,
+    cap: u64,
+) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
+    tokio::spawn(async move {
+        let Ok(live) = crate::session::random_hex() else { return };
+        let run = sessions.run_live(&sbx.id, &sbx.owner, code, &live);
+        tokio::pin!(run);
+        let mut sent = (0usize, 0usize);
+        let r = loop {
+            tokio::select! {
+                r = &mut run => break r,
+                _ = tokio::time::sleep(LIVE_POLL) => {
+                    let mut out = String::new();
+                    for (name, n) in [("stdout", &mut sent.0), ("stderr", &mut sent.1)] {
+                        let path = format!("live/{live}/{name}");
+                        if let Ok(Some(b)) = sessions.state_file(&sbx.id, &sbx.owner, &path, cap).await
+                            && b.len() > *n
+                        {
+                            let (text, used) = whole_utf8(&b[*n..]);
+                            if used > 0 {
+                                *n += used;
+                                out.push_str(&serde_json::json!({"type": name, "text": text, "timestamp": timestamp()}).to_string());
+                                out.push('\n');
+                            }
+                        }
+                    }
+                    if !out.is_empty() && tx.send(Ok(out.into())).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        };
+        match r {
+            Ok(r) => {
+                let count = sessions
+                    .info(&sbx.id, &sbx.owner)
+                    .map(|i| i.totals.calls.saturating_sub(r.calls_left))
+                    .unwrap_or_default();
+                let _ = tx.send(Ok(lines(&r, count, sent).into())).await;
+            }
+            Err(e) => {
+                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    ([(http::header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
 }
 
 /// `POST /execute`.
@@ -133,6 +216,11 @@ pub async fn execute(State(e): State<E2b>, headers: HeaderMap, body: bytes::Byte
             );
         }
     };
+    if let pb::run_in_session_request::Input::Code(code) = input {
+        // The driver copies at most the call's output limit; the file is the cell's to write
+        // too, so the host reads no more than the executor's ceiling.
+        return stream_cell(sessions.clone(), sbx, code, e.engine.policy().max.output);
+    }
     let run = pb::RunInSessionRequest {
         session_id: sbx.id.clone(),
         input: Some(input),
@@ -145,7 +233,11 @@ pub async fn execute(State(e): State<E2b>, headers: HeaderMap, body: bytes::Byte
                 .info(&sbx.id, &sbx.owner)
                 .map(|i| i.totals.calls.saturating_sub(r.calls_left))
                 .unwrap_or_default();
-            ([(http::header::CONTENT_TYPE, "application/x-ndjson")], lines(&r, count)).into_response()
+            (
+                [(http::header::CONTENT_TYPE, "application/x-ndjson")],
+                lines(&r, count, (0, 0)),
+            )
+                .into_response()
         }
         Err(crate::session::SessionError::NotFound) => Refused::NotFound(sbx.id).response(),
         Err(err) => super::api_session_error(err),
@@ -219,16 +311,30 @@ mod tests {
             verdict: pb::Verdict::RuntimeError as i32,
             result: Some(pb::PhaseResult {
                 stdout: b"hi\n".to_vec(),
-                stderr: b"Traceback...\nValueError: bad\n".to_vec(),
+                stderr: b"warn\nTraceback (most recent call last):\nValueError: bad\n".to_vec(),
                 ..Default::default()
             }),
             ..Default::default()
         };
-        let l: Vec<serde_json::Value> = lines(&r, 3).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let l: Vec<serde_json::Value> = lines(&r, 3, (0, 0))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(l[0]["type"], "stdout");
-        assert_eq!(l[1]["type"], "error");
-        assert_eq!(l[1]["name"], "ValueError");
-        assert_eq!(l[2]["execution_count"], 3);
-        assert_eq!(l.len(), 3);
+        assert_eq!(
+            (l[1]["type"].as_str(), l[1]["text"].as_str()),
+            (Some("stderr"), Some("warn\n"))
+        );
+        assert_eq!(l[2]["type"], "error");
+        assert_eq!(l[2]["name"], "ValueError");
+        assert!(l[2]["traceback"].as_str().unwrap().starts_with("Traceback"), "{}", l[2]);
+        assert_eq!(l[3]["execution_count"], 3);
+        assert_eq!(l.len(), 4);
+        // What streamed while the cell ran is not sent again.
+        let l: Vec<serde_json::Value> = lines(&r, 3, (3, 5))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(l[0]["type"], "error", "{l:?}");
     }
 }
