@@ -193,9 +193,13 @@ pub async fn create(
     };
     let create = pb::CreateSessionRequest {
         language: language.into(),
+        // An agent's sandbox makes many small calls (every file operation is one) and may
+        // compute for long: the executor's ceilings, not a session's defaults.
         session_limits: Some(pb::SessionLimits {
             lifetime_ms: policy.max_lifetime.as_millis() as u64,
             idle_timeout_ms: policy.max_idle.min(policy.max_lifetime).as_millis() as u64,
+            max_calls: policy.max_calls,
+            cpu_time_ms: policy.max_cpu.as_millis() as u64,
             ..Default::default()
         }),
         call_limits: Some(crate::limits::to_proto(call_limits)),
