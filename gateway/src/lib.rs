@@ -14,6 +14,8 @@ pub mod body;
 pub mod config;
 /// Backends from a Service's EndpointSlices (kube watcher).
 pub mod discovery;
+/// E2B's list over the whole pool: every executor asked, the answers merged and paged.
+pub mod list;
 /// Prometheus metrics.
 pub mod metrics;
 /// Forwarding one request: routing, retry decision, hop-by-hop headers, error answers.

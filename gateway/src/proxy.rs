@@ -170,6 +170,12 @@ impl Proxy {
         B::Error: Into<BoxError>,
     {
         let start = Instant::now();
+        if crate::list::is_list(req.method(), req.uri().path()) {
+            let resp = self.list_all(req).await;
+            self.metrics
+                .request_done("list", Some(resp.status().as_u16()), start.elapsed().as_secs_f64());
+            return resp;
+        }
         let (kind, resp, outstanding) = match session::classify(req.uri().path(), req.headers()) {
             Err(e) => ("session", json_error(StatusCode::BAD_REQUEST, &e.to_string()), None),
             Ok(Binding::Session { id, control }) => {
@@ -234,6 +240,64 @@ impl Proxy {
                 (json_error(StatusCode::BAD_GATEWAY, &msg), None)
             }
         }
+    }
+
+    /// E2B's list over the pool: every executor's answer merged, then paged here. An executor
+    /// that cannot be reached is left out (its sandboxes cannot be used either); a refusal
+    /// (a bad token, a bad query) is the client's answer.
+    async fn list_all<B>(&self, req: Request<B>) -> Response<BoxBody> {
+        let set = self.backends.snapshot();
+        let (parts, _) = req.into_parts();
+        let (limit, token, query) = crate::list::split_query(parts.uri.query());
+        let limit = match limit.as_deref().map(str::parse::<usize>) {
+            None => 100,
+            Some(Ok(n)) if (1..=1000).contains(&n) => n,
+            Some(_) => return json_error(StatusCode::BAD_REQUEST, "limit: must be 1 to 1000"),
+        };
+        let mut one = parts.clone();
+        match format!("{}?{query}", parts.uri.path()).parse() {
+            Ok(u) => one.uri = u,
+            Err(_) => return json_error(StatusCode::BAD_REQUEST, "the query is not valid"),
+        }
+        let asks = set.list.iter().map(|b| {
+            let one = &one;
+            async move {
+                let r = self.send(b, one, body::full(Bytes::new())).await;
+                match r {
+                    Ok(resp) => {
+                        let status = resp.status();
+                        let bytes = tokio::time::timeout(self.opts.body_timeout, resp.into_body().collect()).await;
+                        match bytes {
+                            Ok(Ok(c)) => Some((status, c.to_bytes())),
+                            _ => None,
+                        }
+                    }
+                    Err(_) => None,
+                }
+            }
+        });
+        let mut lists = Vec::new();
+        for (status, bytes) in futures::future::join_all(asks).await.into_iter().flatten() {
+            if status != StatusCode::OK {
+                let mut r = Response::new(body::full(bytes));
+                *r.status_mut() = status;
+                r.headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                return r;
+            }
+            match serde_json::from_slice::<Vec<serde_json::Value>>(&bytes) {
+                Ok(l) => lists.push(l),
+                Err(e) => tracing::warn!(error = %e, "an executor's sandbox list was not a JSON list"),
+            }
+        }
+        let (page, next) = crate::list::page(lists, limit, token.as_deref());
+        let mut r = Response::new(body::full(Bytes::from(serde_json::Value::Array(page).to_string())));
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(v) = next.and_then(|n| HeaderValue::from_str(&n).ok()) {
+            r.headers_mut().insert("x-next-token", v);
+        }
+        r
     }
 
     /// A stateless request: the least busy backend, then others while they refuse it unrun.

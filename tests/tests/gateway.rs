@@ -267,6 +267,99 @@ async fn one_keep_alive_connection_spreads_over_both_executors() {
     );
 }
 
+/// E2B over the pool: creates spread over the executors, each sandbox's calls reach the
+/// executor holding it by `E2b-Sandbox-Id`, and a list shows every executor's sandboxes,
+/// paged as one executor pages its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2b_sandboxes_spread_are_routed_and_listed_over_the_pool() {
+    let (a, b) = pair().clone();
+    let g = gateway(&[("exec-a", a.http), ("exec-b", b.http)], &[]).await;
+    let mut conn = Conn::open(g.addr).await;
+    let req = |method: &str, path: &str, headers: &[(&str, &str)], body: String| {
+        let mut r = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "gateway")
+            .header("x-api-key", "e2b-key-0123456789")
+            .header("content-type", "application/json");
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.body(full(body)).expect("request")
+    };
+    let mut sandboxes = Vec::new();
+    for _ in 0..2 {
+        let body = serde_json::json!({"templateID": "code-interpreter-v1", "metadata": {"suite": "gateway"}});
+        let (status, got) = conn.call(req("POST", "/v2/sandboxes", &[], body.to_string())).await;
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&got));
+        let v = json(&got);
+        sandboxes.push((
+            v["sandboxID"].as_str().expect("id").to_owned(),
+            v["envdAccessToken"].as_str().expect("token").to_owned(),
+        ));
+    }
+    let mut homes: Vec<&str> = sandboxes.iter().map(|(id, _)| &id[33..]).collect();
+    homes.sort_unstable();
+    assert_eq!(homes, ["exec-a", "exec-b"], "one sandbox on each executor");
+    for (i, (id, token)) in sandboxes.iter().enumerate() {
+        let headers = [("e2b-sandbox-id", id.as_str()), ("x-access-token", token.as_str())];
+        let cell = serde_json::json!({"code": format!("v = {i} + 40\nv + 1")}).to_string();
+        let (status, got) = conn.call(req("POST", "/execute", &headers, cell)).await;
+        let text = String::from_utf8_lossy(&got);
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains(&format!("\"text\":\"{}\"", i + 41)), "{text}");
+    }
+    let (status, got) = conn
+        .call(req("GET", "/v2/sandboxes?metadata=suite%3Dgateway", &[], String::new()))
+        .await;
+    assert_eq!(status, 200);
+    let listed: Vec<String> = json(&got)
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|v| v["sandboxID"].as_str().map(str::to_owned))
+        .collect();
+    let mut want: Vec<String> = sandboxes.iter().map(|(id, _)| id.clone()).collect();
+    let mut got_sorted = listed.clone();
+    want.sort();
+    got_sorted.sort();
+    assert_eq!(got_sorted, want, "both executors' sandboxes");
+    let first = conn
+        .request(req("GET", "/v2/sandboxes?limit=1", &[], String::new()))
+        .await;
+    let token = first
+        .headers()
+        .get("x-next-token")
+        .and_then(|v| v.to_str().ok())
+        .expect("a next page")
+        .to_owned();
+    assert_eq!(token, listed[0], "pages follow the merged order");
+    let _ = first.into_body().collect().await;
+    let (_, got) = conn
+        .call(req(
+            "GET",
+            &format!("/v2/sandboxes?limit=1&nextToken={token}"),
+            &[],
+            String::new(),
+        ))
+        .await;
+    assert_eq!(json(&got)[0]["sandboxID"], listed[1]);
+    // Another key sees none of them, on any executor.
+    let other = http::Request::get("/v2/sandboxes")
+        .header("host", "gateway")
+        .header("x-api-key", "someone-else-0123456789")
+        .body(full(Bytes::new()))
+        .expect("request");
+    let (_, got) = conn.call(other).await;
+    assert_eq!(json(&got), serde_json::json!([]));
+    for (id, _) in &sandboxes {
+        let (status, _) = conn
+            .call(req("DELETE", &format!("/sandboxes/{id}"), &[], String::new()))
+            .await;
+        assert_eq!(status, 204, "killed on its executor");
+    }
+}
+
 /// An executor whose queue is full answers 429 before running anything: the request
 /// goes to the other, and every one succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
