@@ -144,8 +144,15 @@ impl HttpOptions {
     }
 }
 
+/// An error the server's own layers answer (auth, body limits and timeouts), for every
+/// protocol at once: SandboxFusion's clients read `detail`; E2B's SDK requires `code` and
+/// `message` (without them it fails with a KeyError rather than its own exception).
 fn detail(code: StatusCode, msg: &str) -> Response {
-    (code, Json(serde_json::json!({ "detail": msg }))).into_response()
+    (
+        code,
+        Json(serde_json::json!({ "detail": msg, "code": code.as_u16(), "message": msg })),
+    )
+        .into_response()
 }
 
 /// Reads the whole body within the timeout before any handler sees it: a client that

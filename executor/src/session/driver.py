@@ -18,6 +18,7 @@ _CWD_ENTRY = sys.path.pop(0) if sys.path and sys.path[0] in ("", "/work") else N
 import ast
 import io
 import json
+import linecache
 import os
 import resource
 import shutil
@@ -72,6 +73,8 @@ def _set_cpu_limit(seconds):
 
 def _run_cell(src, ns):
     """Runs `src` like a notebook cell; returns the final expression's value (or None)."""
+    # Tracebacks show the failing line, as in a notebook.
+    linecache.cache["<cell>"] = (len(src), None, src.splitlines(True), "<cell>")
     tree = ast.parse(src, "<cell>", "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
