@@ -660,15 +660,20 @@ async fn run_op(
 }
 
 /// How often a quiet process is checked on, at most; and how often a keepalive is sent.
-const TAIL_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+const TAIL_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Streams process `pid`'s events: start, its output as it grows (each stream capped at the
 /// executor's output ceiling), and its end; killed at `deadline` (the command's timeout).
 fn tail(e: E2b, sbx: super::Sandbox, pid: u64, deadline: Option<tokio::time::Instant>) -> Response {
+    let permit = match e.stream_permit() {
+        Ok(p) => p,
+        Err(err) => return connect::stream(&[], Some(&err)),
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
     let cap = e.engine.policy().max.output;
     tokio::spawn(async move {
+        let _permit = permit;
         let Some(sessions) = e.sessions.clone() else { return };
         let send = |v: serde_json::Value, flags: u8| {
             let tx = tx.clone();

@@ -127,9 +127,11 @@ fn stream_cell(
     sbx: super::Sandbox,
     code: String,
     cap: u64,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
+        let _permit = permit;
         let Ok(live) = crate::session::random_hex() else { return };
         let run = sessions.run_live(&sbx.id, &sbx.owner, code, &live);
         tokio::pin!(run);
@@ -217,9 +219,13 @@ pub async fn execute(State(e): State<E2b>, headers: HeaderMap, body: bytes::Byte
         }
     };
     if let pb::run_in_session_request::Input::Code(code) = input {
+        let permit = match e.stream_permit() {
+            Ok(p) => p,
+            Err(err) => return plain(StatusCode::TOO_MANY_REQUESTS, &err.message),
+        };
         // The driver copies at most the call's output limit; the file is the cell's to write
         // too, so the host reads no more than the executor's ceiling.
-        return stream_cell(sessions.clone(), sbx, code, e.engine.policy().max.output);
+        return stream_cell(sessions.clone(), sbx, code, e.engine.policy().max.output, permit);
     }
     let run = pb::RunInSessionRequest {
         session_id: sbx.id.clone(),

@@ -34,6 +34,32 @@ pub struct E2b {
     pub engine: Arc<Engine>,
     /// None where the server has no sessions (then every E2B call says so).
     pub sessions: Option<Arc<SessionManager>>,
+    /// Streams being fed at once (commands' output, cells' output): each polls files, so
+    /// their number is capped, not just the connections'.
+    pub streams: Arc<tokio::sync::Semaphore>,
+}
+
+/// The most output streams fed at once ([`E2b::streams`]).
+pub const MAX_STREAMS: usize = 256;
+
+impl E2b {
+    pub fn new(engine: Arc<Engine>, sessions: Option<Arc<SessionManager>>) -> Self {
+        E2b {
+            engine,
+            sessions,
+            streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+        }
+    }
+
+    /// A stream's place, or why there is none.
+    pub fn stream_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, connect::Error> {
+        self.streams.clone().try_acquire_owned().map_err(|_| {
+            connect::Error::new(
+                connect::Code::ResourceExhausted,
+                format!("this executor already streams {MAX_STREAMS} commands' or cells' output; retry when one ends"),
+            )
+        })
+    }
 }
 
 /// The control plane's routes (behind the executor's token check).
