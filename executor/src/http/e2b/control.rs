@@ -372,19 +372,24 @@ pub async fn kill(State(e): State<E2b>, Path(id): Path<String>, call: Option<axu
 /// page's token comes back in `x-next-token`).
 pub async fn list(
     State(e): State<E2b>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(pairs): Query<Vec<(String, String)>>,
     call: Option<axum::Extension<Call>>,
 ) -> Response {
     let auth = caller(call);
+    // `state` may come several times (`state=running&state=paused`), or comma-separated.
+    let states: Vec<&str> = pairs
+        .iter()
+        .filter(|(k, _)| k == "state")
+        .flat_map(|(_, v)| v.split(','))
+        .collect();
+    let q: HashMap<String, String> = pairs.iter().cloned().collect();
     let mut filter = BTreeMap::new();
     if let Some(m) = q.get("metadata").filter(|m| !m.is_empty()) {
         for (k, v) in form_urlencoded::parse(m.as_bytes()) {
             filter.insert(k.into_owned(), v.into_owned());
         }
     }
-    if let Some(states) = q.get("state")
-        && !states.split(',').any(|s| s == "running")
-    {
+    if !states.is_empty() && !states.contains(&"running") {
         // Nothing here is ever paused.
         return Json(serde_json::json!([])).into_response();
     }
