@@ -99,40 +99,50 @@ def test_aiopyston(piston_base: str) -> None:
     asyncio.run(main())
 
 
-def test_npm_piston_client(piston_base: str, tmp_path: Path) -> None:
-    """npm's piston-client sends no key and posts JSON as text/plain: an executor without auth."""
+def npm_piston(tmp_path: Path, base: str, cpp: bool = True) -> dict:
+    """Runs npm's piston-client (installed into `tmp_path`) against `base`; what it got."""
     npm, node = shutil.which("npm"), shutil.which("node")
     assert npm and node, "node and npm are part of the test machine (scripts/install-deps.sh)"
-    subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(tmp_path), PISTON_CLIENT_NPM],
+    if not (tmp_path / "node_modules" / "piston-client").exists():
+        subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(tmp_path), PISTON_CLIENT_NPM],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    script = tmp_path / "run.mjs"
+    script.write_text(
+        'import piston from "piston-client";\n'
+        "const client = piston({ server: process.argv[2] });\n"
+        "const runtimes = await client.runtimes();\n"
+        "const py = await client.execute('python', 'import sys\\nprint(sys.argv[1:])');\n"
+        + (
+            "const cpp = await client.execute({ language: 'c++', files: [{ content: 'int main(){return 4;}' }], args: [] });\n"
+            if cpp
+            else "const cpp = null;\n"
+        )
+        + "console.log(JSON.stringify({ runtimes, py, cpp }));\n"
+    )
+    out = subprocess.run(
+        [node, str(script), base],
         check=True,
         capture_output=True,
-        timeout=300,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=dict(os.environ, NODE_PATH=str(tmp_path / "node_modules")),
     )
+    return json.loads(out.stdout)
+
+
+def test_npm_piston_client(tmp_path: Path) -> None:
+    """npm's piston-client sends no key and posts JSON as text/plain: an executor without auth."""
     from conftest import Executor
 
     port = free_port()
     e = Executor("pytest-piston-npm", languages="python,cpp", args=["--http-listen", f"127.0.0.1:{port}"]).start()
     try:
-        script = tmp_path / "run.mjs"
-        script.write_text(
-            'import piston from "piston-client";\n'
-            "const client = piston({ server: process.argv[2] });\n"
-            "const runtimes = await client.runtimes();\n"
-            "const py = await client.execute('python', 'import sys\\nprint(sys.argv[1:])');\n"
-            "const cpp = await client.execute({ language: 'c++', files: [{ content: 'int main(){return 4;}' }], args: [] });\n"
-            "console.log(JSON.stringify({ runtimes, py, cpp }));\n"
-        )
-        out = subprocess.run(
-            [node, str(script), f"http://127.0.0.1:{port}"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
-            env=dict(os.environ, NODE_PATH=str(tmp_path / "node_modules")),
-        )
-        got = json.loads(out.stdout)
+        got = npm_piston(tmp_path, f"http://127.0.0.1:{port}")
         assert {r["language"] for r in got["runtimes"]} == {"python", "c++"}
         # The client's default args are ["1", "2", "3"].
         assert got["py"]["run"]["stdout"] == "['1', '2', '3']\n", got
@@ -151,7 +161,7 @@ def piston_requests(metrics_port: int) -> float:
     )
 
 
-def test_clients_through_the_gateway_over_two_executors(make_executor) -> None:
+def test_clients_through_the_gateway_over_two_executors(make_executor, tmp_path: Path) -> None:
     """One base URL for a pool: the gateway spreads each request (one keep-alive client
     included) over both executors, which answer as one."""
     pool = {name: (free_port(), free_port()) for name in ("pytest-piston-a", "pytest-piston-b")}
@@ -179,8 +189,12 @@ def test_clients_through_the_gateway_over_two_executors(make_executor) -> None:
                 await p.close_session()
 
         asyncio.run(main())
+        # npm's piston-client too: its runtimes list and a run, through the same base URL.
+        got = npm_piston(tmp_path, base, cpp=False)
+        assert {r["language"] for r in got["runtimes"]} == {"python"}, got
+        assert got["py"]["run"]["stdout"] == "['1', '2', '3']\n", got
         counts = [piston_requests(metrics) for _, metrics in pool.values()]
-        assert sum(counts) == 14 and min(counts) >= 3, f"piston requests per executor: {counts}"
+        assert sum(counts) == 16 and min(counts) >= 3, f"piston requests per executor: {counts}"
     finally:
         gw.terminate()
         gw.wait(10)
