@@ -318,12 +318,6 @@ async fn bad_data_plane_requests_name_the_field_and_odd_bodies_are_bounded() {
         ),
         ("/filesystem.Filesystem/ListDir", "[1".to_owned(), 400, "request body"),
         (
-            "/filesystem.Filesystem/WatchDir",
-            json!({"path": "."}).to_string(),
-            501,
-            "WatchDir",
-        ),
-        (
             "/process.Process/SendSignal",
             json!({"process": {"pid": 1}, "signal": "SIGNAL_SIGHUP"}).to_string(),
             400,
@@ -481,11 +475,24 @@ async fn bad_data_plane_requests_name_the_field_and_odd_bodies_are_bounded() {
         sleepers.stdout.is_empty(),
         "the killed sandbox's process is still running"
     );
-    // The executor is still there and the sandbox still works.
+    // A streaming method that is refused ends its stream with the error (not a bare 400).
+    let (a, hh) = (addr.clone(), h.clone());
+    let reply = tokio::task::spawn_blocking(move || {
+        let head = format!(
+            "POST /filesystem.Filesystem/WatchDir HTTP/1.1\r\nHost: x\r\n{hh}Content-Type: application/connect+json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        raw(&a, &head, &[], Duration::ZERO)
+    })
+    .await
+    .expect("watch");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("unimplemented") && reply.contains("WatchDir"), "{reply}");
+    // The executor is still there and the sandbox still works, also at `//execute` (a base
+    // URL with a trailing slash).
     let (code, v) = call(
         &exe,
         "POST",
-        "/execute",
+        "//execute",
         h.clone(),
         json!({"code": "1 + 1"}).to_string(),
     )

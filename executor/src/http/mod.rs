@@ -379,6 +379,20 @@ async fn piston_execute(State(j): State<Judge>, call: Option<Extension<Call>>, b
     }
 }
 
+/// `//execute` as `/execute`: E2B's SDKs join a base URL that ends in `/` with a path that
+/// begins with one.
+fn collapse_leading_slashes(mut req: axum::extract::Request) -> axum::extract::Request {
+    let path = req.uri().path();
+    if path.starts_with("//") {
+        let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let fixed = format!("/{}", pq.trim_start_matches('/'));
+        if let Ok(u) = fixed.parse() {
+            *req.uri_mut() = u;
+        }
+    }
+    req
+}
+
 /// Serves the HTTP API on `listener` until `shutdown` resolves, then lets the
 /// requests in progress finish.
 pub async fn serve_on(
@@ -393,7 +407,12 @@ pub async fn serve_on(
     let mut opts = opts;
     opts.budget.get_or_insert_with(|| judge.engine().budget().clone());
     let opts = Arc::new(opts);
-    let app = router(judge, opts.clone());
+    // A base URL given with a trailing slash makes clients ask for `//execute`: the same path.
+    let app = Router::new().fallback_service(
+        tower::ServiceBuilder::new()
+            .map_request(collapse_leading_slashes)
+            .service(router(judge, opts.clone())),
+    );
     let graceful = accept_loop(listener, app, opts.max_connections, opts.header_timeout, shutdown).await;
     graceful.shutdown().await;
     Ok(())

@@ -361,6 +361,15 @@ pub async fn filesystem(
     headers: HeaderMap,
     body: bytes::Bytes,
 ) -> Response {
+    // A server-streaming method (WatchDir) must be refused as a stream, or the SDK shows
+    // only "HTTP 400".
+    if method == "WatchDir" {
+        let err = Error::new(
+            Code::Unimplemented,
+            "filesystem.Filesystem/WatchDir is not supported by Sandpool (watching directories is not)",
+        );
+        return connect::stream(&[], Some(&err));
+    }
     let req: serde_json::Value = if body.is_empty() {
         serde_json::json!({})
     } else {
