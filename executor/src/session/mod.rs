@@ -406,16 +406,20 @@ impl SessionManager {
         metrics.tenant_sessions(tenant, m.values().filter(|s| *s.tenant == *tenant).count());
     }
 
+    /// The session `id`, whoever asks.
+    fn lookup(&self, id: &str) -> Result<Arc<Session>, SessionError> {
+        self.sessions
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).cloned())
+            .ok_or(SessionError::NotFound)
+    }
+
     fn find(&self, id: &str, auth: &[u8]) -> Result<Arc<Session>, SessionError> {
         if id.is_empty() {
             return Err(ExecError::invalid("session_id", "required").into());
         }
-        let s = self
-            .sessions
-            .lock()
-            .ok()
-            .and_then(|m| m.get(id).cloned())
-            .ok_or(SessionError::NotFound)?;
+        let s = self.lookup(id)?;
         // Another caller's session looks like no session at all.
         if !owner_matches(&s, auth) {
             return Err(SessionError::NotFound);
@@ -535,12 +539,7 @@ impl SessionManager {
     /// its creator was given ([`Extras::access_token`]); compared in constant time. A
     /// session without one, a wrong secret and an unknown id all look alike: NOT_FOUND.
     pub fn by_access(&self, id: &str, token: &[u8]) -> Result<Vec<u8>, SessionError> {
-        let s = self
-            .sessions
-            .lock()
-            .ok()
-            .and_then(|m| m.get(id).cloned())
-            .ok_or(SessionError::NotFound)?;
+        let s = self.lookup(id)?;
         match &s.access_token {
             Some(t) if bool::from(t.as_bytes().ct_eq(token)) => Ok(s.owner.clone()),
             _ => Err(SessionError::NotFound),
