@@ -94,11 +94,17 @@ impl Zygote {
         let own_pid_ns = std::fs::File::open("/proc/self/ns/pid").map_err(start_err)?;
         let (ns, sock, pid_ns) = (mnt_ns.as_raw_fd(), theirs.as_raw_fd(), own_pid_ns.as_raw_fd());
         // SAFETY: between fork and exec the closure makes only async-signal-safe
-        // system calls (setns, dup2, setsid, chdir) on descriptors alive in the parent.
+        // system calls (rt_sigaction, rt_sigprocmask, setns, dup2, setsid, chdir) on
+        // descriptors alive in the parent.
         unsafe {
             cmd.pre_exec(move || {
                 use crate::sys::raw;
                 let check = |r: raw::Res| r.map(drop).map_err(std::io::Error::from_raw_os_error);
+                // Signals as a cold run gets them (the spawner resets them too): an executor
+                // started with SIGINT ignored (a background job of a script, nohup) must not
+                // hand that to the zygote, whose Python then installs no KeyboardInterrupt
+                // handler, nor to the warm runs forked from it.
+                raw::default_signals();
                 // The slot's mount namespace: the root, sys.path and module
                 // files are exactly those a cold run sees.
                 check(raw::setns(ns, libc::CLONE_NEWNS))?;
