@@ -277,6 +277,12 @@ impl WorkDir {
         self.open_file(rel)?.read(cap)
     }
 
+    /// At most `max` bytes of regular file `rel` from byte `offset` (fewer at its end), never
+    /// following links: a file that grows is read a piece at a time, not whole each time.
+    pub fn read_file_at(&self, rel: &str, offset: u64, max: u64) -> Result<Vec<u8>, FetchError> {
+        self.open_file(rel)?.read_at(offset, max)
+    }
+
     /// Opens regular file `rel` for reading, never following links: its size can be
     /// weighed (charged, say) before it is read.
     pub fn open_file(&self, rel: &str) -> Result<OpenFile, FetchError> {
@@ -314,6 +320,16 @@ impl OpenFile {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// At most `max` bytes from `offset`.
+    pub fn read_at(mut self, offset: u64, max: u64) -> Result<Vec<u8>, FetchError> {
+        use std::io::{Seek, SeekFrom};
+        let other = |e: std::io::Error| FetchError::Other(e.to_string());
+        self.file.seek(SeekFrom::Start(offset)).map_err(other)?;
+        let mut buf = Vec::with_capacity(self.len.saturating_sub(offset).min(max) as usize);
+        (&mut self.file).take(max).read_to_end(&mut buf).map_err(other)?;
+        Ok(buf)
     }
 
     /// Its content, if at most `cap` bytes (also if it grew since it was opened).

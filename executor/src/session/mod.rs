@@ -714,18 +714,19 @@ impl SessionManager {
         self.call(id, auth, Input::Request(req), Vec::new(), None, "").await
     }
 
-    /// Reads a file of the session's own directory (`.sandpool/...`), at most `cap` bytes;
-    /// None when it is not there.
+    /// Reads a file of the session's own directory (`.sandpool/...`): at most `max` bytes
+    /// from `offset`; None when it is not there.
     pub async fn state_file(
         &self,
         id: &str,
         auth: &[u8],
         path: &str,
-        cap: u64,
+        offset: u64,
+        max: u64,
     ) -> Result<Option<Vec<u8>>, SessionError> {
         let s = self.find(id, auth)?;
         let (w, p) = (s.work.clone(), format!("{STATE_DIR}/{path}"));
-        match blocking(move || w.read_file(&p, cap)).await? {
+        match blocking(move || w.read_file_at(&p, offset, max)).await? {
             Ok(b) => Ok(Some(b)),
             Err(crate::sandbox::FetchError::NotFound) => Ok(None),
             Err(e) => Err(ExecError::Internal(scrub_host_paths(&e.to_string())).into()),

@@ -670,6 +670,8 @@ async fn run_op(
 
 /// How often a quiet process is checked on, at most; and how often a keepalive is sent.
 const TAIL_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+/// The most of one output file read at a time.
+const READ_PIECE: u64 = 1 << 20;
 const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Streams process `pid`'s events: start, its output as it grows (each stream capped at the
@@ -696,17 +698,17 @@ fn tail(e: E2b, sbx: super::Sandbox, pid: u64, deadline: Option<tokio::time::Ins
         let mut quiet_since = tokio::time::Instant::now();
         let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
         loop {
-            let read = |name: &str, cap: u64| {
+            let read = |name: &str, offset: u64, max: u64| {
                 let (sessions, id, owner, p) = (
                     sessions.clone(),
                     sbx.id.clone(),
                     sbx.owner.clone(),
                     format!("procs/{pid}/{name}"),
                 );
-                async move { sessions.state_file(&id, &owner, &p, cap).await }
+                async move { sessions.state_file(&id, &owner, &p, offset, max).await }
             };
             // The end first: output written before it is then all there to read.
-            let exit = match read("exit", 32).await {
+            let exit = match read("exit", 0, 32).await {
                 Ok(x) => x,
                 Err(_) => {
                     let err = Error::new(
@@ -718,12 +720,15 @@ fn tail(e: E2b, sbx: super::Sandbox, pid: u64, deadline: Option<tokio::time::Ins
                 }
             };
             let mut sent_any = false;
+            // Only what is new, a piece at a time; each stream stops at the output ceiling.
             for (name, sent) in [("stdout", &mut sent_out), ("stderr", &mut sent_err)] {
-                if let Ok(Some(b)) = read(name, cap).await
-                    && b.len() > *sent
+                let left = cap.saturating_sub(*sent as u64).min(READ_PIECE);
+                if left > 0
+                    && let Ok(Some(b)) = read(name, *sent as u64, left).await
+                    && !b.is_empty()
                 {
-                    let chunk = b64(&b[*sent..]);
-                    *sent = b.len();
+                    let chunk = b64(&b);
+                    *sent += b.len();
                     sent_any = true;
                     if !send(serde_json::json!({"event": {"data": {name: chunk}}}), 0).await {
                         return;

@@ -103,6 +103,9 @@ pub fn lines(r: &pb::RunInSessionResponse, execution_count: u32, sent: (usize, u
     s
 }
 
+/// The most of one stream read at a time while a cell runs.
+const READ_PIECE: u64 = 1 << 20;
+
 /// How often a running cell's output is looked at.
 const LIVE_POLL: std::time::Duration = std::time::Duration::from_millis(30);
 
@@ -143,10 +146,12 @@ fn stream_cell(
                     let mut out = String::new();
                     for (name, n) in [("stdout", &mut sent.0), ("stderr", &mut sent.1)] {
                         let path = format!("live/{live}/{name}");
-                        if let Ok(Some(b)) = sessions.state_file(&sbx.id, &sbx.owner, &path, cap).await
-                            && b.len() > *n
+                        let left = cap.saturating_sub(*n as u64).min(READ_PIECE);
+                        if left > 0
+                            && let Ok(Some(b)) = sessions.state_file(&sbx.id, &sbx.owner, &path, *n as u64, left).await
+                            && !b.is_empty()
                         {
-                            let (text, used) = whole_utf8(&b[*n..]);
+                            let (text, used) = whole_utf8(&b);
                             if used > 0 {
                                 *n += used;
                                 out.push_str(&serde_json::json!({"type": name, "text": text, "timestamp": timestamp()}).to_string());
