@@ -487,6 +487,32 @@ async fn bad_data_plane_requests_name_the_field_and_odd_bodies_are_bounded() {
     .expect("watch");
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     assert!(reply.contains("unimplemented") && reply.contains("WatchDir"), "{reply}");
+    // A gzip bomb (small on the wire, larger than /work once decompressed) is refused,
+    // never held whole.
+    let bomb = {
+        use flate2::write::GzEncoder;
+        let mut z = GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..300 {
+            z.write_all(&zeros).expect("gzip");
+        }
+        z.finish().expect("gzip")
+    };
+    assert!(bomb.len() < 1 << 20, "{} bytes compressed", bomb.len());
+    let (a, hh) = (addr.clone(), h.clone());
+    let reply = tokio::task::spawn_blocking(move || {
+        let head = format!(
+            "POST /files?path=bomb HTTP/1.1\r\nHost: x\r\n{hh}Content-Type: application/octet-stream\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            bomb.len()
+        );
+        raw(&a, &head, &[&bomb], Duration::ZERO)
+    })
+    .await
+    .expect("bomb");
+    // Whichever comes first: the byte budget (each decompressed piece is charged) or /work's size.
+    let budget = reply.starts_with("HTTP/1.1 503") && reply.contains("--max-inflight-bytes");
+    let too_big = reply.starts_with("HTTP/1.1 400") && reply.contains("decompressed");
+    assert!(budget || too_big, "{reply}");
     // The executor is still there and the sandbox still works, also at `//execute` (a base
     // URL with a trailing slash).
     let (code, v) = call(

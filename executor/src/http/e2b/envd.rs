@@ -97,6 +97,8 @@ pub async fn upload(
     req: axum::extract::Request,
 ) -> Response {
     let headers = req.headers().clone();
+    // The request's share of the byte budget (read_body_in_time), for what it decompresses.
+    let call = req.extensions().get::<crate::call::Call>().cloned();
     let sbx = match sandbox(e.sessions.as_ref(), &headers) {
         Ok(s) => s,
         Err(r) => return r.response(),
@@ -140,10 +142,13 @@ pub async fn upload(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
         let body = if gzip {
-            // Never more than /work holds: a small bomb must not fill the executor's memory.
-            match gunzip(&body, e.engine.work_dir_bytes()) {
-                Ok(b) => bytes::Bytes::from(b),
-                Err(m) => return file_error(StatusCode::BAD_REQUEST, &m),
+            // Never more than /work holds, charged as it grows, and off the runtime's threads.
+            let limit = e.engine.work_dir_bytes();
+            let charge = call.and_then(|c| c.charge);
+            match crate::task::blocking(move || gunzip(&body, limit, charge.as_ref())).await {
+                Ok(Ok(b)) => bytes::Bytes::from(b),
+                Ok(Err((code, m))) => return file_error(code, &m),
+                Err(err) => return file_error(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
             }
         } else {
             body
@@ -195,16 +200,35 @@ pub async fn upload(
 }
 
 /// Decompresses a gzip body, at most `limit` bytes of it.
-fn gunzip(body: &[u8], limit: u64) -> Result<Vec<u8>, String> {
+/// Decompresses a gzip body, at most `limit` bytes of it, each piece charged to the
+/// request's share of the byte budget as it comes (the body was charged compressed): many
+/// small bombs at once cannot fill the executor's memory. Blocking: call it off the runtime.
+fn gunzip(body: &[u8], limit: u64, charge: Option<&crate::budget::Charge>) -> Result<Vec<u8>, (StatusCode, String)> {
     use std::io::Read;
     let mut out = Vec::new();
     let mut d = flate2::read::GzDecoder::new(body).take(limit + 1);
-    d.read_to_end(&mut out)
-        .map_err(|e| format!("Content-Encoding: gzip: the body does not decompress: {e}"))?;
-    if out.len() as u64 > limit {
-        return Err(format!(
-            "the decompressed body is larger than the sandbox's files may be ({limit} bytes)"
-        ));
+    let mut piece = vec![0u8; 64 << 10];
+    loop {
+        let n = d.read(&mut piece).map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("Content-Encoding: gzip: the body does not decompress: {e}"),
+            )
+        })?;
+        if n == 0 {
+            break;
+        }
+        if let Some(c) = charge {
+            c.take(n as u64)
+                .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+        }
+        out.extend_from_slice(&piece[..n]);
+        if out.len() as u64 > limit {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!("the decompressed body is larger than the sandbox's files may be ({limit} bytes)"),
+            ));
+        }
     }
     Ok(out)
 }
