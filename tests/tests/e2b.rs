@@ -88,6 +88,11 @@ async fn the_control_plane_takes_the_token_and_names_what_it_refuses() {
         ),
         (json!({"templateID": "base", "timeout": 0}).to_string(), 400, "timeout"),
         (
+            json!({"templateID": "base", "metadata": {"k": "x".repeat(70_000)}}).to_string(),
+            400,
+            "metadata",
+        ),
+        (
             json!({"templateID": "base", "metadata": {"k": 1}}).to_string(),
             400,
             "metadata",

@@ -19,6 +19,9 @@ use std::time::{Duration, SystemTime};
 /// E2B's default sandbox timeout, seconds, when create names none.
 const DEFAULT_TIMEOUT_S: u64 = 300;
 
+/// The most bytes of metadata (keys and values) a sandbox keeps.
+const MAX_METADATA_BYTES: usize = 64 << 10;
+
 /// Who E2B says created the sandbox (a field the SDK requires).
 const CLIENT_ID: &str = "sandpool";
 
@@ -177,6 +180,14 @@ pub async fn create(
     {
         return refused("network (network rules: sandboxes have no network)");
     }
+    // Kept for the sandbox's life: bounded, so sandboxes cannot hold the executor's memory.
+    let meta_bytes: usize = req.metadata.iter().flatten().map(|(k, v)| k.len() + v.len()).sum();
+    if meta_bytes > MAX_METADATA_BYTES {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            format!("metadata: {meta_bytes} bytes of keys and values; at most {MAX_METADATA_BYTES}"),
+        );
+    }
     let after = match timeout("timeout", req.timeout) {
         Ok(t) => t,
         Err(r) => return r,
@@ -277,6 +288,11 @@ pub fn is_env_name(k: &str) -> bool {
     c.next().is_some_and(|f| f == '_' || f.is_ascii_alphabetic()) && c.all(|x| x == '_' || x.is_ascii_alphanumeric())
 }
 
+/// A server without sessions has no sandboxes: every id is unknown.
+fn no_such_sandbox() -> Response {
+    api_session_error(crate::session::SessionError::NotFound)
+}
+
 fn caller(call: Option<axum::Extension<Call>>) -> Vec<u8> {
     call.map(|c| c.0.caller.into_bytes()).unwrap_or_default()
 }
@@ -290,23 +306,13 @@ pub async fn connect(
     body: bytes::Bytes,
 ) -> Response {
     let Some(sessions) = e.sessions.as_ref() else {
-        return api_error(StatusCode::NOT_FOUND, "sandbox not found");
+        return no_such_sandbox();
     };
     let auth = caller(call);
-    let body: TimeoutBody = if body.is_empty() {
-        TimeoutBody::default()
-    } else {
-        match parse(&body) {
-            Ok(b) => b,
-            Err(r) => return r,
-        }
-    };
-    let info = match body.timeout {
-        Some(s) => match timeout("timeout", Some(s)) {
-            Ok(d) => sessions.set_end(&id, &auth, d),
-            Err(r) => return r,
-        },
-        None => sessions.info(&id, &auth),
+    let info = match timeout_body(&body, false) {
+        Ok(Some(d)) => sessions.set_end(&id, &auth, d),
+        Ok(None) => sessions.info(&id, &auth),
+        Err(r) => return r,
     };
     match info {
         Ok(i) => (StatusCode::OK, Json(created(&i))).into_response(),
@@ -314,10 +320,22 @@ pub async fn connect(
     }
 }
 
+/// The `{"timeout": seconds}` of connect (optional, the body too) and set_timeout.
+#[allow(clippy::result_large_err)] // an early answer, built once per request
+fn timeout_body(body: &[u8], required: bool) -> Result<Option<Duration>, Response> {
+    if body.is_empty() && !required {
+        return Ok(None);
+    }
+    match parse::<TimeoutBody>(body)?.timeout {
+        Some(s) => timeout("timeout", Some(s)).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// `GET /sandboxes/{id}`.
 pub async fn get(State(e): State<E2b>, Path(id): Path<String>, call: Option<axum::Extension<Call>>) -> Response {
     let Some(sessions) = e.sessions.as_ref() else {
-        return api_error(StatusCode::NOT_FOUND, "sandbox not found");
+        return no_such_sandbox();
     };
     match sessions.info(&id, &caller(call)) {
         Ok(i) => Json(detail(&i)).into_response(),
@@ -334,17 +352,11 @@ pub async fn set_timeout(
     body: bytes::Bytes,
 ) -> Response {
     let Some(sessions) = e.sessions.as_ref() else {
-        return api_error(StatusCode::NOT_FOUND, "sandbox not found");
+        return no_such_sandbox();
     };
-    let body: TimeoutBody = match parse(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let Some(s) = body.timeout else {
-        return api_error(StatusCode::BAD_REQUEST, "timeout: required (seconds from now)");
-    };
-    let d = match timeout("timeout", Some(s)) {
-        Ok(d) => d,
+    let d = match timeout_body(&body, true) {
+        Ok(Some(d)) => d,
+        Ok(None) => return api_error(StatusCode::BAD_REQUEST, "timeout: required (seconds from now)"),
         Err(r) => return r,
     };
     match sessions.set_end(&id, &caller(call), d) {
@@ -356,7 +368,7 @@ pub async fn set_timeout(
 /// `DELETE /sandboxes/{id}`.
 pub async fn kill(State(e): State<E2b>, Path(id): Path<String>, call: Option<axum::Extension<Call>>) -> Response {
     let Some(sessions) = e.sessions.as_ref() else {
-        return api_error(StatusCode::NOT_FOUND, "sandbox not found");
+        return no_such_sandbox();
     };
     match sessions
         .close(pb::CloseSessionRequest { session_id: id }, &caller(call))
