@@ -350,6 +350,7 @@ def main():
     shutil.rmtree(IN, ignore_errors=True)
     shutil.rmtree(OUT, ignore_errors=True)
     shutil.rmtree(PROCS, ignore_errors=True)
+    shutil.rmtree(BASE + "/live", ignore_errors=True)
     os.makedirs(SCRATCH, exist_ok=True)
     os.makedirs(PROCS, exist_ok=True)
     os.makedirs(IN, exist_ok=True)
