@@ -61,7 +61,11 @@ pub struct SandboxConfig {
     pub ro_paths: Vec<PathBuf>,
     /// Number of run slots; each has its own uid and cgroup.
     pub slots: usize,
-    /// uid (and gid) of slot 0; slot i runs as `uid_base + i`.
+    /// Session seats (namespaces mode): identities `slots..slots + seats`, each with a uid
+    /// and a cgroup of its own, that a long-lived session runs in without holding a slot
+    /// (see [`crate::Runner::seats`]). 0: none.
+    pub seats: usize,
+    /// uid (and gid) of slot 0; slot i runs as `uid_base + i`, seat k as `uid_base + slots + k`.
     pub uid_base: u32,
     /// Device nodes given to GPU runs (empty: no GPU).
     pub gpu_devices: Vec<PathBuf>,

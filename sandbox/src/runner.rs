@@ -28,6 +28,15 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     /// Number of run slots.
     fn slots(&self) -> usize;
 
+    /// Number of session seats: identities numbered `slots()..slots() + seats()`, each with a
+    /// uid and a cgroup of its own, that `work_dir` and `run` take like slots. A seat is for
+    /// a long-lived session (an interpreter that sits idle between calls): it costs no run
+    /// slot, so the caller bounds how many seats run at once. Seats start cold, never on a
+    /// GPU, and one run at a time each, like slots. None outside namespaces mode.
+    fn seats(&self) -> usize {
+        0
+    }
+
     /// True when GPU runs get device nodes.
     fn has_gpu(&self) -> bool;
 

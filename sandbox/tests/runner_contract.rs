@@ -22,6 +22,8 @@ struct Harness {
     // Dropped before the work root it uses.
     runner: Box<dyn Runner>,
     work_root: Option<tempfile::TempDir>,
+    /// What the tests' identity 0 is: slot 0, or the first session seat.
+    base: usize,
 }
 
 static INSTANCE: AtomicU32 = AtomicU32::new(0);
@@ -47,6 +49,7 @@ impl Harness {
             work_root: work_root.path().to_owned(),
             ro_paths: DEFAULT_RO_PATHS.iter().map(Into::into).collect(),
             slots: 2,
+            seats: 2,
             uid_base,
             gpu_devices: vec![],
             work_dir_bytes: 64 << 20,
@@ -58,6 +61,7 @@ impl Harness {
         Harness {
             runner,
             work_root: Some(work_root),
+            base: 0,
         }
     }
 
@@ -67,15 +71,24 @@ impl Harness {
         Harness {
             runner: Box::new(runner),
             work_root: None,
+            base: 0,
         }
     }
 
+    /// A namespaces runner whose tests run in its session seats instead of its slots.
+    fn seats() -> Harness {
+        let mut h = Harness::real(IsolationMode::Namespaces);
+        assert_eq!(h.runner.seats(), 2);
+        h.base = h.runner.slots();
+        h
+    }
+
     fn work_dir(&self, slot: usize) -> WorkDir {
-        self.runner.work_dir(slot).expect("work dir")
+        self.runner.work_dir(self.base + slot).expect("work dir")
     }
 
     async fn run(&self, slot: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
-        self.runner.run(slot, work, spec).await
+        self.runner.run(self.base + slot, work, spec).await
     }
 
     /// Runs `spec` in a fresh work dir of slot 0, expecting an outcome.
@@ -246,6 +259,20 @@ mod contract {
         assert_eq!(ids.len(), 2, "{o:?}");
         assert_eq!(ids[0], ids[1], "the work dir is not the run's");
         assert_ne!(ids[0], "0", "runs as root");
+    }
+
+    /// A run sees its own cgroup as the root: no host cgroup path (the executor's, the
+    /// slot's name) shows in `/proc/self/cgroup`, and the run is in a cgroup of its
+    /// own, not the executor's (its memory is counted there: see the memory limit test).
+    pub async fn the_run_sees_no_host_cgroup_path(h: &Harness) {
+        let o = h.run_fresh(&spec(&["cat", "/proc/self/cgroup"])).await;
+        let text = text(&o.stdout);
+        assert_eq!(o.exit_code, 0, "{o:?}");
+        for line in text.lines() {
+            let path = line.splitn(3, ':').nth(2).unwrap_or("?");
+            assert_eq!(path, "/", "{text}");
+        }
+        assert!(!text.contains("sandpool"), "{text}");
     }
 
     /// The wall-time limit ends a run that outlasts it.
@@ -448,5 +475,9 @@ macro_rules! real {
 }
 
 real!(namespaces: Harness::real(IsolationMode::Namespaces));
+// Session seats keep every promise of slots, without a spawner in their cgroup.
+real!(seats: Harness::seats());
+suite!(namespaces_cgroups: Harness::real(IsolationMode::Namespaces); the_run_sees_no_host_cgroup_path);
+suite!(seats_cgroups: Harness::seats(); the_run_sees_no_host_cgroup_path);
 real!(restricted: Harness::real(IsolationMode::Restricted));
 plumbing!(fake: Harness::fake());

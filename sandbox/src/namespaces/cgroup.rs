@@ -142,6 +142,16 @@ impl Hierarchy {
         })
     }
 
+    /// Kills what is left in slot `index`'s cgroup, if it exists (a killed executor's runs).
+    pub fn kill_leftovers(&self, index: usize) {
+        let name = format!("slot-{index}");
+        self.bases
+            .iter()
+            .map(|b| b.join(&name))
+            .filter(|d| d.exists())
+            .for_each(|d| kill_all(&d));
+    }
+
     /// Removes the slot cgroups and the executor's base (all must be empty).
     pub fn remove(&self, slots: usize) {
         for b in &self.bases {

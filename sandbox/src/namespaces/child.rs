@@ -56,6 +56,10 @@ pub(crate) struct ChildPlan {
     pub warm_ctl_fd: i32,
     /// Warm runs: where the init says it is ready (read by the zygote's child).
     pub warm_ready_fd: i32,
+    /// Seat runs (no spawner in the cgroup): the cgroup's `cgroup.procs` files, which the
+    /// program writes itself into before anything else, then takes a cgroup namespace
+    /// rooted there. Empty: the program starts in its init's cgroup.
+    pub join_cgroup_fds: Vec<i32>,
 }
 
 // SAFETY: the raw pointers point into the CStrings owned by the same plan.
@@ -93,6 +97,7 @@ pub(crate) mod report {
         NoNewPrivs,
         Seccomp,
         Chdir,
+        JoinCgroup,
     }
 
     impl Stage {
@@ -115,13 +120,14 @@ pub(crate) mod report {
                 Stage::NoNewPrivs => 26,
                 Stage::Seccomp => 27,
                 Stage::Chdir => 28,
+                Stage::JoinCgroup => 29,
                 Stage::Mount(i) => 100 + i,
             }
         }
 
         /// Human-readable name of the stage with report code `code`.
         pub fn name_of(code: u32) -> &'static str {
-            const ALL: [Stage; 16] = [
+            const ALL: [Stage; 17] = [
                 Stage::CloseFds,
                 Stage::EnterMountNs,
                 Stage::NewMountNs,
@@ -138,6 +144,7 @@ pub(crate) mod report {
                 Stage::NoNewPrivs,
                 Stage::Seccomp,
                 Stage::Chdir,
+                Stage::JoinCgroup,
             ];
             if code >= 100 {
                 return Stage::Mount(code - 100).name();
@@ -165,6 +172,7 @@ pub(crate) mod report {
                 Stage::NoNewPrivs => "setting no_new_privs",
                 Stage::Seccomp => "installing the seccomp filter",
                 Stage::Chdir => "entering the work dir",
+                Stage::JoinCgroup => "joining the run's cgroup",
                 Stage::Mount(_) => "mounting the sandbox filesystem",
             }
         }
@@ -181,6 +189,7 @@ pub(crate) mod report {
                 Stage::Uid,
                 Stage::Seccomp,
                 Stage::Chdir,
+                Stage::JoinCgroup,
                 Stage::Mount(3),
             ] {
                 assert_eq!(Stage::name_of(s.code()), s.name());
@@ -373,6 +382,16 @@ extern "C" fn prog_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: as in init_main.
     let plan = unsafe { &*(arg as *const ChildPlan) };
     let rep = plan.report_fd;
+    // A seat's init stays in the executor's cgroup (it shares the executor's memory, and
+    // no spawner waits for it: see `spawner`); the program, still sharing that memory
+    // inside vfork, which the OOM killer never picks, moves itself into the seat's
+    // cgroup, then hides the host's cgroup paths behind a namespace rooted there.
+    if !plan.join_cgroup_fds.is_empty() {
+        for &fd in &plan.join_cgroup_fds {
+            step!(rep, Stage::JoinCgroup, sys::write(fd, b"0"));
+        }
+        step!(rep, Stage::JoinCgroup, sys::unshare(libc::CLONE_NEWCGROUP));
+    }
     step!(rep, Stage::Streams, sys::dup_to(plan.stdin_fd, 0));
     step!(rep, Stage::Streams, sys::dup_to(plan.stdout_fd, 1));
     step!(rep, Stage::Streams, sys::dup_to(plan.stderr_fd, 2));

@@ -9,6 +9,13 @@
 //! spawner inside each ([`spawner`]), network namespaces made ahead
 //! ([`netns`]). Per run: [`supervise`] clones the init ([`child`]), which
 //! sets up and starts the program, or has a slot's zygote fork it ([`zygote`]).
+//!
+//! Session seats ([`crate::Runner::seats`]) are identities beside the slots: a uid, a
+//! cgroup made on the seat's first run and kept, and one mount namespace all seats copy
+//! (seat runs are cold, so nothing is ever mounted in it). A seat has no spawner: a spawner
+//! waits in `vfork` for as long as its run lasts, one thread in `D` state per idle session.
+//! Its init is cloned from the executor instead, outside the seat's cgroup, and the program
+//! moves itself in before it drops its privileges (see `child::prog_main`).
 
 pub(crate) mod cgroup;
 mod child;
@@ -42,6 +49,12 @@ pub(crate) struct Namespaces {
     gpu_slot_ns: Vec<Arc<OwnedFd>>,
     /// Per slot: held by a run until its mounts are gone from the slot's namespace.
     slot_locks: Vec<Arc<tokio::sync::Mutex<()>>>,
+    /// The namespace seat runs copy (never a slot's: a warm run may have mounts in those).
+    seat_ns: Option<Arc<OwnedFd>>,
+    /// Per seat: one run at a time.
+    seat_locks: Vec<Arc<tokio::sync::Mutex<()>>>,
+    /// Per seat, with cgroups: made on the seat's first run, kept for the next session in it.
+    seat_cgroups: std::sync::Mutex<Vec<Option<Arc<cgroup::SlotCgroup>>>>,
     cgroups: Option<Vec<cgroup::SlotCgroup>>,
     hierarchy: Option<cgroup::Hierarchy>,
     /// Per slot, with cgroups: the process that clones inits inside the slot's cgroup.
@@ -96,7 +109,7 @@ impl Namespaces {
             }
         };
         let shared_src = shared.as_ref().map(|_| shared_mnt.as_path());
-        let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots);
+        let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots + cfg.seats);
         let base_devices: Vec<PathBuf> = rootfs::BASE_DEVICES.iter().map(PathBuf::from).collect();
         let root = rootfs::build(
             &mnt.join("root"),
@@ -107,6 +120,10 @@ impl Namespaces {
             &group,
         )?;
         let slot_ns = Self::slot_namespaces(&root.path, cfg.slots)?;
+        let seat_ns = match cfg.seats {
+            0 => None,
+            _ => Self::slot_namespaces(&root.path, 1)?.pop(),
+        };
         let gpu_slot_ns = if cfg.gpu_devices.is_empty() {
             vec![]
         } else {
@@ -129,6 +146,10 @@ impl Namespaces {
 
         let cgroups = cgroup::Hierarchy::setup(&cgroup_name(&cfg.work_root))
             .and_then(|h| Ok(((0..cfg.slots).map(|i| h.slot(i)).collect::<Result<Vec<_>, _>>()?, h)));
+        if let Ok((_, h)) = &cgroups {
+            // What a killed executor's sessions left runs on in their seats' cgroups.
+            (cfg.slots..cfg.slots + cfg.seats).for_each(|i| h.kill_leftovers(i));
+        }
         let (cgroups, hierarchy) = match cgroups {
             Ok((slots, h)) => {
                 let name = if h.version == cgroup::Version::V1 {
@@ -169,6 +190,9 @@ impl Namespaces {
         let sandbox = Namespaces {
             _lock: lock,
             slot_locks: (0..cfg.slots).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
+            seat_ns,
+            seat_locks: (0..cfg.seats).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
+            seat_cgroups: std::sync::Mutex::new(vec![None; cfg.seats]),
             cfg,
             slot_ns,
             gpu_slot_ns,
@@ -215,6 +239,10 @@ impl Runner for Namespaces {
     /// Number of run slots.
     fn slots(&self) -> usize {
         self.cfg.slots
+    }
+
+    fn seats(&self) -> usize {
+        self.seat_locks.len()
     }
 
     /// True when GPU runs get device nodes.
@@ -294,6 +322,9 @@ impl Namespaces {
     }
 
     async fn run_once(&self, slot: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
+        if slot >= self.cfg.slots {
+            return self.run_in_seat(slot, work, spec).await;
+        }
         let cg = self.cgroups.as_ref().and_then(|c| c.get(slot));
         let namespaces = if spec.gpu && self.has_gpu() {
             &self.gpu_slot_ns
@@ -328,13 +359,75 @@ impl Namespaces {
     }
 }
 
+impl Namespaces {
+    /// A run in seat `index` (`slots..slots + seats`): cold, in the seat's own uid and cgroup.
+    async fn run_in_seat(&self, index: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
+        let seat = index - self.cfg.slots;
+        let no_seat = || SandboxError::Other(format!("no seat {seat}"));
+        let ns = self.seat_ns.as_ref().ok_or_else(no_seat)?;
+        let lock = self.seat_locks.get(seat).ok_or_else(no_seat)?;
+        let slot_guard = lock.clone().lock_owned().await;
+        let cg = self.seat_cgroup(index).await?;
+        let ctx = supervise::Context {
+            mnt_ns: ns,
+            slot_guard,
+            spawner: None,
+            netns: self.netns.as_ref(),
+            work,
+            uid: self.uid(index),
+            cgroup: cg.as_deref(),
+            seccomp: &self.seccomp,
+            tmp_bytes: self.cfg.tmp_bytes,
+            warm: None,
+        };
+        let cold = RunSpec {
+            warm: None,
+            gpu: false,
+            ..spec.clone()
+        };
+        supervise::run(ctx, &cold).await
+    }
+
+    /// Seat `index`'s cgroup, made on first use (off the runtime's threads) and kept.
+    async fn seat_cgroup(&self, index: usize) -> Result<Option<Arc<cgroup::SlotCgroup>>, SandboxError> {
+        let Some(h) = self.hierarchy.clone() else {
+            return Ok(None);
+        };
+        let seat = index - self.cfg.slots;
+        let made = self
+            .seat_cgroups
+            .lock()
+            .ok()
+            .and_then(|v| v.get(seat).cloned().flatten());
+        if let Some(c) = made {
+            return Ok(Some(c));
+        }
+        let c = tokio::task::spawn_blocking(move || h.slot(index))
+            .await
+            .map_err(|e| SandboxError::Other(format!("making a seat's cgroup: {e}")))??;
+        let c = Arc::new(c);
+        let mut all = self
+            .seat_cgroups
+            .lock()
+            .map_err(|_| SandboxError::Other("seat cgroups: poisoned lock".into()))?;
+        // One run per seat at a time (the caller holds its lock): nobody made it meanwhile.
+        if let Some(entry) = all.get_mut(seat) {
+            *entry = Some(c.clone());
+        }
+        Ok(Some(c))
+    }
+}
+
 impl Drop for Namespaces {
     fn drop(&mut self) {
         // Leave the host as we found it: cgroups removed, mounts gone.
         self.spawners.clear();
         if let (Some(h), Some(slots)) = (&self.hierarchy, &self.cgroups) {
             slots.iter().for_each(cgroup::SlotCgroup::kill_all);
-            h.remove(slots.len());
+            if let Ok(seats) = self.seat_cgroups.lock() {
+                seats.iter().flatten().for_each(|c| c.kill_all());
+            }
+            h.remove(slots.len() + self.seat_locks.len());
         }
         mounts::detach_all(&workroot::mounts_dir(&self.cfg.work_root));
     }

@@ -38,7 +38,7 @@ pub(crate) struct Context<'a> {
 
 const STACK_BYTES: usize = 256 * 1024;
 
-fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildPlan, SandboxError> {
+fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]) -> Result<ChildPlan, SandboxError> {
     let [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd, net_ns_fd] = fds;
     let at = |p: &str| Ok::<_, SandboxError>(cstr(p));
     let tmp_opts = format!("size={},mode=1777", ctx.tmp_bytes);
@@ -98,8 +98,10 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildP
         .map(|(k, v)| to_c(&format!("{k}={v}")))
         .collect::<Result<_, _>>()?;
     let mnt_ns_fd = ctx.mnt_ns.as_raw_fd();
+    let join_cgroup_fds: Vec<i32> = join.iter().map(AsRawFd::as_raw_fd).collect();
     let mut keep_fds: Vec<i32> = [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd, mnt_ns_fd, net_ns_fd]
         .into_iter()
+        .chain(join_cgroup_fds.iter().copied())
         .filter(|fd| *fd >= 0)
         .collect();
     keep_fds.sort_unstable();
@@ -132,6 +134,7 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6]) -> Result<ChildP
         prog_stack: Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?,
         warm_ctl_fd: -1,
         warm_ready_fd: -1,
+        join_cgroup_fds,
     })
 }
 
@@ -273,6 +276,8 @@ struct Prepared {
     rep_r: OwnedFd,
     /// Our copies of what the init inherits, closed once it is running.
     child_ends: [Option<OwnedFd>; 6],
+    /// The cgroup's `cgroup.procs` files the program joins through (seat runs), closed likewise.
+    join_ends: Vec<OwnedFd>,
     plan: Box<ChildPlan>,
     stack: Stack,
     /// With a memory cgroup, running out of memory while starting is the run's limit at work.
@@ -316,7 +321,12 @@ fn setup(ctx: &Context<'_>, spec: &RunSpec) -> Result<Result<Prepared, RunOutcom
         work.as_raw_fd(),
         net_ns.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
     ];
-    let plan = Box::new(build_plan(ctx, spec, fds)?);
+    // A seat has no spawner inside its cgroup: the program moves itself in.
+    let join_ends = match (ctx.spawner, ctx.cgroup) {
+        (None, Some(c)) => c.procs_files().map_err(os("opening the seat's cgroup"))?,
+        _ => Vec::new(),
+    };
+    let plan = Box::new(build_plan(ctx, spec, fds, &join_ends)?);
     let stack = Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?;
     Ok(Ok(Prepared {
         baseline,
@@ -324,6 +334,7 @@ fn setup(ctx: &Context<'_>, spec: &RunSpec) -> Result<Result<Prepared, RunOutcom
         err_r,
         rep_r,
         child_ends: [Some(stdin), Some(out_w), Some(err_w), Some(rep_w), Some(work), net_ns],
+        join_ends,
         plan,
         stack,
         enomem_is_mle: ctx.cgroup.is_some(),
@@ -374,6 +385,7 @@ async fn spawn(
         err_r,
         rep_r,
         child_ends,
+        join_ends,
         plan,
         stack,
         enomem_is_mle,
@@ -385,7 +397,7 @@ async fn spawn(
     let started = Instant::now();
     let clone_init = move |spawned: std::io::Result<(i32, OwnedFd)>, plan, stack| {
         // The init holds its own copies now (and the namespace, once it entered it).
-        drop(child_ends);
+        drop((child_ends, join_ends));
         spawned.map(|(pid, pidfd)| Child {
             pid,
             handle: KillHandle::new(pidfd),
@@ -445,6 +457,18 @@ async fn spawn(
     }))
 }
 
+/// The shortest pause between two reads of the slot's CPU counter.
+const CPU_POLL_MIN: Duration = Duration::from_millis(20);
+
+/// When to read the slot's CPU counter again, given the CPU time the run has left: every
+/// 20 ms while the limit is near (up to ten seconds left), up to once a second while it is
+/// far. A session's interpreter has minutes left and sits idle for most of them: hundreds
+/// of those must not wake the executor 50 times a second each. The overshoot stays below
+/// 1/512 of what was left per CPU the run keeps busy.
+fn cpu_poll(left_ns: u64) -> Duration {
+    Duration::from_nanos(left_ns / 512).clamp(CPU_POLL_MIN, Duration::from_secs(1))
+}
+
 /// Waits for the init to exit, killing it at the wall-time limit or when the
 /// slot's CPU counter passes the CPU limit; says which limit ended it, if any.
 async fn watch(
@@ -456,8 +480,8 @@ async fn watch(
     let deadline = tokio::time::Instant::from_std(r.started + spec.limits.wall);
     let cpu_limit_ns = spec.limits.cpu.as_nanos() as u64;
     let cpu_at_start = r.baseline.as_ref().map_or(0, |b| b.cpu_ns());
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
     let mut killed_by = None;
+    let mut next_poll = tokio::time::Instant::now() + CPU_POLL_MIN;
     let Some(exited) = r.kid.pidfd.as_ref().map(|f| f.readable()) else {
         return Err(SandboxError::Other("no pidfd".into()));
     };
@@ -479,11 +503,13 @@ async fn watch(
                 r.kid.kill();
                 killed_by = Some(Termination::WallTime);
             }
-            _ = tick.tick(), if killed_by.is_none() && cgroup.is_some() => {
-                if cgroup.is_some_and(|c| c.cpu_ns() >= cpu_at_start + cpu_limit_ns) {
+            _ = tokio::time::sleep_until(next_poll), if killed_by.is_none() && cgroup.is_some() => {
+                let used = cgroup.map_or(0, |c| c.cpu_ns()).saturating_sub(cpu_at_start);
+                if used >= cpu_limit_ns {
                     r.kid.kill();
                     killed_by = Some(Termination::CpuTime);
                 }
+                next_poll = tokio::time::Instant::now() + cpu_poll(cpu_limit_ns.saturating_sub(used));
             }
         }
     }
@@ -572,4 +598,26 @@ async fn collect(
         cpu_exceeded: cpu >= spec.limits.cpu || signal == libc::SIGXCPU || killed_by == Some(Termination::CpuTime),
         warm: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_counter_is_read_often_near_the_limit_and_rarely_far_from_it() {
+        let s = |secs: u64| cpu_poll(secs * 1_000_000_000);
+        assert_eq!(s(0), CPU_POLL_MIN);
+        assert_eq!(
+            s(10),
+            CPU_POLL_MIN,
+            "an ordinary run's limit is watched as closely as before"
+        );
+        assert!(
+            s(60) > CPU_POLL_MIN && s(60) < Duration::from_millis(200),
+            "{:?}",
+            s(60)
+        );
+        assert_eq!(s(600), Duration::from_secs(1), "a session's 10 minutes: once a second");
+    }
 }
