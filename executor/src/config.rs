@@ -135,10 +135,19 @@ pub struct ExecutorArgs {
     #[arg(long, env = "SANDPOOL_COMPILE_MEMORY_BYTES", default_value_t = 2048 * MIB)]
     pub compile_memory_bytes: u64,
 
-    /// Stateful sessions alive at once; each holds a run slot while it lives
-    /// (default: half the slots, at least 1). 0 turns sessions off.
+    /// Stateful sessions alive at once (default 64). Each has a uid and a cgroup of its own
+    /// (uids after the slots': uid_base + slots + k) and takes a run slot only while a call
+    /// of it runs. 0 turns sessions off.
     #[arg(long, env = "SANDPOOL_MAX_SESSIONS")]
     pub max_sessions: Option<usize>,
+    /// What each open session is counted at, at least, against --session-memory-bytes, bytes.
+    #[arg(long, env = "SANDPOOL_SESSION_IDLE_BYTES", default_value_t = crate::session::policy::DEFAULT_IDLE_BYTES)]
+    pub session_idle_bytes: u64,
+    /// Memory all sessions may hold together, measured from their cgroups (each counted at
+    /// least at --session-idle-bytes); a create past it gets RESOURCE_EXHAUSTED, bytes
+    /// (default: --max-sessions x --session-idle-bytes).
+    #[arg(long, env = "SANDPOOL_SESSION_MEMORY_BYTES")]
+    pub session_memory_bytes: Option<u64>,
     /// A session's default absolute lifetime, ms.
     #[arg(long, env = "SANDPOOL_SESSION_LIFETIME_MS", default_value_t = 30 * 60 * 1000)]
     pub session_lifetime_ms: u64,
@@ -376,12 +385,23 @@ impl ExecutorArgs {
             work_root: self.work_root.clone(),
             ro_paths: self.ro_paths.iter().map(PathBuf::from).collect(),
             slots,
+            // Sessions run only in namespaces mode (docs/sessions.md).
+            seats: match self.isolation {
+                IsolationMode::Namespaces => self.max_sessions(),
+                IsolationMode::Restricted => 0,
+            },
             uid_base: self.uid_base,
             gpu_devices: gpu_devices(self.gpu),
             work_dir_bytes: self.work_dir_bytes,
             tmp_bytes: self.tmp_bytes,
             shared_dir: Some(self.work_root.join("shared")),
         }
+    }
+
+    /// Sessions alive at once: `--max-sessions`, or its default.
+    pub fn max_sessions(&self) -> usize {
+        self.max_sessions
+            .unwrap_or(crate::session::policy::DEFAULT_MAX_SESSIONS)
     }
 
     /// Default and ceiling limits.
@@ -418,10 +438,14 @@ impl ExecutorArgs {
 
     /// Session cap, defaults and ceilings.
     pub fn session_policy(&self) -> crate::session::SessionPolicy {
-        let slots = self.slots.unwrap_or_else(cpus).max(1);
         let ms = Duration::from_millis;
+        let max_sessions = self.max_sessions();
         crate::session::SessionPolicy {
-            max_sessions: self.max_sessions.unwrap_or((slots / 2).max(1)),
+            max_sessions,
+            idle_bytes: self.session_idle_bytes,
+            memory_budget: self
+                .session_memory_bytes
+                .unwrap_or((max_sessions as u64).saturating_mul(self.session_idle_bytes)),
             lifetime: ms(self.session_lifetime_ms),
             max_lifetime: ms(self.max_session_lifetime_ms),
             idle: ms(self.session_idle_timeout_ms),
@@ -488,6 +512,7 @@ impl ExecutorArgs {
             table.use_restricted_commands();
         }
         let mut sandbox_config = self.sandbox_config();
+        check_uids(sandbox_config.uid_base, sandbox_config.slots + sandbox_config.seats)?;
         for (lang, dir) in table.expose_own_import_dirs(&mut sandbox_config.ro_paths) {
             tracing::info!(language = %lang, dir = %dir.display(), "import_dirs entry not found; skipped");
         }
@@ -536,6 +561,30 @@ pub enum StartError {
     Capture(#[from] crate::capture::CaptureError),
     #[error("--enable-languages names languages this executor cannot run: {0}")]
     LanguagesUnavailable(String),
+    #[error("{0}")]
+    Uids(String),
+}
+
+/// The sandbox's uids, `uid_base` and the `n` after it (slots, then session seats), must be
+/// unprivileged and nobody else's: not root, not `nobody` (65534, which the host's own
+/// daemons may run as), and within a uid's 32 bits.
+fn check_uids(uid_base: u32, n: usize) -> Result<(), StartError> {
+    let last = u64::from(uid_base) + n as u64;
+    let bad = if uid_base == 0 {
+        Some("includes root (0)")
+    } else if last > u64::from(u32::MAX) {
+        Some("runs past the largest uid")
+    } else if (u64::from(uid_base)..last).contains(&65534) {
+        Some("includes nobody (65534)")
+    } else {
+        None
+    };
+    match bad {
+        Some(why) => Err(StartError::Uids(format!(
+            "the sandbox's uids {uid_base}..{last} (--uid-base, one per slot and per session, --max-sessions) {why}: choose another --uid-base"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Whether log lines written to `out` get colour codes: only on a terminal, and never
@@ -547,7 +596,21 @@ pub fn colour(out: &impl std::io::IsTerminal) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::advertise_address;
+    use super::{advertise_address, check_uids};
+
+    #[test]
+    fn the_sandbox_uids_stay_clear_of_root_and_nobody() {
+        assert!(check_uids(60000, 16 + 64).is_ok());
+        let e = check_uids(65000, 16 + 1000).unwrap_err().to_string();
+        assert!(e.contains("nobody (65534)") && e.contains("--max-sessions"), "{e}");
+        assert!(check_uids(0, 4).unwrap_err().to_string().contains("root"));
+        assert!(
+            check_uids(u32::MAX - 10, 64)
+                .unwrap_err()
+                .to_string()
+                .contains("largest uid")
+        );
+    }
 
     #[test]
     fn advertised_address_prefers_the_flag_then_the_pod_ip() {

@@ -398,9 +398,14 @@ impl Engine {
 
     /// Runs one phase in `work`; sandbox failures become a SANDBOX_ERROR phase.
     pub async fn run_phase(&self, slot: &SlotGuard, work: &WorkDir, spec: &RunSpec, phase: Phase) -> Phased {
+        self.run_phase_in(slot.index(), work, spec, phase).await
+    }
+
+    /// [`Self::run_phase`] in sandbox identity `index`: a slot the caller holds, or a session's seat.
+    pub async fn run_phase_in(&self, index: usize, work: &WorkDir, spec: &RunSpec, phase: Phase) -> Phased {
         let t = Instant::now();
         let _tracked = self.watchdog.track(spec.limits.wall);
-        let res = self.sandbox.run(slot.index(), work, spec).await;
+        let res = self.sandbox.run(index, work, spec).await;
         self.metrics.observe(phase, t.elapsed().as_secs_f64());
         match res {
             Ok(o) => {

@@ -72,8 +72,13 @@ pub struct Metrics {
     pub busy_slots: Gauge,
     pub queue_length: Gauge,
     pub slots: Gauge,
-    /// Stateful sessions alive (each holds a slot).
+    /// Stateful sessions alive (each holds a seat, and a slot only while a call runs).
     pub sessions: Gauge,
+    /// Sessions this executor holds at most (`--max-sessions`).
+    pub session_capacity: Gauge,
+    /// Memory the sessions hold, as last measured, and their budget (`--session-memory-bytes`).
+    pub session_memory: Gauge,
+    pub session_memory_budget: Gauge,
     /// Bytes charged to the byte budget now, and its size (see `crate::budget`).
     pub inflight_bytes: Gauge,
     pub inflight_bytes_limit: Gauge,
@@ -116,8 +121,25 @@ impl Metrics {
         let sessions = Gauge::default();
         registry.register(
             "sessions",
-            "Stateful sessions alive, each holding a run slot",
+            "Stateful sessions alive (each holds a run slot only while a call of it runs)",
             sessions.clone(),
+        );
+        let (session_capacity, session_memory, session_memory_budget) =
+            (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register(
+            "session_capacity",
+            "Sessions this executor holds at most (--max-sessions)",
+            session_capacity.clone(),
+        );
+        registry.register(
+            "session_memory_bytes",
+            "Memory the open sessions hold, measured from their cgroups (each at least --session-idle-bytes)",
+            session_memory.clone(),
+        );
+        registry.register(
+            "session_memory_budget_bytes",
+            "Memory the sessions may hold together (--session-memory-bytes)",
+            session_memory_budget.clone(),
         );
         let (inflight_bytes, inflight_bytes_limit) = (Gauge::default(), Gauge::default());
         registry.register(
@@ -224,6 +246,9 @@ impl Metrics {
             queue_length,
             slots,
             sessions,
+            session_capacity,
+            session_memory,
+            session_memory_budget,
             inflight_bytes,
             inflight_bytes_limit,
             cache_hits,

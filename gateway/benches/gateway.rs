@@ -37,7 +37,8 @@ fn env_or(name: &str, default: usize) -> usize {
 fn start_executor(name: &str, index: u32) -> SocketAddr {
     let pid = std::process::id();
     let work_root = std::env::temp_dir().join(format!("sandpool-gateway-bench-{pid}-{index}"));
-    let uid_base = 98_000 + index * 50;
+    // 100 uids per executor: its slots, then its session seats.
+    let uid_base = 98_000 + index * 100;
     let args = ServerArgs::parse_from([
         "sandpool-executor".to_string(),
         "--work-root".into(),

@@ -37,6 +37,13 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         0
     }
 
+    /// Memory charged to identity `index`'s cgroup now (its processes, the files they wrote
+    /// in tmpfs), bytes; None without cgroups, or before the identity's first run.
+    fn memory_in_use(&self, index: usize) -> Option<u64> {
+        let _ = index;
+        None
+    }
+
     /// True when GPU runs get device nodes.
     fn has_gpu(&self) -> bool;
 

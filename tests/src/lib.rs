@@ -120,8 +120,9 @@ impl Executor {
     /// Starts an executor with `opts` and waits until its health check says SERVING.
     pub async fn start(opts: Options) -> Executor {
         let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
-        // Distinct uid ranges keep concurrent executors' rlimits apart.
-        let uid_base = 63000 + (std::process::id() % 50) * 400 + n * 20;
+        // Distinct uid ranges keep concurrent executors' rlimits apart: 100 uids each, room
+        // for the slots and the default 64 session seats (uid_base + slots + k).
+        let uid_base = 100_000 + (std::process::id() % 50) * 4000 + n * 100;
         let port = opts.port.unwrap_or_else(free_port);
         let metrics_port = free_port();
         let work_root = tempfile::Builder::new()

@@ -3,6 +3,7 @@
 //! after close and timeouts (seen from the host), ids other callers cannot use,
 //! and draining with sessions open.
 
+use futures::StreamExt;
 use sandpool_proto::v1 as pb;
 use sandpool_tests::{Executor, Isolation, Options};
 use std::time::{Duration, Instant};
@@ -112,9 +113,9 @@ fn procs_of(uid: u32) -> Vec<i32> {
         .unwrap_or_default()
 }
 
-/// Pids running as any of the executor's slot uids.
+/// Pids running as any of the executor's uids: its slots' and its session seats' (64, the default).
 fn slot_procs(ex: &Executor, slots: u32) -> Vec<i32> {
-    (0..slots).flat_map(|i| procs_of(ex.uid_base + i)).collect()
+    (0..slots + 64).flat_map(|i| procs_of(ex.uid_base + i)).collect()
 }
 
 #[tokio::test]
@@ -657,11 +658,14 @@ async fn limits_per_call_and_per_session_are_enforced() {
 }
 
 #[tokio::test]
-async fn sessions_are_capped_and_leave_slots_for_stateless_work() {
-    // 2 slots: at most 1 session by default.
-    let ex = executor(2, &[]).await;
+async fn idle_sessions_hold_no_run_slot_and_are_capped_by_max_sessions() {
+    // One slot, three sessions: each call takes the slot only while it runs.
+    let ex = executor(1, &["--max-sessions", "3"]).await;
     let mut c = ex.client();
-    let s = create(&mut c, "bash", None).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(create(&mut c, "python", None).await.session_id);
+    }
     let e = c
         .create_session(pb::CreateSessionRequest {
             language: "bash".into(),
@@ -671,8 +675,13 @@ async fn sessions_are_capped_and_leave_slots_for_stateless_work() {
         .expect_err("over --max-sessions");
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert!(e.message().contains("--max-sessions"), "{}", e.message());
-    assert_eq!(ex.metric("sandpool_sessions"), 1.0);
-    // Stateless work still runs.
+    assert_eq!(ex.metric("sandpool_sessions"), 3.0);
+    assert_eq!(ex.metric("sandpool_session_capacity"), 3.0);
+    // Three live interpreters, and the one slot free: stateless work runs at once.
+    for id in &ids {
+        assert_eq!(out(&run(&mut c, code(id, "x = 41\nprint(x + 1)")).await), "42\n");
+    }
+    assert_eq!(ex.metric("sandpool_busy_slots"), 0.0, "idle sessions hold no slot");
     let r = ex
         .run(pb::ExecuteRequest {
             language: "python".into(),
@@ -681,13 +690,71 @@ async fn sessions_are_capped_and_leave_slots_for_stateless_work() {
         })
         .await;
     assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{r:?}");
+    // Calls of all three at once share the one slot, one at a time, each keeping its state.
+    let calls = ids.iter().map(|id| {
+        let mut c = ex.client();
+        let id = id.clone();
+        async move { run(&mut c, code(&id, "import time; time.sleep(0.3); x")).await }
+    });
+    let t = Instant::now();
+    for r in futures::future::join_all(calls).await {
+        assert_eq!(r.display, "41", "{r:?}");
+    }
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "the calls shared one slot: {:?}",
+        t.elapsed()
+    );
     c.close_session(pb::CloseSessionRequest {
-        session_id: s.session_id.clone(),
+        session_id: ids[0].clone(),
     })
     .await
     .expect("close");
-    assert_eq!(ex.metric("sandpool_sessions"), 0.0);
+    assert_eq!(ex.metric("sandpool_sessions"), 2.0);
     create(&mut c, "bash", None).await;
+}
+
+#[tokio::test]
+async fn sessions_are_capped_by_the_memory_they_hold() {
+    // A budget of three idle sessions; the first grows to hold more than two of them.
+    let mib = |n: u64| (n << 20).to_string();
+    let ex = executor(
+        2,
+        &["--session-idle-bytes", &mib(32), "--session-memory-bytes", &mib(96)],
+    )
+    .await;
+    let mut c = ex.client();
+    let big = create(&mut c, "python", None).await.session_id;
+    let r = run(&mut c, code(&big, "b = bytearray(80 << 20); len(b)")).await;
+    assert_eq!(r.display, str_of(80 << 20), "{r:?}");
+    // The reaper measures the sessions' cgroups every two seconds.
+    let until = Instant::now() + Duration::from_secs(10);
+    while ex.metric("sandpool_session_memory_bytes") < (80u64 << 20) as f64 {
+        assert!(Instant::now() < until, "the session's memory was never measured");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(ex.metric("sandpool_session_memory_budget_bytes"), (96u64 << 20) as f64);
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            language: "python".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("past the memory budget");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("--session-memory-bytes"), "{}", e.message());
+    // Freed, it counts as idle again: room for more.
+    run(&mut c, code(&big, "del b; import gc; gc.collect()")).await;
+    let until = Instant::now() + Duration::from_secs(10);
+    while ex.metric("sandpool_session_memory_bytes") > (64u64 << 20) as f64 {
+        assert!(Instant::now() < until, "the freed memory was never measured");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    create(&mut c, "python", None).await;
+}
+
+fn str_of(n: u64) -> String {
+    n.to_string()
 }
 
 fn authorized<T>(t: &str, mut r: tonic::Request<T>) -> tonic::Request<T> {
@@ -951,4 +1018,104 @@ async fn parallel_session_file_reads_share_the_byte_budget() {
         assert_eq!(g.files[0].content.len() as u64, 40 * MIB);
     }
     assert!(grown_mib < 384, "the executor's peak RSS grew by {grown_mib} MiB");
+}
+
+/// The executor's cgroup directories named `slot-N` (slots and session seats), found under
+/// /sys/fs/cgroup by the executor's cgroup name.
+fn slot_cgroups(ex: &Executor) -> Vec<std::path::PathBuf> {
+    let name = sandpool_sandbox::cgroup_name(ex.work_root.path());
+    let mut found = Vec::new();
+    let mut todo = vec![(std::path::PathBuf::from("/sys/fs/cgroup"), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+            if e.file_name().to_str() == Some(name.as_str()) {
+                let slots = std::fs::read_dir(e.path()).into_iter().flatten().flatten();
+                found.extend(
+                    slots
+                        .filter(|s| s.file_name().to_string_lossy().starts_with("slot-"))
+                        .map(|s| s.path()),
+                );
+            } else if depth < 6 {
+                todo.push((e.path(), depth + 1));
+            }
+        }
+    }
+    found
+}
+
+fn mounts_of(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).map_or(0, |t| t.lines().count())
+}
+
+/// Many idle sessions on one slot, each with its own state, expiring together, leave
+/// nothing behind: no process of their uids, no process in their cgroups, no mount.
+#[tokio::test]
+async fn ninety_idle_sessions_share_one_slot_and_expire_together_without_a_trace() {
+    // Each test executor has 100 uids: its slot's and 99 seats'.
+    const N: usize = 90;
+    // Long enough that none expires while the others are made on a slow machine.
+    let ex = executor(1, &["--max-sessions", "90", "--session-idle-timeout-ms", "20000"]).await;
+    let procs = || {
+        (0..1 + N as u32)
+            .flat_map(|i| procs_of(ex.uid_base + i))
+            .collect::<Vec<_>>()
+    };
+    let mounts = mounts_of(ex.pid());
+    let c = ex.client();
+    let opened: Vec<String> = futures::stream::iter(0..N)
+        .map(|i| {
+            let mut c = c.clone();
+            async move {
+                let s = create(&mut c, "python", None).await;
+                let r = run(&mut c, code(&s.session_id, &format!("mine = {i}\nmine"))).await;
+                assert_eq!(r.display, i.to_string(), "{r:?}");
+                s.session_id
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert_eq!(ex.metric("sandpool_sessions"), N as f64);
+    assert_eq!(ex.metric("sandpool_busy_slots"), 0.0, "idle sessions hold no slot");
+    // Each kept its own state; this last use starts every idle timeout within a second or two.
+    let mut c2 = ex.client();
+    let states: Vec<String> = futures::stream::iter(opened.iter())
+        .map(|id| {
+            let mut c = ex.client();
+            async move { run(&mut c, code(id, "mine")).await.display }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let mut states: Vec<usize> = states.iter().filter_map(|d| d.parse().ok()).collect();
+    states.sort_unstable();
+    assert_eq!(states, (0..N).collect::<Vec<_>>());
+    assert!(procs().len() >= N, "one interpreter per session");
+    // All past their idle timeout together.
+    let until = Instant::now() + Duration::from_secs(60);
+    while ex.metric("sandpool_sessions") > 0.0 || !procs().is_empty() {
+        assert!(
+            Instant::now() < until,
+            "{} sessions, {:?} left",
+            ex.metric("sandpool_sessions"),
+            procs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The seats' cgroups (slot 0's holds its spawner, by design).
+    let seat = |p: &std::path::PathBuf| {
+        p.file_name()
+            .and_then(|n| n.to_str()?.strip_prefix("slot-")?.parse::<usize>().ok())
+            .is_some_and(|i| i >= 1)
+    };
+    let cgroups: Vec<_> = slot_cgroups(&ex).into_iter().filter(seat).collect();
+    assert!(cgroups.len() >= 16, "the seats' cgroups were found: {cgroups:?}");
+    for cg in &cgroups {
+        let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
+        assert!(procs.trim().is_empty(), "{} still holds {procs}", cg.display());
+    }
+    assert_eq!(mounts_of(ex.pid()), mounts, "a session's mount outlived it");
+    let e = c2.run_in_session(code(&opened[0], "mine")).await.expect_err("expired");
+    assert_eq!(e.code(), Code::NotFound);
 }

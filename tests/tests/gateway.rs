@@ -37,7 +37,8 @@ fn start_executor(name: &str, index: u32, extra: &[&str]) -> Exec {
     let pid = std::process::id();
     let work_root = std::env::temp_dir().join(format!("sandpool-gateway-{pid}-{index}"));
     // Far from the other suites' uid ranges (60000-..., 61000-64800, 63000-83000).
-    let uid_base = 90_000 + (pid % 200) * 40 + index * 10;
+    // 100 uids per executor: its slots, then its session seats.
+    let uid_base = 400_000 + (pid % 200) * 400 + index * 100;
     let args = ServerArgs::parse_from(
         [
             "sandpool-executor".to_string(),

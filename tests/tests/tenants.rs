@@ -178,7 +178,7 @@ async fn each_token_is_its_tenant_with_its_terms_and_refusals_name_it() {
 async fn sessions_belong_to_their_tenant_and_count_against_its_cap() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = tenants_file(dir.path(), "");
-    // Four slots: the executor's own cap (--max-sessions, half the slots) is 2, above agents'.
+    // The executor's own cap (--max-sessions, 64 by default) is above agents'.
     let exe = executor(&file, 4).await;
     let mut c = exe.client();
     let create = |token: &str| {

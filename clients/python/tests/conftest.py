@@ -90,7 +90,8 @@ class Executor:
         self.queue = queue
         self.port = port or free_port()
         # Far from the Rust e2e tests' uid ranges (63000+) and from other executors of this run.
-        self.uid_base = 64000 + 100 * (next(_uid_slots) % 10) + 1000 * (os.getpid() % 5)
+        # 100 uids each: the slots, then the session seats (uid_base + slots + k).
+        self.uid_base = 200000 + 100 * (next(_uid_slots) % 10) + 1000 * (os.getpid() % 5)
         self.work_root = tempfile.mkdtemp(prefix="sandpool-pytest-")
         self.proc: Optional[subprocess.Popen] = None
         # start/stop/restart may come from a test's thread and from the fixture's teardown at once:

@@ -194,9 +194,11 @@ def embedded(uid_base: int, work_root: Path) -> StdioServerParameters:
     )
 
 
-# Above conftest's executors (64000-68999) and the Rust e2e tests (63000 up to about 83000),
-# which may run at the same time on a developer's machine.
-UID_BASE = 90000 + 100 * (os.getpid() % 50)
+# Apart from conftest's executors (200000-204999) and the Rust e2e tests (100000-299999, 400000
+# up), which may run at the same time on a developer's machine. An executor takes its slots'
+# uids and, after them, one per session seat (64 by default).
+UID_BASE = 500000 + 1000 * (os.getpid() % 50)
+EMBEDDED_UIDS = 2 + 64
 
 
 async def test_mcp_over_stdio_with_an_embedded_executor(tmp_path):
@@ -219,7 +221,7 @@ def processes_of(uids: range) -> list[str]:
 
 
 async def test_mcp_stdio_client_gone_leaves_no_session_running(tmp_path):
-    uids = range(UID_BASE + 50, UID_BASE + 52)
+    uids = range(UID_BASE + 200, UID_BASE + 200 + EMBEDDED_UIDS)
     async with stdio_client(embedded(uids.start, tmp_path)) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         sid = (await call(session, "create_session", {"language": "python"}))["session_id"]

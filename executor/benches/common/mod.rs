@@ -78,7 +78,8 @@ pub fn executor(name: &str, languages: &str, extra: impl IntoIterator<Item = Str
             "--work-root".into(),
             work_root.display().to_string(),
             "--uid-base".into(),
-            (64000 + (std::process::id() % 50) * 20).to_string(),
+            // Room for the slots and the session seats after them (uid_base + slots + k).
+            (100_000 + (std::process::id() % 50) * 2000).to_string(),
             "--enable-languages".into(),
             languages.into(),
         ]

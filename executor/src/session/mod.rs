@@ -1,9 +1,12 @@
 //! Stateful sessions (docs/sessions.md): a sandbox whose /work, and for Python
 //! the interpreter's state, lives across calls.
 //!
-//! A session holds one run slot from creation to its end (at most
-//! [`SessionPolicy::max_sessions`] of them, so stateless requests keep the rest)
-//! and one work dir that every call of the session mounts at /work.
+//! A session holds a seat from creation to its end: a sandbox identity beside the run
+//! slots, with a uid and a cgroup of its own (at most [`SessionPolicy::max_sessions`] of
+//! them, and no more than their memory budget allows), and one work dir that every call of
+//! the session mounts at /work. It takes a run slot only while a call of it runs, queued
+//! like any request with its creator's tenant and priority: an idle session costs memory,
+//! not a slot.
 //!
 //! - Python: one long-lived sandboxed run of a small REPL driver ([`repl`]),
 //!   started with the session's totals as its limits; cells reach it through
@@ -13,8 +16,8 @@
 //!   last call's working directory with its exported variables.
 //!
 //! Sessions end at close, after their idle or absolute timeout (a reaper task
-//! checks every second), or when the executor shuts down: the slot's processes
-//! are killed, and the slot is handed on only once the host sees none left.
+//! checks every 250 ms), or when the executor shuts down: the seat's processes
+//! are killed, and the seat is handed on only once the host sees none left.
 //! Ids are 128 random bits from the kernel's CSPRNG and the executor's name; a session's calls must carry
 //! the `authorization` metadata its creator sent (compared in constant time),
 //! else they get NOT_FOUND, like unknown, closed or expired ids.
@@ -26,7 +29,7 @@ mod shell;
 
 pub use policy::{SessionPolicy, Totals};
 
-use crate::admission::{SlotGuard, Ticket};
+use crate::admission::{Admit, Ticket};
 use crate::call::Call;
 use crate::engine::Engine;
 use crate::error::{ExecError, scrub_host_paths};
@@ -36,7 +39,8 @@ use crate::task::blocking;
 use crate::{validate, verdict};
 use repl::{CallEnd, Repl};
 use sandpool_proto::v1 as pb;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 use subtle::ConstantTimeEq;
@@ -131,7 +135,12 @@ struct Session {
     metadata: BTreeMap<String, String>,
     template: String,
     last_used: Mutex<Instant>,
-    slot: usize,
+    /// The sandbox identity (`slots..slots + seats`) its runs use.
+    seat: usize,
+    /// Its creator's tenant and priority: what each call queues for a run slot with.
+    ticket: Ticket,
+    /// Memory its seat's cgroup held when last measured, at least the policy's idle bytes.
+    memory: AtomicU64,
     work: Arc<WorkDir>,
     /// Set once the session is ending: a call in progress stops at once.
     closed: tokio::sync::watch::Sender<bool>,
@@ -141,7 +150,7 @@ struct Session {
 #[derive(Debug)]
 struct State {
     /// Released after the session's processes are gone.
-    slot: Option<SlotGuard>,
+    seat: Option<SeatGuard>,
     calls: u32,
     /// CPU charged to the session: finished runs' measured CPU, plus what the running
     /// interpreter reported (or the wall time of calls it was killed in).
@@ -192,7 +201,38 @@ impl Session {
     }
 
     fn uid(&self, uid_base: u32) -> u32 {
-        uid_base + self.slot as u32
+        uid_base + self.seat as u32
+    }
+}
+
+/// The executor's free session seats (sandbox identities `slots..slots + seats`).
+#[derive(Debug)]
+struct Seats(Mutex<BTreeSet<usize>>);
+
+/// A seat a session holds; back to the free ones when dropped (never while its processes live:
+/// see [`SessionManager::end_all`]).
+#[derive(Debug)]
+struct SeatGuard {
+    seats: Arc<Seats>,
+    index: usize,
+}
+
+impl Seats {
+    /// The lowest free seat: the fewest distinct cgroups are ever made.
+    fn take(self: &Arc<Self>) -> Option<SeatGuard> {
+        let index = self.0.lock().ok()?.pop_first()?;
+        Some(SeatGuard {
+            seats: self.clone(),
+            index,
+        })
+    }
+}
+
+impl Drop for SeatGuard {
+    fn drop(&mut self) {
+        if let Ok(mut free) = self.seats.0.lock() {
+            free.insert(self.index);
+        }
     }
 }
 
@@ -263,8 +303,9 @@ pub struct SessionManager {
     /// "host:port" clients send a session's calls to.
     advertise: String,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
-    /// Sessions being created, per tenant: counted against the caps before they hold a slot.
+    /// Sessions being created, per tenant: counted against the caps before they hold a seat.
     creating: Mutex<HashMap<Arc<str>, usize>>,
+    seats: Arc<Seats>,
 }
 
 /// 128 bits from the kernel's CSPRNG, as hex.
@@ -357,13 +398,24 @@ fn owner_matches(s: &Session, auth: &[u8]) -> bool {
 impl SessionManager {
     /// Starts the manager of `engine`'s sessions under `policy`, and its reaper (which
     /// stops when the manager is dropped).
-    pub fn start(engine: Arc<Engine>, policy: SessionPolicy, advertise: String) -> Arc<Self> {
+    pub fn start(engine: Arc<Engine>, mut policy: SessionPolicy, advertise: String) -> Arc<Self> {
+        let (slots, seats) = (engine.sandbox().slots(), engine.sandbox().seats());
+        // No more sessions than the sandbox has seats for (none outside namespaces mode).
+        if engine.sandbox().mode() == crate::sandbox::IsolationMode::Namespaces {
+            policy.max_sessions = policy.max_sessions.min(seats);
+        }
+        let metrics = engine.metrics();
+        metrics.session_capacity.set(policy.max_sessions as i64);
+        metrics
+            .session_memory_budget
+            .set(i64::try_from(policy.memory_budget).unwrap_or(i64::MAX));
         let m = Arc::new(SessionManager {
             engine,
             policy,
             advertise,
             sessions: Mutex::new(HashMap::new()),
             creating: Mutex::new(HashMap::new()),
+            seats: Arc::new(Seats(Mutex::new((slots..slots + seats).collect()))),
         });
         let weak = Arc::downgrade(&m);
         tokio::spawn(reaper(weak));
@@ -376,9 +428,44 @@ impl SessionManager {
     }
 
     /// Waits until the host sees none of `s`'s processes: sessions exist only
-    /// in namespaces mode (see `create`), where each slot has a uid of its own.
+    /// in namespaces mode (see `create`), where each seat has a uid of its own.
     async fn wait_gone(&self, s: &Session) -> bool {
-        procs::wait_gone(s.uid(self.policy().uid_base), KILL_WAIT).await
+        procs::wait_gone(&[s.uid(self.policy().uid_base)], KILL_WAIT)
+            .await
+            .is_empty()
+    }
+
+    /// Memory the open sessions hold, as last measured (each at least the idle bytes).
+    pub fn memory_held(&self) -> u64 {
+        self.sessions
+            .lock()
+            .map(|m| m.values().map(|s| s.memory.load(Ordering::Relaxed)).sum())
+            .unwrap_or(0)
+    }
+
+    /// Measures each session's memory from its seat's cgroup (off the runtime's threads).
+    async fn measure(&self) {
+        let all: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let (engine, floor) = (self.engine.clone(), self.policy.idle_bytes);
+        let held = blocking(move || {
+            all.iter()
+                .map(|s| {
+                    let used = engine.sandbox().memory_in_use(s.seat).unwrap_or(0).max(floor);
+                    s.memory.store(used, Ordering::Relaxed);
+                    used
+                })
+                .sum::<u64>()
+        })
+        .await
+        .unwrap_or(0);
+        self.engine
+            .metrics()
+            .session_memory
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 
     /// Sessions alive now.
@@ -446,7 +533,7 @@ impl SessionManager {
         let engine = &self.engine;
         let _in_progress = engine.admission().request();
         let ticket = engine.ticket(&call, req.priority, "priority")?;
-        let (auth, deadline) = (call.caller.into_bytes(), call.deadline);
+        let auth = call.caller.into_bytes();
         // The session drivers rely on a fixed /work and /tmp, which only the
         // namespaces mode gives (restricted runs see host paths).
         if engine.sandbox().mode() != crate::sandbox::IsolationMode::Namespaces {
@@ -495,6 +582,15 @@ impl SessionManager {
                     "this executor already holds its {max} sessions (--max-sessions); close one or try another executor"
                 )));
             }
+            let (held, budget) = (self.memory_held(), self.policy().memory_budget);
+            let wanted = (creating.values().sum::<usize>() as u64 + 1).saturating_mul(self.policy().idle_bytes);
+            if held.saturating_add(wanted) > budget {
+                return Err(SessionError::Exhausted(format!(
+                    "the sessions on this executor hold {} MiB of their {} MiB memory budget (--session-memory-bytes); close one or try another executor",
+                    held >> 20,
+                    budget >> 20
+                )));
+            }
             let tenant = ticket.tenant.name.clone();
             let tenant_max = ticket.tenant.max_sessions.unwrap_or(max);
             let mine = creating.get(&tenant).copied().unwrap_or(0);
@@ -510,19 +606,9 @@ impl SessionManager {
             }
         };
         let s = self
-            .open(
-                kind,
-                language,
-                totals,
-                call_limits,
-                files,
-                auth,
-                &ticket,
-                deadline,
-                extras,
-            )
+            .open(kind, language, totals, call_limits, files, auth, &ticket, extras)
             .await?;
-        tracing::info!(session = %&s.id[..8], language = %s.language, slot = s.slot, request_id = %req.request_id, "session created");
+        tracing::info!(session = %&s.id[..8], language = %s.language, seat = s.seat, request_id = %req.request_id, "session created");
         let info = s.info();
         let resp = pb::CreateSessionResponse {
             session_id: s.id.clone(),
@@ -589,14 +675,16 @@ impl SessionManager {
         files: Vec<pb::File>,
         owner: Vec<u8>,
         ticket: &Ticket,
-        deadline: Option<tokio::time::Instant>,
         extras: Extras,
     ) -> Result<Arc<Session>, SessionError> {
         let engine = &self.engine;
-        let slot = engine.acquire(ticket, deadline).await?;
+        // The caps were checked; a seat whose processes outlived their session stays out of use.
+        let seat = self.seats.take().ok_or_else(|| {
+            SessionError::Exhausted("no session seat is free on this executor; try another executor".into())
+        })?;
         let work = engine
             .sandbox()
-            .work_dir(slot.index())
+            .work_dir(seat.index)
             .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
         let work = Arc::new(work);
         let w = work.clone();
@@ -623,11 +711,13 @@ impl SessionManager {
             metadata: extras.metadata,
             template: extras.template,
             last_used: Mutex::new(Instant::now()),
-            slot: slot.index(),
+            seat: seat.index,
+            ticket: ticket.clone(),
+            memory: AtomicU64::new(self.policy.idle_bytes),
             work,
             closed,
             state: tokio::sync::Mutex::new(State {
-                slot: Some(slot),
+                seat: Some(seat),
                 calls: 0,
                 cpu_used: Duration::ZERO,
                 cpu_at_repl_start: Duration::ZERO,
@@ -664,7 +754,7 @@ impl SessionManager {
         };
         st.repl = Some(Repl::start(
             &self.engine,
-            s.slot,
+            s.seat,
             &s.work,
             limits,
             st.epoch,
@@ -779,6 +869,9 @@ impl SessionManager {
         s.touch();
         let t = Instant::now();
         let run = async {
+            // A run slot for this call only, queued like any request's (a session admitted
+            // before a drain began still gets its calls run).
+            let _permit = self.engine.acquire_as(&s.ticket, None, Admit::Continuing).await?;
             match s.kind {
                 Kind::Bash => match input {
                     Input::Code(source) | Input::Command(source) => {
@@ -818,11 +911,7 @@ impl SessionManager {
         stdin: Vec<u8>,
         limits: Limits,
     ) -> Result<pb::RunInSessionResponse, SessionError> {
-        let slot = st
-            .slot
-            .as_ref()
-            .ok_or_else(|| ExecError::Internal("the session has no slot".into()))?;
-        let r = shell::call(&self.engine, slot, &s.work, source, stdin, limits).await?;
+        let r = shell::call(&self.engine, s.seat, &s.work, source, stdin, limits).await?;
         st.reserve_low |= r.reserve_used;
         st.cpu_used += Duration::from_micros(r.result.cpu_time_us);
         Ok(pb::RunInSessionResponse {
@@ -1034,36 +1123,55 @@ impl SessionManager {
         Ok(pb::CloseSessionResponse { calls })
     }
 
-    /// Removes `s`, stops what runs in it, waits until its processes are gone, frees its slot.
-    async fn end(&self, s: &Arc<Session>, why: &str) -> u32 {
-        let removed = self
-            .sessions
-            .lock()
-            .ok()
-            .and_then(|mut m| {
-                let gone = m.remove(&s.id);
-                self.publish(&m, &s.tenant);
-                gone
-            })
-            .is_some();
-        s.closed.send_replace(true);
+    /// Ends one session (see [`Self::end_all`]); returns how many calls it served.
+    async fn end(&self, s: &Arc<Session>, why: &'static str) -> u32 {
+        let one = [(s.clone(), why)];
+        self.end_all(&one).await.first().copied().unwrap_or(0)
+    }
+
+    /// Removes the sessions of `all` (each with why it ends), stops what runs in them, waits
+    /// until the host sees none of their processes, then frees their seats; answers how many
+    /// calls each served. All at once: one `/proc` scan a round covers every uid, so hundreds
+    /// of sessions expiring together cost what one does. A seat whose processes outlived
+    /// [`KILL_WAIT`] is never handed on (logged).
+    async fn end_all(&self, all: &[(Arc<Session>, &'static str)]) -> Vec<u32> {
+        let removed: Vec<bool> = match self.sessions.lock() {
+            Ok(mut m) => {
+                let removed = all.iter().map(|(s, _)| m.remove(&s.id).is_some()).collect();
+                let tenants: BTreeSet<&str> = all.iter().map(|(s, _)| &*s.tenant).collect();
+                tenants.into_iter().for_each(|t| self.publish(&m, t));
+                removed
+            }
+            Err(_) => vec![false; all.len()],
+        };
+        for (s, _) in all {
+            s.closed.send_replace(true);
+        }
         // A call in progress sees `closed` and drops its run, then lets go of the state.
-        let mut st = s.state.lock().await;
-        if let Some(r) = st.repl.take() {
-            let _ = r.kill().await;
+        let mut states = futures::future::join_all(all.iter().map(|(s, _)| async move {
+            let mut st = s.state.lock().await;
+            if let Some(r) = st.repl.take() {
+                let _ = r.kill().await;
+            }
+            st
+        }))
+        .await;
+        let base = self.policy().uid_base;
+        let uids: Vec<u32> = all.iter().map(|(s, _)| s.uid(base)).collect();
+        let left = procs::wait_gone(&uids, KILL_WAIT).await;
+        for (((s, why), st), removed) in all.iter().zip(states.iter_mut()).zip(removed) {
+            if left.contains(&s.uid(base)) {
+                // Never hand on a seat that still runs someone's processes.
+                tracing::error!(session = %&s.id[..8], seat = s.seat, "session processes survived; its seat stays out of use");
+                std::mem::forget(st.seat.take());
+            } else {
+                st.seat = None;
+            }
+            if removed {
+                tracing::info!(session = %&s.id[..8], calls = st.calls, why, "session ended");
+            }
         }
-        let gone = self.wait_gone(s).await;
-        if gone {
-            st.slot = None;
-        } else {
-            // Never hand on a slot that still runs someone's processes.
-            tracing::error!(session = %&s.id[..8], slot = s.slot, "session processes survived; its slot stays out of use");
-            std::mem::forget(st.slot.take());
-        }
-        if removed {
-            tracing::info!(session = %&s.id[..8], calls = st.calls, why, "session ended");
-        }
-        st.calls
+        states.iter().map(|st| st.calls).collect()
     }
 
     /// Ends every session (executor shutdown).
@@ -1071,9 +1179,9 @@ impl SessionManager {
         let all: Vec<_> = self
             .sessions
             .lock()
-            .map(|m| m.values().cloned().collect())
+            .map(|m| m.values().map(|s| (s.clone(), "executor shutting down")).collect())
             .unwrap_or_default();
-        futures::future::join_all(all.iter().map(|s| self.end(s, "executor shutting down"))).await;
+        self.end_all(&all).await;
     }
 
     /// Ends the sessions past their idle or absolute timeout.
@@ -1096,19 +1204,25 @@ impl SessionManager {
                     .collect()
             })
             .unwrap_or_default();
-        for (s, why) in expired {
-            self.end(&s, why).await;
+        if !expired.is_empty() {
+            self.end_all(&expired).await;
         }
     }
 }
 
+/// How often the reaper measures the sessions' memory (one cgroup read per session).
+const MEASURE_EVERY: u32 = 8;
+
 async fn reaper(m: Weak<SessionManager>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
+    for round in 0u32.. {
         tick.tick().await;
         let Some(m) = m.upgrade() else { return };
         m.reap().await;
+        if round % MEASURE_EVERY == 0 {
+            m.measure().await;
+        }
     }
 }
 

@@ -8,8 +8,13 @@ use std::time::Duration;
 /// Session settings, from the executor's flags.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionPolicy {
-    /// Sessions alive at once; each holds a run slot.
+    /// Sessions alive at once (each has a seat of its own: a uid and a cgroup, not a run slot).
     pub max_sessions: usize,
+    /// What an open session counts at, at least, against [`Self::memory_budget`].
+    pub idle_bytes: u64,
+    /// Memory all sessions may hold together, measured from their cgroups (each at least
+    /// [`Self::idle_bytes`]); a create past it is refused.
+    pub memory_budget: u64,
     pub lifetime: Duration,
     pub max_lifetime: Duration,
     pub idle: Duration,
@@ -18,15 +23,25 @@ pub struct SessionPolicy {
     pub max_calls: u32,
     pub cpu: Duration,
     pub max_cpu: Duration,
-    /// uid of slot 0 (slot i runs as `uid_base + i`): how a session's processes are found from the host.
+    /// uid of slot 0 (identity i runs as `uid_base + i`): how a session's processes are found from the host.
     pub uid_base: u32,
 }
 
+/// Sessions per executor unless `--max-sessions` says otherwise.
+pub const DEFAULT_MAX_SESSIONS: usize = 64;
+
+/// What an idle session is counted at unless `--session-idle-bytes` says otherwise: a Python
+/// session's interpreter and driver measure about 12 MiB of PSS (docs/sessions.md), and a
+/// session holds its /work's reserve (1 MiB) and pipes besides.
+pub const DEFAULT_IDLE_BYTES: u64 = 32 << 20;
+
 impl SessionPolicy {
-    /// The defaults for `slots` run slots: at most half of them held by sessions.
-    pub fn for_slots(slots: usize, uid_base: u32) -> Self {
+    /// The defaults, for an executor whose slots start at `uid_base`.
+    pub fn defaults(uid_base: u32) -> Self {
         SessionPolicy {
-            max_sessions: (slots / 2).max(1),
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            idle_bytes: DEFAULT_IDLE_BYTES,
+            memory_budget: DEFAULT_MAX_SESSIONS as u64 * DEFAULT_IDLE_BYTES,
             lifetime: Duration::from_secs(30 * 60),
             max_lifetime: Duration::from_secs(4 * 3600),
             idle: Duration::from_secs(5 * 60),
@@ -173,8 +188,8 @@ mod tests {
 
     #[test]
     fn zero_takes_defaults_and_ceilings_name_the_field() {
-        let p = SessionPolicy::for_slots(4, 1000);
-        assert_eq!(p.max_sessions, 2);
+        let p = SessionPolicy::defaults(1000);
+        assert_eq!(p.max_sessions, DEFAULT_MAX_SESSIONS);
         let t = resolve(&p, &limits(), None, 1 << 20).unwrap();
         assert_eq!(t.lifetime, p.lifetime);
         assert_eq!(t.memory, 512 << 20);
@@ -203,8 +218,7 @@ mod tests {
     #[test]
     fn a_call_never_gets_more_than_the_session_has_left() {
         let lp = limits();
-        let p = SessionPolicy::for_slots(1, 1000);
-        assert_eq!(p.max_sessions, 1);
+        let p = SessionPolicy::defaults(1000);
         let t = Totals {
             memory: 100 << 20,
             ..resolve(&p, &lp, None, 0).unwrap()

@@ -7,7 +7,6 @@
 //! every call is a new process tree, killed whole when it ends.
 
 use super::SessionError;
-use crate::admission::SlotGuard;
 use crate::engine::Engine;
 use crate::limits::Limits;
 use crate::metrics::Phase;
@@ -35,10 +34,10 @@ pub struct ShellResult {
     pub reserve_used: bool,
 }
 
-/// Runs `source` as bash in `work`, in `slot`, under `limits`.
+/// Runs `source` as bash in `work`, in the session's seat, under `limits`.
 pub async fn call(
     engine: &Arc<Engine>,
-    slot: &SlotGuard,
+    seat: usize,
     work: &Arc<WorkDir>,
     source: &str,
     stdin: Vec<u8>,
@@ -57,7 +56,7 @@ pub async fn call(
         gpu: false,
         warm: None,
     };
-    let r = engine.run_phase(slot, work, &spec, Phase::Run).await;
+    let r = engine.run_phase_in(seat, work, &spec, Phase::Run).await;
     let w = work.clone();
     let cwd = blocking(move || w.read_file(".sandpool/cwd", CWD_CAP))
         .await?

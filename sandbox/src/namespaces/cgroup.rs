@@ -445,7 +445,7 @@ impl SlotCgroup {
     }
 
     /// Memory charged to the slot now, in bytes.
-    fn memory_current(&self) -> u64 {
+    pub(crate) fn memory_current(&self) -> u64 {
         get_u64(&self.knobs.memory_current).unwrap_or(0)
     }
 

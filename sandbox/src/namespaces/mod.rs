@@ -245,6 +245,20 @@ impl Runner for Namespaces {
         self.seat_locks.len()
     }
 
+    fn memory_in_use(&self, index: usize) -> Option<u64> {
+        match index.checked_sub(self.cfg.slots) {
+            None => self
+                .cgroups
+                .as_ref()?
+                .get(index)
+                .map(cgroup::SlotCgroup::memory_current),
+            Some(seat) => {
+                let c = self.seat_cgroups.lock().ok()?.get(seat).cloned().flatten()?;
+                Some(c.memory_current())
+            }
+        }
+    }
+
     /// True when GPU runs get device nodes.
     fn has_gpu(&self) -> bool {
         !self.gpu_slot_ns.is_empty()
