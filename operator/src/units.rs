@@ -58,6 +58,11 @@ impl Milli {
         self.0 / 1000
     }
 
+    /// The value in thousandths of a unit.
+    pub fn milli(self) -> u128 {
+        self.0
+    }
+
     /// The value if it is a whole number of units.
     pub fn whole(self) -> Option<u128> {
         self.0.is_multiple_of(1000).then_some(self.0 / 1000)
@@ -154,6 +159,16 @@ pub fn show_bytes(bytes: u64) -> String {
     }
 }
 
+/// `milli` thousandths of a unit as a quantity the API server takes: a whole number the
+/// way [`show_bytes`] spells it, else in milli-units (`1500m`).
+pub fn show_milli(milli: u128) -> String {
+    match u64::try_from(milli / 1000) {
+        Ok(whole) if milli.is_multiple_of(1000) => show_bytes(whole),
+        _ if milli.is_multiple_of(1000) => (milli / 1000).to_string(),
+        _ => format!("{milli}m"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +225,18 @@ mod tests {
         assert!(matches!(bytes("1.5"), Err(UnitError::OutOfRange(..))));
         assert!(matches!(bytes("500m"), Err(UnitError::OutOfRange(..))));
         assert!(matches!(bytes("99999999999E"), Err(UnitError::OutOfRange(..))));
+    }
+
+    #[test]
+    fn milli_quantities_are_spelt_back_exactly() {
+        assert_eq!(show_milli(1000 * (4 << 20)), "4Mi");
+        assert_eq!(show_milli(1000 * (4 << 30)), "4Gi");
+        assert_eq!(show_milli(1000 * 1_000_000_000), "1000000000");
+        assert_eq!(show_milli(1500), "1500m");
+        for text in ["20096Mi", "4Gi", "1000000000", "1500m"] {
+            let milli = quantity(text).map(Milli::milli);
+            assert_eq!(milli.map(show_milli).as_deref(), Ok(text));
+        }
     }
 
     #[test]
