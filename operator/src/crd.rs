@@ -110,6 +110,12 @@ pub struct SandboxPoolSpec {
     /// pools start every run cold either way (warm starts need CAP_SYS_ADMIN).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_starts: Option<bool>,
+    /// Stateful sessions (docs/sessions.md): how many each executor pod holds open and the
+    /// memory they are counted at. The executor container's memory request (and limit, when
+    /// set) grows by the sessions' memory. Unset: the executor's own defaults, with no memory
+    /// set aside for sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Sessions>,
     /// Callers of the pool, each with its own bearer token, share and caps
     /// (docs/tenants.md). Unset: no tenants (see `auth`); cannot be set with `auth.enabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -327,6 +333,32 @@ impl Priority {
     }
 }
 
+/// Sessions per executor pod (`--max-sessions`, `--session-idle-bytes`,
+/// `--session-memory-bytes`). An idle session holds no run slot, only memory, so a pod's
+/// sessions are sized by memory: each counts at least `idleMemory`, all together at most
+/// `memory`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.idleMemory) || (quantity(self.idleMemory).compareTo(quantity('4Mi')) >= 0 && quantity(self.idleMemory).compareTo(quantity('4Gi')) <= 0)").message("sessions.idleMemory must be between 4Mi and 4Gi"),
+    validation = Rule::new("!has(self.memory) || self.maxPerPod > 0").message("sessions.memory must be left out when maxPerPod is 0 (the pool serves no sessions)")
+)]
+pub struct Sessions {
+    /// Sessions open at once on each executor pod; 0: the pool serves no sessions.
+    #[schemars(range(min = 0, max = 4096))]
+    pub max_per_pod: i32,
+    /// Memory each open session is counted at, at least (4Mi..4Gi, default 32Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
+    pub idle_memory: Option<String>,
+    /// Memory all sessions of a pod may hold together, measured from their cgroups; a session
+    /// create past it is refused (RESOURCE_EXHAUSTED). At least `maxPerPod` × `idleMemory`
+    /// (the default), at most 16Ti.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
+    pub memory: Option<String>,
+}
+
 /// The executor's result cache (`--result-cache-*`). Per pod: pods do not share it.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -430,6 +462,25 @@ pub struct GatewayStatus {
     pub endpoint: Option<String>,
 }
 
+/// Session capacity of the pool as configured. Live sessions are not here: the operator
+/// does not reach the executor pods; each pod exports them as `sandpool_sessions` on its
+/// metrics port (beside `sandpool_session_capacity` and `sandpool_session_memory_bytes`),
+/// for Prometheus to scrape (docs/operator.md, "Status").
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsStatus {
+    /// Sessions each executor pod may hold open (`spec.sessions.maxPerPod`).
+    #[serde(default)]
+    pub max_per_pod: i32,
+    /// Sessions the ready pods may hold open together: `maxPerPod` × `readyReplicas`.
+    #[serde(default)]
+    pub capacity: i64,
+    /// Memory each pod's sessions may hold together (`spec.sessions.memory` or its
+    /// default), as a quantity; the pod's memory request includes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_per_pod: Option<String>,
+}
+
 /// Observed state of a pool.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -449,6 +500,11 @@ pub struct SandboxPoolStatus {
     /// The gateway, when the pool has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<GatewayStatus>,
+    /// Session capacity as configured, when the spec sizes sessions (`spec.sessions`). Live
+    /// sessions are not here (the operator does not connect to executor pods): each pod
+    /// exports them as `sandpool_sessions` on its metrics port, for Prometheus to scrape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<SessionsStatus>,
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

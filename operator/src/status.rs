@@ -5,10 +5,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use crate::crd::{GatewayStatus, SandboxPool, SandboxPoolStatus};
+use crate::crd::{GatewayStatus, SandboxPool, SandboxPoolStatus, SessionsStatus};
 use crate::diagnose::{self, Observed, Problem};
 use crate::labels;
 use crate::resolve::{InvalidSpec, ResolvedPool};
+use crate::units::show_bytes;
 
 /// Condition type: every desired executor is ready.
 pub const READY: &str = "Ready";
@@ -102,7 +103,19 @@ pub fn gateway_status(resolved: &ResolvedPool, deployment: &Deployment, cluster_
     }
 }
 
-/// Not ready, not progressing, degraded, all for `reason`; counts and endpoint carried over.
+/// The pool's session capacity as configured: per pod, and over the ready pods. Live counts
+/// stay in the executors' metrics (`sandpool_sessions`): the operator does not reach the pods.
+pub fn sessions_status(resolved: &ResolvedPool, ready_replicas: i32) -> Option<SessionsStatus> {
+    let s = resolved.sessions?;
+    Some(SessionsStatus {
+        max_per_pod: i32::try_from(s.max_per_pod).unwrap_or(i32::MAX),
+        capacity: i64::from(s.max_per_pod) * i64::from(ready_replicas.max(0)),
+        memory_per_pod: (s.max_per_pod > 0).then(|| show_bytes(s.memory_bytes)),
+    })
+}
+
+/// Not ready, not progressing, degraded, all for `reason`; counts, endpoint and sessions
+/// carried over (the last good spec's objects keep serving).
 pub fn failed(pool: &SandboxPool, reason: &str, message: &str, now: &Time) -> SandboxPoolStatus {
     let old = pool.status.clone().unwrap_or_default();
     let generation = pool.metadata.generation;
@@ -297,6 +310,7 @@ fn with_problem(
         endpoint: Some(resolved.endpoint(cluster_domain)),
         // Filled in by the caller from the gateway's Deployment (see [`gateway_status`]).
         gateway: None,
+        sessions: sessions_status(resolved, ready),
         observed_generation: generation,
         conditions: conditions(
             previous(pool),

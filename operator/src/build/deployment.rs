@@ -112,6 +112,15 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
     if !pool.warm_starts {
         args.push("--warm-starts=false".to_owned());
     }
+    // All three, defaults included: the operator's numbers size the pod's memory, so the
+    // executor must count by the same ones whatever its own defaults are.
+    if let Some(sessions) = &pool.sessions {
+        args.push(format!("--max-sessions={}", sessions.max_per_pod));
+        if sessions.max_per_pod > 0 {
+            args.push(format!("--session-idle-bytes={}", sessions.idle_bytes));
+            args.push(format!("--session-memory-bytes={}", sessions.memory_bytes));
+        }
+    }
     args.push(format!("--drain-timeout-ms={}", pool.drain_timeout_ms()));
     args.push(format!("--work-root={WORK_ROOT}"));
     args
@@ -218,6 +227,7 @@ fn container(pool: &ResolvedPool) -> Container {
                 .collect(),
         ),
         ports: Some(ports),
+        // The sessions' memory is already added (resolve's `add_session_memory`).
         resources: pool.resources.clone(),
         // Readiness uses the overall health service (""), which goes NOT_SERVING while
         // draining or when no language works, so such pods leave the Service's DNS.

@@ -4,6 +4,7 @@ use super::*;
 
 mod gateway;
 mod pod_security;
+mod sessions;
 mod tenants;
 use crate::defaults::PoolDefaults;
 use crate::resolve::resolve;

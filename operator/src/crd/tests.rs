@@ -121,3 +121,51 @@ fn cel_rejects_a_pool_name_too_long_for_its_service() {
     long.metadata.name = Some("p".repeat(63));
     assert!(validate_cel(&long).is_ok(), "{:?}", validate_cel(&long));
 }
+
+#[test]
+fn sessions_schema_bounds_the_cap_and_requires_it() {
+    let crd = serde_json::to_value(SandboxPool::crd()).expect("CRD serializes");
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+    let sessions = &schema["spec"]["properties"]["sessions"];
+    assert_eq!(sessions["type"], "object");
+    assert_eq!(sessions["required"], json!(["maxPerPod"]));
+    let max = &sessions["properties"]["maxPerPod"];
+    assert_eq!((&max["minimum"], &max["maximum"]), (&json!(0.0), &json!(4096.0)));
+    for quantity in ["idleMemory", "memory"] {
+        let field = &sessions["properties"][quantity];
+        assert_eq!(field["pattern"], QUANTITY_PATTERN, "{quantity}");
+        assert_eq!(field["maxLength"], 32, "{quantity}");
+    }
+    let status = &schema["status"]["properties"]["sessions"]["properties"];
+    for field in ["maxPerPod", "capacity", "memoryPerPod"] {
+        assert!(status.get(field).is_some(), "status.sessions.{field} missing");
+    }
+}
+
+#[test]
+fn cel_bounds_idle_memory_and_a_budget_without_sessions() {
+    for ok in [
+        json!({"maxPerPod": 64}),
+        json!({"maxPerPod": 500, "idleMemory": "32Mi"}),
+        json!({"maxPerPod": 1, "idleMemory": "4Mi", "memory": "1Gi"}),
+        json!({"maxPerPod": 1, "idleMemory": "4096Mi"}),
+        json!({"maxPerPod": 0}),
+    ] {
+        let p = pool(json!({"sessions": ok}));
+        assert!(validate_cel(&p).is_ok(), "{ok}: {:?}", validate_cel(&p));
+    }
+    for bad in ["3Mi", "4097Mi", "5Gi"] {
+        let p = pool(json!({"sessions": {"maxPerPod": 4, "idleMemory": bad}}));
+        let err = format!("{:?}", validate_cel(&p).expect_err("CEL must reject"));
+        assert!(
+            err.contains("sessions.idleMemory must be between 4Mi and 4Gi"),
+            "{bad}: {err}"
+        );
+    }
+    let p = pool(json!({"sessions": {"maxPerPod": 0, "memory": "1Gi"}}));
+    let err = format!("{:?}", validate_cel(&p).expect_err("CEL must reject"));
+    assert!(
+        err.contains("sessions.memory must be left out when maxPerPod is 0"),
+        "{err}"
+    );
+}

@@ -15,6 +15,7 @@
 //!   fall back on;
 //! - `restricted`: what restricted mode refuses;
 //! - `result_cache`, `access`, `disruption_budget`, `auth`: the rest of the spec;
+//! - `sessions`: sessions per pod and their memory, which the container's memory grows by;
 //! - `tenants`: the pool's callers, their shares and caps;
 //! - `gateway`: the pool's gateway (only for pools that serve HTTP).
 
@@ -32,6 +33,7 @@ mod pool;
 mod resources;
 mod restricted;
 mod result_cache;
+mod sessions;
 mod tenants;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -51,6 +53,10 @@ pub use pool::{DRAIN_MARGIN_MS, ResolvedPool, TERMINATION_MARGIN_S, gateway_name
 pub use resources::GPU_MEMORY_REQUEST_PER_SLOT_GI;
 pub use restricted::SECURITY_ANNOTATION_PREFIXES;
 pub use result_cache::{DEFAULT_RESULT_CACHE_BYTES, ResolvedResultCache};
+pub use sessions::{
+    DEFAULT_SESSION_IDLE_BYTES, MAX_SESSION_IDLE_BYTES, MAX_SESSION_MEMORY_BYTES, MAX_SESSIONS_PER_POD,
+    MIN_SESSION_IDLE_BYTES, ResolvedSessions,
+};
 pub use tenants::{DEFAULT_TENANT_WEIGHT, MAX_TENANT_WEIGHT, ResolvedTenant};
 
 /// Checks and defaults a pool. `namespace` is used when the object carries none (rendering).
@@ -108,7 +114,17 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
 
     let max_unavailable = disruption_budget::max_unavailable(spec.disruption_budget.as_ref())?;
     let auth = auth::resolve_auth(spec.auth.as_ref(), &name);
-    let tenants = tenants::resolve_tenants(spec.tenants.as_deref(), spec.auth.as_ref())?;
+    let sessions = sessions::resolve_sessions(spec.sessions.as_ref())?;
+    // After every check that reads the spec's own memory (runs, result cache): the sessions'
+    // budget comes on top of what the spec gave them.
+    if let Some(s) = &sessions {
+        sessions::add_session_memory(&mut resources, s.memory_bytes)?;
+    }
+    let tenants = tenants::resolve_tenants(
+        spec.tenants.as_deref(),
+        spec.auth.as_ref(),
+        sessions.map(|s| s.max_per_pod),
+    )?;
     let gateway = gateway::resolve_gateway(spec.gateway.as_ref(), access.http, &name, defaults)?;
 
     Ok(ResolvedPool {
@@ -145,6 +161,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         tenants,
         result_cache,
         warm_starts,
+        sessions,
         gateway,
     })
 }

@@ -13,6 +13,7 @@ use super::gateway::ResolvedGateway;
 use super::gpu::ResolvedGpu;
 use super::limits::ResolvedLimits;
 use super::result_cache::ResolvedResultCache;
+use super::sessions::ResolvedSessions;
 use super::tenants::ResolvedTenant;
 use crate::crd::IsolationMode;
 use crate::labels;
@@ -41,7 +42,8 @@ pub struct ResolvedPool {
     pub languages: Option<Vec<String>>,
     /// Run slots per pod.
     pub slots: u32,
-    /// Container resources (with the GPU limit added for GPU pools).
+    /// Container resources (with the GPU limit added for GPU pools, and the sessions' memory
+    /// added to the memory request and limit).
     pub resources: Option<ResourceRequirements>,
     /// Per-run limits.
     pub limits: ResolvedLimits,
@@ -77,6 +79,8 @@ pub struct ResolvedPool {
     pub result_cache: Option<ResolvedResultCache>,
     /// False turns warm starts off (`--warm-starts=false`); true leaves the executor's default.
     pub warm_starts: bool,
+    /// Sessions per pod and their memory, when the spec sizes them.
+    pub sessions: Option<ResolvedSessions>,
     /// The gateway in front of the executors' HTTP port, when the pool has one.
     pub gateway: Option<ResolvedGateway>,
 }

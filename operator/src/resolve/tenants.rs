@@ -79,9 +79,11 @@ fn cap(value: Option<i32>, field: String) -> Result<Option<u32>, InvalidSpec> {
 
 /// The pool's tenants, or `None` when it has none. The executor takes either a tenants file
 /// or the single token, so `spec.tenants` with `spec.auth.enabled` is refused.
+/// `max_sessions` is the pool's `sessions.maxPerPod`, when set: no tenant's cap may exceed it.
 pub(super) fn resolve_tenants(
     spec: Option<&[Tenant]>,
     auth: Option<&Auth>,
+    max_sessions: Option<u32>,
 ) -> Result<Option<Vec<ResolvedTenant>>, InvalidSpec> {
     let Some(list) = spec else {
         return Ok(None);
@@ -160,23 +162,39 @@ pub(super) fn resolve_tenants(
                 }
             },
         };
+        let max_concurrency = match t.max_concurrency {
+            // The executor refuses 0; every slot is spelled by leaving the cap out.
+            Some(n) if n < 1 => {
+                return Err(InvalidSpec::new(
+                    at("maxConcurrency"),
+                    "must be at least 1 (leave it out for every slot)",
+                ));
+            }
+            n => cap(n, at("maxConcurrency"))?,
+        };
+        let max_queue = cap(t.max_queue, at("maxQueue"))?;
+        let tenant_sessions = cap(t.max_sessions, at("maxSessions"))?;
+        // The pod's own cap refuses sessions first, so a tenant cap above it never applies
+        // (most likely maxPerPod was lowered and the tenants were not).
+        if let (Some(tenant), Some(pool)) = (tenant_sessions, max_sessions)
+            && tenant > pool
+        {
+            return Err(InvalidSpec::new(
+                at("maxSessions"),
+                format!(
+                    "{tenant} exceeds spec.sessions.maxPerPod ({pool}), the sessions each pod holds open; \
+                     lower it, or leave it out for the pool's cap"
+                ),
+            ));
+        }
         tenants.push(ResolvedTenant {
             name: t.name.clone(),
             secret_name: t.token_secret_ref.name.clone(),
             secret_key: t.token_secret_ref.key.clone(),
             weight,
-            max_concurrency: match t.max_concurrency {
-                // The executor refuses 0; every slot is spelled by leaving the cap out.
-                Some(n) if n < 1 => {
-                    return Err(InvalidSpec::new(
-                        at("maxConcurrency"),
-                        "must be at least 1 (leave it out for every slot)",
-                    ));
-                }
-                n => cap(n, at("maxConcurrency"))?,
-            },
-            max_queue: cap(t.max_queue, at("maxQueue"))?,
-            max_sessions: cap(t.max_sessions, at("maxSessions"))?,
+            max_concurrency,
+            max_queue,
+            max_sessions: tenant_sessions,
             max_priority: t.max_priority,
         });
     }

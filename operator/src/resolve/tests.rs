@@ -7,6 +7,7 @@ use super::*;
 use crate::crd::SandboxPool;
 use crate::test_pool::pool;
 
+mod sessions;
 mod tenants;
 
 fn resolve_spec(spec: serde_json::Value) -> Result<ResolvedPool, InvalidSpec> {

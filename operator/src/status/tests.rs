@@ -445,3 +445,80 @@ fn the_deployments_own_verdict_marks_a_finished_rollout() {
         ]
     );
 }
+
+/// A pool with `spec.sessions`, resolved.
+fn sessions_pool(sessions: serde_json::Value) -> (SandboxPool, ResolvedPool) {
+    let mut p = pool(None);
+    p.spec = serde_json::from_value(json!({"replicas": 3, "sessions": sessions})).expect("spec deserializes");
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    (p, r)
+}
+
+#[test]
+fn session_capacity_counts_the_ready_pods() {
+    let (p, r) = sessions_pool(json!({"maxPerPod": 500, "idleMemory": "32Mi"}));
+    let now = time("2026-01-01T00:00:00Z");
+    let s = from_deployment(&p, &r, &deployment(rolled_out(2)), &none(), "cluster.local", &now);
+    assert_eq!(
+        s.sessions,
+        Some(SessionsStatus {
+            max_per_pod: 500,
+            capacity: 1000,
+            memory_per_pod: Some("16000Mi".to_owned()),
+        })
+    );
+    let wire = serde_json::to_value(&s).expect("status serializes");
+    assert_eq!(
+        wire["sessions"],
+        json!({"maxPerPod": 500, "capacity": 1000, "memoryPerPod": "16000Mi"})
+    );
+    let s = from_deployment(
+        &p,
+        &r,
+        &deployment(DeploymentStatus::default()),
+        &none(),
+        "cluster.local",
+        &now,
+    );
+    assert_eq!(s.sessions.map(|x| x.capacity), Some(0));
+}
+
+#[test]
+fn a_pool_without_sessions_says_so_and_one_without_the_field_shows_nothing() {
+    let now = time("2026-01-01T00:00:00Z");
+    let (p, r) = sessions_pool(json!({"maxPerPod": 0}));
+    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &now);
+    assert_eq!(
+        s.sessions,
+        Some(SessionsStatus {
+            max_per_pod: 0,
+            capacity: 0,
+            memory_per_pod: None,
+        })
+    );
+    // Unset: the executor's own cap applies, which the operator does not know.
+    let p = pool(None);
+    let r = resolve(&p, &PoolDefaults::default(), "x").expect("valid");
+    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &now);
+    assert_eq!(s.sessions, None);
+    assert!(
+        serde_json::to_value(&s)
+            .expect("status serializes")
+            .get("sessions")
+            .is_none()
+    );
+}
+
+#[test]
+fn a_refused_spec_keeps_the_last_session_capacity() {
+    let (p, r) = sessions_pool(json!({"maxPerPod": 64}));
+    let now = time("2026-01-01T00:00:00Z");
+    let good = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &now);
+    assert_eq!(good.sessions.as_ref().map(|s| s.capacity), Some(192));
+    let p = pool(Some(good.clone()));
+    let err = InvalidSpec {
+        field: "spec.sessions.memory".to_owned(),
+        message: "bad".to_owned(),
+    };
+    assert_eq!(invalid(&p, &err, &now).sessions, good.sessions);
+}
