@@ -26,13 +26,14 @@ fn example_pools() -> Vec<(String, String)> {
 }
 
 #[test]
-fn examples_exist_for_cpu_gpu_restricted_and_tenant_pools() {
+fn examples_exist_for_cpu_gpu_restricted_tenant_and_session_pools() {
     let names: Vec<String> = example_pools().into_iter().map(|(p, _)| p).collect();
     for wanted in [
         "cpu-pool.yaml",
         "gpu-pool.yaml",
         "restricted-pool.yaml",
         "tenants-pool.yaml",
+        "sessions-pool.yaml",
     ] {
         assert!(
             names.iter().any(|n| n.ends_with(wanted)),
