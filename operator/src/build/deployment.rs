@@ -114,16 +114,31 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
     }
     // All three, defaults included: the operator's numbers size the pod's memory, so the
     // executor must count by the same ones whatever its own defaults are.
-    if let Some(sessions) = &pool.sessions {
-        args.push(format!("--max-sessions={}", sessions.max_per_pod));
-        if sessions.max_per_pod > 0 {
-            args.push(format!("--session-idle-bytes={}", sessions.idle_bytes));
-            args.push(format!("--session-memory-bytes={}", sessions.memory_bytes));
+    match &pool.sessions {
+        Some(sessions) => {
+            args.push(format!("--max-sessions={}", sessions.max_per_pod));
+            if sessions.max_per_pod > 0 {
+                args.push(format!("--session-idle-bytes={}", sessions.idle_bytes));
+                args.push(format!("--session-memory-bytes={}", sessions.memory_bytes));
+            }
         }
+        // A pool that does not size its sessions keeps the capacity pools had before sessions
+        // stopped holding slots (half the slots), within the memory it already asks for:
+        // the executor's own default (64) would fit no pod's memory it did not plan for.
+        // (Restricted executors serve no sessions at all.)
+        None if pool.isolation == IsolationMode::Namespaces => {
+            args.push(format!("--max-sessions={}", unsized_sessions(pool.slots)))
+        }
+        None => {}
     }
     args.push(format!("--drain-timeout-ms={}", pool.drain_timeout_ms()));
     args.push(format!("--work-root={WORK_ROOT}"));
     args
+}
+
+/// Sessions per pod of a pool without `spec.sessions`: half its slots, at least one.
+pub fn unsized_sessions(slots: u32) -> u32 {
+    (slots / 2).max(1)
 }
 
 /// The executor Deployment for a pool.

@@ -204,6 +204,8 @@ fn executor_args_follow_the_spec() {
             "--max-memory-bytes=2147483648",
             "--default-output-bytes=8388608",
             "--default-processes=256",
+            // No spec.sessions: half the slots.
+            "--max-sessions=1",
             "--drain-timeout-ms=125000",
             "--work-root=/var/lib/sandpool",
         ]
@@ -669,9 +671,10 @@ fn turning_warm_starts_off_sets_the_executor_flag() {
     // The flag comes before the fixed tail, where the issue example's exact lists expect it.
     let args = executor_args(&resolved(json!({"warmStarts": false})));
     assert_eq!(
-        args[args.len() - 3..],
+        args[args.len() - 4..],
         [
             "--warm-starts=false",
+            "--max-sessions=1",
             "--drain-timeout-ms=125000",
             "--work-root=/var/lib/sandpool"
         ]

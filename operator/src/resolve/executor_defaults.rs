@@ -24,6 +24,9 @@ pub const RESULT_CACHE_BYTES: u64 = 64 << 20;
 pub const RESULT_CACHE_LIMIT_VERDICTS: bool = false;
 /// `--warm-starts`: the operator writes the flag only to turn warm starts off.
 pub const WARM_STARTS: bool = true;
+/// `--session-idle-bytes`: what a session counts at against its pod's budget (the operator
+/// always writes it, from `spec.sessions.idleMemory` or this).
+pub const SESSION_IDLE_BYTES: u64 = 32 << 20;
 
 /// Every default above as `(executor flag, its default as the flag would take it)`, so one
 /// test can hold them all against the executor's.
@@ -42,5 +45,6 @@ pub fn flags() -> Vec<(&'static str, String)> {
         ("--result-cache-bytes", RESULT_CACHE_BYTES.to_string()),
         ("--result-cache-limit-verdicts", RESULT_CACHE_LIMIT_VERDICTS.to_string()),
         ("--warm-starts", WARM_STARTS.to_string()),
+        ("--session-idle-bytes", SESSION_IDLE_BYTES.to_string()),
     ]
 }

@@ -13,7 +13,7 @@ use crate::units::{self, show_bytes};
 /// Most sessions a pool may ask each pod to hold open.
 pub const MAX_SESSIONS_PER_POD: u32 = 4096;
 /// `idleMemory` when unset (the executor's `--session-idle-bytes` default).
-pub const DEFAULT_SESSION_IDLE_BYTES: u64 = 32 << 20;
+pub const DEFAULT_SESSION_IDLE_BYTES: u64 = super::executor_defaults::SESSION_IDLE_BYTES;
 /// Least `idleMemory`: below it an interpreter's own pages are not counted at all.
 pub const MIN_SESSION_IDLE_BYTES: u64 = 4 << 20;
 /// Most `idleMemory`: a session larger than this when idle is a run, not a session.

@@ -63,8 +63,15 @@ fn sessions_set_all_three_executor_flags() {
 }
 
 #[test]
-fn without_sessions_no_flag_and_no_memory_change() {
-    assert!(session_args(example()).is_empty());
+fn without_sessions_the_old_cap_and_no_memory_change() {
+    // Half the slots (at least one): what pools held before sessions stopped holding slots,
+    // not the executor's own default of 64, which no pod's memory was sized for.
+    let slots = resolved(example()).slots;
+    assert_eq!(
+        session_args(example()),
+        [format!("--max-sessions={}", (slots / 2).max(1))]
+    );
+    assert_eq!(session_args(json!({"concurrency": 1})), ["--max-sessions=1"]);
     assert_eq!(
         container_resources(example()),
         json!({"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}})
