@@ -105,6 +105,8 @@ fn oversize_to_resource_exhausted(
 pub struct Loopback {
     /// A connected channel to the server.
     pub channel: tonic::transport::Channel,
+    /// The gRPC address, for clients of their own.
+    pub addr: SocketAddr,
     /// The HTTP API's address, when started with [`Loopback::start_with_http`].
     pub http: Option<SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -153,6 +155,7 @@ impl Loopback {
             .await?;
         Ok(Loopback {
             channel,
+            addr,
             http,
             stop: Some(stop),
             task: Some(task),

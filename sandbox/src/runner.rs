@@ -44,6 +44,16 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether any process is left in session seat `index`'s cgroup: `Some(false)` once the
+    /// seat is empty. Everything a seat's program starts stays in its cgroup (nothing in the
+    /// sandbox may write another cgroup's files), so this is as strong as looking for the
+    /// seat's uid in `/proc`, and costs one read instead of a read per process on the host.
+    /// None where the sandbox cannot tell (no cgroups, a slot, a seat never used).
+    fn seat_busy(&self, index: usize) -> Option<bool> {
+        let _ = index;
+        None
+    }
+
     /// True when GPU runs get device nodes.
     fn has_gpu(&self) -> bool;
 

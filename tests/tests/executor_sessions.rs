@@ -1119,3 +1119,28 @@ async fn ninety_idle_sessions_share_one_slot_and_expire_together_without_a_trace
     let e = c2.run_in_session(code(&opened[0], "mine")).await.expect_err("expired");
     assert_eq!(e.code(), Code::NotFound);
 }
+
+/// A killed executor takes its sessions with it: their inits die with it (the seat cloner's
+/// thread), and with each init its pid namespace, the interpreter in it.
+#[tokio::test]
+async fn a_killed_executor_leaves_no_session_running() {
+    let mut ex = executor(2, &[]).await;
+    let mut c = ex.client();
+    let s = create(&mut c, "python", None).await;
+    assert_eq!(run(&mut c, code(&s.session_id, "21 * 2")).await.display, "42");
+    let b = create(&mut c, "bash", None).await;
+    // A bash call in progress too.
+    let mut c2 = ex.client();
+    let id = b.session_id.clone();
+    let sleeping = tokio::spawn(async move { c2.run_in_session(command(&id, "sleep 60")).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!slot_procs(&ex, 2).is_empty(), "the sessions run");
+    ex.signal(libc::SIGKILL);
+    ex.wait_exit(Duration::from_secs(10)).expect("the executor exits");
+    let until = Instant::now() + Duration::from_secs(10);
+    while !slot_procs(&ex, 2).is_empty() {
+        assert!(Instant::now() < until, "left running: {:?}", slot_procs(&ex, 2));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = sleeping.await;
+}

@@ -403,30 +403,21 @@ def main():
     if _CWD_ENTRY is not None:
         sys.path.insert(0, _CWD_ENTRY)
     n = int(os.environ.get("SANDPOOL_FIRST_CALL", "1"))
+    waiter = _Waiter()
     try:
         _ready()
     except OSError:
         _give_up_reserve()
         _ready()
-    idle = 0.0
-    since = time.monotonic()
-    waiter = None
     while True:
         if _procs:
             _reap()
         if not os.path.exists("%s/%d.go" % (IN, n)):
-            if time.monotonic() - since < 0.5:
-                # Quick polls right after a call (or the start): the next one often follows.
-                idle = min(0.01, idle + 0.0005)
-                time.sleep(idle)
-                continue
-            if waiter is None:
-                waiter = _Waiter()
-            # Then asleep until the executor writes a request: 0.05 s with background
-            # processes to reap, else at most a second (a backstop: the watch may be gone).
+            # Asleep until the executor writes a request (the watch sees the file made after
+            # this check too): 0.05 s with background processes to reap, else at most a
+            # second (a backstop: a cell may have removed the watched directory).
             waiter.wait(0.05 if _procs else 1.0)
             continue
-        idle = 0.0
         _forget(n - 1)
         try:
             with open("%s/%d.json" % (IN, n)) as f:
@@ -435,7 +426,6 @@ def main():
             req = {"kind": "code", "source": "raise RuntimeError('sandpool: unreadable request')"}
         _call(n, req, ns)
         n += 1
-        since = time.monotonic()
 
 
 main()

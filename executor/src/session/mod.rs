@@ -141,7 +141,11 @@ struct Session {
     ticket: Ticket,
     /// Memory its seat's cgroup held when last measured, at least the policy's idle bytes.
     memory: AtomicU64,
-    work: Arc<WorkDir>,
+    /// Its /work: made at create when the request brings files, else on first use (a
+    /// session created and closed in a burst mounts nothing).
+    work: tokio::sync::OnceCell<Arc<WorkDir>>,
+    /// The reserve did not fit when /work was made: fill it after the next call.
+    reserve_missing: std::sync::atomic::AtomicBool,
     /// Set once the session is ending: a call in progress stops at once.
     closed: tokio::sync::watch::Sender<bool>,
     state: tokio::sync::Mutex<State>,
@@ -203,6 +207,34 @@ impl Session {
     fn uid(&self, uid_base: u32) -> u32 {
         uid_base + self.seat as u32
     }
+
+    /// Its /work, made now if it was not yet (see [`Session::work`]).
+    async fn work(&self, engine: &Engine) -> Result<Arc<WorkDir>, SessionError> {
+        let work = self
+            .work
+            .get_or_try_init(|| async {
+                let w = engine
+                    .sandbox()
+                    .work_dir(self.seat)
+                    .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
+                let w = Arc::new(w);
+                let (ws, none) = (w.clone(), Vec::new());
+                let reserve_ok = blocking(move || prepare_work(&ws, &none)).await??;
+                self.reserve_missing.store(!reserve_ok, Ordering::Relaxed);
+                Ok::<_, SessionError>(w)
+            })
+            .await?;
+        Ok(work.clone())
+    }
+}
+
+/// Writes a new session's files and its own (the working directory, the reserve) into
+/// `work`; true when the reserve fit.
+fn prepare_work(work: &WorkDir, files: &[pb::File]) -> Result<bool, SessionError> {
+    write_files(work, files)?;
+    // Files that leave no room for these are the request's business: best effort.
+    let _ = work.write_file(".sandpool/cwd", b"/work\n", false);
+    Ok(refill_reserve(work))
 }
 
 /// The executor's free session seats (sandbox identities `slots..slots + seats`).
@@ -430,9 +462,8 @@ impl SessionManager {
     /// Waits until the host sees none of `s`'s processes: sessions exist only
     /// in namespaces mode (see `create`), where each seat has a uid of its own.
     async fn wait_gone(&self, s: &Session) -> bool {
-        procs::wait_gone(&[s.uid(self.policy().uid_base)], KILL_WAIT)
-            .await
-            .is_empty()
+        let seat = [(s.seat, s.uid(self.policy().uid_base))];
+        procs::wait_gone(&self.engine, &seat, KILL_WAIT).await.is_empty()
     }
 
     /// Memory the open sessions hold, as last measured (each at least the idle bytes).
@@ -682,19 +713,19 @@ impl SessionManager {
         let seat = self.seats.take().ok_or_else(|| {
             SessionError::Exhausted("no session seat is free on this executor; try another executor".into())
         })?;
-        let work = engine
-            .sandbox()
-            .work_dir(seat.index)
-            .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
-        let work = Arc::new(work);
-        let w = work.clone();
-        let reserve_ok = blocking(move || {
-            write_files(&w, &files)?;
-            // Files that leave no room for these are the request's business: best effort.
-            let _ = w.write_file(".sandpool/cwd", b"/work\n", false);
-            Ok::<_, SessionError>(refill_reserve(&w))
-        })
-        .await??;
+        // With files, /work is made now, so that a file that does not fit is this call's error.
+        let work = tokio::sync::OnceCell::new();
+        let mut reserve_ok = true;
+        if !files.is_empty() {
+            let w = engine
+                .sandbox()
+                .work_dir(seat.index)
+                .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
+            let w = Arc::new(w);
+            let ws = w.clone();
+            reserve_ok = blocking(move || prepare_work(&ws, &files)).await??;
+            let _ = work.set(w);
+        }
         let (closed, _) = tokio::sync::watch::channel(false);
         let s = Arc::new(Session {
             id: new_id(engine.name())?,
@@ -715,6 +746,7 @@ impl SessionManager {
             ticket: ticket.clone(),
             memory: AtomicU64::new(self.policy.idle_bytes),
             work,
+            reserve_missing: std::sync::atomic::AtomicBool::new(false),
             closed,
             state: tokio::sync::Mutex::new(State {
                 seat: Some(seat),
@@ -729,9 +761,7 @@ impl SessionManager {
             }),
         });
         if kind == Kind::Python {
-            // Started now, so the first cell does not wait for the interpreter.
-            let mut st = s.state.lock().await;
-            self.start_repl(&s, &mut st)?;
+            boot(self.engine.clone(), s.clone());
         }
         {
             let mut all = self.sessions.lock().map_err(|_| ExecError::Internal("lock".into()))?;
@@ -739,28 +769,6 @@ impl SessionManager {
             self.publish(&all, &s.tenant);
         }
         Ok(s)
-    }
-
-    fn start_repl(&self, s: &Session, st: &mut State) -> Result<(), ExecError> {
-        st.epoch += 1;
-        st.cpu_at_repl_start = st.cpu_used;
-        let limits = Limits {
-            // The sandbox's own backstop; the reaper ends the session first. Its lifetime, not
-            // an earlier end, which the holder may still move (E2B's set_timeout).
-            wall: s.totals.lifetime.saturating_sub(s.created.elapsed()) + Duration::from_secs(5),
-            cpu: s.totals.cpu.saturating_sub(st.cpu_used),
-            memory: s.totals.memory,
-            ..s.call_limits
-        };
-        st.repl = Some(Repl::start(
-            &self.engine,
-            s.seat,
-            &s.work,
-            limits,
-            st.epoch,
-            st.next_call,
-        )?);
-        Ok(())
     }
 
     /// Runs code or a command in a session.
@@ -815,7 +823,7 @@ impl SessionManager {
         max: u64,
     ) -> Result<Option<Vec<u8>>, SessionError> {
         let s = self.find(id, auth)?;
-        let (w, p) = (s.work.clone(), format!("{STATE_DIR}/{path}"));
+        let (w, p) = (s.work(&self.engine).await?, format!("{STATE_DIR}/{path}"));
         match blocking(move || w.read_file_at(&p, offset, max)).await? {
             Ok(b) => Ok(Some(b)),
             Err(crate::sandbox::FetchError::NotFound) => Ok(None),
@@ -891,8 +899,10 @@ impl SessionManager {
             // Closed or expired mid-call: the run is dropped (killed) here.
             _ = closed.wait_for(|c| *c) => return Err(SessionError::NotFound),
         };
-        if st.reserve_low {
-            let w = s.work.clone();
+        st.reserve_low |= s.reserve_missing.swap(false, Ordering::Relaxed);
+        if st.reserve_low
+            && let Some(w) = s.work.get().cloned()
+        {
             st.reserve_low = !blocking(move || refill_reserve(&w)).await.unwrap_or(false);
         }
         let mut resp = resp?;
@@ -911,7 +921,8 @@ impl SessionManager {
         stdin: Vec<u8>,
         limits: Limits,
     ) -> Result<pb::RunInSessionResponse, SessionError> {
-        let r = shell::call(&self.engine, s.seat, &s.work, source, stdin, limits).await?;
+        let work = s.work(&self.engine).await?;
+        let r = shell::call(&self.engine, s.seat, &work, source, stdin, limits).await?;
         st.reserve_low |= r.reserve_used;
         st.cpu_used += Duration::from_micros(r.result.cpu_time_us);
         Ok(pb::RunInSessionResponse {
@@ -947,7 +958,7 @@ impl SessionManager {
                 self.kill_repl(s, st, r).await;
                 reset = true;
             }
-            self.start_repl(s, st)?;
+            start_repl(&self.engine, s, st).await?;
         }
         let n = st.next_call;
         st.next_call += 1;
@@ -964,7 +975,10 @@ impl SessionManager {
         let Some(repl) = guard.state.repl.as_mut() else {
             return Err(ExecError::Internal("no interpreter".into()).into());
         };
-        let end = repl.call(&s.work, n, request, stdin, limits.wall, limits.output).await;
+        let Some(work) = s.work.get().cloned() else {
+            return Err(ExecError::Internal("no /work".into()).into());
+        };
+        let end = repl.call(&work, n, request, stdin, limits.wall, limits.output).await;
         let host_used_reserve = repl.reserve_used;
         let mut guard = guard;
         guard.done = true;
@@ -1073,7 +1087,7 @@ impl SessionManager {
         let _in_progress = self.engine.admission().request();
         let s = self.find(&req.session_id, auth)?;
         s.touch();
-        let (files, budget, work) = (req.files, s.totals.disk, s.work.clone());
+        let (files, budget, work) = (req.files, s.totals.disk, s.work(&self.engine).await?);
         let used = blocking(move || {
             check_files(&files, "files", budget)?;
             write_files(&work, &files)?;
@@ -1099,7 +1113,7 @@ impl SessionManager {
             }
             e => e,
         })?;
-        let work = s.work.clone();
+        let work = s.work(&self.engine).await?;
         let caps = self.engine.fetch_caps();
         let (files, refused) = blocking(move || crate::fetch::read(&work, paths, caps, charge.as_ref())).await?;
         Ok(pb::GetSessionFilesResponse {
@@ -1157,8 +1171,8 @@ impl SessionManager {
         }))
         .await;
         let base = self.policy().uid_base;
-        let uids: Vec<u32> = all.iter().map(|(s, _)| s.uid(base)).collect();
-        let left = procs::wait_gone(&uids, KILL_WAIT).await;
+        let seats: Vec<(usize, u32)> = all.iter().map(|(s, _)| (s.seat, s.uid(base))).collect();
+        let left = procs::wait_gone(&self.engine, &seats, KILL_WAIT).await;
         for (((s, why), st), removed) in all.iter().zip(states.iter_mut()).zip(removed) {
             if left.contains(&s.uid(base)) {
                 // Never hand on a seat that still runs someone's processes.
@@ -1208,6 +1222,67 @@ impl SessionManager {
             self.end_all(&expired).await;
         }
     }
+}
+
+/// Starts the interpreter of session `s` (a call of it holds a run slot meanwhile).
+async fn start_repl(engine: &Arc<Engine>, s: &Session, st: &mut State) -> Result<(), SessionError> {
+    let work = s.work(engine).await?;
+    st.epoch += 1;
+    st.cpu_at_repl_start = st.cpu_used;
+    let limits = Limits {
+        // The sandbox's own backstop; the reaper ends the session first. Its lifetime, not
+        // an earlier end, which the holder may still move (E2B's set_timeout).
+        wall: s.totals.lifetime.saturating_sub(s.created.elapsed()) + Duration::from_secs(5),
+        cpu: s.totals.cpu.saturating_sub(st.cpu_used),
+        memory: s.totals.memory,
+        ..s.call_limits
+    };
+    st.repl = Some(Repl::start(engine, s.seat, &work, limits, st.epoch, st.next_call)?);
+    Ok(())
+}
+
+/// How long after create a Python session's interpreter starts on its own (see [`boot`]).
+const BOOT_DELAY: Duration = Duration::from_millis(50);
+
+/// Starts a new Python session's interpreter in the background, so that its first call
+/// seldom waits for it: [`BOOT_DELAY`] after create, queued for a run slot like any request
+/// (with the creator's tenant and priority), held until the interpreter is ready. A burst of
+/// creates starts their interpreters a slot's worth at a time beside the other work, and a
+/// session closed before its turn (a probe, a create the caller gave up on) costs no
+/// interpreter: starting one is most of a session's cost. A call that comes first starts
+/// the interpreter itself.
+fn boot(engine: Arc<Engine>, s: Arc<Session>) {
+    tokio::spawn(async move {
+        let mut closed = s.closed.subscribe();
+        let start = async {
+            tokio::time::sleep(BOOT_DELAY).await;
+            let Ok(_slot) = engine.acquire_as(&s.ticket, None, Admit::Continuing).await else {
+                return;
+            };
+            let epoch = {
+                // A call holds the state while it waits for a slot: never wait for the state
+                // while holding one. A call in progress starts the interpreter itself.
+                let Ok(mut st) = s.state.try_lock() else {
+                    return;
+                };
+                if st.repl.is_some() || *s.closed.borrow() {
+                    return;
+                }
+                if let Err(e) = start_repl(&engine, &s, &mut st).await {
+                    tracing::warn!(session = %&s.id[..8], error = %e, "could not start the interpreter; the first call tries again");
+                    return;
+                }
+                st.epoch
+            };
+            if let Some(work) = s.work.get() {
+                repl::until_ready(work, epoch).await;
+            }
+        };
+        tokio::select! {
+            _ = start => {}
+            _ = closed.wait_for(|c| *c) => {}
+        }
+    });
 }
 
 /// How often the reaper measures the sessions' memory (one cgroup read per session).

@@ -1,6 +1,8 @@
 //! Processes of a slot's uid, as the host sees them: how a closing session
 //! knows its processes are gone before its slot is handed on.
 
+use crate::engine::Engine;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Pids on this host whose real uid is one of `uids`, with that uid (from
@@ -23,23 +25,42 @@ pub fn with_uids(uids: &[u32]) -> Vec<(i32, u32)> {
         .collect()
 }
 
-/// Waits up to `timeout` for every process of `uids` to be gone; answers the uids that
-/// still have some (empty: all gone).
-pub async fn wait_gone(uids: &[u32], timeout: Duration) -> Vec<u32> {
+/// The seats of `seats` (`(sandbox identity, uid)`) that still have a process: by their
+/// cgroup where the sandbox can tell ([`crate::sandbox::Runner::seat_busy`], one read each),
+/// else by one `/proc` scan for all the others' uids.
+fn still_running(sandbox: &dyn crate::sandbox::Runner, seats: &[(usize, u32)]) -> Vec<(usize, u32)> {
+    let (known, unknown): (Vec<_>, Vec<_>) = seats.iter().partition(|(i, _)| sandbox.seat_busy(*i).is_some());
+    let mut left: Vec<(usize, u32)> = known
+        .into_iter()
+        .filter(|(i, _)| sandbox.seat_busy(*i) == Some(true))
+        .collect();
+    if !unknown.is_empty() {
+        let uids: Vec<u32> = unknown.iter().map(|(_, u)| *u).collect();
+        let alive = with_uids(&uids);
+        left.extend(unknown.into_iter().filter(|(_, u)| alive.iter().any(|(_, a)| a == u)));
+    }
+    left
+}
+
+/// Waits up to `timeout` for every process of `seats` (`(sandbox identity, uid)`) to be
+/// gone; answers the uids that still have some (empty: all gone).
+pub async fn wait_gone(engine: &Arc<Engine>, seats: &[(usize, u32)], timeout: Duration) -> Vec<u32> {
     let until = tokio::time::Instant::now() + timeout;
-    let uids = uids.to_vec();
+    let mut left = seats.to_vec();
     loop {
-        let u = uids.clone();
-        let left = crate::task::blocking(move || with_uids(&u)).await.unwrap_or_default();
+        let (e, l) = (engine.clone(), left.clone());
+        left = crate::task::blocking(move || still_running(e.sandbox(), &l))
+            .await
+            .unwrap_or(left);
         if left.is_empty() {
             return vec![];
         }
         if tokio::time::Instant::now() >= until {
-            tracing::warn!(pids = ?left, "session processes still alive after close");
-            let mut alive: Vec<u32> = left.iter().map(|(_, uid)| *uid).collect();
-            alive.sort_unstable();
-            alive.dedup();
-            return alive;
+            let mut uids: Vec<u32> = left.iter().map(|(_, u)| *u).collect();
+            uids.sort_unstable();
+            uids.dedup();
+            tracing::warn!(?uids, pids = ?with_uids(&uids), "session processes still alive after close");
+            return uids;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -74,11 +74,28 @@ pub enum CallEnd {
     TimedOut,
 }
 
+/// True once the driver of start `epoch` has written its `ready` file.
+async fn is_ready(work: &Arc<WorkDir>, epoch: u64) -> bool {
+    let w = work.clone();
+    let got = blocking(move || w.read_file(".sandpool/ready", 64)).await;
+    matches!(got, Ok(Ok(b)) if String::from_utf8_lossy(&b).trim() == epoch.to_string())
+}
+
+/// Waits (polling, up to [`START_TIMEOUT`]) until the driver of start `epoch` is ready.
+pub async fn until_ready(work: &Arc<WorkDir>, epoch: u64) {
+    let until = tokio::time::Instant::now() + START_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    while !is_ready(work, epoch).await && tokio::time::Instant::now() < until {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
 impl Repl {
-    /// Starts the driver in `slot` with `work` at /work.
+    /// Starts the driver in sandbox identity `seat` (a session's seat) with `work` at /work.
     pub fn start(
         engine: &Arc<Engine>,
-        slot: usize,
+        seat: usize,
         work: &Arc<WorkDir>,
         limits: Limits,
         epoch: u64,
@@ -102,7 +119,7 @@ impl Repl {
         let (engine, work) = (engine.clone(), work.clone());
         let task = tokio::spawn(async move {
             tokio::select! {
-                r = engine.sandbox().run(slot, &work, &spec) => Some(r),
+                r = engine.sandbox().run(seat, &work, &spec) => Some(r),
                 // Dropping the run kills everything it started.
                 _ = killed => None,
             }
@@ -138,11 +155,7 @@ impl Repl {
         let until = tokio::time::Instant::now() + START_TIMEOUT;
         let mut pause = Duration::from_millis(1);
         loop {
-            let w = work.clone();
-            let got = blocking(move || w.read_file(".sandpool/ready", 64)).await;
-            if let Ok(Ok(b)) = got
-                && String::from_utf8_lossy(&b).trim() == self.epoch.to_string()
-            {
+            if is_ready(work, self.epoch).await {
                 self.ready = true;
                 return Ok(());
             }

@@ -489,6 +489,13 @@ impl SlotCgroup {
         }
     }
 
+    /// True when no process is in the cgroup (in any of its v1 hierarchies).
+    pub fn is_empty(&self) -> bool {
+        self.dirs
+            .iter()
+            .all(|d| fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|t| t.trim().is_empty()))
+    }
+
     /// Kills anything still in the slot (normally nothing is).
     pub fn kill_all(&self) {
         for d in &self.dirs {

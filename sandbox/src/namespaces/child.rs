@@ -24,6 +24,9 @@ pub(crate) struct ChildPlan {
     pub spawned_pid: std::sync::atomic::AtomicI32,
     /// Where the init sends `(pid, 0)` for its spawner, which waits for it (vfork); -1: not spawned.
     pub spawn_resp_fd: i32,
+    /// The init dies with the thread that clones it (`PR_SET_PDEATHSIG`): one that lives as
+    /// long as the executor (a spawner's waiting thread, the seat cloner's).
+    pub die_with_parent: bool,
     pub keep_fds: Vec<i32>,
     /// The slot's mount namespace (root = the read-only template).
     pub mnt_ns_fd: i32,
@@ -235,7 +238,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // session's init waits for its REPL forever. The kernel forces SIGKILL on
     // a namespace's init when it comes from an ancestor namespace. (Not when
     // cloned by a runtime thread, which may retire while the run lasts.)
-    if plan.spawn_resp_fd >= 0 {
+    if plan.spawn_resp_fd >= 0 || plan.die_with_parent {
         let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize);
         // The executor died before that: nobody reads our reports.
         if sys::pipe_unread(rep) {

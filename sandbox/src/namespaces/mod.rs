@@ -19,6 +19,7 @@
 
 pub(crate) mod cgroup;
 mod child;
+mod cloner;
 mod netns;
 pub(crate) mod rootfs;
 mod slotns;
@@ -55,6 +56,8 @@ pub(crate) struct Namespaces {
     seat_locks: Vec<Arc<tokio::sync::Mutex<()>>>,
     /// Per seat, with cgroups: made on the seat's first run, kept for the next session in it.
     seat_cgroups: std::sync::Mutex<Vec<Option<Arc<cgroup::SlotCgroup>>>>,
+    /// The thread seats' inits are cloned from (see [`cloner`]).
+    seat_cloner: Option<Arc<cloner::SeatCloner>>,
     cgroups: Option<Vec<cgroup::SlotCgroup>>,
     hierarchy: Option<cgroup::Hierarchy>,
     /// Per slot, with cgroups: the process that clones inits inside the slot's cgroup.
@@ -187,12 +190,19 @@ impl Namespaces {
             features.set_in_use(f, true);
         }
         let cfg_slots = cfg.slots;
+        let seat_cloner = match cfg.seats {
+            0 => None,
+            _ => Some(Arc::new(
+                cloner::SeatCloner::start().map_err(|e| SandboxError::Os("starting the seat cloner", e))?,
+            )),
+        };
         let sandbox = Namespaces {
             _lock: lock,
             slot_locks: (0..cfg.slots).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
             seat_ns,
             seat_locks: (0..cfg.seats).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
             seat_cgroups: std::sync::Mutex::new(vec![None; cfg.seats]),
+            seat_cloner,
             cfg,
             slot_ns,
             gpu_slot_ns,
@@ -243,6 +253,16 @@ impl Runner for Namespaces {
 
     fn seats(&self) -> usize {
         self.seat_locks.len()
+    }
+
+    fn seat_busy(&self, index: usize) -> Option<bool> {
+        let seat = index.checked_sub(self.cfg.slots)?;
+        self.hierarchy.as_ref()?;
+        match self.seat_cgroups.lock().ok()?.get(seat)? {
+            Some(c) => Some(!c.is_empty()),
+            // Made before a seat's first run starts: a seat without one never ran anything.
+            None => Some(false),
+        }
     }
 
     fn memory_in_use(&self, index: usize) -> Option<u64> {
@@ -358,6 +378,7 @@ impl Namespaces {
             mnt_ns,
             slot_guard,
             spawner: self.spawners.get(slot),
+            cloner: None,
             netns: self.netns.as_ref(),
             work,
             uid: self.uid(slot),
@@ -386,6 +407,7 @@ impl Namespaces {
             mnt_ns: ns,
             slot_guard,
             spawner: None,
+            cloner: self.seat_cloner.as_ref(),
             netns: self.netns.as_ref(),
             work,
             uid: self.uid(index),

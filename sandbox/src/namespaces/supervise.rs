@@ -18,8 +18,10 @@ pub(crate) use warm::Slot as WarmSlot;
 
 /// Shared per-run inputs from the sandbox.
 pub(crate) struct Context<'a> {
-    /// Clones inits inside the slot's cgroup (absent without cgroups).
+    /// Clones inits inside the slot's cgroup (absent without cgroups, and for seats).
     pub spawner: Option<&'a Arc<super::spawner::SlotSpawner>>,
+    /// Clones seats' inits (see [`super::cloner`]).
+    pub cloner: Option<&'a Arc<super::cloner::SeatCloner>>,
     /// The slot's mount namespace.
     pub mnt_ns: &'a Arc<OwnedFd>,
     /// The slot's namespace is this run's until the guard drops: after the
@@ -110,6 +112,7 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]
         spawned_pid: std::sync::atomic::AtomicI32::new(0),
         // Set by the spawner that clones the init (see `SlotSpawner::spawn`).
         spawn_resp_fd: -1,
+        die_with_parent: false,
         keep_fds,
         mounts,
         mnt_ns_fd,
@@ -239,7 +242,16 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         _ => None,
     };
     let rlimits = prepared.plan.rlimits.clone();
-    let running = match spawn(ctx.mnt_ns.clone(), ctx.slot_guard, ctx.spawner, prepared, spec).await? {
+    let running = match spawn(
+        ctx.mnt_ns.clone(),
+        ctx.slot_guard,
+        ctx.spawner,
+        ctx.cloner,
+        prepared,
+        spec,
+    )
+    .await?
+    {
         Ok(r) => r,
         Err(no_room) => return Ok(no_room),
     };
@@ -363,6 +375,7 @@ async fn spawn(
     mnt_ns: Arc<OwnedFd>,
     slot_guard: tokio::sync::OwnedMutexGuard<()>,
     spawner: Option<&Arc<super::spawner::SlotSpawner>>,
+    cloner: Option<&Arc<super::cloner::SeatCloner>>,
     p: Prepared,
     spec: &RunSpec,
 ) -> Result<Result<Running, RunOutcome>, SandboxError> {
@@ -406,8 +419,36 @@ async fn spawn(
             slot: Some(slot),
         })
     };
-    let kid = match spawner {
-        Some(sp) => {
+    let kid = match (spawner, cloner) {
+        (None, Some(cl)) => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let mut plan = plan;
+            plan.die_with_parent = true;
+            // The closure owns the plan and stack and makes the `Child`: a run future
+            // dropped meanwhile still has its init killed and reaped before they are freed.
+            let job = Box::new(move || {
+                let mut pidfd: libc::c_int = -1;
+                // SAFETY: as below; the plan and stack move into the `Child` with the init.
+                let spawned = unsafe {
+                    sys::process::clone(
+                        child::init_main,
+                        stack.top(),
+                        flags | libc::CLONE_PIDFD,
+                        &*plan as *const ChildPlan as *mut libc::c_void,
+                        &mut pidfd,
+                    )
+                }
+                .map(|pid| {
+                    // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
+                    (pid, unsafe { OwnedFd::from_raw_fd(pidfd) })
+                });
+                let _ = tx.send(clone_init(spawned, plan, stack));
+            });
+            cl.run(job).map_err(os("handing the seat's init to its cloner"))?;
+            rx.await
+                .map_err(|e| SandboxError::Other(format!("the seat cloner did not answer: {e}")))?
+        }
+        (Some(sp), _) => {
             let sp = sp.clone();
             tokio::task::spawn_blocking(move || {
                 let mut plan = plan;
@@ -417,7 +458,7 @@ async fn spawn(
             .await
             .map_err(|e| SandboxError::Other(format!("the spawn task failed: {e}")))?
         }
-        None => {
+        (None, None) => {
             let mut pidfd: libc::c_int = -1;
             // SAFETY: the init runs on its own stack and reads the plan, both kept
             // alive by `Child` until it is reaped; it touches nothing else.
