@@ -414,9 +414,9 @@ def main():
             _reap()
         if not os.path.exists("%s/%d.go" % (IN, n)):
             # Asleep until the executor writes a request (the watch sees the file made after
-            # this check too): 0.05 s with background processes to reap, else at most a
-            # second (a backstop: a cell may have removed the watched directory).
-            waiter.wait(0.05 if _procs else 1.0)
+            # this check too): 0.05 s with background processes to reap, else at most five
+            # seconds (a backstop: a cell may have removed the watched directory).
+            waiter.wait(0.05 if _procs else 5.0)
             continue
         _forget(n - 1)
         try:
