@@ -342,7 +342,8 @@ def _call(n, req, ns):
 class _Waiter:
     """Sleeps until a file appears in IN, or `timeout` passes: an idle session wakes for
     nothing (hundreds of them sit in one executor), through inotify (ctypes: the standard
-    library has no binding). Without it, a plain sleep of at most 50 ms."""
+    library has no binding). Without it, a plain sleep of at most 50 ms. Its descriptor is
+    closed while a cell runs (`close`), so cells see the descriptors a fresh interpreter has."""
 
     _IN_CREATE, _IN_MOVED_TO = 0x100, 0x80
 
@@ -354,14 +355,25 @@ class _Waiter:
 
             self._select = select.select
             self._libc = ctypes.CDLL(None, use_errno=True)
-            self.fd = self._libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
-            self._watch()
         except Exception:
-            self.fd = -1
+            self._libc = None
+
+    def arm(self):
+        """Watches IN from now on (before looking for a request: none can slip by)."""
+        if self._libc is None or self.fd >= 0:
+            return
+        fd = self._libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+        if fd >= 0:
+            self.fd = fd
+            self._watch()
 
     def _watch(self):
         # Again after each quiet wait: a cell may have removed and made IN again.
         if self.fd >= 0 and self._libc.inotify_add_watch(self.fd, IN.encode(), self._IN_CREATE | self._IN_MOVED_TO) < 0:
+            self.close()
+
+    def close(self):
+        if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
 
@@ -412,6 +424,7 @@ def main():
     while True:
         if _procs:
             _reap()
+        waiter.arm()
         if not os.path.exists("%s/%d.go" % (IN, n)):
             # Asleep until the executor writes a request (the watch sees the file made after
             # this check too): 0.05 s with background processes to reap, else at most five
@@ -424,6 +437,7 @@ def main():
                 req = json.load(f)
         except (OSError, ValueError):
             req = {"kind": "code", "source": "raise RuntimeError('sandpool: unreadable request')"}
+        waiter.close()
         _call(n, req, ns)
         n += 1
 

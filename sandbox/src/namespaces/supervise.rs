@@ -364,6 +364,25 @@ struct Running {
     enomem_is_mle: bool,
 }
 
+/// Clones the init from the calling thread, with a pidfd. The caller moves `plan` and
+/// `stack` into the init's [`Child`] at once, which keeps them until the init is reaped.
+fn clone_here(plan: &ChildPlan, stack: &Stack, flags: libc::c_int) -> std::io::Result<(i32, OwnedFd)> {
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: the init runs on its own stack and reads the plan, both kept alive by `Child`
+    // until it is reaped; it touches nothing else.
+    let pid = unsafe {
+        sys::process::clone(
+            child::init_main,
+            stack.top(),
+            flags | libc::CLONE_PIDFD,
+            plan as *const ChildPlan as *mut libc::c_void,
+            &mut pidfd,
+        )
+    }?;
+    // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
+    Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
+}
+
 /// Clones the init (through the slot's spawner when there is one) and starts
 /// reading its output. `Err(outcome)`: no memory left in the slot to start it.
 ///
@@ -427,21 +446,7 @@ async fn spawn(
             // The closure owns the plan and stack and makes the `Child`: a run future
             // dropped meanwhile still has its init killed and reaped before they are freed.
             let job = Box::new(move || {
-                let mut pidfd: libc::c_int = -1;
-                // SAFETY: as below; the plan and stack move into the `Child` with the init.
-                let spawned = unsafe {
-                    sys::process::clone(
-                        child::init_main,
-                        stack.top(),
-                        flags | libc::CLONE_PIDFD,
-                        &*plan as *const ChildPlan as *mut libc::c_void,
-                        &mut pidfd,
-                    )
-                }
-                .map(|pid| {
-                    // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
-                    (pid, unsafe { OwnedFd::from_raw_fd(pidfd) })
-                });
+                let spawned = clone_here(&plan, &stack, flags);
                 let _ = tx.send(clone_init(spawned, plan, stack));
             });
             cl.run(job).map_err(os("handing the seat's init to its cloner"))?;
@@ -459,22 +464,7 @@ async fn spawn(
             .map_err(|e| SandboxError::Other(format!("the spawn task failed: {e}")))?
         }
         (None, None) => {
-            let mut pidfd: libc::c_int = -1;
-            // SAFETY: the init runs on its own stack and reads the plan, both kept
-            // alive by `Child` until it is reaped; it touches nothing else.
-            let spawned = unsafe {
-                sys::process::clone(
-                    child::init_main,
-                    stack.top(),
-                    flags | libc::CLONE_PIDFD,
-                    &*plan as *const ChildPlan as *mut libc::c_void,
-                    &mut pidfd,
-                )
-            }
-            .map(|pid| {
-                // SAFETY: CLONE_PIDFD stored a fresh descriptor we now own.
-                (pid, unsafe { OwnedFd::from_raw_fd(pidfd) })
-            });
+            let spawned = clone_here(&plan, &stack, flags);
             clone_init(spawned, plan, stack)
         }
     };
