@@ -379,6 +379,7 @@ async fn every_committed_manifest_applies() {
     assert_eq!(
         names,
         BTreeSet::from([
+            "sandboxpool.sandpool.dev/agents",
             "sandboxpool.sandpool.dev/cuda",
             "sandboxpool.sandpool.dev/python",
             "sandboxpool.sandpool.dev/restricted",
