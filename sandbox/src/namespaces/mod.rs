@@ -416,12 +416,9 @@ impl Namespaces {
             tmp_bytes: self.cfg.tmp_bytes,
             warm: None,
         };
-        let cold = RunSpec {
-            warm: None,
-            gpu: false,
-            ..spec.clone()
-        };
-        supervise::run(ctx, &cold).await
+        // Cold and without a GPU whatever the spec asks: no zygote (`warm: None` above) and
+        // the seats' own namespace, which has no device nodes.
+        supervise::run(ctx, spec).await
     }
 
     /// Seat `index`'s cgroup, made on first use (off the runtime's threads) and kept.
