@@ -1144,3 +1144,42 @@ async fn a_killed_executor_leaves_no_session_running() {
     }
     let _ = sleeping.await;
 }
+
+/// An interpreter that cannot start (a session's CPU time used up before it is ready) gives back the
+/// run slot its start queued for at once: it does not hold it until the start's time-out
+/// while stateless work waits.
+#[tokio::test]
+async fn an_interpreter_that_dies_at_start_gives_its_slot_back() {
+    let ex = executor(1, &[]).await;
+    let mut c = ex.client();
+    let s = create(
+        &mut c,
+        "python",
+        Some(pb::SessionLimits {
+            cpu_time_ms: 10,
+            ..Default::default()
+        }),
+    )
+    .await;
+    // Its start queues for the slot 50 ms after create, and dies in it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let t = Instant::now();
+    let r = ex
+        .run(pb::ExecuteRequest {
+            language: "python".into(),
+            code: "print(7)".into(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{r:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "stateless work waited {:?}",
+        t.elapsed()
+    );
+    let _ = c
+        .close_session(pb::CloseSessionRequest {
+            session_id: s.session_id,
+        })
+        .await;
+}

@@ -209,17 +209,11 @@ impl Session {
     }
 
     /// Its /work, made now if it was not yet (see [`Session::work`]).
-    async fn work(&self, engine: &Engine) -> Result<Arc<WorkDir>, SessionError> {
+    async fn work(&self, engine: &Arc<Engine>) -> Result<Arc<WorkDir>, SessionError> {
         let work = self
             .work
             .get_or_try_init(|| async {
-                let w = engine
-                    .sandbox()
-                    .work_dir(self.seat)
-                    .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
-                let w = Arc::new(w);
-                let (ws, none) = (w.clone(), Vec::new());
-                let reserve_ok = blocking(move || prepare_work(&ws, &none)).await??;
+                let (w, reserve_ok) = make_work(engine, self.seat, Vec::new()).await?;
                 self.reserve_missing.store(!reserve_ok, Ordering::Relaxed);
                 Ok::<_, SessionError>(w)
             })
@@ -228,13 +222,26 @@ impl Session {
     }
 }
 
-/// Writes a new session's files and its own (the working directory, the reserve) into
-/// `work`; true when the reserve fit.
-fn prepare_work(work: &WorkDir, files: &[pb::File]) -> Result<bool, SessionError> {
-    write_files(work, files)?;
-    // Files that leave no room for these are the request's business: best effort.
-    let _ = work.write_file(".sandpool/cwd", b"/work\n", false);
-    Ok(refill_reserve(work))
+/// Makes seat `seat`'s /work (a mount: off the runtime's threads) with `files` and the
+/// session's own (the working directory, the reserve); true when the reserve fit.
+async fn make_work(
+    engine: &Arc<Engine>,
+    seat: usize,
+    files: Vec<pb::File>,
+) -> Result<(Arc<WorkDir>, bool), SessionError> {
+    let engine = engine.clone();
+    blocking(move || {
+        let work = engine
+            .sandbox()
+            .work_dir(seat)
+            .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
+        write_files(&work, &files)?;
+        // Files that leave no room for these are the request's business: best effort.
+        let _ = work.write_file(".sandpool/cwd", b"/work\n", false);
+        let reserve_ok = refill_reserve(&work);
+        Ok((Arc::new(work), reserve_ok))
+    })
+    .await?
 }
 
 /// The executor's free session seats (sandbox identities `slots..slots + seats`).
@@ -717,13 +724,8 @@ impl SessionManager {
         let work = tokio::sync::OnceCell::new();
         let mut reserve_ok = true;
         if !files.is_empty() {
-            let w = engine
-                .sandbox()
-                .work_dir(seat.index)
-                .map_err(|e| ExecError::Internal(scrub_host_paths(&e.client_message())))?;
-            let w = Arc::new(w);
-            let ws = w.clone();
-            reserve_ok = blocking(move || prepare_work(&ws, &files)).await??;
+            let (w, ok) = make_work(engine, seat.index, files).await?;
+            reserve_ok = ok;
             let _ = work.set(w);
         }
         let (closed, _) = tokio::sync::watch::channel(false);
@@ -746,7 +748,7 @@ impl SessionManager {
             ticket: ticket.clone(),
             memory: AtomicU64::new(self.policy.idle_bytes),
             work,
-            reserve_missing: std::sync::atomic::AtomicBool::new(false),
+            reserve_missing: std::sync::atomic::AtomicBool::new(!reserve_ok),
             closed,
             state: tokio::sync::Mutex::new(State {
                 seat: Some(seat),
@@ -757,7 +759,7 @@ impl SessionManager {
                 epoch: 0,
                 next_call: 1,
                 abandoned: false,
-                reserve_low: !reserve_ok,
+                reserve_low: false,
             }),
         });
         if kind == Kind::Python {
@@ -1272,10 +1274,16 @@ fn boot(engine: Arc<Engine>, s: Arc<Session>) {
                     tracing::warn!(session = %&s.id[..8], error = %e, "could not start the interpreter; the first call tries again");
                     return;
                 }
-                st.epoch
+                (st.epoch, st.repl.as_ref().map(Repl::ended))
             };
-            if let Some(work) = s.work.get() {
-                repl::until_ready(work, epoch).await;
+            let (epoch, ended) = epoch;
+            // The slot goes back once the interpreter is ready, or has ended before that (a
+            // session whose limits cannot hold it): never held for the start's time-out.
+            if let (Some(work), Some(ended)) = (s.work.get(), ended) {
+                tokio::select! {
+                    _ = repl::until_ready(work, epoch) => {}
+                    _ = ended => {}
+                }
             }
         };
         tokio::select! {

@@ -35,6 +35,8 @@ pub struct Repl {
     /// Ends with the run's outcome when the interpreter exits or is killed at a limit.
     task: JoinHandle<Option<Result<RunOutcome, SandboxError>>>,
     kill: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Becomes true when the run has ended (see [`Repl::ended`]).
+    ended: tokio::sync::watch::Receiver<bool>,
     /// Tells this start's `ready` file from an earlier one's.
     epoch: u64,
     ready: bool,
@@ -117,15 +119,19 @@ impl Repl {
         };
         let (kill, killed) = tokio::sync::oneshot::channel::<()>();
         let (engine, work) = (engine.clone(), work.clone());
+        let (ended_tx, ended) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
-            tokio::select! {
+            let r = tokio::select! {
                 r = engine.sandbox().run(seat, &work, &spec) => Some(r),
                 // Dropping the run kills everything it started.
                 _ = killed => None,
-            }
+            };
+            ended_tx.send_replace(true);
+            r
         });
         Ok(Repl {
             task,
+            ended,
             kill: Some(kill),
             epoch,
             ready: false,
@@ -134,6 +140,14 @@ impl Repl {
     }
 
     /// True while the interpreter runs.
+    /// Waits until the interpreter's run has ended (a handle that outlives the borrow).
+    pub fn ended(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut ended = self.ended.clone();
+        async move {
+            let _ = ended.wait_for(|e| *e).await;
+        }
+    }
+
     pub fn alive(&self) -> bool {
         !self.task.is_finished()
     }
