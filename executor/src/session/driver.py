@@ -16,6 +16,7 @@ import sys
 _CWD_ENTRY = sys.path.pop(0) if sys.path and sys.path[0] in ("", "/work") else None
 
 import ast
+import fcntl
 import io
 import json
 import linecache
@@ -339,6 +340,13 @@ def _call(n, req, ns):
     _reply(n, meta, out_path, err_path, cap)
 
 
+def _close_quietly(fd):
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 class _Waiter:
     """Sleeps until a file appears in IN, or `timeout` passes: an idle session wakes for
     nothing (hundreds of them sit in one executor), through inotify (ctypes: the standard
@@ -373,9 +381,24 @@ class _Waiter:
             self.close()
 
     def close(self):
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Gives the descriptor up before a cell runs. Closing an inotify instance waits for
+        a kernel grace period (5 to 15 ms), paid on return from close() by the thread that
+        closed it: a short-lived thread pays it, and this one waits only until the number is
+        free (the cell then sees the descriptors a fresh interpreter has)."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
+        try:
+            threading.Thread(target=_close_quietly, args=(fd,), daemon=True).start()
+        except RuntimeError:
+            _close_quietly(fd)
+            return
+        while True:
+            try:
+                fcntl.fcntl(fd, fcntl.F_GETFD)
+            except OSError:
+                return
+            time.sleep(0)
 
     def wait(self, timeout):
         if self.fd < 0:

@@ -45,6 +45,9 @@ fn still_running(sandbox: &dyn crate::sandbox::Runner, seats: &[(usize, u32)]) -
 /// Waits up to `timeout` for every process of `seats` (`(sandbox identity, uid)`) to be
 /// gone; answers the uids that still have some (empty: all gone).
 pub async fn wait_gone(engine: &Arc<Engine>, seats: &[(usize, u32)], timeout: Duration) -> Vec<u32> {
+    if seats.is_empty() {
+        return vec![];
+    }
     let until = tokio::time::Instant::now() + timeout;
     let mut left = seats.to_vec();
     loop {

@@ -22,6 +22,9 @@ const DRIVER: &str = include_str!("driver.py");
 /// How long the driver may take to start before the call fails.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How many times a reply is looked for a millisecond apart before the pause grows.
+const FINE_POLLS: u32 = 16;
+
 /// The longest `display` a call returns, characters (a notebook shows no more either).
 pub const DISPLAY_CHARS: u64 = 256 << 10;
 
@@ -219,6 +222,7 @@ impl Repl {
 
         let until = tokio::time::Instant::now() + wall;
         let mut pause = Duration::from_millis(1);
+        let mut polls = 0u32;
         loop {
             let w = work.clone();
             match blocking(move || w.read_file(&format!(".sandpool/out/{n}.json"), META_CAP)).await? {
@@ -262,7 +266,12 @@ impl Repl {
                 return Ok(CallEnd::TimedOut);
             }
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(10));
+            // Most cells answer within a few milliseconds (an expression, a definition):
+            // looked for every millisecond at first, then less often for long ones.
+            polls += 1;
+            if polls >= FINE_POLLS {
+                pause = (pause * 2).min(Duration::from_millis(10));
+            }
         }
     }
 }
