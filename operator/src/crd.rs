@@ -45,6 +45,7 @@ const QUANTITY_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei
     printcolumn(name = "Reason", type_ = "string", json_path = r#".status.conditions[?(@.type=="Ready")].reason"#),
     printcolumn(name = "Languages", type_ = "string", json_path = ".spec.languages"),
     printcolumn(name = "GPU", type_ = "integer", json_path = ".spec.gpu.count"),
+    printcolumn(name = "Sessions", type_ = "integer", json_path = ".status.sessions.open"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -462,10 +463,12 @@ pub struct GatewayStatus {
     pub endpoint: Option<String>,
 }
 
-/// Session capacity of the pool as configured. Live sessions are not here: the operator
-/// does not reach the executor pods; each pod exports them as `sandpool_sessions` on its
-/// metrics port (beside `sandpool_session_capacity` and `sandpool_session_memory_bytes`),
-/// for Prometheus to scrape (docs/operator.md, "Status").
+/// Session capacity of the pool as configured, and the sessions open on its pods when the
+/// custom metrics API serves them. The operator does not reach the executor pods: each pod
+/// exports `sandpool_sessions` on its metrics port for Prometheus to scrape, and the live
+/// fields are what prometheus-adapter serves of it (the rule in
+/// `manifests/examples/hpa-sessions.yaml`); without it they are absent (docs/operator.md,
+/// "Status").
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsStatus {
@@ -479,6 +482,17 @@ pub struct SessionsStatus {
     /// default), as a quantity; the pod's memory request includes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_per_pod: Option<String>,
+    /// Sessions open on the pool's pods together, as of the last reconcile, from the custom
+    /// metrics API (`sandpool_sessions`); absent when that API does not serve it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open: Option<i64>,
+    /// The most sessions open on one pod (against `maxPerPod`), with `open`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_per_pod_max: Option<i64>,
+    /// Pods the custom metrics API reported sessions for, with `open`: fewer than
+    /// `replicas` means `open` leaves some pods out (not yet scraped, or gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reporting_pods: Option<i32>,
 }
 
 /// Observed state of a pool.
@@ -500,9 +514,9 @@ pub struct SandboxPoolStatus {
     /// The gateway, when the pool has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<GatewayStatus>,
-    /// Session capacity as configured, when the spec sizes sessions (`spec.sessions`). Live
-    /// sessions are not here (the operator does not connect to executor pods): each pod
-    /// exports them as `sandpool_sessions` on its metrics port, for Prometheus to scrape.
+    /// Session capacity as configured, when the spec sizes sessions (`spec.sessions`), and
+    /// the sessions open when the custom metrics API serves `sandpool_sessions` (the
+    /// operator does not connect to executor pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<SessionsStatus>,
     /// The generation this status describes.

@@ -13,6 +13,7 @@
 //! - [`diagnose`]: why executors are not running (crash loop, OOM, image, scheduling,
 //!   probes, refused pods, deadline), from the Deployment and its pods, for the conditions.
 //! - [`reconcile`]: the reconcile loop and its error policy.
+//! - [`live_sessions`]: sessions open on a pool's pods, from the custom metrics API.
 //! - [`metrics`]: Prometheus metrics of the loop.
 //! - [`controller`]: the `run` subcommand: watches, leader election, shutdown.
 //! - [`leader`]: Lease-based leader election.
@@ -37,6 +38,7 @@ pub mod diagnose;
 pub mod http;
 pub mod labels;
 pub mod leader;
+pub mod live_sessions;
 pub mod metrics;
 pub mod plan;
 pub mod policy;

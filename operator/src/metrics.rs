@@ -25,6 +25,15 @@ pub struct WriteLabels {
     pub outcome: String,
 }
 
+/// Labels of [`Metrics::pool_sessions_open`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    /// The pool's namespace.
+    pub namespace: String,
+    /// The pool's name.
+    pub pool: String,
+}
+
 /// Every metric the operator exports.
 #[derive(Clone)]
 pub struct Metrics {
@@ -40,6 +49,9 @@ pub struct Metrics {
     pub status_writes: Counter,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge,
+    /// Sessions open on a pool's pods, as the custom metrics API reported them at the last
+    /// reconcile; no series while that API does not report them (never a stale value).
+    pub pool_sessions_open: Family<PoolLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -51,6 +63,7 @@ impl Default for Metrics {
             child_writes: Family::default(),
             status_writes: Counter::default(),
             leader: Gauge::default(),
+            pool_sessions_open: Family::default(),
         }
     }
 }
@@ -85,6 +98,27 @@ impl Metrics {
             "1 while this replica holds the leader lease",
             self.leader.clone(),
         );
+        r.register(
+            "pool_sessions_open",
+            "Sessions open on a pool's executor pods, from the custom metrics API (absent when it does not report them)",
+            self.pool_sessions_open.clone(),
+        );
+    }
+
+    /// Records a pool's open sessions, or removes its series when they are unknown.
+    pub fn set_pool_sessions_open(&self, namespace: &str, pool: &str, open: Option<i64>) {
+        let labels = PoolLabels {
+            namespace: namespace.to_owned(),
+            pool: pool.to_owned(),
+        };
+        match open {
+            Some(open) => {
+                self.pool_sessions_open.get_or_create(&labels).set(open);
+            }
+            None => {
+                self.pool_sessions_open.remove(&labels);
+            }
+        }
     }
 
     /// Records a finished reconcile.
@@ -135,5 +169,28 @@ mod tests {
             text.contains("sandpool_operator_child_writes_total{kind=\"Deployment\",outcome=\"created\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn open_sessions_are_a_gauge_per_pool_and_vanish_when_unknown() {
+        let metrics = Metrics::default();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let text = |registry: &Registry| {
+            let mut text = String::new();
+            encode(&mut text, registry).expect("metrics encode");
+            text
+        };
+        metrics.set_pool_sessions_open("evals", "agents", Some(310));
+        metrics.set_pool_sessions_open("evals", "python", Some(0));
+        let out = text(&registry);
+        assert!(
+            out.contains("sandpool_operator_pool_sessions_open{namespace=\"evals\",pool=\"agents\"} 310"),
+            "{out}"
+        );
+        metrics.set_pool_sessions_open("evals", "agents", None);
+        let out = text(&registry);
+        assert!(!out.contains("pool=\"agents\""), "{out}");
+        assert!(out.contains("pool=\"python\"} 0"), "{out}");
     }
 }

@@ -121,6 +121,16 @@ pub const RULES: &[Rule] = &[
     // reconcile::observe_pods: the kubelet's probe failures (reason=Unhealthy), read only
     // when a pod's container runs unready or was stopped cleanly. core/v1, not events.k8s.io.
     rule("", "events", &["list"], Scope::Manage),
+    // live_sessions::fetch: the sessions open on a pool's pods, from the custom metrics API
+    // (prometheus-adapter), for status.sessions.open. Only this one metric, only `get`, only
+    // where pools are managed: the API server answers, so the pods' NetworkPolicy need not
+    // admit the operator. Without it the status leaves the live counts out.
+    rule(
+        "custom.metrics.k8s.io",
+        "pods/sandpool_sessions",
+        &["get"],
+        Scope::Manage,
+    ),
     // reconcile_pool: the namespace's labels, for --managed-namespace-selector.
     rule("", "namespaces", &["get"], Scope::NamespaceSelector),
     // leader::Leadership (kube-lease-manager): read, create and renew the Lease.

@@ -1,7 +1,7 @@
 //! The reconcile loop for one pool: plan it, apply the children in a safe order, report
 //! status, and back off on errors.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use crate::config::OperatorConfig;
 use crate::crd::{SandboxPool, SandboxPoolStatus};
 use crate::diagnose::{self, Observed};
 use crate::labels::{self, FIELD_MANAGER};
+use crate::live_sessions::{self, LiveSessions};
 use crate::metrics::{Metrics, WriteLabels};
 use crate::plan::{self, Plan};
 use crate::resolve::{InvalidSpec, ResolvedPool};
@@ -237,6 +238,14 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
         .gateway
         .as_ref()
         .map(|d| status::gateway_status(&resolved, d, cluster_domain));
+    let mut open_sessions = None;
+    if let Some(sessions) = new_status.sessions.as_mut().filter(|s| s.max_per_pod > 0) {
+        let live = live_sessions(ctx, &namespace, &resolved.name, &observed).await;
+        status::set_live_sessions(sessions, live);
+        open_sessions = live.map(|l| l.open);
+    }
+    ctx.metrics
+        .set_pool_sessions_open(&namespace, &resolved.name, open_sessions);
     if rollout_just_finished(pool, &new_status) {
         let note = format!("{} executors run the current spec", resolved.replicas);
         publish(ctx, pool, EventType::Normal, "RolloutComplete", "Rollout", &note).await;
@@ -312,6 +321,26 @@ async fn observe_pods(ctx: &Context, namespace: &str, pool: &str) -> Observed {
         Vec::new()
     };
     Observed { pods, probe_events }
+}
+
+/// Sessions open on the pool's pods, from the custom metrics API; `None` when it cannot say.
+/// Never an error: the counts are a convenience, and a cluster without prometheus-adapter
+/// (or its rule, or the operator's RBAC for it) is a normal one, so that is said at debug.
+async fn live_sessions(ctx: &Context, namespace: &str, pool: &str, observed: &Observed) -> Option<LiveSessions> {
+    // When this reconcile listed the pool's pods, only they count (see live_sessions::summarize).
+    let names: BTreeSet<String> = observed.pods.iter().map(|p| p.name_any()).collect();
+    let only = (!names.is_empty()).then_some(&names);
+    match live_sessions::fetch(&ctx.client, namespace, pool, only).await {
+        Ok(live) => live,
+        Err(error) if error.unavailable() => {
+            tracing::debug!(error = %crate::error_chain(&error), "live sessions unavailable");
+            None
+        }
+        Err(error) => {
+            tracing::info!(error = %crate::error_chain(&error), "cannot read live sessions; status.sessions leaves them out");
+            None
+        }
+    }
 }
 
 /// The (reason, message) of a `Degraded=True` the last status did not have with this reason:

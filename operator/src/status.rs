@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use crate::crd::{GatewayStatus, SandboxPool, SandboxPoolStatus, SessionsStatus};
 use crate::diagnose::{self, Observed, Problem};
 use crate::labels;
+use crate::live_sessions::LiveSessions;
 use crate::resolve::{InvalidSpec, ResolvedPool};
 use crate::units::show_bytes;
 
@@ -103,15 +104,26 @@ pub fn gateway_status(resolved: &ResolvedPool, deployment: &Deployment, cluster_
     }
 }
 
-/// The pool's session capacity as configured: per pod, and over the ready pods. Live counts
-/// stay in the executors' metrics (`sandpool_sessions`): the operator does not reach the pods.
+/// The pool's session capacity as configured: per pod, and over the ready pods. The live
+/// counts are added by the reconcile ([`set_live_sessions`]), which reads them from the
+/// custom metrics API: the operator does not reach the pods.
 pub fn sessions_status(resolved: &ResolvedPool, ready_replicas: i32) -> Option<SessionsStatus> {
     let s = resolved.sessions?;
     Some(SessionsStatus {
         max_per_pod: i32::try_from(s.max_per_pod).unwrap_or(i32::MAX),
         capacity: i64::from(s.max_per_pod) * i64::from(ready_replicas.max(0)),
         memory_per_pod: (s.max_per_pod > 0).then(|| show_bytes(s.memory_bytes)),
+        ..SessionsStatus::default()
     })
+}
+
+/// Puts what the custom metrics API reported into the status; `None` (not served, not
+/// allowed, nothing reported) leaves the live fields out rather than carrying old ones over,
+/// so the status never shows counts nobody reported this time.
+pub fn set_live_sessions(sessions: &mut SessionsStatus, live: Option<LiveSessions>) {
+    sessions.open = live.map(|l| l.open);
+    sessions.open_per_pod_max = live.map(|l| l.open_per_pod_max);
+    sessions.reporting_pods = live.map(|l| l.reporting_pods);
 }
 
 /// Not ready, not progressing, degraded, all for `reason`; counts, endpoint and sessions

@@ -286,12 +286,14 @@ async fn a_pool_gets_its_children_scales_and_is_garbage_collected() {
             "REASON",
             "LANGUAGES",
             "GPU",
+            "SESSIONS",
             "AGE"
         ],
         "{table}"
     );
     let row: Vec<_> = lines.next().expect("row").split_whitespace().collect();
-    // GPU is blank for a CPU pool, so the row has one field fewer.
+    // GPU is blank for a CPU pool and SESSIONS for one without live session counts, so the
+    // row has two fields fewer.
     assert_eq!(
         row[..6],
         ["e2e", "1", "1", "True", "AllReplicasReady", "[\"python\"]"],

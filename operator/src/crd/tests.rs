@@ -56,7 +56,16 @@ fn crd_names_and_subresources() {
         .collect();
     assert_eq!(
         columns,
-        ["Replicas", "Pods-Ready", "Ready", "Reason", "Languages", "GPU", "Age"]
+        [
+            "Replicas",
+            "Pods-Ready",
+            "Ready",
+            "Reason",
+            "Languages",
+            "GPU",
+            "Sessions",
+            "Age"
+        ]
     );
     let ready = &version["additionalPrinterColumns"][2];
     assert_eq!(ready["jsonPath"], r#".status.conditions[?(@.type=="Ready")].status"#);
@@ -137,7 +146,14 @@ fn sessions_schema_bounds_the_cap_and_requires_it() {
         assert_eq!(field["maxLength"], 32, "{quantity}");
     }
     let status = &schema["status"]["properties"]["sessions"]["properties"];
-    for field in ["maxPerPod", "capacity", "memoryPerPod"] {
+    for field in [
+        "maxPerPod",
+        "capacity",
+        "memoryPerPod",
+        "open",
+        "openPerPodMax",
+        "reportingPods",
+    ] {
         assert!(status.get(field).is_some(), "status.sessions.{field} missing");
     }
 }

@@ -1343,4 +1343,5 @@ fn executor_pods_are_watched_by_label_and_mapped_to_their_pool() {
 }
 
 mod gateway;
+mod sessions;
 mod tenants;

@@ -465,6 +465,7 @@ fn session_capacity_counts_the_ready_pods() {
             max_per_pod: 500,
             capacity: 1000,
             memory_per_pod: Some("16000Mi".to_owned()),
+            ..Default::default()
         })
     );
     let wire = serde_json::to_value(&s).expect("status serializes");
@@ -494,6 +495,7 @@ fn a_pool_without_sessions_says_so_and_one_without_the_field_shows_nothing() {
             max_per_pod: 0,
             capacity: 0,
             memory_per_pod: None,
+            ..Default::default()
         })
     );
     // Unset: the executor's own cap applies, which the operator does not know.
@@ -521,4 +523,29 @@ fn a_refused_spec_keeps_the_last_session_capacity() {
         message: "bad".to_owned(),
     };
     assert_eq!(invalid(&p, &err, &now).sessions, good.sessions);
+}
+
+#[test]
+fn live_sessions_are_shown_when_reported_and_left_out_when_not() {
+    let (p, r) = sessions_pool(json!({"maxPerPod": 200}));
+    let now = time("2026-01-01T00:00:00Z");
+    let s = from_deployment(&p, &r, &deployment(rolled_out(3)), &none(), "cluster.local", &now);
+    let mut sessions = s.sessions.expect("a sessions pool has sessions status");
+    let live = LiveSessions {
+        open: 310,
+        open_per_pod_max: 150,
+        reporting_pods: 3,
+    };
+    set_live_sessions(&mut sessions, Some(live));
+    assert_eq!(
+        serde_json::to_value(&sessions).expect("serializes"),
+        json!({"maxPerPod": 200, "capacity": 600, "memoryPerPod": "6400Mi",
+               "open": 310, "openPerPodMax": 150, "reportingPods": 3})
+    );
+    // A later reconcile the metrics API does not answer drops them, not keeps stale ones.
+    set_live_sessions(&mut sessions, None);
+    assert_eq!(
+        serde_json::to_value(&sessions).expect("serializes"),
+        json!({"maxPerPod": 200, "capacity": 600, "memoryPerPod": "6400Mi"})
+    );
 }
