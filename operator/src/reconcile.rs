@@ -34,6 +34,9 @@ use crate::status;
 
 /// How often a healthy pool is re-checked even when nothing triggers it.
 pub const RESYNC: Duration = Duration::from_secs(300);
+/// How often a pool whose live session counts the metrics API answers is re-checked: its
+/// `status.sessions.open` is never older than this.
+pub const LIVE_RESYNC: Duration = Duration::from_secs(30);
 /// First retry delay after a failed reconcile; doubles per failure up to [`MAX_BACKOFF`].
 pub const MIN_BACKOFF: Duration = Duration::from_secs(5);
 /// Longest retry delay.
@@ -263,7 +266,10 @@ async fn reconcile_pool(pool: &SandboxPool, ctx: &Context) -> Result<Action, Err
         publish(ctx, pool, EventType::Normal, RECOVERED, "Reconcile", &note).await;
     }
     write_status(&pools, pool, new_status, ctx).await?;
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(match open_sessions {
+        Some(_) => LIVE_RESYNC,
+        None => RESYNC,
+    }))
 }
 
 /// Reports a pool the operator will not act on (invalid spec, refused by policy) with a
