@@ -16,6 +16,9 @@
 //!    `/proc/PID/smaps_rollup`), the executor's own growth, and the stateless p50 again.
 //! 5. Mass expiry: those sessions' idle timeout passes; the time until every one has ended
 //!    and nothing of them is left (no process of their uids, no mount of theirs).
+//! 6. Spares: a session's first call right after its create, one session every 100 ms, on
+//!    this executor (the interpreter starts at that call) and on a second one started with
+//!    `--session-spares` (`--spares`, 4).
 
 use futures::StreamExt;
 use sandpool_executor::proto as pb;
@@ -314,6 +317,7 @@ fn main() -> Result<(), Error> {
     let slots = arg("--slots", 2)?;
     let probes = arg("--probes", 400)?;
     let idle_s = arg("--idle-timeout-s", 30)?;
+    let spares = arg("--spares", 4)?;
     let cap = sessions.max(conc) + 16;
     let args = common::executor(
         "sessions",
@@ -490,7 +494,51 @@ fn main() -> Result<(), Error> {
             ids.len(),
             (with / alone - 1.0) * 100.0
         );
+        // A new session's first call right after its create, one session every 100 ms (an
+        // agent that creates and runs at once): this executor starts the interpreter at that
+        // call; one with spares (`--session-spares`) hands it one already started.
+        let cold = first_calls(&client, 50).await?;
+        server.stop().await;
+        let mut spare_args = common::executor(
+            "sessions-spares",
+            "python,bash",
+            ["--slots".to_string(), slots.to_string(), "--session-spares".into(), spares.to_string()],
+        );
+        spare_args.executor.uid_base += 1000;
+        let engine = Arc::new(spare_args.executor.build_engine().await?);
+        let server = Loopback::start(engine, spare_args.executor.session_policy()).await?;
+        let client = Client::new(server.channel.clone());
+        stateless_p50(&client, 20, "warm-up").await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let warm = first_calls(&client, 50).await?;
+        println!();
+        println!("first call right after create, a session every 100 ms x50: p50/p99 {:.2}/{:.2} ms starting the interpreter then, {:.2}/{:.2} ms with {spares} spares (target p50 <= 10 ms)",
+            pct(&cold, 0.5), pct(&cold, 0.99), pct(&warm, 0.5), pct(&warm, 0.99));
         server.stop().await;
         Ok::<(), Error>(())
     })
+}
+
+/// `n` sessions one after another, 100 ms apart: create, first call at once (timed), close.
+async fn first_calls(client: &Client, n: usize) -> Result<Vec<Duration>, Error> {
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut c = client.clone();
+        let s = c.create_session(python_session()).await?.into_inner();
+        let t = Instant::now();
+        let r = c
+            .run_in_session(cell(&s.session_id, &format!("{i} * 2")))
+            .await?
+            .into_inner();
+        times.push(t.elapsed());
+        if r.display != (i * 2).to_string() {
+            return Err(format!("first call answered {r:?}").into());
+        }
+        c.close_session(pb::CloseSessionRequest {
+            session_id: s.session_id,
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(sorted(times))
 }

@@ -140,6 +140,12 @@ pub struct ExecutorArgs {
     /// of it runs. 0 turns sessions off.
     #[arg(long, env = "SANDPOOL_MAX_SESSIONS")]
     pub max_sessions: Option<usize>,
+    /// Python interpreters kept started ahead of demand, so that a new session's first call
+    /// does not wait for one to start (docs/sessions.md). Each holds a seat (the sandbox has
+    /// --max-sessions plus this many) and room left in --session-memory-bytes; a create with
+    /// the default limits and no files takes one. 0: none.
+    #[arg(long, env = "SANDPOOL_SESSION_SPARES", default_value_t = 0)]
+    pub session_spares: usize,
     /// What each open session is counted at, at least, against --session-memory-bytes, bytes.
     #[arg(long, env = "SANDPOOL_SESSION_IDLE_BYTES", default_value_t = crate::session::policy::DEFAULT_IDLE_BYTES)]
     pub session_idle_bytes: u64,
@@ -387,7 +393,7 @@ impl ExecutorArgs {
             slots,
             // Sessions run only in namespaces mode (docs/sessions.md).
             seats: match self.isolation {
-                IsolationMode::Namespaces => self.max_sessions(),
+                IsolationMode::Namespaces => self.max_sessions() + self.session_spares,
                 IsolationMode::Restricted => 0,
             },
             uid_base: self.uid_base,
@@ -442,6 +448,7 @@ impl ExecutorArgs {
         let max_sessions = self.max_sessions();
         crate::session::SessionPolicy {
             max_sessions,
+            spares: self.session_spares,
             idle_bytes: self.session_idle_bytes,
             memory_budget: self
                 .session_memory_bytes

@@ -1183,3 +1183,95 @@ async fn an_interpreter_that_dies_at_start_gives_its_slot_back() {
         })
         .await;
 }
+
+/// How long the interpreter answering a cell has run, seconds (from /proc: its start time).
+const INTERPRETER_AGE: &str = "import os\n\
+st = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])\n\
+up = float(open('/proc/uptime').read().split()[0])\n\
+round(up - st / os.sysconf('SC_CLK_TCK'), 2)";
+
+/// `--session-spares`: interpreters started ahead of demand serve new sessions with the
+/// default limits (their first call finds one that has run for a while), never a session that
+/// asked for other limits, are started again once taken, and end with the executor.
+#[tokio::test]
+async fn spare_interpreters_serve_new_sessions_and_end_with_the_executor() {
+    let mut ex = executor(2, &["--max-sessions", "4", "--session-spares", "2"]).await;
+    let seat_uids: Vec<u32> = (2..2 + 4 + 2).map(|i| ex.uid_base + i).collect();
+    let running = || seat_uids.iter().filter(|u| !procs_of(**u).is_empty()).count();
+    let until = Instant::now() + Duration::from_secs(30);
+    while running() < 2 {
+        assert!(
+            Instant::now() < until,
+            "no spares started: {} seats run something",
+            running()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(running(), 2, "two spares, no more");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let mut c = ex.client();
+    let s = create(&mut c, "python", None).await;
+    let age: f64 = run(&mut c, code(&s.session_id, INTERPRETER_AGE))
+        .await
+        .display
+        .parse()
+        .expect("an age");
+    assert!(
+        age >= 1.0,
+        "the first call met an interpreter started {age} s before it: not a spare"
+    );
+    let r = run(
+        &mut c,
+        code(&s.session_id, "import os\n(os.getuid(), 'x' in globals())"),
+    )
+    .await;
+    let uid: u32 = r
+        .display
+        .trim_start_matches('(')
+        .split(',')
+        .next()
+        .and_then(|u| u.parse().ok())
+        .expect("a uid");
+    assert!(seat_uids.contains(&uid), "{r:?}");
+    assert!(r.display.ends_with("False)"), "a spare holds no state: {r:?}");
+
+    // Other limits than the defaults: an interpreter of its own, started for it.
+    let own = create(
+        &mut c,
+        "python",
+        Some(pb::SessionLimits {
+            memory_bytes: 200 << 20,
+            ..Default::default()
+        }),
+    )
+    .await;
+    let age: f64 = run(&mut c, code(&own.session_id, INTERPRETER_AGE))
+        .await
+        .display
+        .parse()
+        .expect("an age");
+    assert!(age < 1.0, "a session with its own limits got a spare ({age} s old)");
+
+    // The spare taken is replaced: two sessions and two spares run.
+    let until = Instant::now() + Duration::from_secs(30);
+    while running() < 4 {
+        assert!(
+            Instant::now() < until,
+            "the spare was not replaced: {} seats run something",
+            running()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ended = ex.terminate(Duration::from_secs(30)).expect("the executor exits");
+    assert!(ended.success(), "{ended:?}");
+    let until = Instant::now() + Duration::from_secs(10);
+    while running() > 0 {
+        assert!(
+            Instant::now() < until,
+            "left running after shutdown: {} seats",
+            running()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

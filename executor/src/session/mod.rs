@@ -26,6 +26,7 @@ pub mod policy;
 mod procs;
 pub mod repl;
 mod shell;
+mod spares;
 
 pub use policy::{SessionPolicy, Totals};
 
@@ -345,6 +346,8 @@ pub struct SessionManager {
     /// Sessions being created, per tenant: counted against the caps before they hold a seat.
     creating: Mutex<HashMap<Arc<str>, usize>>,
     seats: Arc<Seats>,
+    /// Interpreters started ahead of demand (`--session-spares`).
+    spares: spares::Spares,
 }
 
 /// 128 bits from the kernel's CSPRNG, as hex.
@@ -440,8 +443,14 @@ impl SessionManager {
     pub fn start(engine: Arc<Engine>, mut policy: SessionPolicy, advertise: String) -> Arc<Self> {
         let (slots, seats) = (engine.sandbox().slots(), engine.sandbox().seats());
         // No more sessions than the sandbox has seats for (none outside namespaces mode).
-        if engine.sandbox().mode() == crate::sandbox::IsolationMode::Namespaces {
-            policy.max_sessions = policy.max_sessions.min(seats);
+        // Spares sit in seats beyond the sessions' (the sandbox is given both).
+        let namespaces = engine.sandbox().mode() == crate::sandbox::IsolationMode::Namespaces;
+        let spare_count = match namespaces {
+            true => policy.spares.min(seats.saturating_sub(policy.max_sessions.min(seats))),
+            false => 0,
+        };
+        if namespaces {
+            policy.max_sessions = policy.max_sessions.min(seats - spare_count);
         }
         let metrics = engine.metrics();
         metrics.session_capacity.set(policy.max_sessions as i64);
@@ -455,9 +464,13 @@ impl SessionManager {
             sessions: Mutex::new(HashMap::new()),
             creating: Mutex::new(HashMap::new()),
             seats: Arc::new(Seats(Mutex::new((slots..slots + seats).collect()))),
+            spares: spares::Spares::new(spare_count),
         });
         let weak = Arc::downgrade(&m);
-        tokio::spawn(reaper(weak));
+        tokio::spawn(reaper(weak.clone()));
+        if spare_count > 0 {
+            tokio::spawn(spares::keeper(weak));
+        }
         m
     }
 
@@ -722,12 +735,28 @@ impl SessionManager {
     ) -> Result<Arc<Session>, SessionError> {
         let engine = &self.engine;
         // The caps were checked; a seat whose processes outlived their session stays out of use.
-        let seat = self.seats.take().ok_or_else(|| {
-            SessionError::Exhausted("no session seat is free on this executor; try another executor".into())
-        })?;
-        // With files, /work is made now, so that a file that does not fit is this call's error.
         let work = tokio::sync::OnceCell::new();
         let mut reserve_ok = true;
+        // A spare interpreter when one was started for these limits (no files to put first).
+        let spare = match (kind, files.is_empty()) {
+            (Kind::Python, true) => self.spares.take(&spare_key(&totals, &call_limits)),
+            _ => None,
+        };
+        let (seat, repl) = match spare {
+            Some(sp) => {
+                reserve_ok = sp.reserve_ok;
+                let _ = work.set(sp.work);
+                (sp.seat, Some(sp.repl))
+            }
+            None => {
+                let seat = self.seats.take().ok_or_else(|| {
+                    SessionError::Exhausted("no session seat is free on this executor; try another executor".into())
+                })?;
+                (seat, None)
+            }
+        };
+        let booted = repl.is_some();
+        // With files, /work is made now, so that a file that does not fit is this call's error.
         if !files.is_empty() {
             let (w, ok) = make_work(engine, seat.index, files).await?;
             reserve_ok = ok;
@@ -760,14 +789,15 @@ impl SessionManager {
                 calls: 0,
                 cpu_used: Duration::ZERO,
                 cpu_at_repl_start: Duration::ZERO,
-                repl: None,
-                epoch: 0,
+                repl,
+                // A spare was started as epoch 1 (see spares.rs).
+                epoch: u64::from(booted),
                 next_call: 1,
                 abandoned: false,
                 reserve_low: false,
             }),
         });
-        if kind == Kind::Python {
+        if kind == Kind::Python && !booted {
             boot(self.engine.clone(), s.clone());
         }
         {
@@ -1202,8 +1232,9 @@ impl SessionManager {
         states.iter().map(|st| st.calls).collect()
     }
 
-    /// Ends every session (executor shutdown).
+    /// Ends every session and spare interpreter (executor shutdown).
     pub async fn close_all(&self) {
+        self.stop_spares().await;
         let all: Vec<_> = self
             .sessions
             .lock()
@@ -1235,6 +1266,30 @@ impl SessionManager {
         if !expired.is_empty() {
             self.end_all(&expired).await;
         }
+    }
+}
+
+/// What a session's interpreter is started with, bar its wall time: a spare started for
+/// the same serves it (see spares.rs).
+fn spare_key(totals: &Totals, call_limits: &Limits) -> Limits {
+    Limits {
+        wall: Duration::ZERO,
+        cpu: totals.cpu,
+        memory: totals.memory,
+        ..*call_limits
+    }
+}
+
+impl SessionManager {
+    /// [`spare_key`] of a session created with the default limits.
+    fn default_spare_key(&self) -> Option<Limits> {
+        let engine = &self.engine;
+        let totals = policy::resolve(self.policy(), engine.policy(), None, engine.work_dir_bytes()).ok()?;
+        let call_limits = engine
+            .policy()
+            .resolve(None, &engine.policy().run_defaults, "call_limits")
+            .ok()?;
+        Some(spare_key(&totals, &call_limits))
     }
 }
 

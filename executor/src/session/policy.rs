@@ -10,6 +10,9 @@ use std::time::Duration;
 pub struct SessionPolicy {
     /// Sessions alive at once (each has a seat of its own: a uid and a cgroup, not a run slot).
     pub max_sessions: usize,
+    /// Python interpreters kept started ahead of demand, each in a seat beyond the sessions'
+    /// (`--session-spares`, see spares.rs).
+    pub spares: usize,
     /// What an open session counts at, at least, against [`Self::memory_budget`].
     pub idle_bytes: u64,
     /// Memory all sessions may hold together, measured from their cgroups (each at least
@@ -40,6 +43,7 @@ impl SessionPolicy {
     pub fn defaults(uid_base: u32) -> Self {
         SessionPolicy {
             max_sessions: DEFAULT_MAX_SESSIONS,
+            spares: 0,
             idle_bytes: DEFAULT_IDLE_BYTES,
             memory_budget: DEFAULT_MAX_SESSIONS as u64 * DEFAULT_IDLE_BYTES,
             lifetime: Duration::from_secs(30 * 60),

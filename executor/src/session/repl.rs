@@ -80,7 +80,7 @@ pub enum CallEnd {
 }
 
 /// True once the driver of start `epoch` has written its `ready` file.
-async fn is_ready(work: &Arc<WorkDir>, epoch: u64) -> bool {
+pub async fn is_ready(work: &Arc<WorkDir>, epoch: u64) -> bool {
     let w = work.clone();
     let got = blocking(move || w.read_file(".sandpool/ready", 64)).await;
     matches!(got, Ok(Ok(b)) if String::from_utf8_lossy(&b).trim() == epoch.to_string())
