@@ -502,17 +502,22 @@ impl SessionManager {
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default();
         let (engine, floor) = (self.engine.clone(), self.policy.idle_bytes);
-        let held = blocking(move || {
-            all.iter()
-                .map(|s| {
-                    let used = engine.sandbox().memory_in_use(s.seat).unwrap_or(0).max(floor);
-                    s.memory.store(used, Ordering::Relaxed);
-                    used
-                })
-                .sum::<u64>()
-        })
-        .await
-        .unwrap_or(0);
+        // No session: nothing to read, and no trip to the blocking pool every 2 s (which kept
+        // an idle executor's blocking threads from ever retiring: the soak's leak check saw one).
+        let held = match all.is_empty() {
+            true => 0,
+            false => blocking(move || {
+                all.iter()
+                    .map(|s| {
+                        let used = engine.sandbox().memory_in_use(s.seat).unwrap_or(0).max(floor);
+                        s.memory.store(used, Ordering::Relaxed);
+                        used
+                    })
+                    .sum::<u64>()
+            })
+            .await
+            .unwrap_or(0),
+        };
         self.engine
             .metrics()
             .session_memory
