@@ -342,7 +342,8 @@ impl Priority {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("!has(self.idleMemory) || (quantity(self.idleMemory).compareTo(quantity('4Mi')) >= 0 && quantity(self.idleMemory).compareTo(quantity('4Gi')) <= 0)").message("sessions.idleMemory must be between 4Mi and 4Gi"),
-    validation = Rule::new("!has(self.memory) || self.maxPerPod > 0").message("sessions.memory must be left out when maxPerPod is 0 (the pool serves no sessions)")
+    validation = Rule::new("!has(self.memory) || self.maxPerPod > 0").message("sessions.memory must be left out when maxPerPod is 0 (the pool serves no sessions)"),
+    validation = Rule::new("!has(self.spares) || self.spares == 0 || self.maxPerPod > 0").message("sessions.spares must be 0 when maxPerPod is 0 (the pool serves no sessions)")
 )]
 pub struct Sessions {
     /// Sessions open at once on each executor pod; 0: the pool serves no sessions.
@@ -358,6 +359,12 @@ pub struct Sessions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
     pub memory: Option<String>,
+    /// Python interpreters each pod keeps started ahead of demand (`--session-spares`), so a
+    /// new session's first call finds one ready (0..64, default 0). The container's memory
+    /// grows by `spares` × `idleMemory` beside the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 64))]
+    pub spares: Option<i32>,
 }
 
 /// The executor's result cache (`--result-cache-*`). Per pod: pods do not share it.

@@ -120,6 +120,10 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
             if sessions.max_per_pod > 0 {
                 args.push(format!("--session-idle-bytes={}", sessions.idle_bytes));
                 args.push(format!("--session-memory-bytes={}", sessions.memory_bytes));
+                // Only when asked for: the executor's own default is none.
+                if sessions.spares > 0 {
+                    args.push(format!("--session-spares={}", sessions.spares));
+                }
             }
         }
         // A pool that does not size its sessions keeps the capacity pools had before sessions

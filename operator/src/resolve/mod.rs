@@ -118,7 +118,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
     // After every check that reads the spec's own memory (runs, result cache): the sessions'
     // budget comes on top of what the spec gave them.
     if let Some(s) = &sessions {
-        sessions::add_session_memory(&mut resources, s.memory_bytes)?;
+        sessions::add_session_memory(&mut resources, s.container_bytes())?;
     }
     let tenants = tenants::resolve_tenants(
         spec.tenants.as_deref(),

@@ -18,6 +18,8 @@ pub const DEFAULT_SESSION_IDLE_BYTES: u64 = super::executor_defaults::SESSION_ID
 pub const MIN_SESSION_IDLE_BYTES: u64 = 4 << 20;
 /// Most `idleMemory`: a session larger than this when idle is a run, not a session.
 pub const MAX_SESSION_IDLE_BYTES: u64 = 4 << 30;
+/// Most `spares` a pool may ask each pod to keep.
+pub const MAX_SPARES_PER_POD: u32 = 64;
 /// Most `memory`, 16Ti: every session of the largest pool at the largest `idleMemory`.
 pub const MAX_SESSION_MEMORY_BYTES: u64 = MAX_SESSIONS_PER_POD as u64 * MAX_SESSION_IDLE_BYTES;
 
@@ -31,6 +33,19 @@ pub struct ResolvedSessions {
     /// `--session-memory-bytes`; 0 when `max_per_pod` is 0. The container's memory request
     /// (and limit, when set) grows by it.
     pub memory_bytes: u64,
+    /// `--session-spares`: interpreters kept started; the container's memory grows by
+    /// `spares` × `idle_bytes` too (see [`ResolvedSessions::container_bytes`]).
+    pub spares: u32,
+}
+
+impl ResolvedSessions {
+    /// What the container's memory grows by: the sessions' budget, and the spares beside it
+    /// (the executor starts spares only in room the sessions leave in the budget, so sessions
+    /// created after them can pass it by at most this).
+    pub fn container_bytes(&self) -> u64 {
+        self.memory_bytes
+            .saturating_add(u64::from(self.spares).saturating_mul(self.idle_bytes))
+    }
 }
 
 pub(super) fn resolve_sessions(spec: Option<&Sessions>) -> Result<Option<ResolvedSessions>, InvalidSpec> {
@@ -98,10 +113,26 @@ pub(super) fn resolve_sessions(spec: Option<&Sessions>) -> Result<Option<Resolve
             bytes
         }
     };
+    let spares = match spec.spares.unwrap_or(0) {
+        0 => 0,
+        _ if max_per_pod == 0 => {
+            return Err(InvalidSpec::new(
+                "spec.sessions.spares",
+                "must be 0 when maxPerPod is 0 (the pool serves no sessions)",
+            ));
+        }
+        n => u32::try_from(n)
+            .ok()
+            .filter(|n| *n <= MAX_SPARES_PER_POD)
+            .ok_or_else(|| {
+                InvalidSpec::new("spec.sessions.spares", format!("{n} is outside 0..={MAX_SPARES_PER_POD}"))
+            })?,
+    };
     Ok(Some(ResolvedSessions {
         max_per_pod,
         idle_bytes,
         memory_bytes,
+        spares,
     }))
 }
 

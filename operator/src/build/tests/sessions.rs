@@ -160,3 +160,21 @@ fn runs_keep_the_memory_the_spec_gave_them() {
     assert_eq!(max_memory(bare), ["--max-memory-bytes=738197504"]);
     assert_eq!(max_memory(with), ["--max-memory-bytes=738197504"]);
 }
+
+#[test]
+fn spares_are_a_flag_and_memory_beside_the_budget() {
+    assert_eq!(
+        session_args(json!({"sessions": {"maxPerPod": 64, "spares": 4}})),
+        [
+            "--max-sessions=64",
+            "--session-idle-bytes=33554432",
+            "--session-memory-bytes=2147483648",
+            "--session-spares=4",
+        ]
+    );
+    // 2Gi of budget and 4 × 32Mi of spares on top of the spec's 4Gi.
+    assert_eq!(
+        container_resources(with_sessions(example(), json!({"maxPerPod": 64, "spares": 4})))["requests"]["memory"],
+        json!("6272Mi")
+    );
+}

@@ -38,6 +38,7 @@ fn the_budget_defaults_to_max_per_pod_times_idle_memory() {
             max_per_pod: 64,
             idle_bytes: 32 << 20,
             memory_bytes: 2 << 30,
+            spares: 0,
         })
     );
     assert_eq!(
@@ -46,6 +47,7 @@ fn the_budget_defaults_to_max_per_pod_times_idle_memory() {
             max_per_pod: 500,
             idle_bytes: 32 << 20,
             memory_bytes: 500 * (32 << 20),
+            spares: 0,
         })
     );
     // A larger budget lets some sessions grow past their idle size.
@@ -55,6 +57,7 @@ fn the_budget_defaults_to_max_per_pod_times_idle_memory() {
             max_per_pod: 100,
             idle_bytes: 16 << 20,
             memory_bytes: 8 << 30,
+            spares: 0,
         })
     );
     // No sessions: nothing set aside.
@@ -64,6 +67,7 @@ fn the_budget_defaults_to_max_per_pod_times_idle_memory() {
             max_per_pod: 0,
             idle_bytes: 32 << 20,
             memory_bytes: 0,
+            spares: 0,
         })
     );
     // The bounds themselves are in range.
@@ -167,4 +171,25 @@ fn a_tenant_may_not_hold_more_sessions_than_a_pod() {
     .expect_err("refused");
     assert!(matches!(refusal, Refusal::InvalidSpec(_)), "{refusal}");
     assert_eq!(refusal.reason(), "InvalidSpec");
+}
+
+#[test]
+fn spares_become_a_flag_and_grow_the_container_beside_the_budget() {
+    let s = sessions(json!({"maxPerPod": 64, "spares": 4})).expect("sessions");
+    assert_eq!((s.spares, s.memory_bytes), (4, 2 << 30));
+    assert_eq!(s.container_bytes(), (2 << 30) + 4 * (32 << 20));
+    assert_eq!(sessions(json!({"maxPerPod": 64})).map(|s| s.spares), Some(0));
+    assert_eq!(sessions(json!({"maxPerPod": 0, "spares": 0})).map(|s| s.spares), Some(0));
+    assert!(resolve_spec(json!({"sessions": {"maxPerPod": 1, "spares": 64}})).is_ok());
+}
+
+#[test]
+fn spares_out_of_range_or_without_sessions_are_refused() {
+    for bad in [-1, 65, i32::MAX] {
+        let err = resolve_spec(json!({"sessions": {"maxPerPod": 8, "spares": bad}})).expect_err("refused");
+        assert_eq!(err.field, "spec.sessions.spares", "{bad}");
+    }
+    let err = resolve_spec(json!({"sessions": {"maxPerPod": 0, "spares": 2}})).expect_err("refused");
+    assert_eq!(err.field, "spec.sessions.spares");
+    assert!(err.message.contains("maxPerPod is 0"), "{}", err.message);
 }
