@@ -125,7 +125,10 @@ pub(super) fn resolve_sessions(spec: Option<&Sessions>) -> Result<Option<Resolve
             .ok()
             .filter(|n| *n <= MAX_SPARES_PER_POD)
             .ok_or_else(|| {
-                InvalidSpec::new("spec.sessions.spares", format!("{n} is outside 0..={MAX_SPARES_PER_POD}"))
+                InvalidSpec::new(
+                    "spec.sessions.spares",
+                    format!("{n} is outside 0..={MAX_SPARES_PER_POD}"),
+                )
             })?,
     };
     Ok(Some(ResolvedSessions {

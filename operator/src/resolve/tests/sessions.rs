@@ -179,7 +179,10 @@ fn spares_become_a_flag_and_grow_the_container_beside_the_budget() {
     assert_eq!((s.spares, s.memory_bytes), (4, 2 << 30));
     assert_eq!(s.container_bytes(), (2 << 30) + 4 * (32 << 20));
     assert_eq!(sessions(json!({"maxPerPod": 64})).map(|s| s.spares), Some(0));
-    assert_eq!(sessions(json!({"maxPerPod": 0, "spares": 0})).map(|s| s.spares), Some(0));
+    assert_eq!(
+        sessions(json!({"maxPerPod": 0, "spares": 0})).map(|s| s.spares),
+        Some(0)
+    );
     assert!(resolve_spec(json!({"sessions": {"maxPerPod": 1, "spares": 64}})).is_ok());
 }
 
