@@ -48,7 +48,8 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     /// seat is empty. Everything a seat's program starts stays in its cgroup (nothing in the
     /// sandbox may write another cgroup's files), so this is as strong as looking for the
     /// seat's uid in `/proc`, and costs one read instead of a read per process on the host.
-    /// None where the sandbox cannot tell (no cgroups, a slot, a seat never used).
+    /// `Some(false)` for a seat that never ran anything; None where the sandbox cannot tell
+    /// (no cgroups, a slot).
     fn seat_busy(&self, index: usize) -> Option<bool> {
         let _ = index;
         None

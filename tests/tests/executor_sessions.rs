@@ -1236,26 +1236,32 @@ async fn spare_interpreters_serve_new_sessions_and_end_with_the_executor() {
     assert!(seat_uids.contains(&uid), "{r:?}");
     assert!(r.display.ends_with("False)"), "a spare holds no state: {r:?}");
 
-    // Other limits than the defaults: an interpreter of its own, started for it.
-    let own = create(
-        &mut c,
-        "python",
-        Some(pb::SessionLimits {
-            memory_bytes: 200 << 20,
-            ..Default::default()
-        }),
-    )
-    .await;
-    let age: f64 = run(&mut c, code(&own.session_id, INTERPRETER_AGE))
-        .await
-        .display
-        .parse()
-        .expect("an age");
-    assert!(age < 1.0, "a session with its own limits got a spare ({age} s old)");
+    // Other limits than the defaults: an interpreter of its own, started for it (a spare's
+    // memory limit would be wrong, its wall-time backstop too short for a longer lifetime).
+    let own_memory = pb::SessionLimits {
+        memory_bytes: 200 << 20,
+        ..Default::default()
+    };
+    let own_lifetime = pb::SessionLimits {
+        lifetime_ms: 3 * 3600 * 1000,
+        ..Default::default()
+    };
+    for limits in [own_memory, own_lifetime] {
+        let own = create(&mut c, "python", Some(limits)).await;
+        let age: f64 = run(&mut c, code(&own.session_id, INTERPRETER_AGE))
+            .await
+            .display
+            .parse()
+            .expect("an age");
+        assert!(
+            age < 1.0,
+            "a session with its own limits ({limits:?}) got a spare ({age} s old)"
+        );
+    }
 
-    // The spare taken is replaced: two sessions and two spares run.
+    // The spare taken is replaced: three sessions and two spares run.
     let until = Instant::now() + Duration::from_secs(30);
-    while running() < 4 {
+    while running() < 5 {
         assert!(
             Instant::now() < until,
             "the spare was not replaced: {} seats run something",

@@ -740,6 +740,9 @@ impl SessionManager {
     ) -> Result<Arc<Session>, SessionError> {
         let engine = &self.engine;
         // The caps were checked; a seat whose processes outlived their session stays out of use.
+        // Before a spare is taken: a spare dropped on an error here would free its seat
+        // before its processes are gone.
+        let id = new_id(engine.name())?;
         let work = tokio::sync::OnceCell::new();
         let mut reserve_ok = true;
         // A spare interpreter when one was started for these limits (no files to put first).
@@ -769,7 +772,7 @@ impl SessionManager {
         }
         let (closed, _) = tokio::sync::watch::channel(false);
         let s = Arc::new(Session {
-            id: new_id(engine.name())?,
+            id,
             kind,
             language,
             owner,
@@ -1274,11 +1277,12 @@ impl SessionManager {
     }
 }
 
-/// What a session's interpreter is started with, bar its wall time: a spare started for
-/// the same serves it (see spares.rs).
+/// What a session's interpreter is started with, its lifetime as the wall time: a spare
+/// started for the same serves it (see spares.rs). A longer lifetime than the spare's would
+/// outlive the spare's wall-time backstop.
 fn spare_key(totals: &Totals, call_limits: &Limits) -> Limits {
     Limits {
-        wall: Duration::ZERO,
+        wall: totals.lifetime,
         cpu: totals.cpu,
         memory: totals.memory,
         ..*call_limits

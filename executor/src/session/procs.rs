@@ -29,11 +29,15 @@ pub fn with_uids(uids: &[u32]) -> Vec<(i32, u32)> {
 /// cgroup where the sandbox can tell ([`crate::sandbox::Runner::seat_busy`], one read each),
 /// else by one `/proc` scan for all the others' uids.
 fn still_running(sandbox: &dyn crate::sandbox::Runner, seats: &[(usize, u32)]) -> Vec<(usize, u32)> {
-    let (known, unknown): (Vec<_>, Vec<_>) = seats.iter().partition(|(i, _)| sandbox.seat_busy(*i).is_some());
-    let mut left: Vec<(usize, u32)> = known
-        .into_iter()
-        .filter(|(i, _)| sandbox.seat_busy(*i) == Some(true))
-        .collect();
+    let mut left = Vec::new();
+    let mut unknown = Vec::new();
+    for &(i, uid) in seats {
+        match sandbox.seat_busy(i) {
+            Some(true) => left.push((i, uid)),
+            Some(false) => {}
+            None => unknown.push((i, uid)),
+        }
+    }
     if !unknown.is_empty() {
         let uids: Vec<u32> = unknown.iter().map(|(_, u)| *u).collect();
         let alive = with_uids(&uids);

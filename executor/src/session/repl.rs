@@ -142,7 +142,6 @@ impl Repl {
         })
     }
 
-    /// True while the interpreter runs.
     /// Waits until the interpreter's run has ended (a handle that outlives the borrow).
     pub fn ended(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut ended = self.ended.clone();
@@ -151,6 +150,7 @@ impl Repl {
         }
     }
 
+    /// True while the interpreter runs.
     pub fn alive(&self) -> bool {
         !self.task.is_finished()
     }

@@ -155,9 +155,9 @@ impl SessionManager {
         };
         let _slot = engine.acquire_as(&ticket, None, Admit::Continuing).await.ok()?;
         let run = Limits {
-            // The sandbox's backstop: the reaper ends the session at its lifetime, which
-            // starts at create, up to MAX_AGE after this.
-            wall: self.policy().lifetime + MAX_AGE + Duration::from_secs(5),
+            // The sandbox's backstop (the key's wall is the session's lifetime): the reaper
+            // ends the session at its lifetime, which starts at create, up to MAX_AGE after this.
+            wall: limits.wall + MAX_AGE + Duration::from_secs(5),
             ..limits
         };
         let repl = match Repl::start(engine, seat.index, &work, run, 1, 1) {
@@ -171,26 +171,19 @@ impl SessionManager {
             _ = repl::until_ready(&work, 1) => {}
             _ = repl.ended() => {}
         }
-        if !repl.alive() || !repl::is_ready(&work, 1).await {
-            let spare = Spare {
-                seat,
-                work,
-                repl,
-                reserve_ok,
-                limits,
-                born: Instant::now(),
-            };
-            self.retire(vec![spare]).await;
-            return None;
-        }
-        Some(Spare {
+        let spare = Spare {
             seat,
             work,
             repl,
             reserve_ok,
             limits,
             born: Instant::now(),
-        })
+        };
+        if spare.repl.alive() && repl::is_ready(&spare.work, 1).await {
+            return Some(spare);
+        }
+        self.retire(vec![spare]).await;
+        None
     }
 
     /// True while another spare fits: wanted, a seat free, room in the memory budget.
