@@ -95,22 +95,9 @@ struct DescribedObject {
 pub fn request_uri(namespace: &str, pool: &str) -> String {
     format!(
         "/apis/custom.metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/*/{METRIC}?labelSelector={}",
-        percent_encode(&labels::selector_string(pool))
+        // Encoded, so the selector's `=`, `,` and `/` reach the API server as data.
+        form_urlencoded::byte_serialize(labels::selector_string(pool).as_bytes()).collect::<String>()
     )
-}
-
-/// Percent-encodes a query value: everything but RFC 3986's unreserved characters, so the
-/// selector's `=`, `,` and `/` reach the API server as data.
-fn percent_encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() * 3);
-    for byte in value.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 /// The counts in a `MetricValueList` body for pods in `namespace`, optionally only those
