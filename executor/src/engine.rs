@@ -204,6 +204,25 @@ impl Engine {
         }
     }
 
+    /// A zygote for programs of language `lang` that run as `INTERPRETER -c CODE` (a
+    /// session's driver): the language's interpreter, environment and `warm.preload`, and
+    /// `extra` besides; None where `lang` has no warm starts here.
+    pub fn command_zygote(&self, lang: &str, extra: &[&str]) -> Option<Arc<sandpool_sandbox::ZygoteConfig>> {
+        let light = &self.warm.get(lang)?.light;
+        let mut preload = light.preload.clone();
+        preload.extend(
+            extra
+                .iter()
+                .map(|m| m.to_string())
+                .filter(|m| !light.preload.contains(m)),
+        );
+        Some(Arc::new(sandpool_sandbox::ZygoteConfig {
+            name: format!("{lang} -c"),
+            preload,
+            ..(**light).clone()
+        }))
+    }
+
     /// `lang`'s shared artifacts for a run (built on first use, in `slot`), unless the request
     /// asked for a cold start or `lang` has none.
     pub async fn shared_for(

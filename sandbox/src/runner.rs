@@ -31,8 +31,8 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     /// Number of session seats: identities numbered `slots()..slots() + seats()`, each with a
     /// uid and a cgroup of its own, that `work_dir` and `run` take like slots. A seat is for
     /// a long-lived session (an interpreter that sits idle between calls): it costs no run
-    /// slot, so the caller bounds how many seats run at once. Seats start cold, never on a
-    /// GPU, and one run at a time each, like slots. None outside namespaces mode.
+    /// slot, so the caller bounds how many seats run at once. Seats never run on a GPU, and
+    /// one run at a time each, like slots; their warm runs fork from one zygote for all seats. None outside namespaces mode.
     fn seats(&self) -> usize {
         0
     }
@@ -69,6 +69,12 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     /// waits for it as it would have anyway).
     fn start_zygotes(&self, zygotes: Vec<std::sync::Arc<ZygoteConfig>>) {
         let _ = zygotes;
+    }
+
+    /// Starts the zygote session seats' warm runs fork from (`cfg`), in the background; a
+    /// seat's run that comes first waits for it.
+    fn start_seat_zygote(&self, cfg: std::sync::Arc<ZygoteConfig>) {
+        let _ = cfg;
     }
 
     /// Where the executor writes what runs see at [`crate::SHARED_PATH`] (a host path, or a

@@ -1281,3 +1281,73 @@ async fn spare_interpreters_serve_new_sessions_and_end_with_the_executor() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// What a session's code can see of its sandbox, as a comparable string.
+const SANDBOX_VIEW: &str = r#"
+import os, sys, signal, resource
+def _r(p):
+    try:
+        return open(p).read()
+    except Exception as e:
+        return type(e).__name__
+_st = dict(l.split(':', 1) for l in _r('/proc/self/status').splitlines() if ':' in l)
+_mi = [l.split() for l in _r('/proc/self/mountinfo').splitlines()]
+_view = {
+    'ids': (os.getuid() == os.geteuid() == os.getgid() == os.getegid() > 0, os.getgroups()),
+    'caps': [_st.get(k, '').strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp')],
+    'cgroup': _r('/proc/self/cgroup'),
+    'mounts': sorted((l[4], l[l.index('-') + 1], l[5]) for l in _mi),
+    'hostname': os.uname().nodename,
+    'fds': sorted(os.listdir('/proc/self/fd')),
+    'rlimits': [resource.getrlimit(x) for x in (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC, resource.RLIMIT_FSIZE, resource.RLIMIT_STACK, resource.RLIMIT_CORE, resource.RLIMIT_AS)],
+    'oom': _r('/proc/self/oom_score_adj'),
+    'umask': os.umask(0o22),
+    'cwd': os.getcwd(),
+    'argv': sys.argv,
+    'path': sys.path[:2],
+    'env': sorted(os.environ),
+    'session_leader': os.getsid(0) == os.getpid(),
+    'pid': os.getpid(),
+    'procs': len([p for p in os.listdir('/proc') if p.isdigit()]),
+    'blocked': sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    'handlers': [str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGPIPE, signal.SIGCHLD, signal.SIGXCPU, signal.SIGTERM, signal.SIGXFSZ)],
+    'main': sorted(k for k in globals() if k.startswith('__')),
+    'net': sorted(os.listdir('/sys/class/net')) if os.path.isdir('/sys/class/net') else None,
+    'recursion': sys.getrecursionlimit(),
+    'flags': str(sys.flags),
+}
+print('\n'.join('%s=%r' % kv for kv in sorted(_view.items())))
+"#;
+
+#[tokio::test]
+async fn a_session_interpreter_forked_from_the_zygote_sees_what_a_cold_one_sees() {
+    // One executor at a time: both give their first session the same seat and uid.
+    let mut views = Vec::new();
+    for warm in ["true", "false"] {
+        let ex = executor(1, &["--warm-starts", warm]).await;
+        let mut c = ex.client();
+        let s = create(&mut c, "python", None).await;
+        let r = run(&mut c, code(&s.session_id, SANDBOX_VIEW)).await;
+        assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+        // The zygote preloads `statistics` (Python's warm.preload); the driver never imports it.
+        let forked = run(&mut c, code(&s.session_id, "import sys\n'statistics' in sys.modules")).await;
+        assert_eq!(
+            forked.display,
+            if warm == "true" { "True" } else { "False" },
+            "{forked:?}"
+        );
+        // Another session in the same executor, forked while the first one lives.
+        let other = create(&mut c, "python", None).await;
+        let r2 = run(&mut c, code(&other.session_id, "x = 6 * 7\nx")).await;
+        assert_eq!(r2.display, "42", "{r2:?}");
+        views.push(out(&r));
+    }
+    let (warm, cold) = (&views[0], &views[1]);
+    assert!(warm.contains("cgroup='"), "{warm}");
+    let differ: Vec<_> = warm.lines().zip(cold.lines()).filter(|(w, c)| w != c).collect();
+    assert!(
+        differ.is_empty(),
+        "a forked session interpreter differs from a cold one (warm, cold): {differ:#?}"
+    );
+    assert_eq!(warm.lines().count(), cold.lines().count());
+}

@@ -324,10 +324,13 @@ fn zygotes(exe: &Executor) -> Vec<i32> {
 
 #[tokio::test]
 async fn a_dead_zygote_is_replaced_and_capabilities_say_who_starts_warm() {
+    // No sessions: their seats' zygote is not a slot's.
     let exe = Executor::start(Options {
         slots: 1,
         languages: vec!["python"],
-        extra_args: vec!["--warm-starts".into(), "true".into()],
+        extra_args: ["--warm-starts", "true", "--max-sessions", "0"]
+            .map(String::from)
+            .to_vec(),
         ..Default::default()
     })
     .await;
@@ -422,7 +425,8 @@ async fn a_restricted_executor_says_it_starts_cold() {
 }
 
 /// Each slot's plain zygote starts with the executor, not with the slot's first
-/// warm run (which would otherwise wait up to a second for it).
+/// warm run (which would otherwise wait up to a second for it), and so does the one
+/// session seats' interpreters fork from.
 #[tokio::test]
 async fn zygotes_start_with_the_executor() {
     let exe = Executor::start(Options {
@@ -448,14 +452,15 @@ async fn zygotes_start_with_the_executor() {
             .count()
     };
     let t = std::time::Instant::now();
-    while zygotes() < 2 {
+    // Two slots' and the seats'.
+    while zygotes() < 3 {
         assert!(t.elapsed().as_secs() < 60, "{} zygotes started", zygotes());
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let r = exe.run(req("print('one')", "", &[], &[], false)).await;
     assert!(r.run.as_ref().is_some_and(|p| p.warm), "{}", describe(&r));
-    // Still the same two: the run used one of them (no numpy named, no second kind).
-    assert_eq!(zygotes(), 2);
+    // Still the same three: the run used one of them (no numpy named, no second kind).
+    assert_eq!(zygotes(), 3);
 }
 
 /// Attack round 2, item 11: what a program can tell apart warm and cold, pinned as

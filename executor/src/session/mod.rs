@@ -348,6 +348,8 @@ pub struct SessionManager {
     seats: Arc<Seats>,
     /// Interpreters started ahead of demand (`--session-spares`).
     spares: spares::Spares,
+    /// What Python sessions' interpreters fork from (cold without it).
+    driver_zygote: Option<Arc<crate::sandbox::ZygoteConfig>>,
 }
 
 /// 128 bits from the kernel's CSPRNG, as hex.
@@ -457,7 +459,13 @@ impl SessionManager {
         metrics
             .session_memory_budget
             .set(i64::try_from(policy.memory_budget).unwrap_or(i64::MAX));
+        let python = engine.language("python", "language").is_ok();
+        let driver_zygote = repl::driver_zygote(&engine).filter(|_| python && seats > 0);
+        if let Some(cfg) = &driver_zygote {
+            engine.sandbox().start_seat_zygote(cfg.clone());
+        }
         let m = Arc::new(SessionManager {
+            driver_zygote,
             engine,
             policy,
             advertise,
@@ -806,7 +814,7 @@ impl SessionManager {
             }),
         });
         if kind == Kind::Python && !booted {
-            boot(self.engine.clone(), s.clone());
+            boot(self.engine.clone(), s.clone(), self.driver_zygote.clone());
         }
         {
             let mut all = self.sessions.lock().map_err(|_| ExecError::Internal("lock".into()))?;
@@ -1003,7 +1011,7 @@ impl SessionManager {
                 self.kill_repl(s, st, r).await;
                 reset = true;
             }
-            start_repl(&self.engine, s, st).await?;
+            start_repl(&self.engine, s, st, self.driver_zygote.clone()).await?;
         }
         let n = st.next_call;
         st.next_call += 1;
@@ -1303,7 +1311,12 @@ impl SessionManager {
 }
 
 /// Starts the interpreter of session `s` (a call of it holds a run slot meanwhile).
-async fn start_repl(engine: &Arc<Engine>, s: &Session, st: &mut State) -> Result<(), SessionError> {
+async fn start_repl(
+    engine: &Arc<Engine>,
+    s: &Session,
+    st: &mut State,
+    warm: Option<Arc<crate::sandbox::ZygoteConfig>>,
+) -> Result<(), SessionError> {
     let work = s.work(engine).await?;
     st.epoch += 1;
     st.cpu_at_repl_start = st.cpu_used;
@@ -1315,7 +1328,15 @@ async fn start_repl(engine: &Arc<Engine>, s: &Session, st: &mut State) -> Result
         memory: s.totals.memory,
         ..s.call_limits
     };
-    st.repl = Some(Repl::start(engine, s.seat, &work, limits, st.epoch, st.next_call)?);
+    st.repl = Some(Repl::start(
+        engine,
+        s.seat,
+        &work,
+        limits,
+        st.epoch,
+        st.next_call,
+        warm,
+    )?);
     Ok(())
 }
 
@@ -1329,7 +1350,7 @@ const BOOT_DELAY: Duration = Duration::from_millis(50);
 /// session closed before its turn (a probe, a create the caller gave up on) costs no
 /// interpreter: starting one is most of a session's cost. A call that comes first starts
 /// the interpreter itself.
-fn boot(engine: Arc<Engine>, s: Arc<Session>) {
+fn boot(engine: Arc<Engine>, s: Arc<Session>, warm: Option<Arc<crate::sandbox::ZygoteConfig>>) {
     tokio::spawn(async move {
         let mut closed = s.closed.subscribe();
         let start = async {
@@ -1346,7 +1367,7 @@ fn boot(engine: Arc<Engine>, s: Arc<Session>) {
                 if st.repl.is_some() || *s.closed.borrow() {
                     return;
                 }
-                if let Err(e) = start_repl(&engine, &s, &mut st).await {
+                if let Err(e) = start_repl(&engine, &s, &mut st, warm).await {
                     tracing::warn!(session = %&s.id[..8], error = %e, "could not start the interpreter; the first call tries again");
                     return;
                 }

@@ -19,6 +19,30 @@ use tokio::task::JoinHandle;
 /// The driver's source, run as `python3 -B -c <source>`: no file in /work for a cell to edit.
 const DRIVER: &str = include_str!("driver.py");
 
+/// The modules the driver imports at its start (checked against `driver.py` by a test): the
+/// seats' zygote imports them once, so a session's interpreter starts without importing.
+const DRIVER_IMPORTS: &[&str] = &[
+    "ast",
+    "fcntl",
+    "io",
+    "json",
+    "linecache",
+    "os",
+    "resource",
+    "shutil",
+    "subprocess",
+    "threading",
+    "time",
+    "traceback",
+    "types",
+];
+
+/// The zygote sessions' interpreters fork from: Python's warm preloads and the driver's
+/// imports. None where Python has no warm starts (`--warm-starts false`, no cgroups).
+pub fn driver_zygote(engine: &Engine) -> Option<Arc<crate::sandbox::ZygoteConfig>> {
+    engine.command_zygote("python", DRIVER_IMPORTS)
+}
+
 /// How long the driver may take to start before the call fails.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -98,6 +122,7 @@ pub async fn until_ready(work: &Arc<WorkDir>, epoch: u64) {
 
 impl Repl {
     /// Starts the driver in sandbox identity `seat` (a session's seat) with `work` at /work.
+    /// `warm`: the seats' zygote to fork it from (see [`driver_zygote`]); cold without one.
     pub fn start(
         engine: &Arc<Engine>,
         seat: usize,
@@ -105,6 +130,7 @@ impl Repl {
         limits: Limits,
         epoch: u64,
         first_call: u64,
+        warm: Option<Arc<crate::sandbox::ZygoteConfig>>,
     ) -> Result<Repl, ExecError> {
         let (lang, _) = engine.language("python", "language")?;
         let python = lang.run.first().cloned().unwrap_or_else(|| "python3".into());
@@ -117,8 +143,7 @@ impl Repl {
             stdin: vec![],
             limits,
             gpu: false,
-            // A session's interpreter lives for the whole session: nothing to fork.
-            warm: None,
+            warm,
         };
         let (kill, killed) = tokio::sync::oneshot::channel::<()>();
         let (engine, work) = (engine.clone(), work.clone());
@@ -280,6 +305,34 @@ impl Drop for Repl {
     fn drop(&mut self) {
         if let Some(k) = self.kill.take() {
             let _ = k.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod driver_tests {
+    /// The zygote preloads what the driver imports: a module added to `driver.py` and not
+    /// to the list would be imported again by every session's start.
+    #[test]
+    fn the_driver_imports_what_the_zygote_preloads() {
+        let imported: Vec<&str> = super::DRIVER
+            .lines()
+            .filter_map(|l| l.strip_prefix("import "))
+            .map(|m| m.split_whitespace().next().unwrap_or(m))
+            .filter(|m| *m != "sys")
+            .collect();
+        assert!(!imported.is_empty());
+        for m in &imported {
+            assert!(
+                super::DRIVER_IMPORTS.contains(m),
+                "driver.py imports {m}: add it to DRIVER_IMPORTS"
+            );
+        }
+        for m in super::DRIVER_IMPORTS {
+            assert!(
+                imported.contains(m),
+                "DRIVER_IMPORTS names {m}, which driver.py does not import"
+            );
         }
     }
 }

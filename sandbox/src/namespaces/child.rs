@@ -59,6 +59,10 @@ pub(crate) struct ChildPlan {
     pub warm_ctl_fd: i32,
     /// Warm runs: where the init says it is ready (read by the zygote's child).
     pub warm_ready_fd: i32,
+    /// Warm runs in a seat: the init mounts the run in a mount namespace of its own (as a
+    /// cold run does), since every seat shares `mnt_ns_fd`; a slot's warm run mounts in
+    /// the slot's namespace itself.
+    pub warm_own_mount_ns: bool,
     /// Seat runs (no spawner in the cgroup): the cgroup's `cgroup.procs` files, which the
     /// program writes itself into before anything else, then takes a cgroup namespace
     /// rooted there. Empty: the program starts in its init's cgroup.
@@ -265,8 +269,17 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         next = fd + 1;
     }
     step!(rep, Stage::CloseFds, sys::close_range(next, u32::MAX, 0));
-    if plan.warm_ctl_fd >= 0 {
-        super::zygote::init::send_namespaces(plan.warm_ctl_fd, plan.net_ns_fd, plan.mnt_ns_fd);
+    let warm = plan.warm_ctl_fd >= 0;
+    // Our namespaces are named through the executor's /proc, opened while it is ours (see
+    // `zygote::init::send_namespaces`); -1 makes the warm start fail, and the run go cold.
+    let ns_dir = match warm {
+        true => {
+            sys::open(c"/proc/self/ns", libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC).map_or(-1, |fd| fd as i32)
+        }
+        false => -1,
+    };
+    if warm && !plan.warm_own_mount_ns {
+        super::zygote::init::send_namespaces(plan.warm_ctl_fd, ns_dir, plan.net_ns_fd, plan.mnt_ns_fd);
     }
 
     // The slot's namespace outlives runs: clear what a killed warm init left.
@@ -277,11 +290,22 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // A cold run mounts in a copy of the slot's namespace (the template's
     // dozen mounts), which goes with the run's last process: its four mounts
     // are detached together, one RCU grace period instead of one per unmount
-    // (each a millisecond or more on a busy node). Warm runs mount in the
-    // slot's namespace itself, where the zygote's child joins them.
-    let own_mount_ns = plan.warm_ctl_fd < 0;
+    // (each a millisecond or more on a busy node). A slot's warm runs mount in
+    // the slot's namespace itself, where the zygote's child joins them; a
+    // seat's, in a copy (seats share one namespace), which the child joins.
+    let own_mount_ns = !warm || plan.warm_own_mount_ns;
     if own_mount_ns {
         step!(rep, Stage::NewMountNs, sys::unshare(libc::CLONE_NEWNS));
+    }
+    if warm && plan.warm_own_mount_ns {
+        let mnt = sys::openat(ns_dir, c"mnt", libc::O_RDONLY | libc::O_CLOEXEC).map_or(-1, |fd| fd as i32);
+        super::zygote::init::send_namespaces(plan.warm_ctl_fd, ns_dir, plan.net_ns_fd, mnt);
+        if mnt >= 0 {
+            let _ = sys::close(mnt);
+        }
+    }
+    if ns_dir >= 0 {
+        let _ = sys::close(ns_dir);
     }
     step!(rep, Stage::AttachWork, sys::move_mount_fd(plan.work_fd, c"/work"));
     for (i, m) in plan.mounts.iter().enumerate() {

@@ -70,6 +70,9 @@ pub(crate) struct Namespaces {
     staging: Option<std::sync::Arc<workdir::Staging>>,
     /// Per slot: the zygote warm runs fork from (started on a slot's first warm run).
     zygotes: Arc<zygote::Zygotes>,
+    /// One set for all seats, in the seats' namespace: a seat's run lives as long as its
+    /// session, so its zygote forks the next seat's while the last one runs.
+    seat_zygotes: Arc<zygote::Zygotes>,
     /// The shared dir's tmpfs, detached from the host (runs see it through the template's
     /// bind; the executor writes it through `/proc/self/fd/N`): on the host's disk, the bind's
     /// source path would show in runs' mountinfo and name the work root.
@@ -214,6 +217,7 @@ impl Namespaces {
             features,
             staging,
             zygotes: Arc::new(zygote::Zygotes::new(cfg_slots)),
+            seat_zygotes: Arc::new(zygote::Zygotes::new(1)),
             shared,
         };
         tracing::info!(mode = sandbox.cfg.mode.name(), features = %sandbox.features, "sandbox ready");
@@ -317,6 +321,21 @@ impl Runner for Namespaces {
         }
     }
 
+    fn start_seat_zygote(&self, cfg: Arc<crate::ZygoteConfig>) {
+        let Some(ns) = self.seat_ns.clone().filter(|_| self.warm_starts()) else {
+            return;
+        };
+        let all = self.seat_zygotes.clone();
+        let started = std::thread::Builder::new().name("zygote-start".into()).spawn(move || {
+            if let Err(e) = all.ensure(0, &cfg, &ns) {
+                tracing::warn!(language = %cfg.name, error = %e, "could not start the seats' zygote");
+            }
+        });
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "the seats' zygote starts with the first session");
+        }
+    }
+
     /// Creates a fresh work dir for a run in `slot`.
     fn work_dir(&self, slot: usize) -> Result<WorkDir, SandboxError> {
         let uid = self.uid(slot);
@@ -388,6 +407,7 @@ impl Namespaces {
             warm: Some(supervise::WarmSlot {
                 zygotes: &self.zygotes,
                 index: slot,
+                seat: false,
             }),
         };
         supervise::run(ctx, spec).await
@@ -395,7 +415,8 @@ impl Namespaces {
 }
 
 impl Namespaces {
-    /// A run in seat `index` (`slots..slots + seats`): cold, in the seat's own uid and cgroup.
+    /// A run in seat `index` (`slots..slots + seats`), in the seat's own uid and cgroup; warm
+    /// (forked from the seats' zygote) when the spec asks, never on a GPU.
     async fn run_in_seat(&self, index: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
         let seat = index - self.cfg.slots;
         let no_seat = || SandboxError::Other(format!("no seat {seat}"));
@@ -414,10 +435,13 @@ impl Namespaces {
             cgroup: cg.as_deref(),
             seccomp: &self.seccomp,
             tmp_bytes: self.cfg.tmp_bytes,
-            warm: None,
+            warm: self.warm_starts().then_some(supervise::WarmSlot {
+                zygotes: &self.seat_zygotes,
+                index: 0,
+                seat: true,
+            }),
         };
-        // Cold and without a GPU whatever the spec asks: no zygote (`warm: None` above) and
-        // the seats' own namespace, which has no device nodes.
+        // Without a GPU whatever the spec asks: the seats' own namespace has no device nodes.
         supervise::run(ctx, spec).await
     }
 

@@ -137,6 +137,7 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]
         prog_stack: Stack::new(STACK_BYTES).map_err(os("allocating a stack"))?,
         warm_ctl_fd: -1,
         warm_ready_fd: -1,
+        warm_own_mount_ns: false,
         join_cgroup_fds,
     })
 }
@@ -238,7 +239,10 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         Err(no_room) => return Ok(no_room),
     };
     let warm_prep = match (warm_cfg, &prepared.child_ends) {
-        (Some(cfg), [Some(i), Some(o), Some(e), ..]) => Some(warm::prepare(cfg, &mut prepared.plan, [i, o, e])?),
+        (Some(cfg), [Some(i), Some(o), Some(e), ..]) => {
+            prepared.plan.warm_own_mount_ns = ctx.warm.as_ref().is_some_and(|w| w.seat);
+            Some(warm::prepare(cfg, &mut prepared.plan, [i, o, e])?)
+        }
         _ => None,
     };
     let rlimits = prepared.plan.rlimits.clone();

@@ -127,6 +127,11 @@ pub fn open(path: &CStr, flags: i32) -> Res {
     sc!(libc::SYS_openat, libc::AT_FDCWD as usize, ptr(path), flags as usize, 0)
 }
 
+/// openat(2) relative to the directory `dir`.
+pub fn openat(dir: i32, path: &CStr, flags: i32) -> Res {
+    sc!(libc::SYS_openat, dir as usize, ptr(path), flags as usize, 0)
+}
+
 /// setns(2).
 pub fn setns(fd: i32, nstype: i32) -> Res {
     sc!(libc::SYS_setns, fd as usize, nstype as usize)

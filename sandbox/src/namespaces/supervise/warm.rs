@@ -19,7 +19,11 @@ use tokio::io::AsyncWriteExt;
 /// What a warm run needs from the slot.
 pub(crate) struct Slot<'a> {
     pub zygotes: &'a Arc<Zygotes>,
+    /// The zygotes' index in `zygotes`.
     pub index: usize,
+    /// A session seat: its init lives outside the seat's cgroup, and mounts the run in a
+    /// mount namespace of its own (see [`RunRequest::new_cgroup_ns`], `ChildPlan::warm_own_mount_ns`).
+    pub seat: bool,
 }
 
 /// Made before the init is cloned.
@@ -43,6 +47,9 @@ const NAMESPACES_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many namespace files the init sends: pid (for the zygote), then
 /// ipc, uts, cgroup, net and mount (for the child), see `zygote::init`.
 const INIT_NAMESPACES: usize = 6;
+
+/// Where the cgroup namespace is among them.
+const CGROUP_NS: usize = 3;
 
 /// Receives the init's namespace files (`zygote::init::send_namespaces`).
 async fn init_namespaces(ctl: &tokio::net::UnixStream) -> Result<Vec<OwnedFd>, ZygoteError> {
@@ -76,10 +83,11 @@ pub(super) struct Warm {
 }
 
 /// Whether `spec` runs warm here: it asks to, and the slot has what a warm
-/// run needs (a cgroup its child can join, the spawner; no GPU).
+/// run needs (a cgroup its child can join, a spawner or a seat's cloner; no GPU).
 pub(super) fn wanted(ctx: &Context<'_>, spec: &RunSpec) -> Option<Arc<ZygoteConfig>> {
     let cfg = spec.warm.as_ref()?;
-    (ctx.warm.is_some() && ctx.cgroup.is_some() && ctx.spawner.is_some() && !spec.gpu).then(|| cfg.clone())
+    let cloned = ctx.spawner.is_some() || ctx.cloner.is_some();
+    (ctx.warm.is_some() && ctx.cgroup.is_some() && cloned && !spec.gpu).then(|| cfg.clone())
 }
 
 /// Starts the slot's zygote if it has none for `cfg` (off the async runtime,
@@ -140,6 +148,7 @@ pub(super) async fn start(
     // The init holds its own copies now: an init that dies closes both.
     drop((p.init_end, p.ready.1));
     let ready_r = p.ready.0;
+    let seat = slot.seat;
     let ctl = std::os::unix::net::UnixStream::from(p.ctl);
     let ctl = ctl
         .set_nonblocking(true)
@@ -178,8 +187,16 @@ pub(super) async fn start(
                 p.stdio[2].as_raw_fd(),
                 ready_r.as_raw_fd(),
             ],
-            namespaces: ns[1..].iter().map(|f| f.as_raw_fd()).collect(),
+            // A seat's init was cloned outside the seat's cgroup, so its cgroup namespace
+            // (`ns[CGROUP_NS]`) shows the host's paths: the child makes its own instead.
+            namespaces: ns[1..]
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !(seat && *i + 1 == CGROUP_NS))
+                .map(|(_, f)| f.as_raw_fd())
+                .collect(),
             procs: procs.iter().map(|f| f.as_raw_fd()).collect(),
+            new_cgroup_ns: seat,
         };
         let msg = req.encode();
         let fds = req.fds();

@@ -5,15 +5,10 @@ use crate::namespaces::child::report;
 use crate::sys::raw as sys;
 use std::ffi::{CStr, CString};
 
-/// The run's namespaces, in the order the zygote and its child take them:
-/// the pid namespace (the zygote forks the program into it), then what the
+/// The run's namespaces (in the init's `/proc/self/ns`), in the order the zygote and its
+/// child take them: the pid namespace (the zygote forks the program into it), then what the
 /// program enters, the mount namespace last.
-const NAMESPACES: [&CStr; 4] = [
-    c"/proc/self/ns/pid",
-    c"/proc/self/ns/ipc",
-    c"/proc/self/ns/uts",
-    c"/proc/self/ns/cgroup",
-];
+const NAMESPACES: [&CStr; 4] = [c"pid", c"ipc", c"uts", c"cgroup"];
 
 /// First thing after the clone: sends the supervisor descriptors of the run's
 /// namespaces (`NAMESPACES`, then the network and mount namespaces it will
@@ -23,21 +18,21 @@ const NAMESPACES: [&CStr; 4] = [
 /// which shares the executor's memory, which no longer is dumpable once any
 /// cold program in it changed its uid; without CAP_SYS_PTRACE (which no pod
 /// of ours has) that is EPERM. Opening our own `/proc/self/ns/*` needs no
-/// such access, and `setns` of a namespace file only CAP_SYS_ADMIN. This runs
-/// before the init enters the slot's mount namespace, while `/proc` is the
-/// executor's.
-pub(crate) fn send_namespaces(ctl_fd: i32, net_ns_fd: i32, mnt_ns_fd: i32) {
+/// such access, and `setns` of a namespace file only CAP_SYS_ADMIN. `ns_dir` is
+/// the init's `/proc/self/ns`, opened before it entered the slot's mount
+/// namespace, while `/proc` was the executor's.
+pub(crate) fn send_namespaces(ctl_fd: i32, ns_dir: i32, net_ns_fd: i32, mnt_ns_fd: i32) {
     let mut fds = [-1i32; NAMESPACES.len() + 2];
     let mut ok = true;
-    for (slot, path) in fds.iter_mut().zip(NAMESPACES) {
-        match sys::open(path, libc::O_RDONLY | libc::O_CLOEXEC) {
+    for (slot, name) in fds.iter_mut().zip(NAMESPACES) {
+        match sys::openat(ns_dir, name, libc::O_RDONLY | libc::O_CLOEXEC) {
             Ok(fd) => *slot = fd as i32,
             Err(_) => ok = false,
         }
     }
     let own_net = if net_ns_fd < 0 {
         // Made by the clone: ours is final already.
-        sys::open(c"/proc/self/ns/net", libc::O_RDONLY | libc::O_CLOEXEC).map_or(-1, |fd| fd as i32)
+        sys::openat(ns_dir, c"net", libc::O_RDONLY | libc::O_CLOEXEC).map_or(-1, |fd| fd as i32)
     } else {
         -1
     };

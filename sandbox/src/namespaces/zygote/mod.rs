@@ -236,6 +236,9 @@ pub(crate) struct RunRequest<'a> {
     pub namespaces: Vec<RawFd>,
     /// The slot cgroup's `cgroup.procs`, one per hierarchy.
     pub procs: Vec<RawFd>,
+    /// The child makes a cgroup namespace of its own once it is in the cgroup, instead of
+    /// entering the init's: a seat's init lives outside the seat's cgroup.
+    pub new_cgroup_ns: bool,
 }
 
 impl RunRequest<'_> {
@@ -277,6 +280,7 @@ impl RunRequest<'_> {
         }
         u32_(&mut b, self.namespaces.len());
         u32_(&mut b, self.procs.len());
+        u32_(&mut b, usize::from(self.new_cgroup_ns));
         b
     }
 

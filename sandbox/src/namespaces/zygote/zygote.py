@@ -29,9 +29,11 @@ import atexit as _atexit  # noqa: E402
 import gc as _gc  # noqa: E402
 import signal as _signal  # noqa: E402
 import types as _types  # noqa: E402
+from importlib.machinery import BuiltinImporter as _BuiltinImporter  # noqa: E402
 from importlib.machinery import SourceFileLoader as _SourceFileLoader  # noqa: E402
 
 _CLONE_NEWPID = 0x20000000
+_CLONE_NEWCGROUP = 0x02000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
@@ -77,15 +79,46 @@ def _zygote():
     gc.freeze()
     ctl.send(("ready\n" + "\n".join(failed)).encode())
 
+    # Children are reaped as they end, not waited for: a session seat's child
+    # lives for the whole session while the zygote forks the next ones. A
+    # SIGCHLD wakes the loop through `wakeup` (set_wakeup_fd).
+    import select
+
+    children = {}  # pid -> the run's socket, where its wait status goes
+    wakeup, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
+    signal.set_wakeup_fd(wakeup_w)
+
+    def reap():
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            fd = children.pop(pid, None)
+            if fd is not None:
+                try:
+                    os.write(fd, b"S" + struct.pack("i", status))
+                except OSError:
+                    pass
+                os.close(fd)
+
     while True:
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+        reap()
+        ready, _w, _x = select.select([ctl, wakeup], [], [])
+        if wakeup in ready:
+            try:
+                while os.read(wakeup, 512):
+                    pass
+            except BlockingIOError:
                 pass
-        except ChildProcessError:
-            pass
+        if ctl not in ready:
+            continue
         try:
             msg, anc, _flags, _addr = ctl.recvmsg(16, socket.CMSG_SPACE(2 * 4))
-        except InterruptedError:
+        except (InterruptedError, BlockingIOError):
             continue
         if not msg:
             os._exit(0)
@@ -113,9 +146,12 @@ def _zygote():
             err = "%s (errno %d)" % (e.strerror, e.errno)
         if pid == 0:
             try:
+                # Nothing of the zygote's loop, nor of other runs, goes on in the run.
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd in [wakeup, wakeup_w, own_pid_ns, pid_ns, *children.values()]:
+                    os.close(fd)
                 os.close(ctl.detach())
-                os.close(own_pid_ns)
-                os.close(pid_ns)
                 run = _child(run_fd, libc, setns, ctypes, signal, socket, struct)
             except BaseException as e:
                 # A sandbox error, not the program's: said on the run's socket.
@@ -127,19 +163,11 @@ def _zygote():
                     os._exit(126)
             return run
         os.close(pid_ns)
-        status = -1
         if pid > 0:
-            while True:
-                try:
-                    status = os.waitpid(pid, 0)[1]
-                    break
-                except InterruptedError:
-                    continue
+            children[pid] = run_fd
+            continue
         try:
-            if pid > 0:
-                os.write(run_fd, b"S" + struct.pack("i", status))
-            else:
-                os.write(run_fd, b"E" + err.encode())
+            os.write(run_fd, b"E" + err.encode())
         except OSError:
             pass
         os.close(run_fd)
@@ -207,6 +235,9 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     filters = [blob() for _ in range(u32())]
     n_ns = u32()
     n_procs = u32()
+    # A seat's init lives outside the seat's cgroup: its cgroup namespace is
+    # not the run's, and the child makes its own once it joined the cgroup.
+    new_cgroup_ns = u32()
     if len(fds) != 4 + n_ns + n_procs:
         raise RuntimeError("expected %d descriptors, got %d" % (4 + n_ns + n_procs, len(fds)))
     namespaces = fds[4 : 4 + n_ns]
@@ -222,6 +253,9 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     for fd in procs:
         os.write(fd, b"0")
         os.close(fd)
+    if new_cgroup_ns and libc.unshare(_CLONE_NEWCGROUP) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "unshare(CLONE_NEWCGROUP): " + os.strerror(e))
     # ipc, uts, cgroup, net, then mount (which changes our root).
     for fd in namespaces:
         setns(fd, 0)
@@ -283,21 +317,29 @@ def _set_cmdline(argv, ctypes):
 
 
 def _run(argv, env, prefix, io):
-    """Makes this process look like `argv` was exec'd, then runs the script."""
-    script = argv[prefix]
-    path = os.path.abspath(script)
+    """Makes this process look like `argv` was exec'd, then runs the script
+    (or, for `python3 FLAGS -c CODE ARGS`, the code: a session's driver)."""
+    command = argv[prefix] == "-c" and len(argv) > prefix + 1
+    if command:
+        path = "<string>"
+        script_dir = os.getcwd()
+    else:
+        path = os.path.abspath(argv[prefix])
+        script_dir = os.path.dirname(path)
 
     os.environ.clear()
     for kv in env:
         k, _, v = kv.partition(b"=")
         os.environb[k] = v
-    sys.argv = argv[prefix:]
+    # `python3 -c CODE A B` has sys.argv ['-c', 'A', 'B'].
+    sys.argv = ["-c"] + argv[prefix + 2 :] if command else argv[prefix:]
     sys.orig_argv = list(argv)
-    script_dir = os.path.dirname(path)
-    # `-c` put '' first where a script's directory goes (not with -I or -P,
-    # which leave both out).
+    # The zygote's `-c` put '' first where a script's directory goes (not
+    # with -I or -P, which leave both out); a `-c` program keeps '' (its
+    # working directory), whose files shadow preloaded modules all the same.
     if sys.path and sys.path[0] == "":
-        sys.path[0] = script_dir
+        if not command:
+            sys.path[0] = script_dir
         _unshadow(script_dir)
     # The zygote's finder for '' must not serve the script's directory; every
     # other entry's cached finder stays valid (the same read-only
@@ -337,11 +379,14 @@ def _run(argv, env, prefix, io):
 
     # The names, and their order, of a script's __main__.
     main = _types.ModuleType("__main__")
-    main.__loader__ = _SourceFileLoader("__main__", path)
     main.__annotations__ = {}
     main.__builtins__ = __builtins__
-    main.__file__ = path
-    main.__cached__ = None
+    if command:
+        main.__loader__ = _BuiltinImporter
+    else:
+        main.__loader__ = _SourceFileLoader("__main__", path)
+        main.__file__ = path
+        main.__cached__ = None
     sys.modules["__main__"] = main
 
     # The script runs this many frames deeper than `python3 main.py` runs it
@@ -362,10 +407,13 @@ def _run(argv, env, prefix, io):
     del stream, np_random
 
     try:
-        with io.open_code(path) as f:
-            source = f.read()
+        if command:
+            source = argv[prefix + 1]
+        else:
+            with io.open_code(path) as f:
+                source = f.read()
         code = compile(source, path, "exec", dont_inherit=True)
-        del source, f
+        del source
         exec(code, main.__dict__)
     except SystemExit as e:
         _finish(_exit_code(e), False, main)
