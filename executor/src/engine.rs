@@ -146,6 +146,7 @@ impl Engine {
                             interpreter: l.warm_interpreter()?.to_vec(),
                             env: l.run_env(),
                             preload,
+                            command: None,
                         }))
                     };
                     let light = zygote(data.preload.clone())?;
@@ -204,10 +205,15 @@ impl Engine {
         }
     }
 
-    /// A zygote for programs of language `lang` that run as `INTERPRETER -c CODE` (a
-    /// session's driver): the language's interpreter, environment and `warm.preload`, and
-    /// `extra` besides; None where `lang` has no warm starts here.
-    pub fn command_zygote(&self, lang: &str, extra: &[&str]) -> Option<Arc<sandpool_sandbox::ZygoteConfig>> {
+    /// A zygote for `lang`'s program `code`, run as `INTERPRETER -c CODE` (a session's
+    /// driver): the language's interpreter, environment and `warm.preload`, and `extra`
+    /// besides, with `code` compiled ahead; None where `lang` has no warm starts here.
+    pub fn command_zygote(
+        &self,
+        lang: &str,
+        code: &str,
+        extra: &[&str],
+    ) -> Option<Arc<sandpool_sandbox::ZygoteConfig>> {
         let light = &self.warm.get(lang)?.light;
         let mut preload = light.preload.clone();
         preload.extend(
@@ -219,6 +225,7 @@ impl Engine {
         Some(Arc::new(sandpool_sandbox::ZygoteConfig {
             name: format!("{lang} -c"),
             preload,
+            command: Some(code.to_owned()),
             ..(**light).clone()
         }))
     }

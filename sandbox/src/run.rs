@@ -70,4 +70,7 @@ pub struct ZygoteConfig {
     pub env: Vec<(String, String)>,
     /// Modules imported before the first fork.
     pub preload: Vec<String>,
+    /// A `-c` program compiled before the first fork (a session's driver): a run of exactly
+    /// this program (`INTERPRETER -c PROGRAM`) starts without compiling it.
+    pub command: Option<String>,
 }

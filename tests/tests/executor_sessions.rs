@@ -1351,3 +1351,36 @@ async fn a_session_interpreter_forked_from_the_zygote_sees_what_a_cold_one_sees(
     );
     assert_eq!(warm.lines().count(), cold.lines().count());
 }
+
+#[tokio::test]
+async fn orphans_of_a_forked_session_interpreter_are_reaped_as_they_end() {
+    // The seat's init reaps what a cell's processes orphan (it wakes on SIGCHLD, not on a
+    // timer: hundreds of idle sessions must not wake the machine). Zombies are invisible
+    // inside the sandbox (hidepid), so they are looked for on the host.
+    let ex = executor(1, &[]).await;
+    let mut c = ex.client();
+    let s = create(&mut c, "python", None).await;
+    let src = "import os, time\n\
+        pid = os.fork()\n\
+        if pid == 0:\n\
+        \x20   if os.fork() == 0:\n\
+        \x20       time.sleep(0.2)\n\
+        \x20       os._exit(0)\n\
+        \x20   os._exit(0)\n\
+        os.waitpid(pid, 0)\n\
+        os.getuid()";
+    for _ in 0..3 {
+        let r = run(&mut c, code(&s.session_id, src)).await;
+        assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+        let uid: u32 = r.display.parse().expect("the session's uid");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let zombies: Vec<i32> = procs_of(uid)
+            .into_iter()
+            .filter(|p| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'))
+            })
+            .collect();
+        assert!(zombies.is_empty(), "orphans left unreaped: {zombies:?}");
+    }
+}

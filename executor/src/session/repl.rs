@@ -38,9 +38,9 @@ const DRIVER_IMPORTS: &[&str] = &[
 ];
 
 /// The zygote sessions' interpreters fork from: Python's warm preloads and the driver's
-/// imports. None where Python has no warm starts (`--warm-starts false`, no cgroups).
+/// imports, and the driver compiled (3 to 5 ms a start otherwise). None where Python has no warm starts (`--warm-starts false`, no cgroups).
 pub fn driver_zygote(engine: &Engine) -> Option<Arc<crate::sandbox::ZygoteConfig>> {
-    engine.command_zygote("python", DRIVER_IMPORTS)
+    engine.command_zygote("python", DRIVER, DRIVER_IMPORTS)
 }
 
 /// How long the driver may take to start before the call fails.
@@ -110,13 +110,21 @@ pub async fn is_ready(work: &Arc<WorkDir>, epoch: u64) -> bool {
     matches!(got, Ok(Ok(b)) if String::from_utf8_lossy(&b).trim() == epoch.to_string())
 }
 
+/// How many times a starting driver is looked for a millisecond apart before the pause
+/// grows: one forked from the seats' zygote is ready 10 to 25 ms after its start.
+const FINE_READY_POLLS: u32 = 32;
+
 /// Waits (polling, up to [`START_TIMEOUT`]) until the driver of start `epoch` is ready.
 pub async fn until_ready(work: &Arc<WorkDir>, epoch: u64) {
     let until = tokio::time::Instant::now() + START_TIMEOUT;
-    let mut pause = Duration::from_millis(1);
+    let mut polls = 0u32;
     while !is_ready(work, epoch).await && tokio::time::Instant::now() < until {
+        polls += 1;
+        let pause = match polls.checked_sub(FINE_READY_POLLS) {
+            None => Duration::from_millis(1),
+            Some(k) => Duration::from_millis(2u64 << k.min(4)).min(Duration::from_millis(20)),
+        };
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 
@@ -194,24 +202,21 @@ impl Repl {
         if self.ready {
             return Ok(());
         }
-        let until = tokio::time::Instant::now() + START_TIMEOUT;
-        let mut pause = Duration::from_millis(1);
-        loop {
-            if is_ready(work, self.epoch).await {
-                self.ready = true;
-                return Ok(());
-            }
-            if self.task.is_finished() {
-                return Err(CallEnd::Exited((&mut self.task).await.ok().flatten().unwrap_or_else(
-                    || Err(SandboxError::Other("the interpreter was stopped".into())),
-                )));
-            }
-            if tokio::time::Instant::now() >= until {
-                return Err(CallEnd::TimedOut);
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(20));
+        let ended = tokio::select! {
+            _ = until_ready(work, self.epoch) => false,
+            _ = self.ended() => true,
+        };
+        if is_ready(work, self.epoch).await {
+            self.ready = true;
+            return Ok(());
         }
+        if !ended {
+            return Err(CallEnd::TimedOut);
+        }
+        // Its run ended (the task returns right after saying so).
+        Err(CallEnd::Exited((&mut self.task).await.ok().flatten().unwrap_or_else(
+            || Err(SandboxError::Other("the interpreter was stopped".into())),
+        )))
     }
 
     /// Runs call `n`: writes it, then waits for the reply, the interpreter's end or `wall`.

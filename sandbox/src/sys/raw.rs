@@ -424,6 +424,37 @@ pub fn poll_in(fd: i32, timeout_ms: i32) -> Res {
     )
 }
 
+/// poll(2) for input on two descriptors, without a time-out; which of them are
+/// readable (or hung up).
+pub fn poll_in_either(a: i32, b: i32) -> Result<[bool; 2], i32> {
+    let mut p = [a, b].map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    sc!(libc::SYS_ppoll, p.as_mut_ptr() as usize, 2, 0, 0, 8)?;
+    Ok(p.map(|p| p.revents != 0))
+}
+
+/// rt_sigprocmask(SIG_BLOCK) of `sig`, then a non-blocking signalfd(2) that reads it.
+pub fn signalfd_for(sig: i32) -> Res {
+    let set = 1u64 << (sig - 1);
+    sc!(
+        libc::SYS_rt_sigprocmask,
+        libc::SIG_BLOCK as usize,
+        &set as *const u64 as usize,
+        0,
+        8
+    )?;
+    sc!(
+        libc::SYS_signalfd4,
+        usize::MAX, /* -1: a new descriptor */
+        &set as *const u64 as usize,
+        8,
+        (libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) as usize
+    )
+}
+
 /// True when nobody holds the read end of pipe `fd` any more (poll says
 /// POLLERR for a pipe's write end without readers).
 pub fn pipe_unread(fd: i32) -> bool {

@@ -60,18 +60,34 @@ pub(crate) fn send_namespaces(ctl_fd: i32, ns_dir: i32, net_ns_fd: i32, mnt_ns_f
 pub(crate) fn serve(report_fd: i32, ctl_fd: i32, ready_fd: i32, mount_points: &[CString]) -> ! {
     let _ = sys::write(ready_fd, b"R");
     let _ = sys::close(ready_fd);
+    // Orphans re-parented to us (double forks, daemons) are reaped as the cold
+    // path's init reaps them, as they end: a SIGCHLD wakes us through a
+    // signalfd. An idle session's init must not wake on a timer (hundreds of
+    // them polling every 50 ms cost a tenth of a CPU); without a signalfd,
+    // 50 ms bounds how long a zombie stays.
+    let sigchld = sys::signalfd_for(libc::SIGCHLD).ok().map(|fd| fd as i32);
     let mut status = 0;
     loop {
-        // Orphans re-parented to us (double forks, daemons) are reaped as
-        // the cold path's init reaps them; 50 ms bounds how long a zombie stays.
         while let Ok(pid) = sys::wait_any_nohang(&mut status) {
             if pid == 0 {
                 break;
             }
         }
-        match sys::poll_in(ctl_fd, 50) {
-            Ok(0) | Err(libc::EINTR) => continue,
-            _ => break,
+        let ctl_ready = match sigchld {
+            Some(sfd) => match sys::poll_in_either(ctl_fd, sfd) {
+                Ok([ctl, _]) => ctl,
+                Err(libc::EINTR) => false,
+                Err(_) => true,
+            },
+            None => !matches!(sys::poll_in(ctl_fd, 50), Ok(0) | Err(libc::EINTR)),
+        };
+        if ctl_ready {
+            break;
+        }
+        if let Some(sfd) = sigchld {
+            // What woke us (a signalfd_siginfo each); the reaping above is what counts.
+            let mut info = [0u8; 128 * 8];
+            while matches!(sys::read(sfd, &mut info), Ok(n) if n > 0) {}
         }
     }
     let mut st = [0u8; 4];

@@ -84,6 +84,7 @@ impl Zygote {
             .args(&cfg.interpreter[1..])
             .arg("-c")
             .arg(ZYGOTE_PY)
+            .args(cfg.command.iter().flat_map(|c| ["--command", c.as_str()]))
             .args(&cfg.preload)
             .env_clear()
             .envs(cfg.env.iter().map(|(k, v)| (k, v)))

@@ -57,7 +57,13 @@ def _zygote():
     failed = []
     import importlib
 
-    for name in sys.argv[1:]:
+    args = sys.argv[1:]
+    if args[:1] == ["--command"] and len(args) > 1:
+        # A `-c` program every run of this zygote runs (a session's driver): compiled once.
+        global _COMMAND
+        _COMMAND = (args[1], compile(args[1], "<string>", "exec", dont_inherit=True))
+        args = args[2:]
+    for name in args:
         try:
             importlib.import_module(name)
         except BaseException as e:  # a preload that fails is reported, never fatal
@@ -407,13 +413,16 @@ def _run(argv, env, prefix, io):
     del stream, np_random
 
     try:
-        if command:
-            source = argv[prefix + 1]
+        if command and _COMMAND is not None and argv[prefix + 1] == _COMMAND[0]:
+            code = _COMMAND[1]
         else:
-            with io.open_code(path) as f:
-                source = f.read()
-        code = compile(source, path, "exec", dont_inherit=True)
-        del source
+            if command:
+                source = argv[prefix + 1]
+            else:
+                with io.open_code(path) as f:
+                    source = f.read()
+            code = compile(source, path, "exec", dont_inherit=True)
+            del source
         exec(code, main.__dict__)
     except SystemExit as e:
         _finish(_exit_code(e), False, main)
@@ -500,6 +509,9 @@ def _unshadow(work):
         for m in [m for m in sys.modules if m.partition(".")[0] in shadowed]:
             del sys.modules[m]
 
+
+# The `-c` program given with --command, and its code: (source, code) or None.
+_COMMAND = None
 
 # Filled in once the preload list is imported: every top-level module that
 # importing it brought in (numpy's own imports too), less the start-up's.
