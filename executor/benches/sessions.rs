@@ -53,6 +53,41 @@ fn sorted(mut v: Vec<Duration>) -> Vec<Duration> {
     v
 }
 
+/// Busy and total CPU time of the machine so far (/proc/stat's first line), in ticks.
+fn cpu_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().sum();
+    // idle and iowait are the 4th and 5th fields.
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Waits (up to `max`) until the machine is quiet: less than 5 % busy over three half
+/// seconds in a row. Answers how long that took.
+async fn settle(max: Duration) -> Duration {
+    let t = Instant::now();
+    let mut quiet = 0;
+    while t.elapsed() < max && quiet < 3 {
+        let (b0, t0) = cpu_ticks();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (b1, t1) = cpu_ticks();
+        quiet = if t1 > t0 && (b1 - b0) * 20 < t1 - t0 {
+            quiet + 1
+        } else {
+            0
+        };
+    }
+    t.elapsed()
+}
+
 /// p50 of `n` sequential stateless runs, ms.
 async fn stateless_p50(c: &Client, n: usize, tag: &str) -> Result<f64, Error> {
     let mut times = Vec::with_capacity(n);
@@ -349,6 +384,7 @@ fn main() -> Result<(), Error> {
 
         // Warm up (zygotes, the first interpreter), then the stateless baseline.
         stateless_p50(&client, 20, "warm-up").await?;
+        settle(Duration::from_secs(30)).await;
         let base = stateless_p50(&client, probes, "before").await?;
         let (exec_pss0, exec_rss0) = mem(me);
 
@@ -434,6 +470,8 @@ fn main() -> Result<(), Error> {
         let (pss, rss) = pids.iter().map(|p| mem(*p)).fold((0, 0), |a, m| (a.0 + m.0, a.1 + m.1));
         let (exec_pss, exec_rss) = mem(me);
         let n = ids.len().max(1) as f64;
+        // As quiet as the baselines (below): the sessions idle, the kernel done with their starts.
+        settle(Duration::from_secs(10)).await;
         let with = stateless_p50(&client, probes, "with-sessions").await?;
         println!();
         println!(
@@ -486,7 +524,15 @@ fn main() -> Result<(), Error> {
             mounts()
         );
         // The baseline again, with no session left: the machine drifts over a run this long,
-        // so the slowdown is against both baselines' mean.
+        // so the slowdown is against both baselines' mean. Once the kernel has finished
+        // with what the sessions left (it tears down 500 network namespaces and cgroups'
+        // pages in its workqueues for seconds after the last process is gone), else the
+        // baseline measures that teardown.
+        // At least 10 s: tearing down network namespaces (inet_twsk_purge walks the whole
+        // TCP hash per batch) goes on in the kernel's workqueues after the CPU looks idle.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let settled = Duration::from_secs(10) + settle(Duration::from_secs(60)).await;
+        println!("  the machine was busy for {:.1} s after the expiry", settled.as_secs_f64());
         let after = stateless_p50(&client, probes, "after").await?;
         let alone = (base + after) / 2.0;
         println!(

@@ -1384,3 +1384,53 @@ async fn orphans_of_a_forked_session_interpreter_are_reaped_as_they_end() {
         assert!(zombies.is_empty(), "orphans left unreaped: {zombies:?}");
     }
 }
+
+/// Descriptors the executor holds now.
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+#[tokio::test]
+async fn sessions_cost_the_executor_few_descriptors_and_leave_none_behind() {
+    // Every run's init is cloned with a copy of the executor's descriptor table and closes
+    // it one by one: descriptors sessions keep (a seat's cgroup files were nine each, kept
+    // for good) made every later run slower.
+    let ex = executor(2, &["--max-sessions", "40"]).await;
+    let mut c = ex.client();
+    let r = ex
+        .run(pb::ExecuteRequest {
+            language: "python".into(),
+            code: "print(1)".into(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{r:?}");
+    let before = fds_of(ex.pid());
+    let mut ids = Vec::new();
+    for _ in 0..30 {
+        let s = create(&mut c, "python", None).await;
+        assert_eq!(run(&mut c, code(&s.session_id, "1 + 1")).await.display, "2");
+        ids.push(s.session_id);
+    }
+    let live = fds_of(ex.pid());
+    assert!(
+        live <= before + 30 * 8,
+        "30 live sessions hold {} descriptors in the executor (from {before})",
+        live - before
+    );
+    for id in &ids {
+        c.close_session(pb::CloseSessionRequest { session_id: id.clone() })
+            .await
+            .expect("close");
+    }
+    let t = Instant::now();
+    while fds_of(ex.pid()) > before + 10 && t.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = fds_of(ex.pid());
+    assert!(
+        after <= before + 10,
+        "closed sessions left {} descriptors (from {before})",
+        after - before
+    );
+}

@@ -350,6 +350,59 @@ pub struct SessionManager {
     spares: spares::Spares,
     /// What Python sessions' interpreters fork from (cold without it).
     driver_zygote: Option<Arc<crate::sandbox::ZygoteConfig>>,
+    /// Forked interpreter starts at once (see [`StartGate`]).
+    starts: Arc<tokio::sync::Semaphore>,
+}
+
+/// What an interpreter start holds while it starts. A cold start is about 70 ms of CPU (the
+/// interpreter's own start and the driver's imports): it takes a run slot, queued like any
+/// request. A start forked from the seats' zygote costs a few ms of CPU and waits mostly on
+/// the kernel (joining the seat's cgroup waits for an RCU grace period): it takes one of
+/// [`FORKED_STARTS_PER_SLOT`] × slots start permits instead, so a burst of sessions starts
+/// beside the run slots' work instead of queueing behind it, and a call then takes a run
+/// slot only while it runs.
+enum StartGate {
+    Slot(Ticket),
+    Forked(Arc<tokio::sync::Semaphore>),
+}
+
+/// Forked interpreter starts in progress at once, per run slot.
+const FORKED_STARTS_PER_SLOT: usize = 4;
+
+/// Held while an interpreter starts (see [`StartGate`]): one of the two.
+struct StartHold {
+    _slot: Option<crate::admission::SlotGuard>,
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl StartGate {
+    async fn enter(&self, engine: &Engine) -> Result<StartHold, ExecError> {
+        Ok(match self {
+            StartGate::Slot(ticket) => StartHold {
+                _slot: Some(engine.acquire_as(ticket, None, Admit::Continuing).await?),
+                _permit: None,
+            },
+            StartGate::Forked(permits) => StartHold {
+                _slot: None,
+                _permit: Some(
+                    permits
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .map_err(|_| ExecError::Internal("interpreter starts: the gate was closed".into()))?,
+                ),
+            },
+        })
+    }
+}
+
+/// What [`SessionManager::ensure_repl`] did.
+#[derive(Default)]
+struct Ensured {
+    /// The interpreter was replaced: the session's variables are gone.
+    reset: bool,
+    /// Why, for the call's `message`.
+    notes: Vec<&'static str>,
 }
 
 /// 128 bits from the kernel's CSPRNG, as hex.
@@ -466,6 +519,7 @@ impl SessionManager {
         }
         let m = Arc::new(SessionManager {
             driver_zygote,
+            starts: Arc::new(tokio::sync::Semaphore::new(FORKED_STARTS_PER_SLOT * slots.max(1))),
             engine,
             policy,
             advertise,
@@ -814,7 +868,10 @@ impl SessionManager {
             }),
         });
         if kind == Kind::Python && !booted {
-            boot(self.engine.clone(), s.clone(), self.driver_zygote.clone());
+            let gate = self
+                .forked_start_gate()
+                .unwrap_or_else(|| StartGate::Slot(s.ticket.clone()));
+            boot(self.engine.clone(), s.clone(), self.driver_zygote.clone(), gate);
         }
         {
             let mut all = self.sessions.lock().map_err(|_| ExecError::Internal("lock".into()))?;
@@ -930,6 +987,11 @@ impl SessionManager {
         s.touch();
         let t = Instant::now();
         let run = async {
+            // A forked interpreter starts before the call's slot is taken (see StartGate).
+            let ensured = match (s.kind, self.forked_start_gate()) {
+                (Kind::Python, Some(gate)) => Some(self.ensure_repl(&s, &mut st, Some(gate)).await?),
+                _ => None,
+            };
             // A run slot for this call only, queued like any request's (a session admitted
             // before a drain began still gets its calls run).
             let _permit = self.engine.acquire_as(&s.ticket, None, Admit::Continuing).await?;
@@ -944,7 +1006,7 @@ impl SessionManager {
                     )
                     .into()),
                 },
-                Kind::Python => self.run_python(&s, &mut st, input, stdin, limits).await,
+                Kind::Python => self.run_python(&s, &mut st, input, stdin, limits, ensured).await,
             }
         };
         let resp = tokio::select! {
@@ -987,6 +1049,55 @@ impl SessionManager {
         })
     }
 
+    /// Where a call's interpreter starts: before the call takes its run slot when it forks
+    /// (see [`StartGate`]); else in the call's slot (None).
+    fn forked_start_gate(&self) -> Option<StartGate> {
+        self.driver_zygote
+            .as_ref()
+            .map(|_| StartGate::Forked(self.starts.clone()))
+    }
+
+    /// Makes sure session `s` has a live interpreter for its next call: kills one a caller
+    /// abandoned mid-call or that has died, and starts a new one. With a `gate`, the start
+    /// goes through it and this waits until the interpreter is ready (or has ended); without,
+    /// the caller holds a run slot. Answers whether the state was reset, and why.
+    async fn ensure_repl(&self, s: &Session, st: &mut State, gate: Option<StartGate>) -> Result<Ensured, SessionError> {
+        let mut done = Ensured::default();
+        if !st.abandoned && st.repl.as_ref().is_some_and(Repl::alive) {
+            return Ok(done);
+        }
+        let _hold = match &gate {
+            Some(g) => Some(g.enter(&self.engine).await?),
+            None => None,
+        };
+        if st.abandoned {
+            // The last call's caller left before its reply: the interpreter may still be in it.
+            if let Some(r) = st.repl.take() {
+                self.kill_repl(s, st, r).await;
+            }
+            st.abandoned = false;
+            done.reset = true;
+            done.notes
+                .push("the interpreter was restarted: an earlier call was abandoned by its caller");
+        }
+        if !st.repl.as_ref().is_some_and(Repl::alive) {
+            if let Some(r) = st.repl.take() {
+                self.kill_repl(s, st, r).await;
+                done.reset = true;
+            }
+            start_repl(&self.engine, s, st, self.driver_zygote.clone()).await?;
+        }
+        if gate.is_some()
+            && let (Some(work), Some(repl)) = (s.work.get(), st.repl.as_ref())
+        {
+            tokio::select! {
+                _ = repl::until_ready(work, st.epoch) => {}
+                _ = repl.ended() => {}
+            }
+        }
+        Ok(done)
+    }
+
     async fn run_python(
         &self,
         s: &Session,
@@ -994,25 +1105,12 @@ impl SessionManager {
         input: Input,
         stdin: Vec<u8>,
         limits: Limits,
+        ensured: Option<Ensured>,
     ) -> Result<pb::RunInSessionResponse, SessionError> {
-        let mut reset = false;
-        let mut notes = Vec::new();
-        if st.abandoned {
-            // The last call's caller left before its reply: the interpreter may still be in it.
-            if let Some(r) = st.repl.take() {
-                self.kill_repl(s, st, r).await;
-            }
-            st.abandoned = false;
-            reset = true;
-            notes.push("the interpreter was restarted: an earlier call was abandoned by its caller");
-        }
-        if !st.repl.as_ref().is_some_and(Repl::alive) {
-            if let Some(r) = st.repl.take() {
-                self.kill_repl(s, st, r).await;
-                reset = true;
-            }
-            start_repl(&self.engine, s, st, self.driver_zygote.clone()).await?;
-        }
+        let Ensured { mut reset, mut notes } = match ensured {
+            Some(e) => e,
+            None => self.ensure_repl(s, st, None).await?,
+        };
         let n = st.next_call;
         st.next_call += 1;
         let mut request = match input {
@@ -1344,18 +1442,18 @@ async fn start_repl(
 const BOOT_DELAY: Duration = Duration::from_millis(50);
 
 /// Starts a new Python session's interpreter in the background, so that its first call
-/// seldom waits for it: [`BOOT_DELAY`] after create, queued for a run slot like any request
-/// (with the creator's tenant and priority), held until the interpreter is ready. A burst of
-/// creates starts their interpreters a slot's worth at a time beside the other work, and a
-/// session closed before its turn (a probe, a create the caller gave up on) costs no
-/// interpreter: starting one is most of a session's cost. A call that comes first starts
-/// the interpreter itself.
-fn boot(engine: Arc<Engine>, s: Arc<Session>, warm: Option<Arc<crate::sandbox::ZygoteConfig>>) {
+/// seldom waits for it: [`BOOT_DELAY`] after create, through `gate` (a start permit for a
+/// forked start; a run slot, queued with the creator's tenant and priority, for a cold one),
+/// held until the interpreter is ready. A burst of creates starts their interpreters a few
+/// at a time beside the other work, and a session closed before its turn (a probe, a create
+/// the caller gave up on) costs no interpreter: starting one is most of a session's cost. A
+/// call that comes first starts the interpreter itself.
+fn boot(engine: Arc<Engine>, s: Arc<Session>, warm: Option<Arc<crate::sandbox::ZygoteConfig>>, gate: StartGate) {
     tokio::spawn(async move {
         let mut closed = s.closed.subscribe();
         let start = async {
             tokio::time::sleep(BOOT_DELAY).await;
-            let Ok(_slot) = engine.acquire_as(&s.ticket, None, Admit::Continuing).await else {
+            let Ok(_hold) = gate.enter(&engine).await else {
                 return;
             };
             let epoch = {
@@ -1374,7 +1472,7 @@ fn boot(engine: Arc<Engine>, s: Arc<Session>, warm: Option<Arc<crate::sandbox::Z
                 (st.epoch, st.repl.as_ref().map(Repl::ended))
             };
             let (epoch, ended) = epoch;
-            // The slot goes back once the interpreter is ready, or has ended before that (a
+            // The gate is left once the interpreter is ready, or has ended before that (a
             // session whose limits cannot hold it): never held for the start's time-out.
             if let (Some(work), Some(ended)) = (s.work.get(), ended) {
                 tokio::select! {

@@ -119,6 +119,17 @@ impl Hierarchy {
 
     /// Creates (or resets) the cgroup of slot `index`, killing leftovers of a previous executor.
     pub fn slot(&self, index: usize) -> Result<SlotCgroup, CgroupError> {
+        self.make(index, true)
+    }
+
+    /// As [`Hierarchy::slot`], for a session seat: its files are opened when used, not kept
+    /// open. Hundreds of seats' dozen descriptors each would sit in the executor's table,
+    /// which every run's init copies when it is cloned and closes one by one.
+    pub fn seat(&self, index: usize) -> Result<SlotCgroup, CgroupError> {
+        self.make(index, false)
+    }
+
+    fn make(&self, index: usize, keep_open: bool) -> Result<SlotCgroup, CgroupError> {
         let name = format!("slot-{index}");
         let dirs: Vec<PathBuf> = self.bases.iter().map(|b| b.join(&name)).collect();
         for d in &dirs {
@@ -128,11 +139,16 @@ impl Hierarchy {
                 fs::create_dir_all(d).map_err(io(d))?;
             }
         }
-        let procs = dirs
-            .iter()
-            .map(|d| open_rw(&d.join("cgroup.procs"), false))
-            .collect::<Result<Vec<_>, _>>()?;
+        let procs = match keep_open {
+            true => dirs
+                .iter()
+                .map(|d| open_rw(&d.join("cgroup.procs"), false))
+                .collect::<Result<Vec<_>, _>>()?,
+            false => Vec::new(),
+        };
+        // Opened once either way: it checks the files are there (and sets v2's swap.max).
         let knobs = Knobs::open(self.version, &dirs)?;
+        let knobs = keep_open.then_some(knobs);
         Ok(SlotCgroup {
             version: self.version,
             dirs,
@@ -233,8 +249,10 @@ fn kill_all(dir: &Path) {
 pub struct SlotCgroup {
     version: Version,
     dirs: Vec<PathBuf>,
+    /// Kept open for a slot; empty for a seat (opened per use, see [`Hierarchy::seat`]).
     procs: Vec<File>,
-    knobs: Knobs,
+    /// Likewise: None for a seat.
+    knobs: Option<Knobs>,
     /// The memory and process limits last written: a run with the same ones
     /// (the common case) writes nothing.
     written: Mutex<Option<(u64, u32)>>,
@@ -322,6 +340,10 @@ fn get_u64(f: &File) -> Option<u64> {
     std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
 }
 
+fn oom_kills_in(k: &Knobs) -> u64 {
+    get(&k.oom).and_then(|s| keyed(&s, "oom_kill")).unwrap_or(0)
+}
+
 /// Counters read before a run, to report the run's own usage.
 #[derive(Debug)]
 pub struct Baseline {
@@ -343,7 +365,30 @@ pub struct Usage {
     pub oom_killed: bool,
 }
 
+/// A slot's kept knobs, or a seat's opened for one use.
+enum KnobsRef<'a> {
+    Kept(&'a Knobs),
+    Opened(Knobs),
+}
+
+impl std::ops::Deref for KnobsRef<'_> {
+    type Target = Knobs;
+    fn deref(&self) -> &Knobs {
+        match self {
+            KnobsRef::Kept(k) => k,
+            KnobsRef::Opened(k) => k,
+        }
+    }
+}
+
 impl SlotCgroup {
+    fn knobs(&self) -> Result<KnobsRef<'_>, CgroupError> {
+        match &self.knobs {
+            Some(k) => Ok(KnobsRef::Kept(k)),
+            None => Knobs::open(self.version, &self.dirs).map(KnobsRef::Opened),
+        }
+    }
+
     fn memory(&self) -> &Path {
         &self.dirs[0]
     }
@@ -359,19 +404,27 @@ impl SlotCgroup {
     /// to move itself in with, and for the slot's spawner (writes are checked
     /// against the opener, root).
     pub(crate) fn procs_files(&self) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
+        if self.knobs.is_none() {
+            return self
+                .dirs
+                .iter()
+                .map(|d| Ok(OpenOptions::new().write(true).open(d.join("cgroup.procs"))?.into()))
+                .collect();
+        }
         self.procs.iter().map(|f| Ok(f.try_clone()?.into())).collect()
     }
 
     /// Sets the run's limits and records the counters to subtract afterwards.
     pub fn prepare(&self, memory: u64, processes: u32) -> Result<Baseline, CgroupError> {
-        let k = &self.knobs;
+        let k = self.knobs()?;
+        let k = &*k;
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
         let (last_memory, last_processes) = written.map_or((None, None), |(m, p)| (Some(m), Some(p)));
         if last_memory != Some(memory) {
             // Forgotten until it succeeds: a failed write leaves the old limit in doubt.
             *written = None;
             match self.version {
-                Version::V1 => self.set_limit_v1(memory)?,
+                Version::V1 => self.set_limit_v1(k, memory)?,
                 Version::V2 => {
                     put(&k.memory_limit, &memory.to_string()).map_err(io(&self.memory().join("memory.max")))?
                 }
@@ -411,9 +464,9 @@ impl SlotCgroup {
         };
         Ok(Baseline {
             peak_before,
-            memory_before: self.memory_current(),
-            cpu_ns: self.cpu_ns(),
-            oom_kills: self.oom_kills(),
+            memory_before: get_u64(&k.memory_current).unwrap_or(0),
+            cpu_ns: self.cpu_ns_in(k),
+            oom_kills: oom_kills_in(k),
             peak,
         })
     }
@@ -421,7 +474,7 @@ impl SlotCgroup {
     /// Sets the v1 memory limit. The kernel refuses (EBUSY) a limit below the
     /// slot's usage that it cannot reclaim down to; force_empty then reclaims
     /// all it can (page cache of earlier runs) before one more try.
-    fn set_limit_v1(&self, memory: u64) -> Result<(), CgroupError> {
+    fn set_limit_v1(&self, k: &Knobs, memory: u64) -> Result<(), CgroupError> {
         let m = self.memory();
         let limit = m.join("memory.limit_in_bytes");
         let busy = |r: std::io::Result<()>| match r {
@@ -429,13 +482,13 @@ impl SlotCgroup {
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(true),
             Err(e) => Err(io(&limit)(e)),
         };
-        if !busy(put(&self.knobs.memory_limit, &memory.to_string()))? {
+        if !busy(put(&k.memory_limit, &memory.to_string()))? {
             return Ok(());
         }
         if let Err(e) = fs::write(m.join("memory.force_empty"), "0") {
             tracing::debug!(error = %e, "memory.force_empty");
         }
-        if busy(put(&self.knobs.memory_limit, &memory.to_string()))? {
+        if busy(put(&k.memory_limit, &memory.to_string()))? {
             return Err(CgroupError::LimitBelowUsage {
                 limit: memory,
                 usage: self.memory_current(),
@@ -446,7 +499,7 @@ impl SlotCgroup {
 
     /// Memory charged to the slot now, in bytes.
     pub(crate) fn memory_current(&self) -> u64 {
-        get_u64(&self.knobs.memory_current).unwrap_or(0)
+        self.knobs().ok().and_then(|k| get_u64(&k.memory_current)).unwrap_or(0)
     }
 
     /// The slot's all-time memory peak (v2, Linux 5.19 and later).
@@ -456,17 +509,15 @@ impl SlotCgroup {
 
     /// CPU time used by everything in the slot so far, in nanoseconds.
     pub fn cpu_ns(&self) -> u64 {
-        match self.version {
-            Version::V1 => get_u64(&self.knobs.cpu),
-            Version::V2 => get(&self.knobs.cpu)
-                .and_then(|s| keyed(&s, "usage_usec"))
-                .map(|u| u * 1000),
-        }
-        .unwrap_or(0)
+        self.knobs().map_or(0, |k| self.cpu_ns_in(&k))
     }
 
-    fn oom_kills(&self) -> u64 {
-        get(&self.knobs.oom).and_then(|s| keyed(&s, "oom_kill")).unwrap_or(0)
+    fn cpu_ns_in(&self, k: &Knobs) -> u64 {
+        match self.version {
+            Version::V1 => get_u64(&k.cpu),
+            Version::V2 => get(&k.cpu).and_then(|s| keyed(&s, "usage_usec")).map(|u| u * 1000),
+        }
+        .unwrap_or(0)
     }
 
     /// What the run used since `prepare`.
@@ -475,17 +526,20 @@ impl SlotCgroup {
     /// 6.12, memory.peak cannot be reset and is the slot's all-time peak, so it
     /// is this run's only when the run raised it.
     pub fn usage(&self, base: &mut Baseline) -> Usage {
-        let peak_memory: Option<u64> = match (&base.peak, &self.knobs.max_usage) {
+        let Ok(k) = self.knobs() else {
+            return Usage::default();
+        };
+        let peak_memory: Option<u64> = match (&base.peak, &k.max_usage) {
             (Some(f), _) | (None, Some(f)) => get_u64(f),
             (None, None) => self
                 .memory_peak()
                 .filter(|&now| base.peak_before.is_some_and(|b| now > b)),
         };
         Usage {
-            cpu_ns: self.cpu_ns().saturating_sub(base.cpu_ns),
+            cpu_ns: self.cpu_ns_in(&k).saturating_sub(base.cpu_ns),
             // Page cache charged by earlier runs in the slot is not this run's.
             peak_memory: peak_memory.map(|p| p.saturating_sub(base.memory_before)),
-            oom_killed: self.oom_kills() > base.oom_kills,
+            oom_killed: oom_kills_in(&k) > base.oom_kills,
         }
     }
 

@@ -459,7 +459,7 @@ impl Namespaces {
         if let Some(c) = made {
             return Ok(Some(c));
         }
-        let c = tokio::task::spawn_blocking(move || h.slot(index))
+        let c = tokio::task::spawn_blocking(move || h.seat(index))
             .await
             .map_err(|e| SandboxError::Other(format!("making a seat's cgroup: {e}")))??;
         let c = Arc::new(c);
