@@ -80,6 +80,9 @@ pub(super) struct Warm {
     zygotes: Arc<Zygotes>,
     slot: usize,
     cfg: Arc<ZygoteConfig>,
+    /// The zygote serves other runs that are still going: the seats' one, whose children
+    /// are live sessions (see [`Warm::fail`]).
+    shared: bool,
 }
 
 /// Whether `spec` runs warm here: it asks to, and the slot has what a warm
@@ -162,6 +165,7 @@ pub(super) async fn start(
         zygotes: slot.zygotes.clone(),
         slot: slot.index,
         cfg: p.cfg.clone(),
+        shared: slot.seat,
     };
     let sent = async {
         let procs: Vec<OwnedFd> = match cgroup {
@@ -260,25 +264,42 @@ impl Warm {
         let _ = self.ctl.shutdown().await;
     }
 
-    /// The zygote failed this run: it is replaced, and the init ends the run.
+    /// The warm start failed: the init ends the run, and a slot's zygote is replaced. The
+    /// seats' zygote is replaced only once it has died: ending it would end every session it
+    /// forked (their ends come back through it), and a start fails without its fault too (a
+    /// session closed while its interpreter starts kills the init under it).
     async fn fail(&mut self, e: ZygoteError) {
-        tracing::warn!(slot = self.slot, error = %e, "warm start failed; replacing the zygote");
-        self.zygotes.discard(self.slot, &self.cfg);
+        if self.shared {
+            tracing::warn!(slot = self.slot, error = %e, "warm start failed");
+            self.zygotes.discard_dead(self.slot, &self.cfg);
+        } else {
+            tracing::warn!(slot = self.slot, error = %e, "warm start failed; replacing the zygote");
+            self.zygotes.discard(self.slot, &self.cfg);
+        }
         self.error = Some(e);
         let _ = self.ctl.shutdown().await;
     }
 
-    /// After the init is gone: a zygote that has not reported its child's end
-    /// within a grace period is stuck, and replaced.
+    /// After the init is gone: a slot's zygote that has not reported its child's end
+    /// within a grace period is stuck, and replaced. The seats' zygote is not (see
+    /// [`Warm::fail`]): a large session's memory can take longer than that to be freed.
     pub async fn settle(&mut self) {
         if let Some(f) = self.outcome.as_mut()
             && tokio::time::timeout(Duration::from_secs(2), f).await.is_err()
         {
-            tracing::warn!(
-                slot = self.slot,
-                "the zygote did not report its child's end; replacing it"
-            );
-            self.zygotes.discard(self.slot, &self.cfg);
+            if self.shared {
+                tracing::warn!(
+                    slot = self.slot,
+                    "the seats' zygote did not report a child's end within 2 s"
+                );
+                self.zygotes.discard_dead(self.slot, &self.cfg);
+            } else {
+                tracing::warn!(
+                    slot = self.slot,
+                    "the zygote did not report its child's end; replacing it"
+                );
+                self.zygotes.discard(self.slot, &self.cfg);
+            }
         }
         self.outcome = None;
     }

@@ -430,6 +430,15 @@ impl Zygotes {
         res
     }
 
+    /// Forgets slot `slot`'s zygote for `cfg` if it has exited; the next warm run starts a new one.
+    pub fn discard_dead(&self, slot: usize, cfg: &Arc<ZygoteConfig>) {
+        if let Ok(cell) = self.cell(slot)
+            && let Ok(mut zs) = cell.lock()
+        {
+            zs.retain_mut(|z| z.config() != cfg || z.alive());
+        }
+    }
+
     /// Ends slot `slot`'s zygote for `cfg` (it misbehaved); the next warm run starts a new one.
     pub fn discard(&self, slot: usize, cfg: &Arc<ZygoteConfig>) {
         if let Ok(cell) = self.cell(slot)
