@@ -432,12 +432,22 @@ extern "C" fn prog_main(arg: *mut libc::c_void) -> libc::c_int {
     step!(rep, Stage::NoNewPrivs, sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1));
     step!(rep, Stage::Seccomp, sys::install_filters(&plan.seccomp));
     step!(rep, Stage::Chdir, sys::chdir(&plan.cwd));
-    // SAFETY: the pointer arrays are null-terminated and point into the
-    // plan's CStrings, which outlive the call.
-    let err = match unsafe { sys::execve(&plan.exe, plan.argv_ptrs.as_ptr(), plan.envp_ptrs.as_ptr()) } {
-        Err(e) => e,
-        Ok(_) => 0,
-    };
+    // ETXTBSY: a file written just before (a compiled program) is still open for writing
+    // somewhere for a moment, e.g. in a copy of a descriptor table a concurrent clone made
+    // before closing it; tried again for up to 100 ms (as Go's os/exec tests do, golang/go#22315).
+    let mut err = 0;
+    for _ in 0..100 {
+        // SAFETY: the pointer arrays are null-terminated and point into the
+        // plan's CStrings, which outlive the call.
+        err = match unsafe { sys::execve(&plan.exe, plan.argv_ptrs.as_ptr(), plan.envp_ptrs.as_ptr()) } {
+            Err(e) => e,
+            Ok(_) => 0,
+        };
+        if err != libc::ETXTBSY {
+            break;
+        }
+        sys::sleep_ms(1);
+    }
     send(rep, report::EXEC_FAILED, 0, err);
     sys::exit(127)
 }

@@ -403,6 +403,15 @@ pub fn exit(code: i32) -> ! {
     loop {}
 }
 
+/// Sleeps `ms` milliseconds (nanosleep(2); an interrupted sleep ends early).
+pub fn sleep_ms(ms: u64) {
+    let ts = libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    let _ = sc!(libc::SYS_nanosleep, &ts as *const libc::timespec as usize, 0);
+}
+
 /// poll(2) for input on one descriptor; Ok(0) on timeout.
 pub fn poll_in(fd: i32, timeout_ms: i32) -> Res {
     let mut p = libc::pollfd {
