@@ -123,6 +123,24 @@ impl Executor {
         // Distinct uid ranges keep concurrent executors' rlimits apart: 100 uids each, room
         // for the slots and the default 64 session seats (uid_base + slots + k).
         let uid_base = 100_000 + (std::process::id() % 50) * 4000 + n * 100;
+        // A port `free_port` picked can be taken before the executor binds it (by a client
+        // connection's ephemeral port, say): an executor that exits during start-up is
+        // started again on fresh ports, twice at most. A real start-up bug fails each time.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::start_once(&opts, uid_base).await {
+                Ok(ex) => return ex,
+                Err(status) if attempt < 3 => {
+                    eprintln!("sandpool-executor exited during start-up ({status}); starting it again on new ports")
+                }
+                Err(status) => panic!("sandpool-executor exited during start-up: {status}"),
+            }
+        }
+    }
+
+    /// One try of [`Executor::start`]: Err(status) when the executor exited during start-up.
+    async fn start_once(opts: &Options, uid_base: u32) -> Result<Executor, std::process::ExitStatus> {
         let port = opts.port.unwrap_or_else(free_port);
         let metrics_port = free_port();
         let work_root = tempfile::Builder::new()
@@ -212,11 +230,11 @@ impl Executor {
         }
         let mut child = cmd.spawn().expect("spawning sandpool-executor");
         let addr = format!("127.0.0.1:{port}");
-        let channel = wait_ready(&addr, &mut child).await;
+        let channel = wait_ready(&addr, &mut child).await?;
         let client = pb::executor_client::ExecutorClient::new(channel.clone())
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
-        Executor {
+        Ok(Executor {
             child: Some(child),
             addr,
             metrics_addr: format!("127.0.0.1:{metrics_port}"),
@@ -225,7 +243,7 @@ impl Executor {
             channel,
             http_addr,
             uid_base,
-        }
+        })
     }
 
     /// Sum of the samples of metric `name` (with or without labels) on /metrics.
@@ -346,11 +364,12 @@ impl Drop for Executor {
     }
 }
 
-async fn wait_ready(addr: &str, child: &mut Child) -> Channel {
+/// Waits until the executor at `addr` serves; Err(status) when it exits first.
+async fn wait_ready(addr: &str, child: &mut Child) -> Result<Channel, std::process::ExitStatus> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("sandpool-executor exited during start-up: {status}");
+            return Err(status);
         }
         assert!(
             Instant::now() < deadline,
@@ -366,7 +385,7 @@ async fn wait_ready(addr: &str, child: &mut Child) -> Channel {
             if let Ok(r) = health.check(req).await
                 && r.into_inner().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
             {
-                return ch;
+                return Ok(ch);
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
