@@ -146,7 +146,11 @@ impl Hierarchy {
                 .collect::<Result<Vec<_>, _>>()?,
             false => Vec::new(),
         };
-        // Opened once either way: it checks the files are there (and sets v2's swap.max).
+        if self.version == Version::V2 {
+            // No swap for runs: set once, it never changes.
+            let _ = fs::write(dirs[0].join("memory.swap.max"), "0");
+        }
+        // Opened once either way: it checks the files are there.
         let knobs = Knobs::open(self.version, &dirs)?;
         let knobs = keep_open.then_some(knobs);
         Ok(SlotCgroup {
@@ -307,8 +311,6 @@ impl Knobs {
             }
             Version::V2 => {
                 let d = &dirs[0];
-                // No swap for runs: set once, it never changes.
-                let _ = fs::write(d.join("memory.swap.max"), "0");
                 Knobs {
                     memory_limit: open_rw(&d.join("memory.max"), false)?,
                     pids_max: open_rw(&d.join("pids.max"), false)?,
@@ -465,7 +467,7 @@ impl SlotCgroup {
         Ok(Baseline {
             peak_before,
             memory_before: get_u64(&k.memory_current).unwrap_or(0),
-            cpu_ns: self.cpu_ns_in(k),
+            cpu_ns: self.cpu_ns_in(&k.cpu),
             oom_kills: oom_kills_in(k),
             peak,
         })
@@ -499,7 +501,18 @@ impl SlotCgroup {
 
     /// Memory charged to the slot now, in bytes.
     pub(crate) fn memory_current(&self) -> u64 {
-        self.knobs().ok().and_then(|k| get_u64(&k.memory_current)).unwrap_or(0)
+        match &self.knobs {
+            Some(k) => get_u64(&k.memory_current),
+            // A seat's: the one file (the reaper reads every session's every 2 s).
+            None => {
+                let name = match self.version {
+                    Version::V1 => "memory.usage_in_bytes",
+                    Version::V2 => "memory.current",
+                };
+                open_ro(&self.memory().join(name)).ok().and_then(|f| get_u64(&f))
+            }
+        }
+        .unwrap_or(0)
     }
 
     /// The slot's all-time memory peak (v2, Linux 5.19 and later).
@@ -509,13 +522,24 @@ impl SlotCgroup {
 
     /// CPU time used by everything in the slot so far, in nanoseconds.
     pub fn cpu_ns(&self) -> u64 {
-        self.knobs().map_or(0, |k| self.cpu_ns_in(&k))
+        match &self.knobs {
+            Some(k) => self.cpu_ns_in(&k.cpu),
+            // A seat's: the one file (a session's CPU is polled up to once a second).
+            None => {
+                let path = match self.version {
+                    Version::V1 => self.dirs[2].join("cpuacct.usage"),
+                    Version::V2 => self.dirs[0].join("cpu.stat"),
+                };
+                open_ro(&path).map_or(0, |f| self.cpu_ns_in(&f))
+            }
+        }
     }
 
-    fn cpu_ns_in(&self, k: &Knobs) -> u64 {
+    /// The CPU time in the cgroup's CPU file `cpu` (v1 cpuacct.usage, v2 cpu.stat), ns.
+    fn cpu_ns_in(&self, cpu: &File) -> u64 {
         match self.version {
-            Version::V1 => get_u64(&k.cpu),
-            Version::V2 => get(&k.cpu).and_then(|s| keyed(&s, "usage_usec")).map(|u| u * 1000),
+            Version::V1 => get_u64(cpu),
+            Version::V2 => get(cpu).and_then(|s| keyed(&s, "usage_usec")).map(|u| u * 1000),
         }
         .unwrap_or(0)
     }
@@ -536,7 +560,7 @@ impl SlotCgroup {
                 .filter(|&now| base.peak_before.is_some_and(|b| now > b)),
         };
         Usage {
-            cpu_ns: self.cpu_ns_in(&k).saturating_sub(base.cpu_ns),
+            cpu_ns: self.cpu_ns_in(&k.cpu).saturating_sub(base.cpu_ns),
             // Page cache charged by earlier runs in the slot is not this run's.
             peak_memory: peak_memory.map(|p| p.saturating_sub(base.memory_before)),
             oom_killed: oom_kills_in(&k) > base.oom_kills,
