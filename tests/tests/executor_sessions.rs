@@ -743,13 +743,31 @@ async fn sessions_are_capped_by_the_memory_they_hold() {
         .expect_err("past the memory budget");
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert!(e.message().contains("--session-memory-bytes"), "{}", e.message());
-    // Freed, it counts as idle again: room for more.
+    // Freed, it counts as idle again at once: a session is read again when a call ends.
     run(&mut c, code(&big, "del b; import gc; gc.collect()")).await;
+    let other = create(&mut c, "python", None).await.session_id;
+    c.close_session(pb::CloseSessionRequest { session_id: other })
+        .await
+        .expect("close");
+    // A reading taken during a call does not outlive it: the call holds 80 MiB while the
+    // reaper reads it and frees them before it ends.
+    let mut c2 = c.clone();
+    let id = big.clone();
+    let call = tokio::spawn(async move {
+        run(
+            &mut c2,
+            code(&id, "import time\nb = bytearray(80 << 20)\ntime.sleep(4)\ndel b"),
+        )
+        .await
+    });
     let until = Instant::now() + Duration::from_secs(10);
-    while ex.metric("sandpool_session_memory_bytes") > (64u64 << 20) as f64 {
-        assert!(Instant::now() < until, "the freed memory was never measured");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    while ex.metric("sandpool_session_memory_bytes") < (80u64 << 20) as f64 {
+        assert!(!call.is_finished(), "the call's memory was never measured while it ran");
+        assert!(Instant::now() < until, "the call's memory was never measured");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let r = call.await.expect("call");
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
     create(&mut c, "python", None).await;
 }
 

@@ -563,27 +563,60 @@ impl SessionManager {
             .lock()
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default();
-        let (engine, floor) = (self.engine.clone(), self.policy.idle_bytes);
         // No session: nothing to read, and no trip to the blocking pool every 2 s (which kept
         // an idle executor's blocking threads from ever retiring: the soak's leak check saw one).
         let held = match all.is_empty() {
             true => 0,
-            false => blocking(move || {
-                all.iter()
-                    .map(|s| {
-                        let used = engine.sandbox().memory_in_use(s.seat).unwrap_or(0).max(floor);
-                        s.memory.store(used, Ordering::Relaxed);
-                        used
-                    })
-                    .sum::<u64>()
-            })
-            .await
-            .unwrap_or(0),
+            false => self.remeasure(all).await,
         };
         self.engine
             .metrics()
             .session_memory
             .set(i64::try_from(held).unwrap_or(i64::MAX));
+    }
+
+    /// Reads `these` sessions' memory now (off the runtime's threads); answers their sum.
+    async fn remeasure(&self, these: Vec<Arc<Session>>) -> u64 {
+        let (engine, floor) = (self.engine.clone(), self.policy.idle_bytes);
+        blocking(move || {
+            these
+                .iter()
+                .map(|s| {
+                    let used = engine.sandbox().memory_in_use(s.seat).unwrap_or(0).max(floor);
+                    s.memory.store(used, Ordering::Relaxed);
+                    used
+                })
+                .sum::<u64>()
+        })
+        .await
+        .unwrap_or(0)
+    }
+
+    /// Reads again the sessions last measured above the idle bytes: a reading taken during
+    /// a call (one that filled its memory limit, say) outlives the call by up to the
+    /// reaper's period, and must not refuse a create on its own.
+    async fn remeasure_high(&self) {
+        let floor = self.policy.idle_bytes;
+        let high: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .map(|m| {
+                m.values()
+                    .filter(|s| s.memory.load(Ordering::Relaxed) > floor)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !high.is_empty() {
+            self.remeasure(high).await;
+        }
+    }
+
+    /// Whether one more session would not fit the memory budget, as last measured.
+    fn over_memory_budget(&self) -> bool {
+        let creating = self.creating.lock().map(|c| c.values().sum::<usize>()).unwrap_or(0);
+        let wanted = (creating as u64 + 1).saturating_mul(self.policy.idle_bytes);
+        self.memory_held().saturating_add(wanted) > self.policy.memory_budget
     }
 
     /// Sessions alive now.
@@ -695,6 +728,10 @@ impl SessionManager {
             false => blocking(move || check_files(&files, "files", budget).map(|_| files)).await??,
         };
 
+        // Refused for memory only on a fresh reading.
+        if self.over_memory_budget() {
+            self.remeasure_high().await;
+        }
         // Counted before waiting for a slot, so a burst of creates cannot pass the cap; uncounted
         // by the guard's drop, also when the caller goes away mid-create.
         let _creating = {
@@ -1019,6 +1056,10 @@ impl SessionManager {
             && let Some(w) = s.work.get().cloned()
         {
             st.reserve_low = !blocking(move || refill_reserve(&w)).await.unwrap_or(false);
+        }
+        // The reaper may have read the session mid-call; what it holds after is read here.
+        if s.memory.load(Ordering::Relaxed) > self.policy.idle_bytes {
+            self.remeasure(vec![s.clone()]).await;
         }
         let mut resp = resp?;
         s.touch();
