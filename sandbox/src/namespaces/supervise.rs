@@ -339,7 +339,7 @@ fn setup(ctx: &Context<'_>, spec: &RunSpec) -> Result<Result<Prepared, RunOutcom
     ];
     // A seat has no spawner inside its cgroup: the program moves itself in.
     let join_ends = match (ctx.spawner, ctx.cgroup) {
-        (None, Some(c)) => c.procs_files().map_err(os("opening the seat's cgroup"))?,
+        (None, Some(c)) => c.join_files().map_err(os("opening the seat's cgroup"))?,
         _ => Vec::new(),
     };
     let plan = Box::new(build_plan(ctx, spec, fds, &join_ends)?);

@@ -169,7 +169,7 @@ pub(super) async fn start(
     };
     let sent = async {
         let procs: Vec<OwnedFd> = match cgroup {
-            Some(c) => c.procs_files()?,
+            Some(c) => c.join_files()?,
             None => vec![],
         };
         let ns = tokio::time::timeout(NAMESPACES_TIMEOUT, init_namespaces(&warm.ctl))
