@@ -175,7 +175,18 @@ pub(super) async fn start(
         let ns = tokio::time::timeout(NAMESPACES_TIMEOUT, init_namespaces(&warm.ctl))
             .await
             .map_err(|_| ZygoteError::Fork("the init did not send its namespaces".into()))??;
-        let sock = slot.zygotes.with(slot.index, &p.cfg, |z| z.fork(ns[0].as_fd()))?;
+        // The slot's zygotes are free but while a seats' zygote is being restarted (on the
+        // blocking pool, up to its ready time-out): then the fork waits there, not here.
+        let sock = match slot.zygotes.try_with(slot.index, &p.cfg, |z| z.fork(ns[0].as_fd())) {
+            Some(sock) => sock?,
+            None => {
+                let (zygotes, index, cfg) = (slot.zygotes.clone(), slot.index, p.cfg.clone());
+                let pid_ns = ns[0].try_clone()?;
+                tokio::task::spawn_blocking(move || zygotes.with(index, &cfg, |z| z.fork(pid_ns.as_fd())))
+                    .await
+                    .map_err(|e| ZygoteError::Fork(format!("waiting for the zygote: {e}")))??
+            }
+        };
         let req = RunRequest {
             argv: &spec.argv,
             env: &spec.env,
@@ -269,15 +280,27 @@ impl Warm {
     /// forked (their ends come back through it), and a start fails without its fault too (a
     /// session closed while its interpreter starts kills the init under it).
     async fn fail(&mut self, e: ZygoteError) {
-        if self.shared {
-            tracing::warn!(slot = self.slot, error = %e, "warm start failed");
-            self.zygotes.discard_dead(self.slot, &self.cfg);
-        } else {
-            tracing::warn!(slot = self.slot, error = %e, "warm start failed; replacing the zygote");
-            self.zygotes.discard(self.slot, &self.cfg);
+        match self.shared {
+            true => tracing::warn!(slot = self.slot, error = %e, "warm start failed"),
+            false => tracing::warn!(slot = self.slot, error = %e, "warm start failed; replacing the zygote"),
         }
+        self.forget_zygote().await;
         self.error = Some(e);
         let _ = self.ctl.shutdown().await;
+    }
+
+    /// Replaces a slot's zygote, or forgets the seats' one if it died (see [`Warm::fail`]).
+    /// On the blocking pool: the seats' zygotes may be locked by a restart, and ending a
+    /// zygote waits for it to exit. (Owned values: `&self` is not `Send` across an await.)
+    fn forget_zygote(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (zygotes, slot, cfg, shared) = (self.zygotes.clone(), self.slot, self.cfg.clone(), self.shared);
+        async move {
+            let _ = tokio::task::spawn_blocking(move || match shared {
+                true => zygotes.discard_dead(slot, &cfg),
+                false => zygotes.discard(slot, &cfg),
+            })
+            .await;
+        }
     }
 
     /// After the init is gone: a slot's zygote that has not reported its child's end
@@ -287,19 +310,17 @@ impl Warm {
         if let Some(f) = self.outcome.as_mut()
             && tokio::time::timeout(Duration::from_secs(2), f).await.is_err()
         {
-            if self.shared {
-                tracing::warn!(
+            match self.shared {
+                true => tracing::warn!(
                     slot = self.slot,
                     "the seats' zygote did not report a child's end within 2 s"
-                );
-                self.zygotes.discard_dead(self.slot, &self.cfg);
-            } else {
-                tracing::warn!(
+                ),
+                false => tracing::warn!(
                     slot = self.slot,
                     "the zygote did not report its child's end; replacing it"
-                );
-                self.zygotes.discard(self.slot, &self.cfg);
+                ),
             }
+            self.forget_zygote().await;
         }
         self.outcome = None;
     }

@@ -38,6 +38,8 @@ const ZYGOTE_PY: &str = include_str!("zygote.py");
 
 /// How long a zygote may take to import its modules.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long ending a zygote waits for it to exit before a thread of its own reaps it.
+const KILL_WAIT: Duration = Duration::from_millis(50);
 
 /// Errors of warm starts; a run that meets one is a SANDBOX_ERROR (the
 /// zygote is replaced), never the program's fault.
@@ -172,10 +174,26 @@ impl Zygote {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Kills and reaps the zygote.
+    /// Kills and reaps the zygote. It is dropped on the async runtime's threads too (a
+    /// failed warm start), where a wait must not block: one that has not exited after
+    /// [`KILL_WAIT`] (stuck in the kernel, in `D` state) is reaped by a thread of its own.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
-        let _ = self.child.wait();
+        let until = Instant::now() + KILL_WAIT;
+        while Instant::now() < until {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let pid = self.child.id();
+        let reaped = std::thread::Builder::new().name("zygote-reap".into()).spawn(move || {
+            // Our own child, which the `Child` is not asked to reap again.
+            let _ = crate::sys::process::waitpid(pid as i32);
+        });
+        if reaped.is_err() {
+            let _ = self.child.wait();
+        }
     }
 
     /// Asks the zygote to fork a child into the pid namespace `pid_ns` (a
@@ -411,6 +429,42 @@ impl Zygotes {
         Ok(())
     }
 
+    /// As [`Zygotes::with`], without waiting for the slot's zygotes: None while another
+    /// thread holds them (a seats' zygote being restarted), for the caller to wait for
+    /// them off the async runtime.
+    pub fn try_with<T>(
+        &self,
+        slot: usize,
+        cfg: &Arc<ZygoteConfig>,
+        f: impl FnOnce(&Zygote) -> Result<T, ZygoteError>,
+    ) -> Option<Result<T, ZygoteError>> {
+        let mut zs = match self.cell(slot) {
+            Ok(cell) => match cell.try_lock() {
+                Ok(zs) => zs,
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+                Err(std::sync::TryLockError::Poisoned(_)) => return Some(Err(ZygoteError::Gone)),
+            },
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Self::use_one(&mut zs, cfg, f))
+    }
+
+    /// Runs `f` with the zygote for `cfg` among `zs`; one that fails it is forgotten.
+    fn use_one<T>(
+        zs: &mut Vec<Zygote>,
+        cfg: &Arc<ZygoteConfig>,
+        f: impl FnOnce(&Zygote) -> Result<T, ZygoteError>,
+    ) -> Result<T, ZygoteError> {
+        let Some(i) = zs.iter().position(|z| z.config() == cfg) else {
+            return Err(ZygoteError::Gone);
+        };
+        let res = f(&zs[i]);
+        if res.is_err() {
+            zs.remove(i);
+        }
+        res
+    }
+
     /// Runs `f` with slot `slot`'s zygote for `cfg` (see [`Zygotes::ensure`]);
     /// a zygote that fails it is ended (the next run starts a new one).
     pub fn with<T>(
@@ -420,14 +474,7 @@ impl Zygotes {
         f: impl FnOnce(&Zygote) -> Result<T, ZygoteError>,
     ) -> Result<T, ZygoteError> {
         let mut zs = self.cell(slot)?.lock().map_err(|_| ZygoteError::Gone)?;
-        let Some(i) = zs.iter().position(|z| z.config() == cfg) else {
-            return Err(ZygoteError::Gone);
-        };
-        let res = f(&zs[i]);
-        if res.is_err() {
-            zs.remove(i);
-        }
-        res
+        Self::use_one(&mut zs, cfg, f)
     }
 
     /// Forgets slot `slot`'s zygote for `cfg` if it has exited; the next warm run starts a new one.
