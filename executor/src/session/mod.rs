@@ -612,9 +612,9 @@ impl SessionManager {
         }
     }
 
-    /// Whether one more session would not fit the memory budget, as last measured.
-    fn over_memory_budget(&self) -> bool {
-        let creating = self.creating.lock().map(|c| c.values().sum::<usize>()).unwrap_or(0);
+    /// Whether one more session, beside `creating` being created, would not fit the memory
+    /// budget, as last measured.
+    fn over_memory_budget(&self, creating: usize) -> bool {
         let wanted = (creating as u64 + 1).saturating_mul(self.policy.idle_bytes);
         self.memory_held().saturating_add(wanted) > self.policy.memory_budget
     }
@@ -729,7 +729,8 @@ impl SessionManager {
         };
 
         // Refused for memory only on a fresh reading.
-        if self.over_memory_budget() {
+        let creating = self.creating.lock().map(|c| c.values().sum()).unwrap_or(0);
+        if self.over_memory_budget(creating) {
             self.remeasure_high().await;
         }
         // Counted before waiting for a slot, so a burst of creates cannot pass the cap; uncounted
@@ -742,13 +743,11 @@ impl SessionManager {
                     "this executor already holds its {max} sessions (--max-sessions); close one or try another executor"
                 )));
             }
-            let (held, budget) = (self.memory_held(), self.policy().memory_budget);
-            let wanted = (creating.values().sum::<usize>() as u64 + 1).saturating_mul(self.policy().idle_bytes);
-            if held.saturating_add(wanted) > budget {
+            if self.over_memory_budget(creating.values().sum()) {
                 return Err(SessionError::Exhausted(format!(
                     "the sessions on this executor hold {} MiB of their {} MiB memory budget (--session-memory-bytes); close one or try another executor",
-                    held >> 20,
-                    budget >> 20
+                    self.memory_held() >> 20,
+                    self.policy().memory_budget >> 20
                 )));
             }
             let tenant = ticket.tenant.name.clone();

@@ -34,6 +34,28 @@ impl Version {
             Version::V2 => "cgroup.procs",
         }
     }
+
+    /// Where the memory charged now is read: the hierarchy's index in a cgroup's
+    /// directories, and the file.
+    fn memory_current_file(self) -> (usize, &'static str) {
+        match self {
+            Version::V1 => (0, "memory.usage_in_bytes"),
+            Version::V2 => (0, "memory.current"),
+        }
+    }
+
+    /// Where the CPU time used is read (v1 `cpuacct`, v2 `cpu.stat`), likewise.
+    fn cpu_file(self) -> (usize, &'static str) {
+        match self {
+            Version::V1 => (2, "cpuacct.usage"),
+            Version::V2 => (0, "cpu.stat"),
+        }
+    }
+}
+
+/// `file` (see [`Version::memory_current_file`]) among a cgroup's `dirs`.
+fn path_in(dirs: &[PathBuf], (hierarchy, name): (usize, &str)) -> PathBuf {
+    dirs[hierarchy].join(name)
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
@@ -161,7 +183,11 @@ impl Hierarchy {
             }
         };
         let procs = open_all("cgroup.procs")?;
-        let join = open_all(self.version.join_file())?;
+        // v2 joins through cgroup.procs too: `procs` serves both.
+        let join = match self.version {
+            Version::V1 => open_all(self.version.join_file())?,
+            Version::V2 => Vec::new(),
+        };
         if self.version == Version::V2 {
             // No swap for runs: set once, it never changes.
             let _ = fs::write(dirs[0].join("memory.swap.max"), "0");
@@ -272,7 +298,8 @@ pub struct SlotCgroup {
     dirs: Vec<PathBuf>,
     /// Kept open for a slot; empty for a seat (opened per use, see [`Hierarchy::seat`]).
     procs: Vec<File>,
-    /// Likewise, the files a run's process moves itself in through ([`Version::join_file`]).
+    /// Likewise, the files a run's process moves itself in through ([`Version::join_file`]);
+    /// empty on v2, where that is `procs`.
     join: Vec<File>,
     /// Likewise: None for a seat.
     knobs: Option<Knobs>,
@@ -312,12 +339,12 @@ impl Knobs {
     fn open(version: Version, dirs: &[PathBuf]) -> Result<Self, CgroupError> {
         Ok(match version {
             Version::V1 => {
-                let (m, p, c) = (&dirs[0], &dirs[1], &dirs[2]);
+                let (m, p) = (&dirs[0], &dirs[1]);
                 Knobs {
                     memory_limit: open_rw(&m.join("memory.limit_in_bytes"), false)?,
                     pids_max: open_rw(&p.join("pids.max"), false)?,
-                    cpu: open_ro(&c.join("cpuacct.usage"))?,
-                    memory_current: open_ro(&m.join("memory.usage_in_bytes"))?,
+                    cpu: open_ro(&path_in(dirs, version.cpu_file()))?,
+                    memory_current: open_ro(&path_in(dirs, version.memory_current_file()))?,
                     oom: open_ro(&m.join("memory.oom_control"))?,
                     max_usage: Some(
                         OpenOptions::new()
@@ -333,8 +360,8 @@ impl Knobs {
                 Knobs {
                     memory_limit: open_rw(&d.join("memory.max"), false)?,
                     pids_max: open_rw(&d.join("pids.max"), false)?,
-                    cpu: open_ro(&d.join("cpu.stat"))?,
-                    memory_current: open_ro(&d.join("memory.current"))?,
+                    cpu: open_ro(&path_in(dirs, version.cpu_file()))?,
+                    memory_current: open_ro(&path_in(dirs, version.memory_current_file()))?,
                     oom: open_ro(&d.join("memory.events"))?,
                     max_usage: None,
                 }
@@ -430,7 +457,11 @@ impl SlotCgroup {
     /// The files a run's single-threaded process moves itself into the slot with, by
     /// writing `0` to each (a warm run's child, a seat's program): see [`Version::join_file`].
     pub(crate) fn join_files(&self) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
-        self.files(&self.join, self.version.join_file())
+        let kept = match self.version {
+            Version::V1 => &self.join,
+            Version::V2 => &self.procs,
+        };
+        self.files(kept, self.version.join_file())
     }
 
     /// Copies of `kept` (a slot's), or `name` in each hierarchy opened now (a seat's).
@@ -533,13 +564,9 @@ impl SlotCgroup {
         match &self.knobs {
             Some(k) => get_u64(&k.memory_current),
             // A seat's: the one file (the reaper reads every session's every 2 s).
-            None => {
-                let name = match self.version {
-                    Version::V1 => "memory.usage_in_bytes",
-                    Version::V2 => "memory.current",
-                };
-                open_ro(&self.memory().join(name)).ok().and_then(|f| get_u64(&f))
-            }
+            None => open_ro(&path_in(&self.dirs, self.version.memory_current_file()))
+                .ok()
+                .and_then(|f| get_u64(&f)),
         }
         .unwrap_or(0)
     }
@@ -554,13 +581,7 @@ impl SlotCgroup {
         match &self.knobs {
             Some(k) => self.cpu_ns_in(&k.cpu),
             // A seat's: the one file (a session's CPU is polled up to once a second).
-            None => {
-                let path = match self.version {
-                    Version::V1 => self.dirs[2].join("cpuacct.usage"),
-                    Version::V2 => self.dirs[0].join("cpu.stat"),
-                };
-                open_ro(&path).map_or(0, |f| self.cpu_ns_in(&f))
-            }
+            None => open_ro(&path_in(&self.dirs, self.version.cpu_file())).map_or(0, |f| self.cpu_ns_in(&f)),
         }
     }
 
