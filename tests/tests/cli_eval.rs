@@ -294,7 +294,10 @@ async fn eval_spreads_over_executors_and_resends_what_a_killed_one_held() {
         "streams spread over both executors: {r:?}"
     );
     assert!(
-        r.iter().any(|r| r["attempts"] == 2 && r["executor"] == "cli-a"),
+        // Not exactly 2: a resend can meet b's dying connection once more before it reaches
+        // a (stop 38 saw 3), and what matters is that it reached a and was answered once.
+        r.iter()
+            .any(|r| r["attempts"].as_u64() > Some(1) && r["executor"] == "cli-a"),
         "what b held was resent to a: {r:?}"
     );
 }
