@@ -134,7 +134,9 @@ struct Batch {
 
 /// Bare python3, with the environment a sandboxed run gets (see `Language::run_env`).
 fn bare(programs: &[String], parallel: usize, env: &[(String, String)]) -> Result<Batch, Error> {
-    let dir = std::env::temp_dir().join(format!("sandpool-bench-numpy-{}", std::process::id()));
+    // Not the executor's work root (`sandpool-bench-numpy-PID`, common::executor): a restricted
+    // executor keeps its runs' directories there.
+    let dir = std::env::temp_dir().join(format!("sandpool-bench-numpy-bare-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let files = programs
         .iter()

@@ -45,3 +45,10 @@ pub fn install_run_filters(extra: &[seccompiler::BpfProgram]) -> std::io::Result
         .map(drop)
         .map_err(std::io::Error::from_raw_os_error)
 }
+
+/// Whether a `restricted`-mode executor on this kernel forks Python runs from zygotes:
+/// only where Landlock scopes signals (ABI [`crate::RESTRICTED_WARM_LANDLOCK_ABI`]), so that
+/// no run can signal a zygote or another run (`restricted/warm.rs`).
+pub fn restricted_warm_starts() -> bool {
+    crate::sys::process::landlock_abi().is_ok_and(|v| v >= crate::RESTRICTED_WARM_LANDLOCK_ABI)
+}

@@ -16,11 +16,14 @@
 //!   the filter every run gets.
 //! - `sys`: every raw system call, each wrapper documented.
 //! - `error`: [`SandboxError`] and the errors it wraps.
+//! - `zygote`: warm starts' Python zygotes (a pre-initialised interpreter per slot that forks
+//!   one child per run), which both modes fork runs from.
 //!
 //! The modes, each in its own folder:
 //! - `namespaces`: fresh namespaces, a slot cgroup and a uid per run, warm
 //!   starts from per-slot zygotes (needs root or `CAP_SYS_ADMIN`).
-//! - `restricted`: unprivileged pods (Landlock, seccomp, rlimits, a process group per run).
+//! - `restricted`: unprivileged pods (Landlock, seccomp, rlimits, a process group per run),
+//!   warm Python starts from per-slot zygotes where Landlock scopes signals (ABI 6).
 //!
 //! Beside them: [`host`], safe wrappers for other crates' own processes, and
 //! (feature `testing`) `testing`'s scripted runner for other crates' unit tests.
@@ -41,12 +44,18 @@ mod sys;
 pub mod testing;
 mod workdir;
 mod workroot;
+mod zygote;
 
 pub use config::{DEFAULT_RO_PATHS, IsolationMode, SHARED_PATH, SandboxConfig, cgroup_name};
 pub use error::SandboxError;
 pub use limits::Limits;
 pub use probe::{Feature, Features};
 pub use run::{PATH, RunOutcome, RunSpec, Termination, WORK_DIR, ZygoteConfig};
+
+/// The Landlock ABI from which `restricted` mode starts Python runs warm: 6, the first
+/// that scopes signals to a run's own domain, so that no run can signal the slot's
+/// zygote or another run's processes (they share the executor's uid).
+pub const RESTRICTED_WARM_LANDLOCK_ABI: i32 = 6;
 pub use runner::{BoxFuture, Runner};
 pub use workdir::{FetchError, OpenFile, WorkDir, WorkDirError, validate_rel_path};
 

@@ -478,14 +478,19 @@ pub fn warm_starts() -> bool {
 }
 
 /// Asserts a Python response that ran its program started as the variant
-/// under test says ([`warm_starts`]; mode `restricted` has no warm starts);
+/// under test says ([`warm_starts`]; mode `restricted` starts warm only where
+/// Landlock scopes signals, [`sandpool_sandbox::host::restricted_warm_starts`]);
 /// a sandbox failure has no start to check.
 pub fn assert_start_variant(r: &pb::ExecuteResponse) {
-    let namespaces = r.executor.as_ref().is_some_and(|e| e.isolation == "namespaces");
+    let mode_warm = match r.executor.as_ref().map(|e| e.isolation.as_str()) {
+        Some("namespaces") => true,
+        Some("restricted") => sandpool_sandbox::host::restricted_warm_starts(),
+        _ => false,
+    };
     if let Some(p) = &r.run
         && r.verdict != pb::Verdict::SandboxError as i32
     {
-        let expected = warm_starts() && namespaces;
+        let expected = warm_starts() && mode_warm;
         assert_eq!(p.warm, expected, "warm start expected: {expected}; {}", describe(r));
     }
 }

@@ -406,9 +406,96 @@ async fn only_programs_that_name_numpy_fork_from_the_zygote_that_imported_it() {
     assert_eq!(stdout(&r), "True\n", "{}", describe(&r));
 }
 
-/// Restricted mode has no zygotes: asked for warm starts, it says no and starts cold.
+async fn restricted_executor() -> Executor {
+    Executor::start(Options {
+        slots: 2,
+        languages: vec!["python"],
+        isolation: sandpool_tests::Isolation::Restricted,
+        extra_args: vec!["--warm-starts".into(), "true".into()],
+        ..Default::default()
+    })
+    .await
+}
+
+/// What a restricted run can see of itself, with its own directories' paths (which differ
+/// from run to run) replaced by `W` and `T`.
+const RESTRICTED_SELF: &str = r#"
+import os, sys, signal, resource
+W, T = os.getcwd(), os.environ["TMPDIR"]
+def norm(s):
+    return str(s).replace(W, "W").replace(T, "T")
+print(norm(sys.argv), __name__, norm(__file__), norm(sys.path[0]), norm(sys.orig_argv))
+print(norm(sorted(os.environ.items())))
+print(os.getuid() == os.geteuid(), os.getgroups(), os.getsid(0) == os.getpid(), os.getpgid(0) == os.getpid())
+print(sorted(os.listdir("/proc/self/fd")), sorted(os.listdir(".")), os.listdir(T))
+status = open("/proc/self/status").read()
+for key in ("CapEff:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:"):
+    print(key, status.split(key)[1].split()[0])
+print(open("/proc/self/oom_score_adj").read().strip())
+print([resource.getrlimit(r) for r in (resource.RLIMIT_CPU, resource.RLIMIT_DATA, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE, resource.RLIMIT_CORE, resource.RLIMIT_STACK, resource.RLIMIT_MEMLOCK)])
+print([signal.getsignal(s) for s in (signal.SIGINT, signal.SIGPIPE, signal.SIGTERM, signal.SIGCHLD)], signal.pthread_sigmask(signal.SIG_BLOCK, []))
+for what, f in (("parent", lambda: os.kill(os.getppid(), 0)), ("runs dir", lambda: os.listdir(os.path.dirname(W))), ("parent mem", lambda: open("/proc/%d/mem" % os.getppid(), "rb"))):
+    try:
+        f()
+        print(what, "reached")
+    except OSError as e:
+        print(what, "refused", e.errno)
+import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    print("inet socket made")
+except OSError as e:
+    print("inet socket refused", e.errno)
+print(open("/proc/self/cmdline", "rb").read().split(b"\0")[:3])
+"#;
+
+/// Restricted mode forks Python runs from a per-slot zygote where Landlock scopes signals
+/// (ABI 6): each child is confined as a cold restricted run is (session, uid, rlimits,
+/// `no_new_privs`, its own Landlock domain, seccomp), and sees itself as a cold run does.
 #[tokio::test]
-async fn a_restricted_executor_says_it_starts_cold() {
+async fn a_restricted_executor_forks_python_confined_as_a_cold_run() {
+    let exe = restricted_executor().await;
+    let py = exe.language_info("python").await;
+    if !sandpool_sandbox::host::restricted_warm_starts() {
+        // An older kernel: the executor says it starts cold, and does.
+        assert!(!py.warm_start && py.preloaded.is_empty(), "{py:?}");
+        let r = exe.run(req("print('one')", "", &[], &[], false)).await;
+        assert_eq!(stdout(&r), "one\n", "{}", describe(&r));
+        assert!(!run(&r).warm, "{}", describe(&r));
+        return;
+    }
+    assert!(py.warm_start && !py.preloaded.is_empty(), "{py:?}");
+    let warm = same(&exe, RESTRICTED_SELF, "", &["a b", "c"], &[("helper.py", "x = 1\n")]).await;
+    let out = stdout(&warm);
+    for line in [
+        "['main.py', 'a b', 'c'] __main__ W/main.py W",
+        "True [] True True",
+        "NoNewPrivs: 1",
+        "CapEff: 0000000000000000",
+        "1000",
+        "parent refused 1",
+        "runs dir refused 13",
+        "parent mem refused 13",
+        "inet socket refused",
+        "[b'python3', b'-B', b'main.py']",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    assert!(
+        out.contains("['0', '1', '2', '3']"),
+        "only the standard streams (and listdir's own): {out}"
+    );
+}
+
+/// Nothing of one warm restricted run reaches the next: module state, files in its
+/// temporary directory, processes it left behind (killed with the run); and a zygote
+/// killed between runs is replaced.
+#[tokio::test]
+async fn restricted_warm_runs_leave_nothing_for_the_next() {
+    if !sandpool_sandbox::host::restricted_warm_starts() {
+        eprintln!("skipped: this kernel's Landlock does not scope signals (restricted runs start cold)");
+        return;
+    }
     let exe = Executor::start(Options {
         slots: 1,
         languages: vec!["python"],
@@ -417,11 +504,124 @@ async fn a_restricted_executor_says_it_starts_cold() {
         ..Default::default()
     })
     .await;
-    let py = exe.language_info("python").await;
-    assert!(!py.warm_start && py.preloaded.is_empty(), "{py:?}");
-    let r = exe.run(req("print('one')", "", &[], &[], false)).await;
-    assert_eq!(stdout(&r), "one\n", "{}", describe(&r));
-    assert!(!r.run.as_ref().is_some_and(|p| p.warm), "{}", describe(&r));
+    let first = r#"
+import os, json, subprocess, sys
+json.LEFT = "by the first run"
+open(os.path.join(os.environ["TMPDIR"], "left"), "w").write("x")
+p = subprocess.Popen(["sleep", "60"], start_new_session=False)
+print(p.pid, os.getppid())
+"#;
+    let r = exe.run(req(first, "", &[], &[], false)).await;
+    assert!(run(&r).warm, "{}", describe(&r));
+    let out = stdout(&r);
+    let mut pids = out.split_whitespace().map(|p| p.parse::<u32>().expect("a pid"));
+    let (sleeper, zygote) = (pids.next().expect("sleeper"), pids.next().expect("zygote"));
+    assert!(
+        !std::path::Path::new(&format!("/proc/{sleeper}")).exists(),
+        "the run's background process outlived it"
+    );
+    let second = r#"
+import os, json
+print(getattr(json, "LEFT", None), os.listdir(os.environ["TMPDIR"]))
+"#;
+    let r = exe.run(req(second, "", &[], &[], false)).await;
+    assert!(run(&r).warm, "{}", describe(&r));
+    assert_eq!(stdout(&r), "None []\n", "{}", describe(&r));
+    // The zygote dies between runs: the next run is still answered, and warm again
+    // once a new zygote is up.
+    assert!(
+        sandpool_tests::signal(zygote, libc::SIGKILL),
+        "the zygote {zygote} was not there to kill"
+    );
+    let r = exe.run(req("print('after')", "", &[], &[], false)).await;
+    assert_eq!(stdout(&r), "after\n", "{}", describe(&r));
+    let r = exe
+        .run(req("import os; print(os.getppid())", "", &[], &[], false))
+        .await;
+    assert!(run(&r).warm, "{}", describe(&r));
+    assert_ne!(stdout(&r).trim(), zygote.to_string(), "a new zygote forked it");
+}
+
+/// Pids whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<u32> {
+    let want = argv.join("\0") + "\0";
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            (cmdline == want.as_bytes()).then_some(pid)
+        })
+        .collect()
+}
+
+/// The children of every thread of `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![];
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Requests dropped at every point of a warm restricted start (before the child said its
+/// pid, before it was told to go, mid-program) leave nothing: no program of theirs runs
+/// unwatched, and the zygotes hold no child (a zombie they were never told to reap).
+#[tokio::test]
+async fn restricted_warm_starts_cancelled_at_any_point_leave_nothing() {
+    if !sandpool_sandbox::host::restricted_warm_starts() {
+        eprintln!("skipped: this kernel's Landlock does not scope signals (restricted runs start cold)");
+        return;
+    }
+    let exe = restricted_executor().await;
+    let code = "import subprocess, time\nsubprocess.Popen(['sleep', '987.652'])\ntime.sleep(60)\n";
+    for i in 0..40u64 {
+        let mut r = req(code, "", &[], &[], false);
+        r.limits = Some(pb::Limits {
+            wall_time_ms: 60_000,
+            ..Default::default()
+        });
+        let mut client = exe.client();
+        let call = tokio::spawn(async move { client.execute(r).await });
+        // 0-9.75 ms: through the fork, the pid, the go-ahead and the program's start.
+        tokio::time::sleep(std::time::Duration::from_micros(i * 250)).await;
+        call.abort();
+    }
+    let t = std::time::Instant::now();
+    let zygote = "# Sandpool's Python zygote";
+    loop {
+        let sleeps = processes_running(&["sleep", "987.652"]);
+        let zygotes: Vec<u32> = children_of(exe.pid())
+            .into_iter()
+            .filter(|&p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(zygote))
+            })
+            .collect();
+        let held: Vec<u32> = zygotes.iter().flat_map(|&z| children_of(z)).collect();
+        if sleeps.is_empty() && held.is_empty() && !zygotes.is_empty() {
+            break;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "left behind: sleeps {sleeps:?}, zygotes {zygotes:?} still holding {held:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Both slots serve warm runs again.
+    for _ in 0..2 {
+        let r = exe.run(req("print('next')", "", &[], &[], false)).await;
+        assert_eq!(stdout(&r), "next\n", "{}", describe(&r));
+        assert!(run(&r).warm, "{}", describe(&r));
+    }
 }
 
 /// Each slot's plain zygote starts with the executor, not with the slot's first

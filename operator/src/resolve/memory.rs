@@ -20,7 +20,7 @@ pub const ZYGOTE_MEMORY_PER_SLOT: u64 = 32 << 20;
 pub const ZYGOTE_MEMORY_SHARED: u64 = 32 << 20;
 
 /// The executor's own memory in a pool's container: the base headroom, plus the zygotes
-/// where runs start warm (namespaces mode with warm starts on; restricted mode has none).
+/// where runs start warm (warm starts on, in either mode: docs/warm-starts.md).
 /// One slot keeps 64 MiB for its zygotes, as much as their RSS; each further slot 32 MiB.
 pub fn executor_headroom(slots: u32, warm_starts: bool) -> u64 {
     EXECUTOR_MEMORY_HEADROOM

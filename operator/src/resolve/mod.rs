@@ -94,7 +94,9 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
         restricted::check_restricted(spec, from_default)?;
     }
     let warm_starts = spec.warm_starts.unwrap_or(executor_defaults::WARM_STARTS);
-    let headroom = executor_headroom(slots, warm_starts && isolation == IsolationMode::Namespaces);
+    // Both modes keep zygotes where runs start warm (restricted mode where the node's Landlock
+    // scopes signals, which the operator cannot see: it keeps the room either way).
+    let headroom = executor_headroom(slots, warm_starts);
     let limits = limits::resolve_limits(
         spec.limits.as_ref().unwrap_or(&RunLimits::default()),
         container_memory,

@@ -462,7 +462,7 @@ fn warm_starts_default_to_the_executors_and_may_be_turned_off() {
     assert!(resolve_spec(json!({})).expect("valid").warm_starts);
     assert!(resolve_spec(json!({"warmStarts": true})).expect("valid").warm_starts);
     assert!(!resolve_spec(json!({"warmStarts": false})).expect("valid").warm_starts);
-    // Restricted pools start every run cold anyway; the field is accepted, not refused.
+    // Restricted pools start Python warm too (where the node's Landlock scopes signals).
     let p = resolve_spec(json!({"isolation": {"mode": "restricted"}, "warmStarts": false}))
         .expect("restricted pools accept warmStarts");
     assert!(!p.warm_starts);
@@ -498,6 +498,9 @@ fn warm_starts_reserve_a_zygote_per_slot_in_the_executors_headroom() {
     assert_eq!(err.field, "spec.limits.maxMemory");
     assert!(err.message.contains("544Mi"), "{}", err.message);
     assert!(resolve_spec(spec(json!({"warmStarts": false, "limits": {"maxMemory": "3700Mi"}}))).is_ok());
+    // Restricted pools keep the same room: their executors fork Python runs from zygotes too.
+    let p = resolve_spec(spec(json!({"isolation": {"mode": "restricted"}}))).expect("valid");
+    assert_eq!(p.limits.max_memory_bytes, Some((4 << 30) - warm));
 }
 
 #[test]

@@ -271,7 +271,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     step!(rep, Stage::CloseFds, sys::close_range(next, u32::MAX, 0));
     let warm = plan.warm_ctl_fd >= 0;
     // Our namespaces are named through the executor's /proc, opened while it is ours (see
-    // `zygote::init::send_namespaces`); -1 makes the warm start fail, and the run go cold.
+    // `zygote_init::send_namespaces`); -1 makes the warm start fail, and the run go cold.
     let ns_dir = match warm {
         true => {
             sys::open(c"/proc/self/ns", libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC).map_or(-1, |fd| fd as i32)
@@ -279,7 +279,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         false => -1,
     };
     if warm && !plan.warm_own_mount_ns {
-        super::zygote::init::send_namespaces(plan.warm_ctl_fd, ns_dir, plan.net_ns_fd, plan.mnt_ns_fd);
+        super::zygote_init::send_namespaces(plan.warm_ctl_fd, ns_dir, plan.net_ns_fd, plan.mnt_ns_fd);
     }
 
     // The slot's namespace outlives runs: clear what a killed warm init left.
@@ -299,7 +299,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     }
     if warm && plan.warm_own_mount_ns {
         let mnt = sys::openat(ns_dir, c"mnt", libc::O_RDONLY | libc::O_CLOEXEC).map_or(-1, |fd| fd as i32);
-        super::zygote::init::send_namespaces(plan.warm_ctl_fd, ns_dir, plan.net_ns_fd, mnt);
+        super::zygote_init::send_namespaces(plan.warm_ctl_fd, ns_dir, plan.net_ns_fd, mnt);
         if mnt >= 0 {
             let _ = sys::close(mnt);
         }
@@ -326,7 +326,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         step!(rep, Stage::EnterNetNs, sys::loopback_up());
     }
     if plan.warm_ctl_fd >= 0 {
-        super::zygote::init::serve(rep, plan.warm_ctl_fd, plan.warm_ready_fd, &plan.run_mount_points);
+        super::zygote_init::serve(rep, plan.warm_ctl_fd, plan.warm_ready_fd, &plan.run_mount_points);
     }
 
     // SAFETY: the program child runs on its own stack; CLONE_VFORK suspends us

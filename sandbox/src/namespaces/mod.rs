@@ -25,11 +25,12 @@ pub(crate) mod rootfs;
 mod slotns;
 mod spawner;
 mod supervise;
-pub(crate) mod zygote;
+mod zygote_init;
 
 use crate::config::cgroup_name;
 use crate::runner::{BoxFuture, Runner};
 use crate::sys::mount as mounts;
+use crate::zygote;
 use crate::{
     Features, IsolationMode, RunOutcome, RunSpec, SandboxConfig, SandboxError, WorkDir, probe, seccomp, workdir,
     workroot,
@@ -309,7 +310,7 @@ impl Runner for Namespaces {
             // One at a time: the executor's start-up and first runs keep a CPU.
             for cfg in &zygotes {
                 for (slot, ns) in slots.iter().enumerate() {
-                    if let Err(e) = all.ensure(slot, cfg, ns) {
+                    if let Err(e) = all.ensure(slot, cfg, zygote::Launch::MountNs(ns)) {
                         tracing::warn!(slot, language = %cfg.name, error = %e, "could not start a zygote");
                         return;
                     }
@@ -327,7 +328,7 @@ impl Runner for Namespaces {
         };
         let all = self.seat_zygotes.clone();
         let started = std::thread::Builder::new().name("zygote-start".into()).spawn(move || {
-            if let Err(e) = all.ensure(0, &cfg, &ns) {
+            if let Err(e) = all.ensure(0, &cfg, zygote::Launch::MountNs(&ns)) {
                 tracing::warn!(language = %cfg.name, error = %e, "could not start the seats' zygote");
             }
         });

@@ -3,6 +3,8 @@
 //! A run is one process group (seccomp keeps its processes from leaving it)
 //! whose members are all descendants of the executor: the executor is their
 //! child subreaper, so orphans come back to it rather than to the pod's init.
+//! A warm run's leader is a child of the slot's zygote (itself the executor's
+//! child), so the walk starts at the leader too.
 //! The group is walked from the run's leader and from the executor's own
 //! children through `/proc/<pid>/task/<tid>/children`, never by scanning all
 //! of `/proc`, so the cost follows the run's size and not the machine's.
@@ -51,10 +53,12 @@ fn children(pid: i32) -> Vec<i32> {
 }
 
 /// The live (or zombie) members of process group `pgid` among the
-/// executor's descendants, with what their `stat` says.
+/// executor's descendants, with what their `stat` says: the group's leader (pid
+/// `pgid`), its descendants in the group, and the executor's children in the group.
 pub fn members(pgid: i32) -> Vec<(i32, Stat)> {
     let mut out = Vec::new();
     let mut queue: Vec<i32> = children(std::process::id() as i32);
+    queue.push(pgid);
     let mut seen = std::collections::HashSet::new();
     while let Some(pid) = queue.pop() {
         if !seen.insert(pid) {
@@ -136,6 +140,15 @@ pub fn tasks_of_uid(uid: u32) -> u64 {
 /// until then the number cannot name another group.
 pub fn kill_group(pgid: i32) {
     process::sigkill(-pgid);
+}
+
+/// SIGKILLs the run whose leader is `leader`: the leader itself too, which a warm
+/// run's leader needs until it has made its group (`setsid`, before the program).
+///
+/// Sound only while the leader is unreaped, as [`kill_group`].
+pub fn kill_run(leader: i32) {
+    process::sigkill(leader);
+    kill_group(leader);
 }
 
 fn add(a: &mut libc::rusage, b: &libc::rusage) {

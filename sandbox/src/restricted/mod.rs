@@ -14,7 +14,9 @@
 //! - a process group per run and the executor as child subreaper, so the whole
 //!   tree is found and killed at the end ([`accounting`]);
 //! - CPU time and memory read from `/proc` (and `wait4`), since cgroups are
-//!   not writable.
+//!   not writable;
+//! - Python runs forked from a per-slot zygote that confines each child the same
+//!   way (where Landlock scopes signals, ABI 6: [`warm`]).
 //!
 //! Programs see their work dir's real path (there is no `/work`): commands and
 //! environment naming `/work` or `/tmp` are rewritten to the run's directories.
@@ -23,6 +25,7 @@ mod accounting;
 mod landlock;
 mod seccomp;
 mod spawn;
+mod warm;
 
 use crate::error::os;
 use crate::probe::Feature;
@@ -53,6 +56,11 @@ pub(crate) struct Restricted {
     /// The executor's uid (the runs' when `slot_uids` is false).
     uid: u32,
     spawner: spawn::Spawner,
+    /// Per slot: the zygotes warm runs fork from; used only where `warm` is true.
+    zygotes: Arc<crate::zygote::Zygotes>,
+    /// Warm starts are offered: Landlock scopes signals (ABI 6), so no run can signal a
+    /// zygote or another run's processes.
+    warm: bool,
 }
 
 fn unavailable(why: String) -> SandboxError {
@@ -187,6 +195,16 @@ impl Restricted {
                 "a directory on the work root's volume: only the volume's size caps it".into(),
             ),
             feat(
+                "warm_starts",
+                abi >= crate::RESTRICTED_WARM_LANDLOCK_ABI,
+                true,
+                if abi >= crate::RESTRICTED_WARM_LANDLOCK_ABI {
+                    "Python runs fork from a per-slot zygote, confined as a cold run".into()
+                } else {
+                    format!("needs Landlock ABI 6 (signal scoping), kernel has {abi}: runs start cold")
+                },
+            ),
+            feat(
                 "private_network",
                 false,
                 false,
@@ -195,7 +213,6 @@ impl Restricted {
         ]);
         let r = Restricted {
             _lock: lock,
-            cfg,
             features,
             landlock_abi: abi,
             filters,
@@ -204,6 +221,9 @@ impl Restricted {
             slot_uids,
             uid: euid,
             spawner,
+            zygotes: Arc::new(crate::zygote::Zygotes::new(cfg.slots)),
+            warm: abi >= crate::RESTRICTED_WARM_LANDLOCK_ABI,
+            cfg,
         };
         tracing::info!(mode = "restricted", features = %r.features, "sandbox ready");
         Ok(r)
@@ -226,6 +246,24 @@ impl Restricted {
             0
         });
         self.runs_dir.join(format!("{prefix}{n}-{salt:016x}"))
+    }
+
+    /// The shared dir's host path, or empty: what [`crate::SHARED_PATH`] is rewritten to.
+    fn shared_path(&self) -> String {
+        self.cfg
+            .shared_dir
+            .as_deref()
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// A zygote's environment: the configuration's, with the shared dir's path as runs see it.
+    fn zygote_env(&self, cfg: &crate::ZygoteConfig) -> Vec<(String, String)> {
+        let shared = self.shared_path();
+        cfg.env
+            .iter()
+            .map(|(k, v)| (k.clone(), rewrite_paths(v, "", "", &shared)))
+            .collect()
     }
 }
 
@@ -283,13 +321,55 @@ impl Runner for Restricted {
         Ok(WorkDir::directory(self.fresh_path("w"), uid, uid)?)
     }
 
+    fn warm_starts(&self) -> bool {
+        self.warm
+    }
+
+    fn start_zygotes(&self, zygotes: Vec<Arc<crate::ZygoteConfig>>) {
+        if !self.warm || zygotes.is_empty() {
+            return;
+        }
+        let all = self.zygotes.clone();
+        let configs: Vec<_> = zygotes.into_iter().map(|c| (self.zygote_env(&c), c)).collect();
+        let slots = self.cfg.slots;
+        let started = std::thread::Builder::new().name("zygote-start".into()).spawn(move || {
+            // One at a time: the executor's start-up and first runs keep a CPU.
+            for (env, cfg) in &configs {
+                for slot in 0..slots {
+                    let launch = crate::zygote::Launch::Restricted { env };
+                    if let Err(e) = all.ensure(slot, cfg, launch) {
+                        tracing::warn!(slot, language = %cfg.name, error = %e, "could not start a zygote");
+                        return;
+                    }
+                }
+            }
+        });
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "zygotes start with each slot's first warm run");
+        }
+    }
+
     fn run<'a>(
         &'a self,
         slot: usize,
         work: &'a WorkDir,
         spec: &'a RunSpec,
     ) -> BoxFuture<'a, Result<RunOutcome, SandboxError>> {
-        Box::pin(self.run_restricted(slot, work, spec))
+        Box::pin(async move {
+            match self.run_restricted(slot, work, spec).await {
+                // The zygote's child failed before the program: nothing of it ran, so
+                // the run starts again cold (the zygote is replaced for the next one).
+                Err(SandboxError::WarmNotStarted(why)) => {
+                    tracing::warn!(slot, error = %why, "warm start failed before the program; running it cold");
+                    let cold = RunSpec {
+                        warm: None,
+                        ..spec.clone()
+                    };
+                    self.run_restricted(slot, work, &cold).await
+                }
+                other => other,
+            }
+        })
     }
 }
 
@@ -345,6 +425,8 @@ pub(crate) const MEMORY_LIMIT_MIB: &str = "{memory_limit_mib}";
 /// A started run: killed, swept and reaped even if the run future is dropped.
 struct Tree {
     leader: i32,
+    /// A warm run's leader is its zygote's child, which the zygote reaps once told.
+    release: Option<warm::Release>,
     done: bool,
 }
 
@@ -353,12 +435,16 @@ impl Drop for Tree {
         if self.done {
             return;
         }
-        let leader = self.leader;
+        let (leader, release) = (self.leader, self.release.take());
         // The leader is unreaped: the group's number is still the run's.
-        accounting::kill_group(leader);
+        accounting::kill_run(leader);
         std::thread::spawn(move || {
             accounting::sweep(leader, leader);
-            process::reap(leader);
+            // A warm run's zygote reaps its leader once `release` is gone.
+            if release.is_none() {
+                process::reap(leader);
+            }
+            drop(release);
         });
     }
 }
@@ -410,6 +496,13 @@ impl Restricted {
 
     async fn run_restricted(&self, slot: usize, work: &WorkDir, spec: &RunSpec) -> Result<RunOutcome, SandboxError> {
         let uid = self.run_uid(slot);
+        let warm_cfg = spec.warm.clone().filter(|_| self.warm);
+        if let Some(cfg) = &warm_cfg {
+            // Before the run's clock: a zygote's first start imports its modules.
+            warm::ensure(&self.zygotes, slot, cfg, self.zygote_env(cfg))
+                .await
+                .map_err(|e| SandboxError::WarmNotStarted(e.to_string()))?;
+        }
         let work_path = work
             .host_path()
             .ok_or_else(|| SandboxError::Other("restricted runs need a directory work dir".into()))?
@@ -444,51 +537,88 @@ impl Restricted {
             },
         )
         .map_err(|e| SandboxError::Other(e.to_string()))?;
-        let confinement = spawn::Confinement {
-            rlimits: self.rlimits(spec, uid),
-            landlock: rules,
-            filters: self.filters.clone(),
-            parent: std::process::id() as i32,
-        };
+        let rlimits = self.rlimits(spec, uid);
         let (out_r, out_w) = sys::pipe().map_err(os("pipe2"))?;
         let (err_r, err_w) = sys::pipe().map_err(os("pipe2"))?;
         let stdin = stdin_memfd(&spec.stdin)?;
-
-        use std::os::unix::process::CommandExt;
-        let mut cmd = std::process::Command::new(&exe);
         let memory_mib = (spec.limits.memory >> 20).to_string();
-        cmd.arg0(rewrite_paths(argv0))
-            .args(
+        let argv: Vec<String> = std::iter::once(rewrite_paths(argv0))
+            .chain(
                 spec.argv
                     .iter()
                     .skip(1)
                     .map(|a| rewrite_paths(a).replace(MEMORY_LIMIT_MIB, &memory_mib)),
             )
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, rewrite_paths(v))))
-            .current_dir(&work_path)
-            .stdin(std::process::Stdio::from(stdin))
-            .stdout(std::process::Stdio::from(out_w))
-            .stderr(std::process::Stdio::from(err_w));
-        if self.slot_uids {
-            cmd.uid(uid).gid(uid);
-        }
-        confinement.attach(&mut cmd);
+            .collect();
+        let env: Vec<(String, String)> = spec.env.iter().map(|(k, v)| (k.clone(), rewrite_paths(v))).collect();
 
         let started = Instant::now();
-        let child = match self.spawner.spawn(cmd).await {
-            Ok(c) => c,
-            Err(e) => {
-                return Err(SandboxError::Exec {
-                    exe: argv0.clone(),
-                    errno: e,
-                });
+        let mut warm_run = None;
+        let mut tree = if let Some(cfg) = &warm_cfg {
+            let req = warm::Request {
+                argv: &argv,
+                env: &env,
+                cwd: &w,
+                uid,
+                rlimits: &rlimits,
+                seccomp: &self.filters,
+                stdio: [stdin, out_w, err_w, rules],
+            };
+            let mut run = warm::start(&self.zygotes, slot, cfg, req)
+                .await
+                .map_err(|e| SandboxError::WarmNotStarted(e.to_string()))?;
+            let release = run.release().map_err(os("duplicating the run's socket"))?;
+            let tree = Tree {
+                leader: run.leader,
+                release: Some(release),
+                done: false,
+            };
+            // A child told nothing (the run dropped before this) never starts the program.
+            run.go()
+                .await
+                .map_err(|e| SandboxError::WarmNotStarted(e.to_string()))?;
+            warm_run = Some(run);
+            tree
+        } else {
+            let confinement = spawn::Confinement {
+                rlimits,
+                landlock: rules,
+                filters: self.filters.clone(),
+                parent: std::process::id() as i32,
+            };
+            use std::os::unix::process::CommandExt;
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.arg0(&argv[0])
+                .args(&argv[1..])
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .current_dir(&work_path)
+                .stdin(std::process::Stdio::from(stdin))
+                .stdout(std::process::Stdio::from(out_w))
+                .stderr(std::process::Stdio::from(err_w));
+            if self.slot_uids {
+                cmd.uid(uid).gid(uid);
+            }
+            confinement.attach(&mut cmd);
+            let child = match self.spawner.spawn(cmd).await {
+                Ok(c) => c,
+                Err(e) => {
+                    return Err(SandboxError::Exec {
+                        exe: argv0.clone(),
+                        errno: e,
+                    });
+                }
+            };
+            let leader = child.id() as i32;
+            // std's handle would reap with waitpid; the tree's code reaps with wait4.
+            drop(child);
+            Tree {
+                leader,
+                release: None,
+                done: false,
             }
         };
-        let leader = child.id() as i32;
-        // std's handle would reap with waitpid; the tree's code reaps with wait4.
-        drop(child);
-        let mut tree = Tree { leader, done: false };
+        let leader = tree.leader;
         let pidfd = process::pidfd_open(leader).map_err(|e| SandboxError::Os("pidfd_open", e))?;
         let handle = KillHandle::new(pidfd);
         let exited = handle.watch()?;
@@ -505,7 +635,7 @@ impl Restricted {
                 tokio::select! {
                     _ = &mut exited => break,
                     _ = tokio::time::sleep_until(deadline), if killed_by.is_none() => {
-                        accounting::kill_group(leader);
+                        accounting::kill_run(leader);
                         killed_by = Some(Termination::WallTime);
                     }
                     _ = tick.tick() => {
@@ -514,7 +644,7 @@ impl Restricted {
                         peak.rss = peak.rss.max(s.rss);
                         peak.data = peak.data.max(s.data);
                         if killed_by.is_none() && s.cpu >= spec.limits.cpu {
-                            accounting::kill_group(leader);
+                            accounting::kill_run(leader);
                             killed_by = Some(Termination::CpuTime);
                         }
                     }
@@ -525,15 +655,40 @@ impl Restricted {
         drop(exited);
         drop(handle);
         // The leader has exited but is unreaped, so the group's number is
-        // still this run's: kill what is left of the tree, reap it, then the leader.
-        let (status, ru) = tokio::task::spawn_blocking(move || {
+        // still this run's: kill what is left of the tree, reap it, then the leader
+        // (a warm run's zygote reaps it, once told).
+        let reap_leader = warm_run.is_none();
+        let (status, mut ru) = tokio::task::spawn_blocking(move || {
             let mut total = accounting::sweep(leader, leader);
-            let (status, ru) = process::reap(leader).unwrap_or((libc::SIGKILL, process::zero_rusage()));
-            accounting::merge(&mut total, &ru);
+            let status = reap_leader.then(|| {
+                let (status, ru) = process::reap(leader).unwrap_or((libc::SIGKILL, process::zero_rusage()));
+                accounting::merge(&mut total, &ru);
+                status
+            });
             (status, total)
         })
         .await
         .map_err(|e| SandboxError::Other(format!("reaping a run: {e}")))?;
+        let mut warm_started = false;
+        let status = match (warm_run, status) {
+            (Some(run), _) => {
+                tree.done = true;
+                let ended = run.finish().await;
+                if !ended.started {
+                    return Err(SandboxError::WarmNotStarted(
+                        ended
+                            .error
+                            .unwrap_or_else(|| "the zygote's child ended before the program".into()),
+                    ));
+                }
+                warm_started = true;
+                let (status, leader_ru) = ended.status.unwrap_or((libc::SIGKILL, process::zero_rusage()));
+                accounting::merge(&mut ru, &leader_ru);
+                status
+            }
+            (None, Some(status)) => status,
+            (None, None) => libc::SIGKILL,
+        };
         tree.done = true;
         drop(tree);
 
@@ -570,8 +725,7 @@ impl Restricted {
             cpu,
             peak_memory,
             cpu_exceeded,
-            // Restricted mode has no zygotes (docs/warm-starts.md).
-            warm: false,
+            warm: warm_started,
         })
     }
 }

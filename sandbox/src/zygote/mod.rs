@@ -1,5 +1,9 @@
 //! Warm starts: per-slot interpreter zygotes that fork one child per run.
 //!
+//! Both modes fork Python runs from these. What follows is namespaces mode's
+//! walk; restricted mode's (no namespaces, no cgroups: the child confines itself
+//! as a restricted cold run is confined) is in `restricted/warm.rs`.
+//!
 //! A Python run spends most of its time starting the interpreter and importing
 //! the same modules as every other run. A zygote is an interpreter started
 //! once per slot (as root, in the slot's mount namespace, with the language
@@ -31,8 +35,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(crate) mod init;
-
 /// The zygote's program: `python3 <flags> -c ZYGOTE_PY MODULE...`.
 const ZYGOTE_PY: &str = include_str!("zygote.py");
 
@@ -59,6 +61,16 @@ pub enum ZygoteError {
     InitNotReady,
 }
 
+/// Where and how a zygote is started.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Launch<'a> {
+    /// Namespaces mode: as root, in this (the slot's) mount namespace.
+    MountNs(&'a OwnedFd),
+    /// Restricted mode: as the executor's uid, in the executor's view of the host, with
+    /// `env` (the configuration's, its paths rewritten as a restricted run's are).
+    Restricted { env: &'a [(String, String)] },
+}
+
 /// A started zygote.
 #[derive(Debug)]
 pub(crate) struct Zygote {
@@ -70,9 +82,9 @@ pub(crate) struct Zygote {
 }
 
 impl Zygote {
-    /// Starts a zygote in the mount namespace `mnt_ns` and waits until it
-    /// has imported its modules (blocking: call it off the async runtime).
-    pub fn start(cfg: Arc<ZygoteConfig>, mnt_ns: &OwnedFd) -> Result<Self, ZygoteError> {
+    /// Starts a zygote as `launch` says and waits until it has imported its
+    /// modules (blocking: call it off the async runtime).
+    pub fn start(cfg: Arc<ZygoteConfig>, launch: Launch<'_>) -> Result<Self, ZygoteError> {
         use std::os::unix::process::CommandExt;
         let start_err = |e| ZygoteError::Start(cfg.name.clone(), e);
         let (ours, theirs) = socketpair(libc::SOCK_SEQPACKET).map_err(start_err)?;
@@ -82,20 +94,31 @@ impl Zygote {
             .ok_or_else(|| ZygoteError::NotReady(cfg.name.clone(), "no interpreter".into()))?;
         let exe = resolve_exe(arg0);
         let mut cmd = std::process::Command::new(&exe);
+        let restricted = matches!(launch, Launch::Restricted { .. });
         cmd.arg0(arg0)
             .args(&cfg.interpreter[1..])
             .arg("-c")
             .arg(ZYGOTE_PY)
+            .args(restricted.then_some("--restricted"))
             .args(cfg.command.iter().flat_map(|c| ["--command", c.as_str()]))
             .args(&cfg.preload)
             .env_clear()
-            .envs(cfg.env.iter().map(|(k, v)| (k, v)))
             .current_dir("/")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
+        let mnt_ns = match launch {
+            Launch::MountNs(ns) => {
+                cmd.envs(cfg.env.iter().map(|(k, v)| (k, v)));
+                ns.as_raw_fd()
+            }
+            Launch::Restricted { env } => {
+                cmd.envs(env.iter().map(|(k, v)| (k, v)));
+                -1
+            }
+        };
         let own_pid_ns = std::fs::File::open("/proc/self/ns/pid").map_err(start_err)?;
-        let (ns, sock, pid_ns) = (mnt_ns.as_raw_fd(), theirs.as_raw_fd(), own_pid_ns.as_raw_fd());
+        let (ns, sock, pid_ns) = (mnt_ns, theirs.as_raw_fd(), own_pid_ns.as_raw_fd());
         // SAFETY: between fork and exec the closure makes only async-signal-safe
         // system calls (rt_sigaction, rt_sigprocmask, setns, dup2, setsid, chdir) on
         // descriptors alive in the parent.
@@ -109,11 +132,16 @@ impl Zygote {
                 // handler, nor to the warm runs forked from it.
                 raw::default_signals();
                 // The slot's mount namespace: the root, sys.path and module
-                // files are exactly those a cold run sees.
-                check(raw::setns(ns, libc::CLONE_NEWNS))?;
-                check(raw::chdir(c"/"))?;
+                // files are exactly those a cold run sees. (Restricted mode: the host's,
+                // as its cold runs see it.)
+                if ns >= 0 {
+                    check(raw::setns(ns, libc::CLONE_NEWNS))?;
+                    check(raw::chdir(c"/"))?;
+                }
                 check(raw::dup2(sock, 3))?;
-                check(raw::dup2(pid_ns, 4))?;
+                if ns >= 0 {
+                    check(raw::dup2(pid_ns, 4))?;
+                }
                 // A session of its own, as each run has: with autogroup
                 // scheduling, forking runs then does not compete for the
                 // executor's share of a busy machine.
@@ -197,12 +225,21 @@ impl Zygote {
     }
 
     /// Asks the zygote to fork a child into the pid namespace `pid_ns` (a
-    /// namespace file, not a pidfd: see `init::send_namespaces`); returns the
+    /// namespace file, not a pidfd: see `namespaces::zygote_init::send_namespaces`); returns the
     /// executor's end of the run's socket, where the run is sent
     /// ([`send_run`]) and the child's wait status comes back.
     pub fn fork(&self, pid_ns: BorrowedFd<'_>) -> Result<OwnedFd, ZygoteError> {
         let (ours, theirs) = socketpair(libc::SOCK_STREAM)?;
         send_with_fds(self.ctl.as_fd(), b"F", &[theirs.as_raw_fd(), pid_ns.as_raw_fd()])?;
+        Ok(ours)
+    }
+
+    /// Restricted mode: asks the zygote to fork a run's child; returns the executor's end
+    /// of the run's socket, where the child first sends its pid. The zygote reaps the
+    /// child once this end is shut down for writing or closed (`restricted/warm.rs`).
+    pub fn fork_restricted(&self) -> Result<OwnedFd, ZygoteError> {
+        let (ours, theirs) = socketpair(libc::SOCK_STREAM)?;
+        send_with_fds(self.ctl.as_fd(), b"R", &[theirs.as_raw_fd()])?;
         Ok(ours)
     }
 }
@@ -249,7 +286,8 @@ pub(crate) struct RunRequest<'a> {
     pub gid: u32,
     pub rlimits: &'a [(u32, libc::rlimit64)],
     pub seccomp: &'a [Vec<libc::sock_filter>],
-    /// stdin, stdout, stderr, and the init's readiness pipe.
+    /// stdin, stdout, stderr, and the init's readiness pipe (restricted mode: the run's
+    /// Landlock ruleset, which the child enforces on itself).
     pub stdio: [RawFd; 4],
     /// The run's namespaces the child enters, in order (the mount namespace last).
     pub namespaces: Vec<RawFd>,
@@ -258,6 +296,8 @@ pub(crate) struct RunRequest<'a> {
     /// The child makes a cgroup namespace of its own once it is in the cgroup, instead of
     /// entering the init's: a seat's init lives outside the seat's cgroup.
     pub new_cgroup_ns: bool,
+    /// A restricted run (`zygote.py`'s `_child_restricted`).
+    pub restricted: bool,
 }
 
 impl RunRequest<'_> {
@@ -300,6 +340,7 @@ impl RunRequest<'_> {
         u32_(&mut b, self.namespaces.len());
         u32_(&mut b, self.procs.len());
         u32_(&mut b, usize::from(self.new_cgroup_ns));
+        u32_(&mut b, usize::from(self.restricted));
         b
     }
 
@@ -402,7 +443,7 @@ impl Zygotes {
 
     /// Starts slot `slot`'s zygote for `cfg` (blocking) if it has none, or
     /// the one it had died; makes room by ending the least recently used.
-    pub fn ensure(&self, slot: usize, cfg: &Arc<ZygoteConfig>, mnt_ns: &OwnedFd) -> Result<(), ZygoteError> {
+    pub fn ensure(&self, slot: usize, cfg: &Arc<ZygoteConfig>, launch: Launch<'_>) -> Result<(), ZygoteError> {
         let mut zs = self.cell(slot)?.lock().map_err(|_| ZygoteError::Gone)?;
         if let Some(i) = zs.iter().position(|z| z.config() == cfg) {
             if zs[i].alive() {
@@ -416,7 +457,7 @@ impl Zygotes {
             zs.remove(0);
         }
         let t = Instant::now();
-        let started = Zygote::start(cfg.clone(), mnt_ns)?;
+        let started = Zygote::start(cfg.clone(), launch)?;
         tracing::info!(
             language = %cfg.name,
             preload = cfg.preload.len(),

@@ -1,4 +1,4 @@
-# Sandpool's Python zygote (see sandbox/src/namespaces/zygote/mod.rs and docs/warm-starts.md).
+# Sandpool's Python zygote (see sandbox/src/zygote/mod.rs and docs/warm-starts.md).
 #
 # Started by the executor as root in the slot's mount namespace, with the
 # language entry's interpreter flags and environment: `python3 -B -c <this>
@@ -12,10 +12,22 @@
 # (the run's socket and its init's pid namespace), so nothing of one run's
 # data is in its memory when it forks the next run. Namespaces come as
 # namespace files, not pidfds: setns(pidfd) needs ptrace access to the init,
-# which a pod without CAP_SYS_PTRACE lacks (sandbox/src/namespaces/zygote/init.rs).
+# which a pod without CAP_SYS_PTRACE lacks (sandbox/src/namespaces/zygote_init.rs).
 #
 # Descriptor 3 is the control socket (SOCK_SEQPACKET), 4 the zygote's own pid
 # namespace (the slot's mount namespace has no /proc between runs).
+#
+# Restricted mode (`--restricted` first, sandbox/src/restricted/warm.rs): started
+# as the executor's uid with no namespaces to enter, only descriptor 3. A run is
+# `R` and its socket; the child sends its pid (`C`), then confines itself as the
+# cold path's pre-exec does (sandbox/src/restricted/spawn.rs): a session of its
+# own, uid, rlimits, no_new_privs, the run's Landlock domain, seccomp; and runs
+# the program only once the executor, which now watches that pid, says `G`. The
+# zygote does not reap a run's child until the executor shuts its end of the
+# run's socket (it watches for that, never reading the socket): the child's pid
+# numbers the run's process group, which the executor kills and sweeps first,
+# and must not be reused before it has. A child the executor let go of before
+# its program started (a cancelled run) is killed then.
 import os
 import sys
 
@@ -37,6 +49,8 @@ _CLONE_NEWCGROUP = 0x02000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
+_PR_SET_PDEATHSIG = 1
+_SYS_LANDLOCK_RESTRICT_SELF = {"x86_64": 446, "aarch64": 446}
 
 
 def _zygote():
@@ -46,8 +60,14 @@ def _zygote():
 
     libc = ctypes.CDLL(None, use_errno=True)
     ctl = socket.socket(fileno=3)
-    own_pid_ns = 4
-    os.set_inheritable(own_pid_ns, False)
+    args = sys.argv[1:]
+    restricted = args[:1] == ["--restricted"]
+    if restricted:
+        args = args[1:]
+        own_pid_ns = None
+    else:
+        own_pid_ns = 4
+        os.set_inheritable(own_pid_ns, False)
 
     def setns(fd, flags):
         if libc.setns(fd, flags) != 0:
@@ -57,7 +77,6 @@ def _zygote():
     failed = []
     import importlib
 
-    args = sys.argv[1:]
     if args[:1] == ["--command"] and len(args) > 1:
         # A `-c` program every run of this zygote runs (a session's driver): compiled once.
         global _COMMAND
@@ -91,11 +110,42 @@ def _zygote():
     import select
 
     children = {}  # pid -> the run's socket, where its wait status goes
+    released = set()  # restricted: pids the executor let us reap
     wakeup, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
     signal.set_wakeup_fd(wakeup_w)
 
+    poll = select.poll()
+    poll.register(ctl, select.POLLIN)
+    poll.register(wakeup, select.POLLIN)
+    by_fd = {}  # restricted: the run's socket -> its child's pid
+
+    def reap_released():
+        for pid in list(released):
+            try:
+                got, status, ru = os.wait4(pid, os.WNOHANG)
+            except ChildProcessError:
+                got, status, ru = pid, None, None
+            if got == 0:
+                continue
+            released.discard(pid)
+            fd = children.pop(pid, None)
+            if fd is None:
+                continue
+            by_fd.pop(fd, None)
+            try:
+                if status is not None:
+                    # The leader's own rusage (its reaped children's included): restricted
+                    # runs have no cgroup that counts it.
+                    us = lambda t: int(round(t * 1e6))  # noqa: E731
+                    os.write(fd, b"S" + struct.pack("<iqqq", status, us(ru.ru_utime), us(ru.ru_stime), ru.ru_maxrss))
+            except OSError:
+                pass
+            os.close(fd)
+
     def reap():
+        if restricted:
+            return reap_released()
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -113,14 +163,26 @@ def _zygote():
 
     while True:
         reap()
-        ready, _w, _x = select.select([ctl, wakeup], [], [])
+        events = poll.poll()
+        ready = [fd for fd, _ev in events]
+        for fd, _ev in events:
+            pid = by_fd.get(fd)
+            if pid is not None and pid not in released:
+                # The executor is done with the run (or dropped it): end the child if it
+                # still lives, and reap it.
+                poll.unregister(fd)
+                released.add(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         if wakeup in ready:
             try:
                 while os.read(wakeup, 512):
                     pass
             except BlockingIOError:
                 pass
-        if ctl not in ready:
+        if ctl.fileno() not in ready:
             continue
         try:
             msg, anc, _flags, _addr = ctl.recvmsg(16, socket.CMSG_SPACE(2 * 4))
@@ -132,7 +194,39 @@ def _zygote():
         for level, kind, data in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.extend(struct.unpack("%di" % (len(data) // 4), data[: len(data) - len(data) % 4]))
-        if msg != b"F" or len(fds) != 2:
+        if restricted and msg == b"R" and len(fds) == 1:
+            run_fd, zygote_pid = fds[0], os.getpid()
+            try:
+                pid = os.fork()
+            except OSError as e:
+                pid, err = -1, "%s (errno %d)" % (e.strerror, e.errno)
+            if pid == 0:
+                try:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    for fd in [wakeup, wakeup_w, *children.values()]:
+                        os.close(fd)
+                    os.close(ctl.detach())
+                    run = _child_restricted(run_fd, zygote_pid, libc, ctypes, signal, socket, struct)
+                except BaseException as e:
+                    try:
+                        os.write(run_fd, ("Esetting up the run: %r" % (e,)).encode())
+                    finally:
+                        os._exit(126)
+                return run
+            if pid > 0:
+                children[pid] = run_fd
+                by_fd[run_fd] = pid
+                # Only the hang-up: the socket's data is the child's to read.
+                poll.register(run_fd, select.POLLRDHUP)
+                continue
+            try:
+                os.write(run_fd, b"E" + err.encode())
+            except OSError:
+                pass
+            os.close(run_fd)
+            continue
+        if restricted or msg != b"F" or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
             ctl.send(b"bad request")
@@ -212,39 +306,12 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     (n,) = struct.unpack("<I", _recv_exact(sock, 4, fds, socket, struct))
     body = _recv_exact(sock, n, fds, socket, struct)
     sock.detach()
-    pos = 0
-
-    def u32():
-        nonlocal pos
-        (v,) = struct.unpack_from("<I", body, pos)
-        pos += 4
-        return v
-
-    def u64():
-        nonlocal pos
-        (v,) = struct.unpack_from("<Q", body, pos)
-        pos += 8
-        return v
-
-    def blob():
-        nonlocal pos
-        n = u32()
-        pos += n
-        return body[pos - n : pos]
-
-    argv = [blob().decode() for _ in range(u32())]
-    env = [blob() for _ in range(u32())]
-    cwd = blob().decode()
-    prefix = u32()
-    uid, gid = u32(), u32()
-    rlimits = [(u32(), u64(), u64()) for _ in range(u32())]
-    filters = [blob() for _ in range(u32())]
-    n_ns = u32()
-    n_procs = u32()
     # A seat's init lives outside the seat's cgroup: its cgroup namespace is
     # not the run's, and the child makes its own once it joined the cgroup.
-    new_cgroup_ns = u32()
-    if len(fds) != 4 + n_ns + n_procs:
+    argv, env, cwd, prefix, uid, gid, rlimits, filters, n_ns, n_procs, new_cgroup_ns, restricted = _parse(
+        body, struct
+    )
+    if restricted or len(fds) != 4 + n_ns + n_procs:
         raise RuntimeError("expected %d descriptors, got %d" % (4 + n_ns + n_procs, len(fds)))
     namespaces = fds[4 : 4 + n_ns]
     procs = fds[4 + n_ns :]
@@ -296,6 +363,105 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     os.write(run_fd, b"P")
     os.closerange(3, 1 << 20)
     return argv, env, prefix
+
+
+def _child_restricted(run_fd, zygote_pid, libc, ctypes, signal, socket, struct):
+    """Confines this process as a restricted cold run is confined; returns what `_run` needs.
+
+    The same steps, in the same order, as `Confinement::apply` between fork and
+    exec (sandbox/src/restricted/spawn.rs), with the uid first as std's spawn
+    sets it there.
+    """
+    # Dies with the zygote, which dies with the executor: nothing of a run outlives it.
+    if libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_PDEATHSIG")
+    if os.getppid() != zygote_pid:
+        raise RuntimeError("the zygote is gone")
+    # First: the executor numbers the run (its process group) and watches it by this pid.
+    os.write(run_fd, b"C" + struct.pack("<i", os.getpid()))
+    sock = socket.socket(fileno=run_fd)
+    fds = []
+    (n,) = struct.unpack("<I", _recv_exact(sock, 4, fds, socket, struct))
+    body = _recv_exact(sock, n, fds, socket, struct)
+    sock.detach()
+    argv, env, cwd, prefix, uid, gid, rlimits, filters, n_ns, n_procs, _new_cg, restricted = _parse(body, struct)
+    if not restricted or n_ns or n_procs or len(fds) != 4:
+        raise RuntimeError("not a restricted run (%d descriptors)" % len(fds))
+    landlock = fds[3]
+    for i, fd in enumerate(fds[:3]):
+        os.dup2(fd, i)
+        os.close(fd)
+    _set_cmdline(argv, ctypes)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    # A session of its own, whose group (numbered as this process) is the run's.
+    os.setsid()
+    if os.getuid() != uid or os.getgid() != gid:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    import resource
+
+    for res, cur, mx in rlimits:
+        resource.setrlimit(res, (cur, mx))
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+    nr = _SYS_LANDLOCK_RESTRICT_SELF.get(os.uname().machine)
+    if nr is None or libc.syscall(nr, landlock, 0) != 0:
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    os.close(landlock)
+    for f in filters:
+        buf = ctypes.create_string_buffer(f, len(f))
+        prog = _SockFprog(len(f) // 8, ctypes.addressof(buf))
+        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "seccomp")
+    os.chdir(cwd)
+    # The executor watches this pid now (or let the run go: then nothing runs).
+    if os.read(run_fd, 1) != b"G":
+        os._exit(126)
+    os.write(run_fd, b"P")
+    os.closerange(3, 1 << 20)
+    return argv, env, prefix
+
+
+def _parse(body, struct):
+    """The run, as `RunRequest::encode` wrote it."""
+    pos = 0
+
+    def u32():
+        nonlocal pos
+        (v,) = struct.unpack_from("<I", body, pos)
+        pos += 4
+        return v
+
+    def u64():
+        nonlocal pos
+        (v,) = struct.unpack_from("<Q", body, pos)
+        pos += 8
+        return v
+
+    def blob():
+        nonlocal pos
+        n = u32()
+        pos += n
+        return body[pos - n : pos]
+
+    argv = [blob().decode() for _ in range(u32())]
+    env = [blob() for _ in range(u32())]
+    cwd = blob().decode()
+    prefix = u32()
+    uid, gid = u32(), u32()
+    rlimits = [(u32(), u64(), u64()) for _ in range(u32())]
+    filters = [blob() for _ in range(u32())]
+    n_ns = u32()
+    n_procs = u32()
+    new_cgroup_ns = u32()
+    restricted = u32()
+    return argv, env, cwd, prefix, uid, gid, rlimits, filters, n_ns, n_procs, new_cgroup_ns, restricted
 
 
 def _set_cmdline(argv, ctypes):

@@ -1,4 +1,4 @@
-//! The supervisor's part of a warm run (see [`crate::namespaces::zygote`]): the init is
+//! The supervisor's part of a warm run (see [`crate::zygote`]): the init is
 //! set up as for a cold run but starts no program; once it is ready, the
 //! slot's zygote forks the program into the init's namespaces, and the wait
 //! status it reports goes to the init, which reports it as a cold init would.
@@ -10,7 +10,7 @@ use crate::ZygoteConfig;
 use crate::error::os;
 use crate::namespaces::cgroup::SlotCgroup;
 use crate::namespaces::child::ChildPlan;
-use crate::namespaces::zygote::{self, RunRequest, ZygoteError, Zygotes};
+use crate::zygote::{self, Launch, RunRequest, ZygoteError, Zygotes};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,13 +45,13 @@ type Outcome = std::pin::Pin<Box<dyn std::future::Future<Output = zygote::Ended>
 const NAMESPACES_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many namespace files the init sends: pid (for the zygote), then
-/// ipc, uts, cgroup, net and mount (for the child), see `zygote::init`.
+/// ipc, uts, cgroup, net and mount (for the child), see `zygote_init`.
 const INIT_NAMESPACES: usize = 6;
 
 /// Where the cgroup namespace is among them.
 const CGROUP_NS: usize = 3;
 
-/// Receives the init's namespace files (`zygote::init::send_namespaces`).
+/// Receives the init's namespace files (`zygote_init::send_namespaces`).
 async fn init_namespaces(ctl: &tokio::net::UnixStream) -> Result<Vec<OwnedFd>, ZygoteError> {
     loop {
         ctl.readable().await?;
@@ -101,7 +101,7 @@ pub(super) async fn ensure_zygote(ctx: &Context<'_>, cfg: &Arc<ZygoteConfig>) ->
         return Ok(());
     }
     let (zygotes, index, cfg, ns) = (slot.zygotes.clone(), slot.index, cfg.clone(), ctx.mnt_ns.clone());
-    tokio::task::spawn_blocking(move || zygotes.ensure(index, &cfg, &ns))
+    tokio::task::spawn_blocking(move || zygotes.ensure(index, &cfg, Launch::MountNs(&ns)))
         .await
         .map_err(|e| SandboxError::Other(format!("starting the zygote: {e}")))?
         .map_err(|e| SandboxError::Other(e.to_string()))
@@ -212,6 +212,7 @@ pub(super) async fn start(
                 .collect(),
             procs: procs.iter().map(|f| f.as_raw_fd()).collect(),
             new_cgroup_ns: seat,
+            restricted: false,
         };
         let msg = req.encode();
         let fds = req.fds();
