@@ -539,7 +539,31 @@ print(getattr(json, "LEFT", None), os.listdir(os.environ["TMPDIR"]))
         .run(req("import os; print(os.getppid())", "", &[], &[], false))
         .await;
     assert!(run(&r).warm, "{}", describe(&r));
-    assert_ne!(stdout(&r).trim(), zygote.to_string(), "a new zygote forked it");
+    let zygote2: u32 = stdout(&r).trim().parse().expect("a pid");
+    assert_ne!(zygote2, zygote, "a new zygote forked it");
+    // The zygote dies mid-run (its child dies with it): the executor failed, not the
+    // program, so SANDBOX_ERROR (retryable), and the next run is served.
+    let mut client = exe.client();
+    let during = tokio::spawn(async move {
+        client
+            .execute(req(
+                "import time\nprint('up', flush=True)\ntime.sleep(5)",
+                "",
+                &[],
+                &[],
+                false,
+            ))
+            .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        sandpool_tests::signal(zygote2, libc::SIGKILL),
+        "the zygote {zygote2} was not there to kill"
+    );
+    let r = during.await.expect("join").expect("a response").into_inner();
+    assert_eq!(r.verdict, pb::Verdict::SandboxError as i32, "{}", describe(&r));
+    let r = exe.run(req("print('served')", "", &[], &[], false)).await;
+    assert_eq!(stdout(&r), "served\n", "{}", describe(&r));
 }
 
 /// Pids whose command line is exactly `argv`.

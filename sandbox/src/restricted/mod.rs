@@ -257,12 +257,16 @@ impl Restricted {
             .unwrap_or_default()
     }
 
-    /// A zygote's environment: the configuration's, with the shared dir's path as runs see it.
+    /// A zygote's environment: the configuration's, with the shared dir's path as runs see
+    /// it, and `/work` and `/tmp` (`HOME`, `TMPDIR`) naming a directory that never exists:
+    /// the zygote's start-up (`site`'s user directory under `HOME`) must find nothing of the
+    /// host's `/tmp`, as a cold run finds nothing in its own empty one.
     fn zygote_env(&self, cfg: &crate::ZygoteConfig) -> Vec<(String, String)> {
         let shared = self.shared_path();
+        let none = self.runs_dir.join("none").to_string_lossy().into_owned();
         cfg.env
             .iter()
-            .map(|(k, v)| (k.clone(), rewrite_paths(v, "", "", &shared)))
+            .map(|(k, v)| (k.clone(), rewrite_paths(v, &none, &none, &shared)))
             .collect()
     }
 }
@@ -679,6 +683,11 @@ impl Restricted {
                         ended
                             .error
                             .unwrap_or_else(|| "the zygote's child ended before the program".into()),
+                    ));
+                }
+                if !ended.reported {
+                    return Err(SandboxError::Other(
+                        "the zygote ended during the run (it is replaced for the next one)".into(),
                     ));
                 }
                 warm_started = true;

@@ -188,6 +188,9 @@ pub(super) struct Ended {
     pub started: bool,
     /// The leader's wait status and rusage; None when nobody could reap it.
     pub status: Option<(i32, libc::rusage)>,
+    /// The zygote reported the leader's end. When it did not (it died, or hung), the
+    /// leader may have been killed with it (`PR_SET_PDEATHSIG`): the run failed, not the program.
+    pub reported: bool,
     /// What the child said went wrong before the program, if it did.
     pub error: Option<String>,
 }
@@ -219,7 +222,8 @@ impl Warm {
                 .await
                 .is_ok_and(|r| r.is_ok());
         let mut ended = parse(&buf);
-        if !read || ended.status.is_none() {
+        ended.reported = read && ended.status.is_some();
+        if !ended.reported {
             tracing::warn!(
                 slot = self.owner.slot,
                 leader,
@@ -284,7 +288,12 @@ fn parse(buf: &[u8]) -> Ended {
             .take(500)
             .collect()
     });
-    Ended { started, status, error }
+    Ended {
+        started,
+        reported: status.is_some(),
+        status,
+        error,
+    }
 }
 
 #[cfg(test)]
