@@ -566,6 +566,31 @@ print(getattr(json, "LEFT", None), os.listdir(os.environ["TMPDIR"]))
     assert_eq!(stdout(&r), "served\n", "{}", describe(&r));
 }
 
+/// A fork bomb in a warm restricted run fails on the process limit, and is not taken for a
+/// memory failure: its members each map the zygote's pages, which summed over them came
+/// "near the limit" (two runs in three read MEMORY_LIMIT_EXCEEDED before the check looked
+/// at the largest process, as the per-process limit does).
+#[tokio::test]
+async fn a_restricted_warm_fork_bomb_is_not_a_memory_failure() {
+    if !sandpool_sandbox::host::restricted_warm_starts() {
+        eprintln!("skipped: this kernel's Landlock does not scope signals (restricted runs start cold)");
+        return;
+    }
+    let exe = restricted_executor().await;
+    for _ in 0..4 {
+        let mut r = req("import os\nwhile True:\n    os.fork()\n", "", &[], &[], false);
+        r.limits = Some(pb::Limits {
+            wall_time_ms: 2_000,
+            memory_bytes: 128 << 20,
+            processes: 16,
+            ..Default::default()
+        });
+        let r = exe.run(r).await;
+        assert!(run(&r).warm, "{}", describe(&r));
+        assert_eq!(r.verdict, pb::Verdict::RuntimeError as i32, "{}", describe(&r));
+    }
+}
+
 /// Pids whose command line is exactly `argv`.
 fn processes_running(argv: &[&str]) -> Vec<u32> {
     let want = argv.join("\0") + "\0";

@@ -81,6 +81,10 @@ pub struct Sample {
     pub cpu: Duration,
     /// Resident memory of all members together.
     pub rss: u64,
+    /// The largest resident memory of one member: what a per-process limit (`RLIMIT_DATA`)
+    /// is near. Summed, processes that share pages (a fork's copy-on-write, a warm run's
+    /// zygote) count them once each.
+    pub rss_max: u64,
     /// The largest private writable size (`RLIMIT_DATA`'s measure) of one member.
     pub data: u64,
 }
@@ -102,7 +106,9 @@ pub fn sample(pgid: i32) -> Sample {
         // statm: size resident shared text lib data dt, in pages.
         if let Ok(m) = std::fs::read_to_string(format!("/proc/{pid}/statm")) {
             let f: Vec<u64> = m.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            s.rss += f.get(1).copied().unwrap_or(0) * page;
+            let rss = f.get(1).copied().unwrap_or(0) * page;
+            s.rss += rss;
+            s.rss_max = s.rss_max.max(rss);
             s.data = s.data.max(f.get(5).copied().unwrap_or(0) * page);
         }
     }

@@ -646,6 +646,7 @@ impl Restricted {
                         let s = accounting::sample(leader);
                         peak.cpu = peak.cpu.max(s.cpu);
                         peak.rss = peak.rss.max(s.rss);
+                        peak.rss_max = peak.rss_max.max(s.rss_max);
                         peak.data = peak.data.max(s.data);
                         if killed_by.is_none() && s.cpu >= spec.limits.cpu {
                             accounting::kill_run(leader);
@@ -715,8 +716,11 @@ impl Restricted {
         let (exit_code, signal) = exit_and_signal(Some(status));
         let peak_memory = (ru.ru_maxrss as u64 * 1024).max(peak.rss);
         let failed = exit_code != 0 || signal != 0;
-        // Resident memory, not the data size: runtimes reserve far more than they touch.
-        let oom_killed = failed && killed_by.is_none() && near_memory_limit(peak_memory, spec.limits.memory);
+        // Resident memory, not the data size: runtimes reserve far more than they touch. Of
+        // one process, as the limit is per process: a fork bomb's members, each small and
+        // sharing their parent's pages, summed to "near the limit" and read as out of memory.
+        let largest = (ru.ru_maxrss as u64 * 1024).max(peak.rss_max);
+        let oom_killed = failed && killed_by.is_none() && near_memory_limit(largest, spec.limits.memory);
         // As in namespaces mode: killed at the wall limit while busy on the CPU is a time limit.
         let cpu_bound = killed_by == Some(Termination::WallTime) && cpu.as_secs_f64() >= 0.5 * wall.as_secs_f64();
         let cpu_exceeded =
