@@ -108,7 +108,11 @@ fn bare_like(zygote_argv: &[String]) -> Result<Mem, Error> {
         .iter()
         .position(|a| a == ZYGOTE_MARK)
         .ok_or("no -c in the zygote's argv")?;
-    let (flags, modules) = (&zygote_argv[1..c], &zygote_argv[c + 2..]);
+    let (flags, mut modules) = (&zygote_argv[1..c], &zygote_argv[c + 2..]);
+    // A restricted executor's zygotes say so before their modules (zygote.py).
+    if modules.first().is_some_and(|m| m == "--restricted") {
+        modules = &modules[1..];
+    }
     let prog = "import sys\nfor m in sys.argv[1:]:\n    __import__(m)\nprint('ready', flush=True)\nsys.stdin.read()\n";
     let mut child = std::process::Command::new(common::PYTHON)
         .args(flags)
