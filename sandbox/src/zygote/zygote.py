@@ -120,6 +120,14 @@ def _zygote():
     poll.register(wakeup, select.POLLIN)
     by_fd = {}  # restricted: the run's socket -> its child's pid
 
+    def fork_failed(run_fd, err):
+        # Said on the run's socket: the executor starts the run again cold.
+        try:
+            os.write(run_fd, b"E" + err.encode())
+        except OSError:
+            pass
+        os.close(run_fd)
+
     def reap_released():
         for pid in list(released):
             try:
@@ -220,11 +228,7 @@ def _zygote():
                 # Only the hang-up: the socket's data is the child's to read.
                 poll.register(run_fd, select.POLLRDHUP)
                 continue
-            try:
-                os.write(run_fd, b"E" + err.encode())
-            except OSError:
-                pass
-            os.close(run_fd)
+            fork_failed(run_fd, err)
             continue
         if restricted or msg != b"F" or len(fds) != 2:
             for fd in fds:
@@ -266,11 +270,7 @@ def _zygote():
         if pid > 0:
             children[pid] = run_fd
             continue
-        try:
-            os.write(run_fd, b"E" + err.encode())
-        except OSError:
-            pass
-        os.close(run_fd)
+        fork_failed(run_fd, err)
 
 
 class _InitNotReady(Exception):
@@ -352,11 +352,7 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs")
 
-    for f in filters:
-        buf = ctypes.create_string_buffer(f, len(f))
-        prog = _SockFprog(len(f) // 8, ctypes.addressof(buf))
-        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "seccomp")
+    _install_filters(filters, libc, ctypes)
     os.chdir(cwd)
     # Everything from here on is the program's: a failure before this line
     # lets the executor run it again cold.
@@ -414,11 +410,7 @@ def _child_restricted(run_fd, zygote_pid, libc, ctypes, signal, socket, struct):
     if nr is None or libc.syscall(nr, landlock, 0) != 0:
         raise OSError(ctypes.get_errno(), "landlock_restrict_self")
     os.close(landlock)
-    for f in filters:
-        buf = ctypes.create_string_buffer(f, len(f))
-        prog = _SockFprog(len(f) // 8, ctypes.addressof(buf))
-        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "seccomp")
+    _install_filters(filters, libc, ctypes)
     os.chdir(cwd)
     # The executor watches this pid now (or let the run go: then nothing runs).
     if os.read(run_fd, 1) != b"G":
@@ -426,6 +418,15 @@ def _child_restricted(run_fd, zygote_pid, libc, ctypes, signal, socket, struct):
     os.write(run_fd, b"P")
     os.closerange(3, 1 << 20)
     return argv, env, prefix
+
+
+def _install_filters(filters, libc, ctypes):
+    """Installs each seccomp filter (raw `sock_filter` programs), in order."""
+    for f in filters:
+        buf = ctypes.create_string_buffer(f, len(f))
+        prog = _SockFprog(len(f) // 8, ctypes.addressof(buf))
+        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "seccomp")
 
 
 def _parse(body, struct):
