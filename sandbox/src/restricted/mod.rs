@@ -382,9 +382,12 @@ struct TmpDir(PathBuf);
 
 impl Drop for TmpDir {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            tracing::warn!(dir = %self.0.display(), error = %e, "could not remove a run's tmp dir");
-        }
+        // As much as the run wrote there: not on an async worker (see `WorkDir`'s drop).
+        crate::runio::off_the_runtime(|| {
+            if let Err(e) = std::fs::remove_dir_all(&self.0) {
+                tracing::warn!(dir = %self.0.display(), error = %e, "could not remove a run's tmp dir");
+            }
+        });
     }
 }
 
