@@ -116,12 +116,27 @@ impl Drop for Staging {
     }
 }
 
+/// Runs `f`, blocking clean-up (a work dir's removal: a detached tmpfs's last close waits for
+/// an RCU grace period, a directory on disk is removed file by file), without holding up the
+/// async runtime: on a worker of a multi-threaded runtime through `block_in_place`, which
+/// hands the worker's other tasks to another thread first; elsewhere (a blocking-pool thread,
+/// a current-thread runtime, no runtime) as it is. It stays synchronous, so what it frees is
+/// gone before the caller goes on (a slot's cgroup must not see an old work dir's pages when
+/// the slot's next run sets its limit).
+pub(crate) fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 impl Drop for WorkDir {
     fn drop(&mut self) {
         // A run decides how much there is to remove (30,000 files: 70 ms in a tmpfs, 0.3 s on
         // disk, measured): never on an async worker.
         let mount = self.mount.take();
-        crate::runio::off_the_runtime(|| {
+        off_the_runtime(|| {
             if let Some(p) = self.attached.get() {
                 mount::detach_all(p);
                 let _ = fs::remove_dir(p);
@@ -555,6 +570,41 @@ impl WorkDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a runtime's only worker, a task blocked in clean-up still lets the worker's other
+    /// tasks run (it waits here for one it spawned: inline, it would wait the 10 s out);
+    /// on a current-thread runtime, a blocking-pool thread and no runtime it just runs.
+    #[test]
+    fn blocking_clean_up_leaves_the_workers_other_tasks_running() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let served = rt.block_on(async {
+            tokio::spawn(async {
+                let (tx, rx) = std::sync::mpsc::channel();
+                tokio::spawn(async move {
+                    let _ = tx.send(());
+                });
+                off_the_runtime(|| rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok())
+            })
+            .await
+            .expect("join")
+        });
+        assert!(served, "the worker's other task did not run while one blocked");
+        assert_eq!(
+            rt.block_on(async {
+                tokio::task::spawn_blocking(|| off_the_runtime(|| 2))
+                    .await
+                    .expect("join")
+            }),
+            2
+        );
+        let current = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        assert_eq!(current.block_on(async { off_the_runtime(|| 3) }), 3);
+        assert_eq!(off_the_runtime(|| 4), 4);
+    }
 
     fn at(w: &WorkDir, rel: &str) -> CString {
         let _ = w;

@@ -383,7 +383,7 @@ struct TmpDir(PathBuf);
 impl Drop for TmpDir {
     fn drop(&mut self) {
         // As much as the run wrote there: not on an async worker (see `WorkDir`'s drop).
-        crate::runio::off_the_runtime(|| {
+        crate::workdir::off_the_runtime(|| {
             if let Err(e) = std::fs::remove_dir_all(&self.0) {
                 tracing::warn!(dir = %self.0.display(), error = %e, "could not remove a run's tmp dir");
             }
