@@ -106,6 +106,14 @@ pub(crate) fn set_child_subreaper() -> std::io::Result<()> {
     check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
 }
 
+/// setpriority(2) of the calling thread only (Linux keeps a nice value per thread):
+/// `nice` 19 makes it yield to every ordinary thread that wants the CPU. Raising
+/// the value needs no privilege.
+pub(crate) fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: setpriority with integer arguments; `who` 0 is the calling thread.
+    check(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) }).map(drop)
+}
+
 /// prlimit(2): sets both limits of `resource` of process `pid` to `n`.
 pub(crate) fn set_limit(pid: i32, resource: libc::__rlimit_resource_t, n: u64) -> std::io::Result<()> {
     let lim = libc::rlimit {
