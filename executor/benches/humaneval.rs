@@ -214,7 +214,8 @@ fn main() -> Result<(), Error> {
             .filter(|r| r.as_ref().is_ok_and(|r| r.verdict == pb::Verdict::Ok as i32))
             .count();
         if ok != n {
-            return Err(format!("Execute ran {ok}/{n} OK").into());
+            let first = executed.iter().find(|r| !r.as_ref().is_ok_and(|r| r.verdict == pb::Verdict::Ok as i32));
+            return Err(format!("Execute ran {ok}/{n} OK; first failure: {first:?}").into());
         }
 
         let (d_unary, out) = unary(problems.iter().map(request).collect()).await;

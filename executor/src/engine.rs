@@ -86,6 +86,9 @@ pub struct Engine {
     watchdog: Arc<crate::watchdog::Watchdog>,
     /// Artifacts built once that a language's warm runs share (see [`crate::shared`]).
     shared: crate::shared::Shared,
+    /// Per slot, held while the clean-up its last run left is still going (see
+    /// [`Engine::release`]); the slot's next holder waits for it.
+    settling: Vec<Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// Outcome of one phase run through the engine.
@@ -102,7 +105,8 @@ impl Engine {
     pub async fn new(sandbox: Box<dyn Runner>, languages: LanguageTable, cfg: EngineConfig) -> Self {
         let metrics = Metrics::new();
         metrics.slots.set(sandbox.slots() as i64);
-        let admission = Admission::new(sandbox.slots(), cfg.queue_capacity);
+        let sandbox_slots = sandbox.slots();
+        let admission = Admission::new(sandbox_slots, cfg.queue_capacity);
         let cache = cfg
             .result_cache
             .and_then(|c| crate::result_cache::ResultCache::new(c, metrics.clone()));
@@ -133,6 +137,7 @@ impl Engine {
             watchdog: crate::watchdog::Watchdog::new(),
             assert_prelude: cfg.assert_prelude,
             cache,
+            settling: (0..sandbox_slots).map(|_| Default::default()).collect(),
         };
         if cfg.warm_starts && engine.sandbox.warm_starts() {
             engine.warm = engine
@@ -397,7 +402,16 @@ impl Engine {
         admit: Admit,
     ) -> Result<SlotGuard, ExecError> {
         let t = Instant::now();
-        let slot = self.admission.acquire_as(ticket, deadline, admit).await;
+        let mut slot = self.admission.acquire_as(ticket, deadline, admit).await;
+        if let Ok(s) = &slot
+            && let Some(settling) = self.settling.get(s.index())
+        {
+            // The slot's last run may still be dissolving its work dir (charged to the slot's
+            // cgroup); usually long done. The deadline holds here too.
+            if until(deadline, settling.lock()).await.is_err() {
+                slot = Err(AdmissionError::Deadline);
+            }
+        }
         let waited = t.elapsed().as_secs_f64();
         self.metrics.observe(Phase::Queue, waited);
         match &slot {
@@ -407,6 +421,27 @@ impl Engine {
             Err(e) => self.metrics.tenant_refused(&ticket.tenant.name, refusal(e)),
         }
         Ok(slot?)
+    }
+
+    /// Gives back a finished run's slot, its work dir dropped first. A work dir nobody can
+    /// see dissolves on the blocking pool after the caller answers (a detached tmpfs's close
+    /// waits for an RCU grace period): the slot is free for admission at once, and its next
+    /// holder waits in [`Engine::acquire_as`] until the work dir is gone, so no run sees
+    /// another's pages charged to its cgroup. `with` (a drain count) goes with the work dir.
+    /// A host directory or an attached mount is removed now, before the response ("nothing
+    /// left behind").
+    pub fn release<T: Send + 'static>(&self, work: Option<WorkDir>, slot: SlotGuard, with: T) {
+        let settling = self
+            .settling
+            .get(slot.index())
+            .and_then(|m| m.clone().try_lock_owned().ok());
+        match settling {
+            Some(settled) if work.as_ref().is_some_and(WorkDir::is_unseen) => {
+                crate::task::drop_later((work, settled, with));
+            }
+            _ => drop(work),
+        }
+        drop(slot);
     }
 
     /// The metrics in Prometheus text format; slot and queue gauges are read from admission now.
@@ -522,14 +557,11 @@ impl Engine {
 
         let slot = self.acquire(&ticket, deadline).await?;
         let limits = (run_limits, compile_limits);
-        let fut = self.execute_in_slot(&slot, lang, version, req, limits, charge);
-        let res = match deadline {
-            Some(d) => tokio::time::timeout_at(d, fut)
-                .await
-                .map_err(|_| ExecError::DeadlineExceeded)?,
-            None => fut.await,
-        };
-        drop(slot);
+        let mut work = None;
+        let fut = self.execute_in_slot((&slot, &mut work), lang, version, req, limits, charge);
+        let res = until(deadline, fut).await;
+        self.release(work, slot, _in_progress);
+        let res = res?;
         if let Some((c, u, k)) = cached {
             c.put_execute(k, u, &res);
         }
@@ -543,9 +575,11 @@ impl Engine {
         Ok(res)
     }
 
+    /// Runs `req` in `slot`; the work dir it makes is left in `keep`, for the caller to drop
+    /// once it has answered.
     async fn execute_in_slot(
         &self,
-        slot: &SlotGuard,
+        (slot, keep): (&SlotGuard, &mut Option<WorkDir>),
         lang: &Language,
         version: &str,
         req: pb::ExecuteRequest,
@@ -588,8 +622,8 @@ impl Engine {
             Ok::<_, String>(work)
         })
         .await;
-        let work = match written {
-            Ok(Ok(w)) => w,
+        let work: &WorkDir = match written {
+            Ok(Ok(w)) => keep.insert(w),
             Ok(Err(e)) | Err(ExecError::Internal(e)) => return fail(resp, scrub_host_paths(&e)),
             Err(e) => return fail(resp, e.to_string()),
         };
@@ -602,7 +636,7 @@ impl Engine {
                 gpu: lang.gpu,
                 warm: None,
             };
-            let mut c = self.run_phase(slot, &work, &spec, Phase::Compile).await;
+            let mut c = self.run_phase(slot, work, &spec, Phase::Compile).await;
             c.result.warm |= compile.warm;
             resp.compile = Some(c.result);
             match c.verdict {
@@ -625,7 +659,7 @@ impl Engine {
             gpu: lang.gpu,
             warm,
         };
-        let mut r = self.run_phase(slot, &work, &spec, Phase::Run).await;
+        let mut r = self.run_phase(slot, work, &spec, Phase::Run).await;
         r.result.warm |= run.warm;
         resp.run = Some(r.result);
         resp.verdict = r.verdict as i32;
@@ -633,8 +667,17 @@ impl Engine {
             resp.message = e;
         }
         if !req.fetch_files.is_empty() {
-            let (caps, fetch) = (self.fetch_caps(), req.fetch_files);
-            match blocking(move || fetch::read(&work, fetch, caps, charge.as_ref())).await {
+            let (caps, fetch, work) = (self.fetch_caps(), req.fetch_files, keep.take());
+            let read = blocking(move || {
+                let read = work.as_ref().map(|w| fetch::read(w, fetch, caps, charge.as_ref()));
+                (read, work)
+            })
+            .await
+            .map(|(read, work)| {
+                *keep = work;
+                read.unwrap_or_default()
+            });
+            match read {
                 Ok((files, refused)) => {
                     resp.files = files;
                     for (path, why) in refused {

@@ -12,6 +12,14 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static)
         .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
 }
 
+/// Drops `held` on the blocking pool, without waiting: a run's detached work dir dissolves
+/// there (its tmpfs goes with an RCU grace period), and a slot and a drain count in `held`,
+/// dropped after it, are given back only then, so the next run in the slot and a drain
+/// still wait for the clean-up; the response does not.
+pub fn drop_later<T: Send + 'static>(held: T) {
+    drop(tokio::task::spawn_blocking(move || drop(held)));
+}
+
 /// Awaits `fut`, or DEADLINE_EXCEEDED at `deadline`.
 pub async fn until<T>(deadline: Option<tokio::time::Instant>, fut: impl Future<Output = T>) -> Result<T, ExecError> {
     match deadline {

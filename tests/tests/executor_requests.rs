@@ -541,6 +541,41 @@ async fn bad_case_capture_records_chosen_verdicts_within_its_cap() {
     assert!(found.stdout.is_empty(), "{}", String::from_utf8_lossy(&found.stdout));
 }
 
+/// A client that keeps slots + queue requests in flight, sending the next the moment one is
+/// answered, is never refused: a run's slot is free for admission once its answer goes out,
+/// though its work dir may still be dissolving (docs/performance.md, "Per-run fixed cost").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_keeping_slots_plus_queue_in_flight_is_never_refused() {
+    use futures::StreamExt;
+    let exe = Executor::start(Options {
+        slots: 2,
+        queue: Some(2),
+        languages: vec!["python"],
+        ..Default::default()
+    })
+    .await;
+    let client = exe.client();
+    let results: Vec<_> = futures::stream::iter(0..200)
+        .map(|i| {
+            let mut c = client.clone();
+            async move { c.execute(request("python", &format!("print({i})"), "")).await }
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    let refused: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        refused.is_empty(),
+        "{} of 200 refused, the first: {:?}",
+        refused.len(),
+        refused.first()
+    );
+    for r in results.into_iter().flatten() {
+        let r = r.into_inner();
+        assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
+    }
+}
+
 /// Issue 10 item 4: on SIGTERM, queued requests get UNAVAILABLE at once (their clients
 /// retry elsewhere), the running one finishes, new calls are refused, and the process
 /// exits well within the drain timeout.

@@ -163,6 +163,32 @@ async fn slot_is_clean(exe: &Executor) {
     }
 }
 
+/// A run's work dir dissolves after the response, off the critical path (docs/performance.md,
+/// "Per-run fixed cost"), but before its slot's next run: the 64 MiB a run left in `/work`
+/// are neither seen by nor charged to the next run, which asks for 32 MiB.
+#[tokio::test]
+async fn a_full_work_dir_is_gone_before_the_slots_next_run() {
+    let exe = executor(1).await;
+    let fill = "with open('/work/fill', 'wb') as f:\n    f.write(b'x' * (64 << 20))\nprint('filled')\n";
+    for i in 0..5 {
+        let limits = pb::Limits {
+            memory_bytes: 256 << 20,
+            ..Default::default()
+        };
+        let r = exe.run(with_limits(request("python", fill, ""), limits)).await;
+        assert_eq!(r.verdict, pb::Verdict::Ok as i32, "fill {i}: {}", describe(&r));
+        assert_eq!(stdout(&r), "filled\n");
+        let small = pb::Limits {
+            memory_bytes: 32 << 20,
+            ..Default::default()
+        };
+        let code = "import os\nprint(sorted(os.listdir('/work')))";
+        let r = exe.run(with_limits(request("python", code, ""), small)).await;
+        assert_eq!(r.verdict, pb::Verdict::Ok as i32, "run {i} after: {}", describe(&r));
+        assert_eq!(stdout(&r), "['main.py']\n");
+    }
+}
+
 #[tokio::test]
 async fn a_run_killed_at_its_wall_limit_leaves_its_slot_clean() {
     let exe = executor(1).await;

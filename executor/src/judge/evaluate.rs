@@ -55,7 +55,17 @@ type CacheUse<'a> = (&'a ResultCache, result_cache::Use, result_cache::Key);
 /// A run slot held by the judge.
 struct Held {
     slot: SlotGuard,
-    _permit: OwnedSemaphorePermit,
+    /// A permit of the tenant's judge gate (see [`Judge`]), given back with the slot.
+    permit: OwnedSemaphorePermit,
+}
+
+impl Held {
+    /// Gives the slot and the gate back; `work`, the run's work dir, goes first (see
+    /// [`Engine::release`]).
+    fn release(self, engine: &Engine, work: WorkDir) {
+        engine.release(Some(work), self.slot, ());
+        drop(self.permit);
+    }
 }
 
 /// The special judge, compiled (or ready to write) once per request.
@@ -164,7 +174,7 @@ impl Judge {
         .map_err(|_| ExecError::Admission(AdmissionError::Draining))?;
         let slot = self.engine.acquire_as(&admitted.ticket, deadline, admit).await?;
         admitted.admitted.store(true, Ordering::SeqCst);
-        Ok(Held { slot, _permit: permit })
+        Ok(Held { slot, permit })
     }
 
     /// Judges `req`. Errors are for the request as a whole (bad input, deadline).
@@ -547,8 +557,7 @@ impl Judge {
             warm: runs.warm.clone(),
         };
         let phased = self.engine.run_phase(&held.slot, &work, &spec, Phase::Run).await;
-        drop(work);
-        drop(held);
+        held.release(&self.engine, work);
         let mut run = phased.result;
         run.warm |= command.warm;
         let mut t = match phased.verdict {
@@ -634,8 +643,7 @@ impl Judge {
             warm: None,
         };
         let p = self.engine.run_phase(&held.slot, &work, &spec, Phase::Run).await;
-        drop(work);
-        drop(held);
+        held.release(&self.engine, work);
         let stderr = String::from_utf8_lossy(&p.result.stderr);
         Ok(match p.verdict {
             pb::Verdict::Ok => Decision::new(pb::Verdict::Ok, ""),
