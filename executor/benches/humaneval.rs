@@ -209,12 +209,12 @@ fn main() -> Result<(), Error> {
         .collect()
         .await;
         let d_exec = t.elapsed();
-        let ok = executed
-            .iter()
-            .filter(|r| r.as_ref().is_ok_and(|r| r.verdict == pb::Verdict::Ok as i32))
-            .count();
+        let is_ok = |r: &&Result<pb::ExecuteResponse, tonic::Status>| {
+            r.as_ref().is_ok_and(|r| r.verdict == pb::Verdict::Ok as i32)
+        };
+        let ok = executed.iter().filter(is_ok).count();
         if ok != n {
-            let first = executed.iter().find(|r| !r.as_ref().is_ok_and(|r| r.verdict == pb::Verdict::Ok as i32));
+            let first = executed.iter().find(|r| !is_ok(r));
             return Err(format!("Execute ran {ok}/{n} OK; first failure: {first:?}").into());
         }
 

@@ -104,9 +104,9 @@ impl Engine {
     /// Builds the engine and probes every language inside the sandbox.
     pub async fn new(sandbox: Box<dyn Runner>, languages: LanguageTable, cfg: EngineConfig) -> Self {
         let metrics = Metrics::new();
-        metrics.slots.set(sandbox.slots() as i64);
-        let sandbox_slots = sandbox.slots();
-        let admission = Admission::new(sandbox_slots, cfg.queue_capacity);
+        let slots = sandbox.slots();
+        metrics.slots.set(slots as i64);
+        let admission = Admission::new(slots, cfg.queue_capacity);
         let cache = cfg
             .result_cache
             .and_then(|c| crate::result_cache::ResultCache::new(c, metrics.clone()));
@@ -137,7 +137,7 @@ impl Engine {
             watchdog: crate::watchdog::Watchdog::new(),
             assert_prelude: cfg.assert_prelude,
             cache,
-            settling: (0..sandbox_slots).map(|_| Default::default()).collect(),
+            settling: (0..slots).map(|_| Default::default()).collect(),
         };
         if cfg.warm_starts && engine.sandbox.warm_starts() {
             engine.warm = engine
@@ -430,13 +430,13 @@ impl Engine {
     /// another's pages charged to its cgroup. `with` (a drain count) goes with the work dir.
     /// A host directory or an attached mount is removed now, before the response ("nothing
     /// left behind").
-    pub fn release<T: Send + 'static>(&self, work: Option<WorkDir>, slot: SlotGuard, with: T) {
+    pub(crate) fn release<T: Send + 'static>(&self, work: Option<Arc<WorkDir>>, slot: SlotGuard, with: T) {
         let settling = self
             .settling
             .get(slot.index())
             .and_then(|m| m.clone().try_lock_owned().ok());
         match settling {
-            Some(settled) if work.as_ref().is_some_and(WorkDir::is_unseen) => {
+            Some(settled) if work.as_ref().is_some_and(|w| w.is_unseen()) => {
                 crate::task::drop_later((work, settled, with));
             }
             _ => drop(work),
@@ -579,7 +579,7 @@ impl Engine {
     /// once it has answered.
     async fn execute_in_slot(
         &self,
-        (slot, keep): (&SlotGuard, &mut Option<WorkDir>),
+        (slot, keep): (&SlotGuard, &mut Option<Arc<WorkDir>>),
         lang: &Language,
         version: &str,
         req: pb::ExecuteRequest,
@@ -622,8 +622,8 @@ impl Engine {
             Ok::<_, String>(work)
         })
         .await;
-        let work: &WorkDir = match written {
-            Ok(Ok(w)) => keep.insert(w),
+        let work = match written {
+            Ok(Ok(w)) => &*keep.insert(Arc::new(w)),
             Ok(Err(e)) | Err(ExecError::Internal(e)) => return fail(resp, scrub_host_paths(&e)),
             Err(e) => return fail(resp, e.to_string()),
         };
@@ -667,17 +667,8 @@ impl Engine {
             resp.message = e;
         }
         if !req.fetch_files.is_empty() {
-            let (caps, fetch, work) = (self.fetch_caps(), req.fetch_files, keep.take());
-            let read = blocking(move || {
-                let read = work.as_ref().map(|w| fetch::read(w, fetch, caps, charge.as_ref()));
-                (read, work)
-            })
-            .await
-            .map(|(read, work)| {
-                *keep = work;
-                read.unwrap_or_default()
-            });
-            match read {
+            let (caps, fetch, work) = (self.fetch_caps(), req.fetch_files, Arc::clone(work));
+            match blocking(move || fetch::read(&work, fetch, caps, charge.as_ref())).await {
                 Ok((files, refused)) => {
                     resp.files = files;
                     for (path, why) in refused {

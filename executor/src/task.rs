@@ -12,10 +12,9 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static)
         .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
 }
 
-/// Drops `held` on the blocking pool, without waiting: a run's detached work dir dissolves
-/// there (its tmpfs goes with an RCU grace period), and a slot and a drain count in `held`,
-/// dropped after it, are given back only then, so the next run in the slot and a drain
-/// still wait for the clean-up; the response does not.
+/// Drops `held` on the blocking pool, without waiting, its parts in order: a run's detached
+/// work dir first (its tmpfs goes with an RCU grace period), then what others wait on for it
+/// (see [`crate::engine::Engine::release`]); the caller's response does not wait.
 pub fn drop_later<T: Send + 'static>(held: T) {
     drop(tokio::task::spawn_blocking(move || drop(held)));
 }

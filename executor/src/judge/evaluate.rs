@@ -63,7 +63,7 @@ impl Held {
     /// Gives the slot and the gate back; `work`, the run's work dir, goes first (see
     /// [`Engine::release`]).
     fn release(self, engine: &Engine, work: WorkDir) {
-        engine.release(Some(work), self.slot, ());
+        engine.release(Some(Arc::new(work)), self.slot, ());
         drop(self.permit);
     }
 }
