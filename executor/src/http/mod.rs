@@ -308,9 +308,22 @@ async fn require_token(State(opts): State<Arc<HttpOptions>>, mut req: axum::extr
 pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
     let e2b_state = e2b::E2b::new(judge.engine().clone(), opts.sessions.clone());
     // E2B's data plane: each call proves itself with its sandbox's access token, not the
-    // executor's token (the SDK sends none there).
-    let data =
-        e2b::data_routes(e2b_state.clone()).layer(middleware::from_fn_with_state(opts.clone(), read_body_in_time));
+    // executor's token (the SDK sends none there). Layers run outside in: the sandbox and
+    // its token are checked before any of the body is read or charged, so a caller without
+    // them holds nothing of the byte budget. `/health` reads no body at all.
+    let data = e2b::data_routes(e2b_state.clone())
+        .layer(middleware::from_fn_with_state(opts.clone(), read_body_in_time))
+        .merge(e2b::health_route(e2b_state.clone()))
+        .layer(middleware::from_fn_with_state(e2b_state.clone(), e2b::sandbox_first));
+    // `/contexts` takes no access token (the SDK sends none there): its body is read
+    // within the deadline but never charged, and at most a few KiB of it.
+    let small = Arc::new(HttpOptions {
+        max_body_bytes: e2b::CONTEXT_BODY_BYTES,
+        budget: None,
+        ..(*opts).clone()
+    });
+    let contexts =
+        e2b::context_routes(e2b_state.clone()).layer(middleware::from_fn_with_state(small, read_body_in_time));
     let api = Router::new()
         .route(
             "/run_code",
@@ -358,6 +371,7 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
         .route("/v1/ping", get(|| async { Json("pong") }))
         .merge(api)
         .merge(data)
+        .merge(contexts)
         .layer(DefaultBodyLimit::max(opts.max_body_bytes))
         .layer(middleware::from_fn_with_state(judge.clone(), by_protocol))
         .with_state(judge)

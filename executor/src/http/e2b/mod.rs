@@ -82,11 +82,26 @@ pub fn control_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S>
 /// access token rather than by the executor's token.
 pub fn data_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S> {
     Router::new()
-        .route("/health", get(envd::health))
         .route("/files", get(envd::download).post(envd::upload))
         .route("/filesystem.Filesystem/{method}", post(envd::filesystem))
         .route("/process.Process/{method}", post(envd::process))
         .route("/execute", post(interpreter::execute))
+        .with_state(state)
+}
+
+/// `/health`: like the data plane's other routes, behind [`sandbox_first`], but it reads
+/// no body (E2B's takes none), so it is never charged.
+pub fn health_route<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S> {
+    Router::new().route("/health", get(envd::health)).with_state(state)
+}
+
+/// The most bytes of a `/contexts` body: `{"language": ...}`, uncharged, since the SDK
+/// sends no access token there.
+pub const CONTEXT_BODY_BYTES: usize = 4 << 10;
+
+/// The code interpreter's contexts, which the SDK calls without an access token.
+pub fn context_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S> {
+    Router::new()
         .route(
             "/contexts",
             get(interpreter::list_contexts).post(interpreter::create_context),
@@ -245,6 +260,29 @@ pub fn sandbox(sessions: Option<&Arc<SessionManager>>, headers: &HeaderMap) -> R
     match sessions.by_access(&id, token) {
         Ok(owner) => Ok(Sandbox { id, owner }),
         Err(_) => Err(Refused::NotFound(id)),
+    }
+}
+
+/// A data-plane middleware: refuses a call whose `E2b-Sandbox-Id` and `X-Access-Token` do
+/// not name a live sandbox before any of its body is read (so before it is charged to the
+/// byte budget), and closes the connection, whose unread body is never wanted. Handlers
+/// find the [`Sandbox`] in the request's extensions.
+pub async fn sandbox_first(
+    axum::extract::State(e): axum::extract::State<E2b>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match sandbox(e.sessions.as_ref(), req.headers()) {
+        Ok(s) => {
+            req.extensions_mut().insert(Arc::new(s));
+            next.run(req).await
+        }
+        Err(r) => {
+            let mut resp = r.response();
+            resp.headers_mut()
+                .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+            resp
+        }
     }
 }
 
