@@ -133,8 +133,72 @@ pub fn stream(messages: &[serde_json::Value], error: Option<&Error>) -> Response
     ([(http::header::CONTENT_TYPE, "application/connect+json")], body).into_response()
 }
 
+/// The bytes one output stream may have handed to its connection and not yet seen written
+/// to the client's socket. A stream reads more of its process's output only while its
+/// window has room, so a client that never reads holds at most this much of the
+/// executor's memory per stream (its output waits in the sandbox's files, not here).
+#[derive(Clone)]
+pub struct Window {
+    sem: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// Each stream's [`Window`], bytes.
+pub const WINDOW_BYTES: usize = 256 << 10;
+
+/// The least a chunk takes of a window: so that at most 16 chunks are ever in flight, and
+/// a channel of 16 never makes the stream wait.
+const MIN_TAKE: usize = WINDOW_BYTES / 16;
+
+impl Default for Window {
+    fn default() -> Self {
+        Window {
+            sem: std::sync::Arc::new(tokio::sync::Semaphore::new(WINDOW_BYTES)),
+        }
+    }
+}
+
+/// A chunk's bytes and its share of its stream's window, given back when the connection
+/// drops the chunk (written, or the connection gone).
+struct Held {
+    data: Vec<u8>,
+    _room: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Window {
+    /// Bytes the stream may still hand over.
+    pub fn room(&self) -> usize {
+        self.sem.available_permits()
+    }
+
+    /// `data` as a chunk holding its share of the window; None when the window has not
+    /// room for it now (the caller reads nothing more until it has).
+    pub fn hold(&self, data: Vec<u8>) -> Option<bytes::Bytes> {
+        let n = data.len().clamp(MIN_TAKE, WINDOW_BYTES);
+        let room = self.sem.clone().try_acquire_many_owned(u32::try_from(n).ok()?).ok()?;
+        Some(bytes::Bytes::from_owner(Held { data, _room: room }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_window_is_given_back_when_its_chunks_are_dropped() {
+        let w = Window::default();
+        let a = w.hold(vec![1; WINDOW_BYTES / 2]).expect("room");
+        let b = w.hold(vec![2; 10]).expect("room for a small one");
+        assert_eq!(w.room(), WINDOW_BYTES / 2 - MIN_TAKE);
+        assert!(w.hold(vec![3; WINDOW_BYTES / 2]).is_none(), "no room: nothing taken");
+        assert_eq!(&a[..2], &[1, 1]);
+        drop((a, b));
+        assert_eq!(w.room(), WINDOW_BYTES);
+    }
+
     use super::*;
 
     #[test]

@@ -33,7 +33,9 @@ pub struct NewSandbox {
     #[serde(rename = "templateID")]
     template_id: String,
     timeout: Option<u64>,
+    #[serde(default, deserialize_with = "metadata_map")]
     metadata: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "env_map")]
     env_vars: Option<BTreeMap<String, String>>,
     auto_pause: Option<bool>,
     auto_resume: Option<serde_json::Value>,
@@ -42,6 +44,61 @@ pub struct NewSandbox {
     network: Option<serde_json::Value>,
     mcp: Option<serde_json::Value>,
     volume_mounts: Option<Vec<serde_json::Value>>,
+}
+
+/// The most bytes of environment variables (names and values) create takes.
+const MAX_ENV_BYTES: usize = 1 << 20;
+
+/// The largest create body: its metadata and envs, their JSON, and the rest.
+const MAX_CREATE_BYTES: usize = 2 * (MAX_METADATA_BYTES + MAX_ENV_BYTES) + (64 << 10);
+
+fn metadata_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    bounded_map(d, MAX_METADATA_BYTES)
+}
+
+fn env_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    bounded_map(d, MAX_ENV_BYTES)
+}
+
+/// A JSON object of strings (or null), decoded entry by entry and refused as soon as its
+/// keys and values pass `limit` bytes: a large one never costs its decoded size (a 40 MiB
+/// body of small entries once took ten times that as a map, issue 46).
+fn bounded_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    limit: usize,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    use serde::de::{Error, MapAccess, Visitor};
+    struct Bounded(usize);
+    impl<'de> Visitor<'de> for Bounded {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "an object of strings, at most {} bytes of keys and values", self.0)
+        }
+        fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            let (mut out, mut bytes) = (BTreeMap::new(), 0usize);
+            while let Some((k, v)) = m.next_entry::<String, String>()? {
+                bytes += k.len() + v.len();
+                if bytes > self.0 {
+                    return Err(A::Error::custom(format!(
+                        "more than {} bytes of keys and values; at most {}",
+                        self.0, self.0
+                    )));
+                }
+                out.insert(k, v);
+            }
+            Ok(Some(out))
+        }
+    }
+    d.deserialize_option(Bounded(limit))
 }
 
 /// `{"timeout": seconds}` (set_timeout, connect).
@@ -143,6 +200,17 @@ pub async fn create(
             "this executor serves no sessions, so no E2B sandboxes",
         );
     };
+    // A create is small: a larger body is refused before it is decoded, since decoding
+    // costs several times a body's size (a 40 MiB one once raised the peak by 472 MiB).
+    if body.len() > MAX_CREATE_BYTES {
+        return api_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "request body: {} bytes; a create takes at most {MAX_CREATE_BYTES} (metadata at most {MAX_METADATA_BYTES}, envVars at most {MAX_ENV_BYTES})",
+                body.len()
+            ),
+        );
+    }
     let req: NewSandbox = match parse(&body) {
         Ok(r) => r,
         Err(r) => return r,
@@ -180,14 +248,8 @@ pub async fn create(
     {
         return refused("network (network rules: sandboxes have no network)");
     }
-    // Kept for the sandbox's life: bounded, so sandboxes cannot hold the executor's memory.
-    let meta_bytes: usize = req.metadata.iter().flatten().map(|(k, v)| k.len() + v.len()).sum();
-    if meta_bytes > MAX_METADATA_BYTES {
-        return api_error(
-            StatusCode::BAD_REQUEST,
-            format!("metadata: {meta_bytes} bytes of keys and values; at most {MAX_METADATA_BYTES}"),
-        );
-    }
+    // Metadata is kept for the sandbox's life: bounded as it is decoded (`bounded_map`),
+    // so sandboxes cannot hold the executor's memory.
     let after = match timeout("timeout", req.timeout) {
         Ok(t) => t,
         Err(r) => return r,

@@ -47,7 +47,12 @@ fn file_error(code: StatusCode, message: &str) -> Response {
 }
 
 /// `GET /files?path=`: a file's bytes.
-pub async fn download(State(e): State<E2b>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+pub async fn download(
+    State(e): State<E2b>,
+    headers: HeaderMap,
+    call: Option<axum::Extension<crate::call::Call>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let sbx = match sandbox(e.sessions.as_ref(), &headers) {
         Ok(s) => s,
         Err(r) => return r.response(),
@@ -71,9 +76,31 @@ pub async fn download(State(e): State<E2b>, headers: HeaderMap, Query(q): Query<
         session_id: sbx.id.clone(),
         paths: vec![rel],
     };
-    match sessions.get_files(req, &sbx.owner, None).await {
+    // The file is charged to the byte budget before it is read (as `GetSessionFiles`), and
+    // the charge goes with its bytes until the connection has written them: slow readers
+    // of a large file cannot hold more than the budget between them.
+    let charge = call.and_then(|c| c.0.charge);
+    match sessions.get_files(req, &sbx.owner, charge.clone()).await {
         Ok(r) => match (r.files.into_iter().next(), r.errors.into_iter().next()) {
-            (Some(f), _) => ([(http::header::CONTENT_TYPE, "application/octet-stream")], f.content).into_response(),
+            (Some(f), _) => {
+                let body = match charge {
+                    Some(c) => bytes::Bytes::from_owner(Charged {
+                        data: f.content,
+                        _charge: c,
+                    }),
+                    None => f.content.into(),
+                };
+                ([(http::header::CONTENT_TYPE, "application/octet-stream")], body).into_response()
+            }
+            (None, Some(err)) if err.message.contains("--max-inflight-bytes") => {
+                let mut r = file_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("path {path:?}: {}", err.message),
+                );
+                r.headers_mut()
+                    .insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+                r
+            }
             (None, Some(err)) => file_error(StatusCode::NOT_FOUND, &format!("path {path:?}: {}", err.message)),
             (None, None) => file_error(StatusCode::NOT_FOUND, &format!("path {path:?}: not found")),
         },
@@ -84,6 +111,18 @@ pub async fn download(State(e): State<E2b>, headers: HeaderMap, Query(q): Query<
             file_error(StatusCode::BAD_REQUEST, &err.to_string())
         }
         Err(err) => super::api_session_error(err),
+    }
+}
+
+/// A reply's bytes with the byte-budget charge they hold until they are dropped.
+struct Charged {
+    data: Vec<u8>,
+    _charge: crate::budget::Charge,
+}
+
+impl AsRef<[u8]> for Charged {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
     }
 }
 
@@ -515,6 +554,12 @@ pub async fn process(
         return Refused::NoSessions.response();
     };
     let streaming = matches!(method.as_str(), "Start" | "Connect" | "StreamInput");
+    // Input is decoded, hex-encoded and sent on: several copies of it are held at once, so
+    // a call's input is bounded before its body is even parsed (issue 46: a 40 MiB one
+    // raised the executor's peak by 387 MiB).
+    if method == "SendInput" && body.len() > STDIN_B64_BYTES + 4096 {
+        return stdin_too_large(body.len()).unary();
+    }
     let req = if streaming {
         connect::first_message(&body)
     } else if body.is_empty() {
@@ -599,6 +644,9 @@ pub async fn process(
         }
         "SendInput" => {
             let data = req.pointer("/input/stdin").and_then(|d| d.as_str()).unwrap_or_default();
+            if data.len() > STDIN_B64_BYTES {
+                return stdin_too_large(data.len()).unary();
+            }
             let Ok(data) = base64::engine::general_purpose::STANDARD.decode(data) else {
                 return Error::new(Code::InvalidArgument, "input.stdin: not base64").unary();
             };
@@ -633,6 +681,20 @@ pub async fn process(
             }
         }
     }
+}
+
+/// The most input one `SendInput` takes, bytes (decoded); more goes in further calls.
+pub const MAX_STDIN_BYTES: usize = 1 << 20;
+/// [`MAX_STDIN_BYTES`] as base64.
+const STDIN_B64_BYTES: usize = MAX_STDIN_BYTES.div_ceil(3) * 4;
+
+fn stdin_too_large(n: usize) -> Error {
+    Error::new(
+        Code::InvalidArgument,
+        format!(
+            "input.stdin: {n} bytes (base64); a call takes at most {MAX_STDIN_BYTES} bytes of input, send more in further calls"
+        ),
+    )
 }
 
 /// Why a process operation failed: the sandbox is gone (the SDK's not-running answer), or
@@ -694,8 +756,11 @@ async fn run_op(
 
 /// How often a quiet process is checked on, at most; and how often a keepalive is sent.
 const TAIL_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
-/// The most of one output file read at a time.
-const READ_PIECE: u64 = 1 << 20;
+/// The most of one output file read at a time: its envelope (base64, about 4/3 of it)
+/// must fit a stream's [`connect::Window`] with room to spare.
+const READ_PIECE: u64 = 64 << 10;
+/// An envelope of [`READ_PIECE`] bytes, at most.
+const PIECE_ENVELOPE: usize = (READ_PIECE as usize).div_ceil(3) * 4 + 256;
 const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Streams process `pid`'s events: start, its output as it grows (each stream capped at the
@@ -707,6 +772,9 @@ fn tail(e: E2b, sbx: super::Sandbox, pid: u64, deadline: Option<tokio::time::Ins
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
     let cap = e.engine.policy().max.output;
+    // What the client has not read yet stays in the process's files: the stream reads on
+    // only while its window has room (issue 46: unread streams once held ~29 MiB each).
+    let window = connect::Window::default();
     tokio::spawn(async move {
         let _permit = permit;
         let Some(sessions) = e.sessions.clone() else { return };
@@ -743,23 +811,36 @@ fn tail(e: E2b, sbx: super::Sandbox, pid: u64, deadline: Option<tokio::time::Ins
                     return;
                 }
             };
-            let mut sent_any = false;
+            let (mut sent_any, mut behind) = (false, false);
             // Only what is new, a piece at a time; each stream stops at the output ceiling.
             for (name, sent) in [("stdout", &mut sent_out), ("stderr", &mut sent_err)] {
                 let left = cap.saturating_sub(*sent as u64).min(READ_PIECE);
+                if left > 0 && window.room() < PIECE_ENVELOPE {
+                    behind = true; // the client has not read what it was sent
+                    continue;
+                }
                 if left > 0
                     && let Ok(Some(b)) = read(name, *sent as u64, left).await
                     && !b.is_empty()
                 {
                     let chunk = b64(&b);
+                    let msg = serde_json::json!({"event": {"data": {name: chunk}}});
+                    let Some(env) = window.hold(connect::envelope_bytes(0, &msg)) else {
+                        behind = true; // cannot happen: the room was checked above
+                        continue;
+                    };
                     *sent += b.len();
                     sent_any = true;
-                    if !send(serde_json::json!({"event": {"data": {name: chunk}}}), 0).await {
+                    if tx.send(Ok(env)).await.is_err() {
                         return;
                     }
                 }
             }
-            if let Some(code) = exit {
+            // The end once all output up to it went out.
+            if let Some(code) = exit
+                && !sent_any
+                && !behind
+            {
                 let code: i64 = String::from_utf8_lossy(&code).trim().parse().unwrap_or(-1);
                 let end = if code >= 0 {
                     serde_json::json!({"exitCode": code, "exited": true, "status": format!("exit status {code}")})
@@ -802,7 +883,9 @@ fn tail(e: E2b, sbx: super::Sandbox, pid: u64, deadline: Option<tokio::time::Ins
                 pause = (pause * 2).min(TAIL_PAUSE);
                 if now.duration_since(quiet_since) >= KEEPALIVE {
                     quiet_since = now;
-                    if !send(serde_json::json!({"event": {"keepalive": {}}}), 0).await {
+                    // Never waits: a client that reads nothing gets no more keepalives.
+                    let ka = connect::envelope_bytes(0, &serde_json::json!({"event": {"keepalive": {}}}));
+                    if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) = tx.try_send(Ok(ka.into())) {
                         return;
                     }
                 }

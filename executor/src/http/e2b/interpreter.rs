@@ -103,8 +103,11 @@ pub fn lines(r: &pb::RunInSessionResponse, execution_count: u32, sent: (usize, u
     s
 }
 
-/// The most of one stream read at a time while a cell runs.
-const READ_PIECE: u64 = 1 << 20;
+/// The most of one stream read at a time while a cell runs: its JSON line (at most 6
+/// bytes a byte, escaped) must fit a stream's [`super::connect::Window`].
+const READ_PIECE: u64 = 16 << 10;
+/// The JSON lines of one poll's pieces, at most.
+const PIECE_LINE: usize = 2 * (6 * READ_PIECE as usize + 256);
 
 /// How often a running cell's output is looked at.
 const LIVE_POLL: std::time::Duration = std::time::Duration::from_millis(30);
@@ -133,6 +136,9 @@ fn stream_cell(
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
+    // While the cell runs, what the client has not read stays in the live files: the stream
+    // reads on only while its window has room.
+    let window = super::connect::Window::default();
     tokio::spawn(async move {
         let _permit = permit;
         let Ok(live) = crate::session::random_hex() else { return };
@@ -143,6 +149,9 @@ fn stream_cell(
             tokio::select! {
                 r = &mut run => break r,
                 _ = tokio::time::sleep(LIVE_POLL) => {
+                    if window.room() < PIECE_LINE {
+                        continue; // the client has not read what it was sent
+                    }
                     let mut out = String::new();
                     for (name, n) in [("stdout", &mut sent.0), ("stderr", &mut sent.1)] {
                         let path = format!("live/{live}/{name}");
@@ -159,7 +168,9 @@ fn stream_cell(
                             }
                         }
                     }
-                    if !out.is_empty() && tx.send(Ok(out.into())).await.is_err() {
+                    if let Some(chunk) = (!out.is_empty()).then(|| window.hold(out.into_bytes())).flatten()
+                        && tx.send(Ok(chunk)).await.is_err()
+                    {
                         return;
                     }
                 }
