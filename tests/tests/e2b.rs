@@ -542,3 +542,316 @@ async fn bad_data_plane_requests_name_the_field_and_odd_bodies_are_bounded() {
         "{metrics}"
     );
 }
+
+/// Sends `head` (a request whose body never comes) and leaves the connection open; reads
+/// what comes back within `wait`: (whether the server closed it, what it said).
+fn stalled(addr: &str, head: &str) -> std::net::TcpStream {
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.write_all(head.as_bytes()).expect("head");
+    c
+}
+
+fn answer_of(c: &mut std::net::TcpStream, wait: Duration) -> (bool, String) {
+    c.set_read_timeout(Some(wait)).expect("timeout");
+    let mut out = Vec::new();
+    let closed = c.read_to_end(&mut out).is_ok();
+    (closed, String::from_utf8_lossy(&out).into_owned())
+}
+
+const MIB: usize = 1 << 20;
+
+/// Issue 46, finding 1: the data plane checks the sandbox and its access token before it
+/// reads or charges a body. Callers with no token that declare large bodies and send
+/// nothing are answered at once, hold none of the byte budget, and other tenants' HTTP and
+/// gRPC calls go on; an unauthenticated gRPC call is refused before its body is charged too.
+#[tokio::test]
+async fn unauthenticated_callers_hold_no_bytes_before_they_are_refused() {
+    use futures::StreamExt;
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let budget = (16 * MIB).to_string();
+    let cap = (8 * MIB).to_string();
+    let exe = executor(
+        dir.path(),
+        &["--max-inflight-bytes", &budget, "--max-request-bytes", &cap],
+    )
+    .await;
+    let (id, _token) = create(&exe, A, json!({"templateID": "code-interpreter-v1"})).await;
+    let addr = exe.http_addr.clone().expect("http");
+    let wrong = data(&id, "0123456789abcdef0123456789abcdef");
+    let heads = [
+        ("/execute", String::new()),
+        ("/files?path=x", wrong.clone()),
+        ("/process.Process/Start", wrong.clone()),
+        ("/filesystem.Filesystem/Stat", data("no-such-sandbox", "t")),
+        ("/execute", wrong.clone()),
+    ];
+    let mut conns: Vec<_> = heads
+        .iter()
+        .map(|(path, h)| {
+            stalled(
+                &addr,
+                &format!(
+                    "POST {path} HTTP/1.1\r\nHost: x\r\n{h}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    8 * MIB
+                ),
+            )
+        })
+        .collect();
+    // A health check that declares a body is answered without reading it.
+    conns.push(stalled(
+        &addr,
+        &format!(
+            "GET /health HTTP/1.1\r\nHost: x\r\n{wrong}Content-Length: {}\r\n\r\n",
+            8 * MIB
+        ),
+    ));
+    // An unauthenticated gRPC call promising 8 MiB, 10 bytes of it, then nothing more.
+    let mut start = vec![0u8];
+    start.extend_from_slice(&(8 * MIB as u32).to_be_bytes());
+    start.extend_from_slice(&[0x0a, 0x06, b'p', b'y', b't', b'h', b'o', b'n', 0x12, 0x00]);
+    let frames =
+        futures::stream::once(async move { Ok::<_, tonic::Status>(http_body::Frame::data(bytes::Bytes::from(start))) })
+            .chain(futures::stream::pending());
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{}/sandpool.v1.Executor/Execute", exe.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(tonic::body::Body::new(http_body_util::StreamBody::new(frames)))
+        .expect("request");
+    let grpc = tokio::time::timeout(Duration::from_secs(20), exe.channel.clone().oneshot(req))
+        .await
+        .expect("the unauthenticated call was answered at once")
+        .expect("a response");
+    let status = tonic::Status::from_header_map(grpc.headers()).expect("a trailers-only status");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+
+    // Meanwhile a tenant's calls go on: nothing of the budget is held for the strangers.
+    let auth = format!("Authorization: Bearer {A}\r\n");
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/run_code",
+        auth,
+        json!({"code": "print(6 * 7)", "language": "python"}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["run_result"]["stdout"], "42\n", "{v}");
+    let mut req = tonic::Request::new(sandpool_tests::request("python", "print('grpc')", ""));
+    req.metadata_mut()
+        .insert("authorization", format!("Bearer {A}").parse().expect("metadata"));
+    let r = exe
+        .client()
+        .execute(req)
+        .await
+        .expect("a tenant's gRPC call")
+        .into_inner();
+    assert_eq!(sandpool_tests::stdout(&r), "grpc\n", "{}", sandpool_tests::describe(&r));
+    assert_eq!(
+        exe.metric("sandpool_inflight_bytes"),
+        0.0,
+        "nothing charged for the strangers"
+    );
+    // Each stranger had its answer at once, and its connection closed.
+    for (i, c) in conns.iter_mut().enumerate() {
+        let (closed, answer) = answer_of(c, Duration::from_secs(10));
+        assert!(closed, "connection {i} was left open: {answer}");
+        let code: u16 = answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        // The SDK's "sandbox not found" is a 502 (E2B's envd convention), a missing id a 400.
+        assert!(matches!(code, 400 | 502), "connection {i}: {answer}");
+    }
+}
+
+/// Issue 46, finding 4: a huge create body (metadata of many small entries) and a huge
+/// `SendInput` are refused before they are decoded, naming the field, without raising the
+/// executor's peak by several times their size.
+#[tokio::test]
+async fn huge_create_and_send_input_bodies_are_refused_before_decoding() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cap = (48 * MIB).to_string();
+    let exe = executor(dir.path(), &["--max-request-bytes", &cap]).await;
+    let (id, token) = create(&exe, A, json!({"templateID": "base"})).await;
+    let h = data(&id, &token);
+
+    // A 40 MiB create body (metadata of many small entries) and a 40 MiB SendInput.
+    let hwm = exe.status_kib("VmHWM");
+    let mut meta = String::with_capacity(41 * MIB);
+    meta.push_str("{\"templateID\": \"base\", \"metadata\": {");
+    let mut i = 0u64;
+    while meta.len() < 40 * MIB {
+        meta.push_str(&format!("\"k{i}\": \"v\","));
+        i += 1;
+    }
+    meta.push_str("\"end\": \"v\"}}");
+    let (code, v) = call(&exe, "POST", "/v2/sandboxes", key(A), meta).await;
+    assert_names(code, &v, 413, "request body");
+    let stdin = "A".repeat(40 * MIB);
+    let body = json!({"process": {"pid": 1}, "input": {"stdin": stdin}}).to_string();
+    drop(stdin);
+    let (code, v) = call(&exe, "POST", "/process.Process/SendInput", h.clone(), body).await;
+    assert_names(code, &v, 400, "input.stdin");
+    let grown = exe.status_kib("VmHWM").saturating_sub(hwm) / 1024;
+    // Each body is read whole (charged) before it is refused: 40 MiB, and a copy at most.
+    eprintln!("peak +{grown} MiB for two refused 40 MiB bodies");
+    assert!(
+        grown < 160,
+        "the executor's peak rose {grown} MiB for two refused 40 MiB bodies"
+    );
+}
+
+/// Issue 46, finding 4: a command's output stream that its client never reads holds a
+/// window of the executor's memory (256 KiB), not the output: the rest waits in the
+/// sandbox's files.
+#[tokio::test]
+async fn unread_output_streams_hold_a_window_each() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = executor(dir.path(), &[]).await;
+    let (id, token) = create(&exe, A, json!({"templateID": "base"})).await;
+    let h = data(&id, &token);
+    let addr = exe.http_addr.clone().expect("http");
+    // Four commands write 32 MiB each to clients that never read.
+    let rss = exe.status_kib("VmRSS");
+    // Each lives on after its output: a stream reads a live process's output as it grows.
+    let cmd = format!(
+        "head -c {} /dev/zero | tr '\\0' x; echo done > /work/done-$$; sleep 300",
+        32 * MIB
+    );
+    let start = |cmd: String| {
+        let msg = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}}).to_string();
+        let mut env = vec![0u8];
+        env.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+        env.extend_from_slice(msg.as_bytes());
+        let head = format!(
+            "POST /process.Process/Start HTTP/1.1\r\nHost: x\r\n{h}Content-Type: application/connect+json\r\nContent-Length: {}\r\n\r\n",
+            env.len()
+        );
+        let mut c = stalled(&addr, &head);
+        c.write_all(&env).expect("envelope");
+        c
+    };
+    let unread: Vec<_> = (0..4).map(|_| start(cmd.clone())).collect();
+    // All four have written their output (into the sandbox's files); the streams have read
+    // what they will read.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (code, v) = call(
+            &exe,
+            "POST",
+            "/execute",
+            h.clone(),
+            json!({"code": "import glob; print(len(glob.glob('/work/done-*')))"}).to_string(),
+        )
+        .await;
+        assert_eq!(code, 200, "{v}");
+        if v.as_str().unwrap_or_default().contains("\"text\":\"4\\n\"") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the commands did not finish: {v}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let grown = exe.status_kib("VmRSS").saturating_sub(rss) / 1024;
+    eprintln!("four unread 32 MiB streams: RSS +{grown} MiB");
+    assert!(
+        grown < 48,
+        "four unread streams of 32 MiB raised the executor's memory {grown} MiB"
+    );
+    drop(unread);
+    // A client that reads gets all of a quick command's output, then its end.
+    let msg = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", format!("head -c {} /dev/zero | tr '\\0' x", 3 * MIB)]}}).to_string();
+    let mut env = vec![0u8];
+    env.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    env.extend_from_slice(msg.as_bytes());
+    let head = format!(
+        "POST /process.Process/Start HTTP/1.1\r\nHost: x\r\n{h}Content-Type: application/connect+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        env.len()
+    );
+    let reply = tokio::task::spawn_blocking(move || raw(&addr, &head, &[&env], Duration::ZERO))
+        .await
+        .expect("start");
+    use base64::Engine as _;
+    let got: usize = reply
+        .split("\"stdout\":\"")
+        .skip(1)
+        .filter_map(|p| p.split('"').next())
+        .map(|b| {
+            base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .expect("base64")
+                .len()
+        })
+        .sum();
+    assert_eq!(got, 3 * MIB, "the whole output before the end");
+    assert!(
+        reply.contains("\"exitCode\":0"),
+        "{}",
+        &reply[reply.len().saturating_sub(300)..]
+    );
+}
+
+/// Issue 46, finding 4: `/files` downloads are charged to the byte budget until they are
+/// written: slow readers of a large file are refused past it (503, Retry-After), never
+/// holding more than the budget between them.
+#[tokio::test]
+async fn file_downloads_are_charged_until_they_are_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (budget, cap) = ((64 * MIB).to_string(), (32 * MIB).to_string());
+    let exe = executor(
+        dir.path(),
+        &["--max-inflight-bytes", &budget, "--max-request-bytes", &cap],
+    )
+    .await;
+    let (id, token) = create(&exe, A, json!({"templateID": "code-interpreter-v1"})).await;
+    let h = data(&id, &token);
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/execute",
+        h.clone(),
+        json!({"code": format!("open('/work/big', 'wb').write(b'x' * {})", 16 * MIB)}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    let addr = exe.http_addr.clone().expect("http");
+    let head = format!("GET /files?path=big HTTP/1.1\r\nHost: x\r\n{h}\r\n");
+    // Readers that never read: each holds its 16 MiB until written, so the budget takes four.
+    let mut readers = Vec::new();
+    let mut refused = None;
+    for _ in 0..8 {
+        let mut c = stalled(&addr, &head);
+        c.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+        let mut first = [0u8; 12];
+        c.read_exact(&mut first).expect("an answer");
+        let status = String::from_utf8_lossy(&first).into_owned();
+        if status.contains(" 503") {
+            let (_, rest) = answer_of(&mut c, Duration::from_secs(10));
+            refused = Some(rest);
+            break;
+        }
+        assert!(status.contains(" 200"), "{status}");
+        readers.push(c);
+    }
+    let refused = refused.expect("downloads past the budget were refused");
+    assert!(refused.contains("--max-inflight-bytes"), "{refused}");
+    assert!(refused.to_ascii_lowercase().contains("retry-after: 1"), "{refused}");
+    assert!(exe.metric("sandpool_inflight_bytes") <= (64 * MIB) as f64);
+    // The readers go; their bytes come back, and a download works again.
+    drop(readers);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while exe.metric("sandpool_inflight_bytes") > 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the downloads' bytes were not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (code, body) = call(&exe, "GET", "/files?path=big", h, String::new()).await;
+    assert_eq!(code, 200);
+    assert_eq!(body.as_str().map(str::len), Some(16 * MIB));
+}
