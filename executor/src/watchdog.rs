@@ -75,10 +75,9 @@ impl Jobs {
     pub fn past(&self, bound: Duration) -> (usize, Duration) {
         let now = Instant::now();
         let st = self.lock();
-        let n = st.values().filter(|t| now.duration_since(**t) > bound).count();
-        // Ids grow with time: the first is the oldest.
-        let oldest = st.values().next().map(|t| now.duration_since(*t)).unwrap_or_default();
-        (n, oldest)
+        let ages = st.values().map(|t| now.duration_since(*t));
+        let n = ages.clone().filter(|a| *a > bound).count();
+        (n, ages.max().unwrap_or_default())
     }
 }
 

@@ -21,7 +21,7 @@ pub enum WorkDirError {
     InvalidPath(String),
     /// Something other than a regular file (a FIFO, socket, device, link) or a directory is
     /// where the executor reads or writes: refused, never opened for data.
-    #[error("work dir {path}: not a regular file (a FIFO, socket, device or link there is refused, never opened)")]
+    #[error("work dir {path}: not a regular file (a FIFO, socket, device or link there is refused)")]
     NotRegular { path: String },
     #[error("work dir {path}: {what}: {source}")]
     Io {
