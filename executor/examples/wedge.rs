@@ -11,7 +11,7 @@ async fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
     let dog = Watchdog::new();
     let (health, _svc) = tonic_health::server::health_reporter();
-    dog.spawn_liveness(health, "liveness");
+    dog.spawn_liveness(health, "liveness", Default::default());
     let (stall, grace) = match mode.as_str() {
         "stall" => (Duration::from_secs(2), Duration::from_secs(3600)),
         _ => (Duration::ZERO, Duration::from_secs(2)),

@@ -454,6 +454,10 @@ impl Engine {
         let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.metrics.inflight_bytes.set(gauge(self.budget.in_use()));
         self.metrics.inflight_bytes_limit.set(gauge(self.budget.total()));
+        self.metrics.stuck_runs.set(gauge(self.watchdog.stuck_runs() as u64));
+        self.metrics
+            .stuck_blocking
+            .set(gauge(self.watchdog.stuck_blocking().0 as u64));
         self.metrics.encode()
     }
 

@@ -92,6 +92,11 @@ pub struct Metrics {
     pub tenants_reloads: Counter,
     pub tenants_reload_errors: Counter,
     http_requests: Family<HttpLabels, Counter>,
+    /// What the watchdog finds stuck now (see `crate::watchdog`): runs far past their limits,
+    /// blocking-pool work far past its bound; and how often liveness turned NOT_SERVING.
+    pub stuck_runs: Gauge,
+    pub stuck_blocking: Gauge,
+    pub not_serving: Counter,
 }
 
 /// A pipeline phase whose latency is recorded.
@@ -234,7 +239,26 @@ impl Metrics {
             "HTTP API requests answered, by protocol (sandboxfusion, scalebox, piston) and status code",
             http_requests.clone(),
         );
+        let (stuck_runs, stuck_blocking, not_serving) = (Gauge::default(), Gauge::default(), Counter::default());
+        registry.register(
+            "watchdog_stuck_runs",
+            "Runs far past their wall-time limit now (liveness is NOT_SERVING while any is)",
+            stuck_runs.clone(),
+        );
+        registry.register(
+            "watchdog_stuck_blocking",
+            "File and process work on the blocking pool far past its bound now (liveness is NOT_SERVING while any is)",
+            stuck_blocking.clone(),
+        );
+        registry.register(
+            "watchdog_not_serving",
+            "Times the watchdog turned liveness NOT_SERVING (a stuck run or stuck blocking-pool work)",
+            not_serving.clone(),
+        );
         Arc::new(Metrics {
+            stuck_runs,
+            stuck_blocking,
+            not_serving,
             http_requests,
             registry,
             tenants,

@@ -204,7 +204,9 @@ pub async fn serve_with_http(
     health.set_service_status("", ready).await;
     health.set_service_status("sandpool.v1.Executor", ready).await;
     health.set_service_status(LIVENESS, ServingStatus::Serving).await;
-    engine.watchdog().spawn_liveness(health.clone(), LIVENESS);
+    engine
+        .watchdog()
+        .spawn_liveness(health.clone(), LIVENESS, engine.metrics().not_serving.clone());
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)

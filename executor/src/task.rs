@@ -6,17 +6,26 @@ use crate::error::ExecError;
 
 /// Runs `f` on the blocking pool: request-shaped work (validating thousands of paths,
 /// writing or reading megabytes) must never hold up the async runtime that serves everyone.
+///
+/// The work is registered with the watchdog while it runs: work that never returns (it
+/// should never wait on anything a sandbox controls) turns liveness NOT_SERVING.
 pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ExecError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
+    tokio::task::spawn_blocking(move || {
+        let _job = crate::watchdog::BLOCKING.start();
+        f()
+    })
+    .await
+    .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
 }
 
 /// Drops `held` on the blocking pool, without waiting, its parts in order: a run's detached
 /// work dir first (its tmpfs goes with an RCU grace period), then what others wait on for it
 /// (see [`crate::engine::Engine::release`]); the caller's response does not wait.
 pub fn drop_later<T: Send + 'static>(held: T) {
-    drop(tokio::task::spawn_blocking(move || drop(held)));
+    drop(tokio::task::spawn_blocking(move || {
+        let _job = crate::watchdog::BLOCKING.start();
+        drop(held)
+    }));
 }
 
 /// Awaits `fut`, or DEADLINE_EXCEEDED at `deadline`.

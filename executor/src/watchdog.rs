@@ -5,13 +5,18 @@
 //!   liveness health service (`liveness`, what the kubelet probes) turns
 //!   NOT_SERVING while any run is [`STUCK_AFTER`] past its allowance, so the
 //!   pod is restarted instead of serving timeouts with SERVING health.
+//! - Blocking-pool work ([`crate::task::blocking`]: file and process work off the runtime)
+//!   registers in [`BLOCKING`]; liveness turns NOT_SERVING too while any of it has run
+//!   [`BLOCKING_STUCK_AFTER`] (a thread the pool will not get back: an open of a FIFO a
+//!   sandbox planted once blocked so, and 530 of them took the whole pool). `/v1/ping`
+//!   answers 503 while liveness says NOT_SERVING, and the metrics count both kinds.
 //! - [`Watchdog::guard_process`] starts an OS thread, outside the runtime it
 //!   guards: when the runtime's heartbeat stops for `stall`, or a SIGTERM is
 //!   not honoured within `grace`, it logs why, leaves a termination message
 //!   and exits. A wedged runtime cannot answer any probe; exiting is the one
 //!   answer left, and the next start reclaims the slots.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +24,62 @@ use tonic_health::ServingStatus;
 
 /// How far past its allowance a run counts as stuck.
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);
+
+/// How long one piece of blocking-pool work may run before it counts as stuck: the longest
+/// legitimate one (copying a compiled work dir, a gzip upload of a whole /work) takes seconds.
+pub const BLOCKING_STUCK_AFTER: Duration = Duration::from_secs(120);
+
+/// Blocking-pool work in flight, with when each started.
+#[derive(Debug, Default)]
+pub struct Jobs {
+    next: AtomicU64,
+    started: Mutex<BTreeMap<u64, Instant>>,
+}
+
+/// The process's blocking-pool work ([`crate::task::blocking`] has no engine at hand).
+pub static BLOCKING: Jobs = Jobs::new();
+
+/// One piece of blocking work in flight; dropping it ends it for the watchdog.
+#[derive(Debug)]
+pub struct Job<'a> {
+    jobs: &'a Jobs,
+    id: u64,
+}
+
+impl Drop for Job<'_> {
+    fn drop(&mut self) {
+        self.jobs.lock().remove(&self.id);
+    }
+}
+
+impl Jobs {
+    pub const fn new() -> Self {
+        Jobs {
+            next: AtomicU64::new(0),
+            started: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Instant>> {
+        self.started.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers work starting now.
+    pub fn start(&self) -> Job<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, Instant::now());
+        Job { jobs: self, id }
+    }
+
+    /// How many pieces of work have run longer than `bound`, and the longest-running one's time.
+    pub fn past(&self, bound: Duration) -> (usize, Duration) {
+        let now = Instant::now();
+        let st = self.lock();
+        let ages = st.values().map(|t| now.duration_since(*t));
+        let n = ages.clone().filter(|a| *a > bound).count();
+        (n, ages.max().unwrap_or_default())
+    }
+}
 
 /// How often the runtime beats and the checks run.
 const TICK: Duration = Duration::from_secs(1);
@@ -33,6 +94,8 @@ pub struct Watchdog {
     /// Per run in flight: when it started and how long it may take.
     runs: Mutex<HashMap<u64, (Instant, Duration)>>,
     stuck: AtomicBool,
+    /// The blocking-pool work it watches ([`BLOCKING`]; a test's own).
+    jobs: &'static Jobs,
 }
 
 impl Default for Watchdog {
@@ -43,6 +106,7 @@ impl Default for Watchdog {
             next_id: AtomicU64::new(0),
             runs: Mutex::new(HashMap::new()),
             stuck: AtomicBool::new(false),
+            jobs: &BLOCKING,
         }
     }
 }
@@ -88,7 +152,42 @@ impl Watchdog {
             .max()
     }
 
-    /// True while a run is stuck (see [`Watchdog::stuck_for`]), as last checked.
+    /// Runs stuck now (see [`Watchdog::stuck_for`]).
+    pub fn stuck_runs(&self) -> usize {
+        let now = Instant::now();
+        self.runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(|(start, allowed)| start.checked_add(allowed.saturating_add(STUCK_AFTER)))
+            .filter(|due| now > *due)
+            .count()
+    }
+
+    /// Blocking-pool work past [`BLOCKING_STUCK_AFTER`] now, and the oldest's running time.
+    pub fn stuck_blocking(&self) -> (usize, Duration) {
+        self.jobs.past(BLOCKING_STUCK_AFTER)
+    }
+
+    /// Why liveness should say NOT_SERVING now, if it should.
+    pub fn unhealthy(&self) -> Option<String> {
+        if let Some(by) = self.stuck_for() {
+            return Some(format!(
+                "a run is {}s past its limits: its slot is stuck",
+                (by + STUCK_AFTER).as_secs()
+            ));
+        }
+        match self.stuck_blocking() {
+            (0, _) => None,
+            (n, oldest) => Some(format!(
+                "{n} blocking-pool task(s) running for more than {}s (the oldest for {}s): threads the pool will not get back",
+                BLOCKING_STUCK_AFTER.as_secs(),
+                oldest.as_secs()
+            )),
+        }
+    }
+
+    /// True while a run or blocking-pool work is stuck (see [`Watchdog::unhealthy`]), as last checked.
     pub fn is_stuck(&self) -> bool {
         self.stuck.load(Ordering::Relaxed)
     }
@@ -104,9 +203,15 @@ impl Watchdog {
             .saturating_sub(Duration::from_millis(self.beat_ms.load(Ordering::Relaxed)))
     }
 
-    /// On the runtime: beats every second and keeps the liveness service's
-    /// status in step with [`Watchdog::stuck_for`]. Ends when `health` is dropped.
-    pub fn spawn_liveness(self: &Arc<Self>, health: tonic_health::server::HealthReporter, service: &'static str) {
+    /// On the runtime: beats every second and keeps the liveness service's status in step
+    /// with [`Watchdog::unhealthy`], counting each turn to NOT_SERVING in `tripped`. Ends
+    /// when `health` is dropped.
+    pub fn spawn_liveness(
+        self: &Arc<Self>,
+        health: tonic_health::server::HealthReporter,
+        service: &'static str,
+        tripped: prometheus_client::metrics::counter::Counter,
+    ) {
         let dog = self.clone();
         dog.beat();
         tokio::spawn(async move {
@@ -114,18 +219,16 @@ impl Watchdog {
             loop {
                 tick.tick().await;
                 dog.beat();
-                let stuck = dog.stuck_for();
-                if stuck.is_some() != dog.stuck.swap(stuck.is_some(), Ordering::Relaxed) {
-                    match stuck {
-                        Some(by) => {
-                            tracing::error!(
-                                past_limit_s = (by + STUCK_AFTER).as_secs(),
-                                "a run is far past its limits: its slot is stuck; liveness says NOT_SERVING"
-                            );
+                let why = dog.unhealthy();
+                if why.is_some() != dog.stuck.swap(why.is_some(), Ordering::Relaxed) {
+                    match why {
+                        Some(why) => {
+                            tracing::error!("{why}; liveness says NOT_SERVING");
+                            tripped.inc();
                             health.set_service_status(service, ServingStatus::NotServing).await;
                         }
                         None => {
-                            tracing::warn!("no run is stuck any more; liveness says SERVING");
+                            tracing::warn!("nothing is stuck any more; liveness says SERVING");
                             health.set_service_status(service, ServingStatus::Serving).await;
                         }
                     }
@@ -208,7 +311,7 @@ mod tests {
         let dog = Watchdog::new();
         let (health, _svc) = tonic_health::server::health_reporter();
         health.set_service_status("liveness", ServingStatus::Serving).await;
-        dog.spawn_liveness(health, "liveness");
+        dog.spawn_liveness(health, "liveness", Default::default());
         let stuck = dog.track(Duration::ZERO);
         let start = Instant::now()
             .checked_sub(STUCK_AFTER + Duration::from_secs(1))
@@ -225,5 +328,43 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(dog.since_beat() < Duration::from_secs(3), "the runtime beats");
+    }
+
+    /// Blocking-pool work far past its bound turns liveness NOT_SERVING (counted), and
+    /// SERVING again once it ends; work within its bound never does.
+    #[tokio::test]
+    async fn blocking_work_far_past_its_bound_turns_liveness_not_serving_and_back() {
+        let jobs: &'static Jobs = Box::leak(Box::default());
+        let dog = Arc::new(Watchdog {
+            jobs,
+            ..Watchdog::default()
+        });
+        let (health, _svc) = tonic_health::server::health_reporter();
+        health.set_service_status("liveness", ServingStatus::Serving).await;
+        let tripped = prometheus_client::metrics::counter::Counter::<u64>::default();
+        dog.spawn_liveness(health, "liveness", tripped.clone());
+        let fresh = jobs.start();
+        assert_eq!(dog.stuck_blocking().0, 0);
+        assert_eq!(dog.unhealthy(), None);
+        let old = jobs.start();
+        let Some(long_ago) = Instant::now().checked_sub(BLOCKING_STUCK_AFTER + Duration::from_secs(5)) else {
+            return; // a machine up for less than that cannot have work this old
+        };
+        jobs.lock().insert(old.id, long_ago);
+        assert_eq!(dog.stuck_blocking().0, 1);
+        assert!(dog.unhealthy().is_some_and(|w| w.contains("blocking-pool")));
+        let t = Instant::now();
+        while !dog.is_stuck() {
+            assert!(t.elapsed() < Duration::from_secs(10), "noticed within a few ticks");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(tripped.get(), 1, "counted");
+        drop(old);
+        while dog.is_stuck() {
+            assert!(t.elapsed() < Duration::from_secs(20), "cleared within a few ticks");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(fresh);
+        assert_eq!(jobs.past(Duration::ZERO).0, 0, "forgotten when they end");
     }
 }

@@ -19,6 +19,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 pub enum WorkDirError {
     #[error("invalid path {0:?}: must be relative, without '..' or NUL")]
     InvalidPath(String),
+    /// Something other than a regular file (a FIFO, socket, device, link) or a directory is
+    /// where the executor reads or writes: refused, never opened for data.
+    #[error("work dir {path}: not a regular file (a FIFO, socket, device or link there is refused)")]
+    NotRegular { path: String },
     #[error("work dir {path}: {what}: {source}")]
     Io {
         path: String,
@@ -279,8 +283,104 @@ impl WorkDir {
     }
 
     /// Writes `content` at relative `rel`, creating parent directories, owned by the run's uid.
+    ///
+    /// What is already at `rel` must be a regular file (it is truncated): a FIFO, socket,
+    /// device or link a program planted there is refused with [`WorkDirError::NotRegular`],
+    /// never written to (the open is non-blocking and no-follow, and the type is checked on
+    /// the descriptor before a byte is written), so nothing here waits on the sandbox.
     pub fn write_file(&self, rel: &str, content: &[u8], executable: bool) -> Result<(), WorkDirError> {
         validate_rel_path(rel)?;
+        let e = |what| {
+            move |source| WorkDirError::Io {
+                path: rel.to_owned(),
+                what,
+                source,
+            }
+        };
+        self.make_parents(rel)?;
+        let mode = if executable { 0o755 } else { 0o644 };
+        // No O_TRUNC: nothing is changed before the type is known. O_NONBLOCK: a FIFO with no
+        // reader (and a socket) fails with ENXIO instead of waiting for one.
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+        let fd = match openat2(self.root(), rel, flags, mode) {
+            Ok(fd) => fd,
+            Err(err) if refused_type(&err) => return Err(WorkDirError::NotRegular { path: rel.to_owned() }),
+            Err(err) => return Err(e("creating")(err)),
+        };
+        let file = fs::File::from(fd);
+        if !file.metadata().map_err(e("inspecting"))?.is_file() {
+            return Err(WorkDirError::NotRegular { path: rel.to_owned() });
+        }
+        file.set_len(0).map_err(e("truncating"))?;
+        self.finish(&file, content, mode).map_err(e("writing"))
+    }
+
+    /// Writes `content` at `rel` as a new file that then takes the name over (a temporary
+    /// name created with `O_EXCL` in the same directory, renamed onto `rel`): whatever a
+    /// program left at `rel` (a FIFO, socket, link, a file it holds open or linked
+    /// elsewhere) is replaced, never opened. For the executor's own files in a session's
+    /// `/work` (its requests to the interpreter, the cell), which the session's programs
+    /// can write too; only a directory at `rel` is refused ([`WorkDirError::NotRegular`]).
+    pub fn replace_file(&self, rel: &str, content: &[u8], executable: bool) -> Result<(), WorkDirError> {
+        validate_rel_path(rel)?;
+        let e = |what| {
+            move |source| WorkDirError::Io {
+                path: rel.to_owned(),
+                what,
+                source,
+            }
+        };
+        self.make_parents(rel)?;
+        let (parent, name) = match rel.trim_end_matches('/').rsplit_once('/') {
+            Some((p, n)) => (p, n),
+            None => (".", rel.trim_end_matches('/')),
+        };
+        let dir = openat2(
+            self.root(),
+            parent,
+            libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW,
+            0,
+        )
+        .map_err(|err| {
+            if refused_type(&err) || err.raw_os_error() == Some(libc::ENOTDIR) {
+                WorkDirError::NotRegular {
+                    path: parent.to_owned(),
+                }
+            } else {
+                e("opening its directory")(err)
+            }
+        })?;
+        let target = CString::new(name).map_err(|_| WorkDirError::InvalidPath(rel.to_owned()))?;
+        let mode = if executable { 0o755 } else { 0o644 };
+        // A name nobody can guess; O_EXCL fails on anything already there (never follows
+        // it), so a planted entry costs a retry, not an open.
+        let mut tries = 0;
+        let (tmp, file) = loop {
+            let tmp = format!(".sandpool-new-{}", unique_suffix());
+            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+            match openat2(dir.as_fd(), &tmp, flags, mode) {
+                Ok(fd) => break (tmp, fs::File::from(fd)),
+                Err(err) if err.raw_os_error() == Some(libc::EEXIST) && tries < 8 => tries += 1,
+                Err(err) => return Err(e("creating")(err)),
+            }
+        };
+        let tmp = CString::new(tmp).map_err(|_| WorkDirError::InvalidPath(rel.to_owned()))?;
+        let written = self.finish(&file, content, mode).map_err(e("writing")).and_then(|()| {
+            mount::rename_in(dir.as_fd(), &tmp, &target).map_err(|err| match err.raw_os_error() {
+                Some(libc::EISDIR) | Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
+                    WorkDirError::NotRegular { path: rel.to_owned() }
+                }
+                _ => e("renaming into place")(err),
+            })
+        });
+        if written.is_err() {
+            let _ = mount::unlink_in(dir.as_fd(), &tmp);
+        }
+        written
+    }
+
+    /// Creates the parent directories of `rel` (owned by the run's uid) where missing.
+    fn make_parents(&self, rel: &str) -> Result<(), WorkDirError> {
         let e = |what| {
             move |source| WorkDirError::Io {
                 path: rel.to_owned(),
@@ -298,18 +398,27 @@ impl WorkDir {
             let c = CString::new(prefix.as_str()).map_err(|_| WorkDirError::InvalidPath(rel.to_owned()))?;
             // EEXIST is fine: the directory is there already.
             if mount::mkdirat(self.root(), &c, 0o755).is_ok() {
-                let d = openat2(self.root(), &prefix, libc::O_DIRECTORY | libc::O_RDONLY, 0)
-                    .map_err(e("opening a directory"))?;
+                let d = openat2(
+                    self.root(),
+                    &prefix,
+                    libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW,
+                    0,
+                )
+                .map_err(e("opening a directory"))?;
                 let _ = std::os::unix::fs::fchown(&d, Some(self.uid), Some(self.gid));
             }
         }
-        let mode = if executable { 0o755 } else { 0o644 };
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW;
-        let file = fs::File::from(openat2(self.root(), rel, flags, mode).map_err(e("creating"))?);
-        let _ = std::os::unix::fs::fchown(&file, Some(self.uid), Some(self.gid));
+        Ok(())
+    }
+
+    /// Hands a new or emptied regular file to the run's uid with `mode` and writes `content`.
+    fn finish(&self, file: &fs::File, content: &[u8], mode: u32) -> std::io::Result<()> {
+        let _ = std::os::unix::fs::fchown(file, Some(self.uid), Some(self.gid));
         use std::os::unix::fs::PermissionsExt;
         let _ = file.set_permissions(fs::Permissions::from_mode(mode));
-        (&file).write_all(content).map_err(e("writing"))
+        // O_NONBLOCK means nothing for a regular file: this write does not stop half-way.
+        let mut f = file;
+        f.write_all(content)
     }
 
     /// Reads regular file `rel` if it is at most `cap` bytes; never follows links.
@@ -331,9 +440,7 @@ impl WorkDir {
         let fd = match openat2(self.root(), rel, flags, 0) {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(FetchError::NotFound),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::EXDEV)) => {
-                return Err(FetchError::NotRegular);
-            }
+            Err(e) if refused_type(&e) => return Err(FetchError::NotRegular),
             Err(e) => return Err(FetchError::Other(e.to_string())),
         };
         let file = fs::File::from(fd);
@@ -343,6 +450,25 @@ impl WorkDir {
         }
         Ok(OpenFile { file, len: meta.len() })
     }
+}
+
+/// Whether an open failed because of what is at the path, not how it was asked: a link
+/// (ELOOP: `O_NOFOLLOW`, `RESOLVE_NO_SYMLINKS`), a way out of the work dir (EXDEV), a FIFO
+/// with no reader or a socket opened non-blocking (ENXIO), a device with no driver (ENODEV).
+fn refused_type(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ELOOP) | Some(libc::EXDEV) | Some(libc::ENXIO) | Some(libc::ENODEV)
+    )
+}
+
+/// A suffix no program in the sandbox can predict: the process, a counter and the clock.
+fn unique_suffix() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut r = [0u8; 8];
+    let _ = getrandom::fill(&mut r);
+    format!("{}-{n}-{:016x}", std::process::id(), u64::from_ne_bytes(r))
 }
 
 /// A regular file of a work dir, open for reading.
@@ -611,6 +737,84 @@ mod tests {
         let current = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         assert_eq!(current.block_on(async { off_the_runtime(|| 3) }), 3);
         assert_eq!(off_the_runtime(|| 4), 4);
+    }
+
+    /// Runs `f` on a thread and waits at most 20 s: an open that blocks fails the test
+    /// instead of hanging it.
+    fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{what}: blocked on a planted entry"))
+    }
+
+    // Plants through the host path of a directory work dir (a socket needs one); as root.
+    #[test]
+    fn writes_and_reads_refuse_fifos_sockets_and_links_without_blocking() {
+        let host = tempfile::tempdir().unwrap();
+        let root = host.path().join("w");
+        let w = std::sync::Arc::new(WorkDir::directory(root.clone(), 0, 0).unwrap());
+        nix::unistd::mkfifo(&root.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        nix::unistd::mkfifo(&root.join("read-fifo"), nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(root.join("sock")).unwrap();
+        std::os::unix::fs::symlink(host.path().join("outside"), root.join("link")).unwrap();
+        fs::write(host.path().join("target"), b"host").unwrap();
+        std::os::unix::fs::symlink(host.path().join("target"), root.join("filelink")).unwrap();
+        // A FIFO someone reads: the open alone would succeed.
+        use std::os::unix::fs::OpenOptionsExt;
+        let _reader = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(root.join("read-fifo"))
+            .unwrap();
+        for planted in ["fifo", "read-fifo", "sock", "link", "filelink"] {
+            let ww = w.clone();
+            let wrote = bounded(planted, move || ww.write_file(planted, b"data", false));
+            assert!(
+                matches!(&wrote, Err(WorkDirError::NotRegular { path }) if path == planted),
+                "write_file onto {planted}: {wrote:?}"
+            );
+            assert!(
+                wrote.unwrap_err().to_string().contains(planted),
+                "the error names the path"
+            );
+            let ww = w.clone();
+            let read = bounded(planted, move || ww.read_file(planted, 100));
+            assert!(
+                matches!(read, Err(FetchError::NotRegular)),
+                "read_file of {planted}: {read:?}"
+            );
+            // The executor's own files replace what was planted instead.
+            let ww = w.clone();
+            bounded(planted, move || ww.replace_file(planted, b"mine", false)).unwrap();
+            assert_eq!(w.read_file(planted, 100).unwrap(), b"mine", "{planted} replaced");
+        }
+        assert_eq!(
+            fs::read(host.path().join("target")).unwrap(),
+            b"host",
+            "never written through"
+        );
+        assert!(!host.path().join("outside").exists());
+        // A directory in the way is refused by both, and a regular file is written over.
+        fs::create_dir(root.join("dir")).unwrap();
+        assert!(w.write_file("dir", b"x", false).is_err());
+        assert!(matches!(
+            w.replace_file("dir", b"x", false),
+            Err(WorkDirError::NotRegular { .. })
+        ));
+        w.write_file("f", b"longer content", false).unwrap();
+        w.write_file("f", b"short", false).unwrap();
+        assert_eq!(w.read_file("f", 100).unwrap(), b"short");
+        w.replace_file("d/g", b"new", true).unwrap();
+        assert_eq!(w.read_file("d/g", 100).unwrap(), b"new");
+        let left: Vec<_> = fs::read_dir(root.join("d"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left.len(), 1, "no temporary file left behind: {left:?}");
     }
 
     fn at(w: &WorkDir, rel: &str) -> CString {

@@ -855,3 +855,61 @@ async fn file_downloads_are_charged_until_they_are_written() {
     assert_eq!(code, 200);
     assert_eq!(body.as_str().map(str::len), Some(16 * MIB));
 }
+
+/// Attack round 3, finding 2: uploads through `POST /files` onto FIFOs a sandbox made in its
+/// `/work` each blocked a blocking-pool thread for ever (530 of them took the pool, and every
+/// tenant's runs with it, while `/v1/ping` said 200). Now each is refused at once, a 400
+/// naming the path, and a stateless run goes on right after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploads_onto_fifos_a_sandbox_made_are_refused_and_block_nothing() {
+    const N: usize = 24;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = executor(dir.path(), &["--max-sessions", "2"]).await;
+    let (id, token) = create(&exe, A, json!({"templateID": "code-interpreter-v1"})).await;
+    let h = data(&id, &token);
+    let plant = format!(
+        "import os, socket\nfor i in range({N}):\n    os.mkfifo('/work/fifo%d' % i)\n\
+         s = socket.socket(socket.AF_UNIX); s.bind('/work/sock')\nos.symlink('/etc/passwd', '/work/link')\nprint('planted')"
+    );
+    let (code, v) = call(&exe, "POST", "/execute", h.clone(), json!({"code": plant}).to_string()).await;
+    assert_eq!(code, 200, "{v}");
+    assert!(v.as_str().unwrap_or_default().contains("planted"), "{v}");
+    let mut targets: Vec<String> = (0..N).map(|i| format!("fifo{i}")).collect();
+    targets.extend(["sock".into(), "link".into()]);
+    let uploads = targets.iter().map(|name| {
+        let (exe_addr, h, name) = (exe.http_addr.clone().expect("http"), h.clone(), name.clone());
+        async move {
+            let path = format!("/files?path=/home/user/{name}");
+            let got = tokio::time::timeout(
+                Duration::from_secs(45),
+                tokio::task::spawn_blocking(move || http(&exe_addr, "POST", &path, &h, "payload")),
+            )
+            .await;
+            (name, got)
+        }
+    });
+    for (name, got) in futures::future::join_all(uploads).await {
+        let (code, body) = got
+            .unwrap_or_else(|_| panic!("the upload onto {name} blocked"))
+            .expect("http");
+        assert_eq!(code, 400, "{name}: {body}");
+        assert!(
+            body.contains(&name) && body.contains("not a regular file"),
+            "{name}: {body}"
+        );
+    }
+    // Nothing is stuck: a stateless run answers, an ordinary upload works, ping says pong.
+    let addr = exe.http_addr.clone().expect("http");
+    let body = json!({"code": "print('fine')", "language": "python"}).to_string();
+    let auth = format!("Authorization: Bearer {B}\r\n");
+    let (code, reply) = tokio::task::spawn_blocking(move || http(&addr, "POST", "/run_code", &auth, &body))
+        .await
+        .expect("http");
+    assert_eq!(code, 200, "{reply}");
+    assert!(reply.contains("fine"), "{reply}");
+    let (code, v) = call(&exe, "POST", "/files?path=/home/user/ok.txt", h.clone(), "x".into()).await;
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = call(&exe, "GET", "/v1/ping", String::new(), String::new()).await;
+    assert_eq!((code, v), (200, json!("pong")));
+    assert_eq!(exe.metric("sandpool_watchdog_stuck_blocking"), 0.0);
+}

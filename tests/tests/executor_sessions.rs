@@ -1452,3 +1452,77 @@ async fn sessions_cost_the_executor_few_descriptors_and_leave_none_behind() {
         after - before
     );
 }
+
+/// Attack round 3, finding 2: a session's programs can write its own `.sandpool/`. FIFOs
+/// planted at the names of the next calls' requests (`in/N.json`, `N.stdin`, `N.go`) and
+/// at a bash session's `cell.sh` once made the executor's next write wait for a reader
+/// for ever, on a blocking-pool thread, holding the run slot: with one slot, nobody else
+/// ran again. The executor's own files are now written under a new name and renamed into
+/// place (what was planted is replaced, never opened), and the driver opens only regular
+/// files: the next calls complete, and another caller's run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifos_planted_in_the_sessions_own_directory_block_nothing() {
+    let ex = executor(1, &[]).await;
+    let mut c = ex.client();
+    let s = create(&mut c, "python", None).await;
+    let plant = r#"
+import os
+d = "/work/.sandpool/in"
+n = max(int(f.split(".")[0]) for f in os.listdir(d) if f.endswith(".go"))
+for k in range(n + 1, n + 5):
+    # The marker of the very next call too would only make the driver skip to it.
+    for ext in ("json", "stdin", "go") if k > n + 1 else ("json", "stdin"):
+        os.mkfifo("%s/%d.%s" % (d, k, ext))
+import socket
+so = socket.socket(socket.AF_UNIX); so.bind("%s/%d.json" % (d, n + 5))
+for ext in ("json", "stdin", "go"):
+    os.symlink("/etc/passwd", "%s/%d.%s" % (d, n + 6, ext))
+n
+"#;
+    let r = run(&mut c, code(&s.session_id, plant)).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    let bounded = Duration::from_secs(60);
+    for (i, (src, stdin, want)) in [
+        ("1 + 1", "", "2"),
+        ("input()", "typed\n", "'typed'"),
+        ("import sys; sys.stdin.read()", "", "''"),
+        ("6 * 7", "", "42"),
+        ("'still here'", "", "'still here'"),
+        ("3", "", "3"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut req = code(&s.session_id, src);
+        req.stdin = stdin.as_bytes().to_vec();
+        let r = tokio::time::timeout(bounded, c.run_in_session(req))
+            .await
+            .unwrap_or_else(|_| panic!("call {i} ({src}) blocked on a planted FIFO"))
+            .unwrap_or_else(|e| panic!("call {i}: {e:?}"))
+            .into_inner();
+        assert_eq!(r.display, want, "call {i}: {r:?}");
+    }
+    // A bash session's cell file, planted likewise.
+    let b = create(&mut c, "bash", None).await;
+    let r = run(
+        &mut c,
+        command(
+            &b.session_id,
+            "rm -f /work/.sandpool/cell.sh && mkfifo /work/.sandpool/cell.sh && echo planted",
+        ),
+    )
+    .await;
+    assert_eq!(out(&r), "planted\n", "{r:?}");
+    let r = tokio::time::timeout(bounded, c.run_in_session(command(&b.session_id, "echo after")))
+        .await
+        .expect("the bash call blocked on a planted FIFO")
+        .expect("bash call")
+        .into_inner();
+    assert_eq!(out(&r), "after\n", "{r:?}");
+    // The one slot is free for another caller.
+    let r = tokio::time::timeout(bounded, ex.run(sandpool_tests::request("python", "print('other')", "")))
+        .await
+        .expect("another caller's run waited behind a stuck slot");
+    assert_eq!(sandpool_tests::stdout(&r), "other\n");
+    assert_eq!(ex.metric("sandpool_watchdog_stuck_blocking"), 0.0);
+}

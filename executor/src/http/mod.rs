@@ -2,7 +2,7 @@
 //! clients of those services (verl's SandboxFusion reward, ScaleBox eval
 //! scripts) work by changing only the URL.
 //!
-//! - `GET /v1/ping`: liveness, answers `"pong"`.
+//! - `GET /v1/ping`: liveness, answers `"pong"` (503 while the watchdog finds work stuck).
 //! - `POST /run_code`: SandboxFusion's run ([`run_code`]).
 //! - `POST /common_evaluate_batch`: ScaleBox's unified evaluation ([`scalebox`]).
 //! - `GET /api/v2/runtimes`, `POST /api/v2/execute`: Piston v2 ([`piston`]).
@@ -368,13 +368,29 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
         .layer(middleware::from_fn_with_state(opts.clone(), read_body_in_time))
         .layer(middleware::from_fn_with_state(opts.clone(), require_token));
     Router::new()
-        .route("/v1/ping", get(|| async { Json("pong") }))
+        .route("/v1/ping", get(ping))
         .merge(api)
         .merge(data)
         .merge(contexts)
         .layer(DefaultBodyLimit::max(opts.max_body_bytes))
         .layer(middleware::from_fn_with_state(judge.clone(), by_protocol))
         .with_state(judge)
+}
+
+/// `GET /v1/ping`: `"pong"`, or 503 naming why while the watchdog finds a run or
+/// blocking-pool work stuck (gRPC liveness says NOT_SERVING then too).
+async fn ping(State(j): State<Judge>) -> Response {
+    match j.engine().watchdog().is_stuck() {
+        false => Json("pong").into_response(),
+        true => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({
+                "status": "not serving",
+                "why": j.engine().watchdog().unhealthy().unwrap_or_else(|| "stuck work just ended".into()),
+            })),
+        )
+            .into_response(),
+    }
 }
 
 async fn piston_runtimes(State(j): State<Judge>) -> Response {

@@ -134,6 +134,26 @@ def _write_reply(n, meta, out_path, err_path, cap):
     os.rename(tmp, "%s/%d.json" % (OUT, n))
 
 
+def _open_regular(path, mode="rb"):
+    """Opens `path` only if it is a regular file itself: a FIFO, socket or link a cell left at
+    a request's name is refused (an open of a FIFO would wait for a writer for ever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_mode & 0o170000 != 0o100000:
+            raise OSError("not a regular file: %s" % path)
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _is_regular(path):
+    try:
+        return os.lstat(path).st_mode & 0o170000 == 0o100000
+    except OSError:
+        return False
+
+
 def _forget(n):
     """Removes call n's request and reply: the executor has read it once call n+1 arrives."""
     for p in ("%s/%d.json" % (IN, n), "%s/%d.stdin" % (IN, n), "%s/%d.go" % (IN, n), "%s/%d.json" % (OUT, n)):
@@ -267,12 +287,16 @@ def _call(n, req, ns):
     cap = max(1, int(req.get("output_bytes", 1 << 20)))
     out_path, err_path = "%s/out" % SCRATCH, "%s/err" % SCRATCH
     stdin_path = "%s/%d.stdin" % (IN, n)
-    if not os.path.exists(stdin_path):
+    if not _is_regular(stdin_path):
         stdin_path = os.devnull
     meta = {"n": n, "status": "ok", "display": "", "exit_code": 0, "error": ""}
     cpu0 = _cpu_seconds()
     _set_cpu_limit(float(req.get("cpu_seconds", 0)))
-    with open(stdin_path, "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+    try:
+        fin = _open_regular(stdin_path) if stdin_path != os.devnull else open(os.devnull, "rb")
+    except OSError:
+        fin = open(os.devnull, "rb")
+    with fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
         for s in (sys.stdout, sys.stderr):
             try:
                 s.flush()
@@ -448,7 +472,9 @@ def main():
         if _procs:
             _reap()
         waiter.arm()
-        if not os.path.exists("%s/%d.go" % (IN, n)):
+        # The executor renames its marker into place: anything else there (a FIFO a cell
+        # planted for this number) is not a request.
+        if not _is_regular("%s/%d.go" % (IN, n)):
             # Asleep until the executor writes a request (the watch sees the file made after
             # this check too): 0.05 s with background processes to reap, else at most five
             # seconds (a backstop: a cell may have removed the watched directory).
@@ -456,7 +482,7 @@ def main():
             continue
         _forget(n - 1)
         try:
-            with open("%s/%d.json" % (IN, n)) as f:
+            with _open_regular("%s/%d.json" % (IN, n), "r") as f:
                 req = json.load(f)
         except (OSError, ValueError):
             req = {"kind": "code", "source": "raise RuntimeError('sandpool: unreadable request')"}

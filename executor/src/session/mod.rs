@@ -425,13 +425,18 @@ fn is_full(e: &crate::sandbox::WorkDirError) -> bool {
 
 /// Writes the session's own files into `work`; when /work is full, empties the reserve and
 /// tries once more. Ok(true) when the reserve was used (refill it after the call).
+///
+/// The session's programs can write `.sandpool/` too: each file is written under a new name
+/// and renamed into place ([`WorkDir::replace_file`]), so a FIFO, socket or link planted at
+/// a name the executor will use next is replaced, never opened (an open of a FIFO waits for
+/// a reader, forever). Only a directory planted there fails the call, naming the path.
 pub(crate) fn write_state(work: &WorkDir, writes: &[(&str, &[u8])]) -> Result<bool, SessionError> {
-    let attempt = || writes.iter().try_for_each(|(p, c)| work.write_file(p, c, false));
+    let attempt = || writes.iter().try_for_each(|(p, c)| work.replace_file(p, c, false));
     let internal = |e: crate::sandbox::WorkDirError| ExecError::Internal(scrub_host_paths(&e.to_string())).into();
     match attempt() {
         Ok(()) => Ok(false),
         Err(e) if is_full(&e) => {
-            let _ = work.write_file(RESERVE, b"", false);
+            let _ = work.replace_file(RESERVE, b"", false);
             match attempt() {
                 Ok(()) => Ok(true),
                 Err(e) if is_full(&e) => Err(SessionError::Exhausted(format!(
@@ -448,7 +453,7 @@ pub(crate) fn write_state(work: &WorkDir, writes: &[(&str, &[u8])]) -> Result<bo
 
 /// Fills the reserve again; true when it is whole.
 fn refill_reserve(work: &WorkDir) -> bool {
-    work.write_file(RESERVE, &vec![0u8; RESERVE_BYTES], false).is_ok()
+    work.replace_file(RESERVE, &vec![0u8; RESERVE_BYTES], false).is_ok()
 }
 
 /// Validates files a request writes into a session's /work.

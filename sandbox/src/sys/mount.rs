@@ -105,6 +105,19 @@ pub(crate) fn mkdirat(dir: BorrowedFd<'_>, path: &CStr, mode: libc::mode_t) -> s
     check(unsafe { libc::mkdirat(dir.as_raw_fd(), path.as_ptr(), mode) }).map(drop)
 }
 
+/// renameat(2) of `from` to `to`, both names directly in directory `dir` (no `/`): the
+/// new name replaces whatever entry was there (never following it), except a directory.
+pub(crate) fn rename_in(dir: BorrowedFd<'_>, from: &CStr, to: &CStr) -> std::io::Result<()> {
+    // SAFETY: renameat with a valid dir fd and C strings.
+    check(unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) }).map(drop)
+}
+
+/// unlinkat(2) of name `name` in directory `dir` (not a directory).
+pub(crate) fn unlink_in(dir: BorrowedFd<'_>, name: &CStr) -> std::io::Result<()> {
+    // SAFETY: unlinkat with a valid dir fd and C string.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) }).map(drop)
+}
+
 /// Which step of [`tmpfs_detached`] failed.
 pub(crate) type Step = &'static str;
 
