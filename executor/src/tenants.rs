@@ -726,6 +726,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_tenant_keeps_its_identity_while_its_name_stays_and_a_returning_name_is_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tenants.toml");
+        let t = |name: &str, tok: &str| format!("[[tenant]]\nname = \"{name}\"\ntoken = \"{tok}\"\n");
+        std::fs::write(&file, t("x", A) + &t("y", B)).unwrap();
+        let table = Tenants::from_file(&file).unwrap();
+        let id = |tok: &str| {
+            table
+                .authenticate(Some(format!("Bearer {tok}").as_bytes()))
+                .map(|t| t.identity)
+        };
+        let (x, y) = (id(A).unwrap(), id(B).unwrap());
+        assert_ne!(x, y);
+        assert_ne!(x, 0, "0 is anonymous'");
+        // New terms and a rotated token: the same tenant.
+        const A2: &str = "aaaaaaaaaaaaaaaa-rotated";
+        std::fs::write(&file, t("x", A2) + &t("y", B) + "weight = 5\n").unwrap();
+        assert!(table.reload().await.unwrap());
+        assert_eq!((id(A2).unwrap(), id(B).unwrap()), (x, y));
+        // Removed, then a tenant given the name again: another identity.
+        std::fs::write(&file, t("y", B)).unwrap();
+        assert!(table.reload().await.unwrap());
+        assert!(!table.table().has_identity(x));
+        std::fs::write(&file, t("x", A) + &t("y", B)).unwrap();
+        assert!(table.reload().await.unwrap());
+        assert_ne!(id(A).unwrap(), x, "a returning name is a new tenant");
+        assert_eq!(id(B).unwrap(), y);
+    }
+
+    #[tokio::test]
     async fn a_rotated_single_token_takes_effect_without_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("token");

@@ -409,6 +409,44 @@ mod tests {
     }
 
     #[test]
+    fn stream_permits_are_capped_per_sandbox_per_tenant_share_and_in_all() {
+        let tenant = |name: &str, weight: u32| Tenant {
+            name: name.into(),
+            weight,
+            max_concurrency: None,
+            max_queue: None,
+            max_sessions: None,
+            max_priority: crate::tenants::Priority::Interactive,
+            authenticated: true,
+            identity: 1,
+        };
+        // Without a table (one tenant): the whole cap, 64 per sandbox.
+        let s = Streams::new(None);
+        let t = tenant("t", 1);
+        assert_eq!(s.share(&t), MAX_STREAMS);
+        let mut held: Vec<_> = (0..MAX_STREAMS_PER_SANDBOX)
+            .map(|_| s.permit(&t, "s1").unwrap())
+            .collect();
+        assert!(s.permit(&t, "s1").unwrap_err().message.contains("per-sandbox cap"));
+        for i in 0..(MAX_STREAMS - MAX_STREAMS_PER_SANDBOX) {
+            held.push(s.permit(&t, &format!("s{}", 2 + i % 3)).unwrap());
+        }
+        // One tenant's share is the whole cap: its refusal names it.
+        assert!(s.permit(&t, "s9").unwrap_err().message.contains("its share"));
+        assert!(
+            s.permit(&tenant("u", 1), "s9")
+                .unwrap_err()
+                .message
+                .contains("executor's cap")
+        );
+        held.pop();
+        let p = s.permit(&t, "s9").unwrap();
+        drop((held, p));
+        assert_eq!(s.lock().total, 0);
+        assert!(s.lock().by_sandbox.is_empty() && s.lock().by_tenant.is_empty());
+    }
+
+    #[test]
     fn the_api_key_becomes_a_bearer_token_unless_one_is_sent() {
         let mut h = HeaderMap::new();
         h.insert("x-api-key", "k1".parse().unwrap());
