@@ -73,6 +73,7 @@ fn tenant(name: &str, weight: u32) -> Arc<Tenant> {
         max_sessions: None,
         max_priority: Priority::Interactive,
         authenticated: true,
+        identity: 1,
     })
 }
 

@@ -61,7 +61,16 @@ impl Caller {
     pub fn of(tenant: &Tenant, authorization: Option<&[u8]>) -> Self {
         if tenant.authenticated {
             // Not a header value (it has a NUL), so never equal to an unauthenticated caller.
-            Caller([b"tenant\0".as_slice(), tenant.name.as_bytes()].concat())
+            // The identity too: a later tenant given a removed one's name is another caller.
+            Caller(
+                [
+                    b"tenant\0".as_slice(),
+                    tenant.name.as_bytes(),
+                    b"\0",
+                    &tenant.identity.to_le_bytes(),
+                ]
+                .concat(),
+            )
         } else {
             Caller::from_authorization(authorization)
         }

@@ -223,6 +223,7 @@ pub async fn serve_with_http(
         .clone()
         .unwrap_or_else(|| crate::config::advertise_address(None, None, bound));
     let sessions = crate::session::SessionManager::start(engine.clone(), opts.sessions, advertise);
+    sessions.follow_tenants(opts.tenants.clone());
     if let Some(http) = http {
         let (judge, mut stop) = (judge.clone(), http_stop_rx);
         let mut http_opts = opts.http.clone();

@@ -103,9 +103,23 @@ pub struct Tenant {
     pub max_queue: Option<usize>,
     pub max_sessions: Option<usize>,
     pub max_priority: Priority,
-    /// Found by a token: its name scopes sessions and cached results. False for `anonymous`,
-    /// whose callers are kept apart by what they send (see [`crate::call::Caller`]).
+    /// Found by a token: its name and identity scope sessions and cached results. False for
+    /// `anonymous`, whose callers are kept apart by what they send (see [`crate::call::Caller`]).
     pub authenticated: bool,
+    /// Which tenant of that name this is: given when the name comes into the table, kept
+    /// while each reloaded table still has the name (new terms, a rotated token), never
+    /// given again. A tenant removed and later added back under its old name is a new
+    /// tenant: it owns none of the old one's sessions (docs/tenants.md, "Identity").
+    /// 0 for `anonymous`.
+    pub identity: u64,
+}
+
+/// The next [`Tenant::identity`] to give (0 is `anonymous`'s).
+static NEXT_IDENTITY: AtomicU64 = AtomicU64::new(1);
+
+/// A tenant identity never given before in this process.
+pub fn new_identity() -> u64 {
+    NEXT_IDENTITY.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A request asked for more than its tenant may.
@@ -126,8 +140,12 @@ impl Tenant {
     /// Every caller when the executor has no auth: the executor's defaults, weight 1.
     pub fn anonymous() -> Arc<Tenant> {
         static ANON: OnceLock<Arc<Tenant>> = OnceLock::new();
-        ANON.get_or_init(|| Arc::new(Tenant::with_defaults(ANONYMOUS, false)))
-            .clone()
+        ANON.get_or_init(|| {
+            let mut t = Tenant::with_defaults(ANONYMOUS, false);
+            t.identity = 0;
+            Arc::new(t)
+        })
+        .clone()
     }
 
     fn with_defaults(name: &str, authenticated: bool) -> Tenant {
@@ -139,6 +157,7 @@ impl Tenant {
             max_sessions: None,
             max_priority: Priority::Interactive,
             authenticated,
+            identity: new_identity(),
         }
     }
 
@@ -298,6 +317,7 @@ impl Directory {
                 max_sessions: e.max_sessions,
                 max_priority: e.max_priority.unwrap_or(Priority::Interactive),
                 authenticated: true,
+                identity: new_identity(),
             };
             entries.push((token.as_bytes().into(), Arc::new(tenant)));
         }
@@ -333,6 +353,21 @@ impl Directory {
     /// The tenants, in file order.
     pub fn tenants(&self) -> impl Iterator<Item = &Arc<Tenant>> {
         self.entries.iter().map(|(_, t)| t)
+    }
+
+    /// Whether the tenant of `identity` is in this table.
+    pub fn has_identity(&self, identity: u64) -> bool {
+        self.entries.iter().any(|(_, t)| t.identity == identity)
+    }
+
+    /// Gives each tenant whose name `before` has that tenant's identity: the same tenant
+    /// with new terms or a rotated token. A name `before` lacks keeps its new identity.
+    fn carry_identities(&mut self, before: &Directory) {
+        for (_, t) in &mut self.entries {
+            if let Some(old) = before.tenants().find(|o| o.name == t.name) {
+                Arc::make_mut(t).identity = old.identity;
+            }
+        }
     }
 }
 
@@ -531,7 +566,11 @@ impl Tenants {
             return Ok(false);
         }
         *last = bytes;
-        *self.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(dir);
+        let mut dir = dir;
+        let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
+        dir.carry_identities(&table);
+        *table = Arc::new(dir);
+        drop(table);
         self.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
@@ -684,6 +723,36 @@ mod tests {
         assert!(t.reload().await.is_err());
         assert_eq!(who(&t, B).as_deref(), Some("second"), "the old table stays");
         assert_eq!(t.reloads(), (2, 1));
+    }
+
+    #[tokio::test]
+    async fn a_tenant_keeps_its_identity_while_its_name_stays_and_a_returning_name_is_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tenants.toml");
+        let t = |name: &str, tok: &str| format!("[[tenant]]\nname = \"{name}\"\ntoken = \"{tok}\"\n");
+        std::fs::write(&file, t("x", A) + &t("y", B)).unwrap();
+        let table = Tenants::from_file(&file).unwrap();
+        let id = |tok: &str| {
+            table
+                .authenticate(Some(format!("Bearer {tok}").as_bytes()))
+                .map(|t| t.identity)
+        };
+        let (x, y) = (id(A).unwrap(), id(B).unwrap());
+        assert_ne!(x, y);
+        assert_ne!(x, 0, "0 is anonymous'");
+        // New terms and a rotated token: the same tenant.
+        const A2: &str = "aaaaaaaaaaaaaaaa-rotated";
+        std::fs::write(&file, t("x", A2) + &t("y", B) + "weight = 5\n").unwrap();
+        assert!(table.reload().await.unwrap());
+        assert_eq!((id(A2).unwrap(), id(B).unwrap()), (x, y));
+        // Removed, then a tenant given the name again: another identity.
+        std::fs::write(&file, t("y", B)).unwrap();
+        assert!(table.reload().await.unwrap());
+        assert!(!table.table().has_identity(x));
+        std::fs::write(&file, t("x", A) + &t("y", B)).unwrap();
+        assert!(table.reload().await.unwrap());
+        assert_ne!(id(A).unwrap(), x, "a returning name is a new tenant");
+        assert_eq!(id(B).unwrap(), y);
     }
 
     #[tokio::test]

@@ -55,6 +55,17 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Sets session seat `index`'s CPU weight beside the slots and other seats, in cgroup v2
+    /// `cpu.weight` units (1 to 10000; 100 is what every slot has; v1 writes `cpu.shares`
+    /// scaled, 100 as 1024), for everything in the seat (its interpreter, the processes it
+    /// left running), until set again; a seat whose cgroup is not made yet gets it when it
+    /// is. False where the sandbox cannot weight CPU (no cgroups, v1 without the cpu
+    /// controller, not a seat, a failed write). Blocks on cgroup files.
+    fn set_seat_cpu_weight(&self, index: usize, weight: u32) -> bool {
+        let _ = (index, weight);
+        false
+    }
+
     /// True when GPU runs get device nodes.
     fn has_gpu(&self) -> bool;
 

@@ -363,3 +363,311 @@ async fn a_changed_tenants_file_is_picked_up_without_a_restart() {
     }
     c.get_capabilities(caps(RL)).await.expect("the others still do");
 }
+
+/// An E2B sandbox of the tenant `token` over HTTP: its id and access token.
+fn e2b_create(addr: &str, token: &str) -> (String, String) {
+    let (code, body) = http(
+        addr,
+        "POST",
+        "/v2/sandboxes",
+        &format!("X-API-KEY: {token}\r\n"),
+        r#"{"templateID": "code-interpreter-v1"}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let s = |k: &str| v[k].as_str().expect(k).to_owned();
+    (s("sandboxID"), s("envdAccessToken"))
+}
+
+fn data_headers(id: &str, token: &str) -> String {
+    format!("E2b-Sandbox-Id: {id}\r\nE2b-Sandbox-Port: 49983\r\nX-Access-Token: {token}\r\n")
+}
+
+/// A request whose response may stream: the connection (kept open, so the stream is held),
+/// the status, and what arrived with the head. Blocking.
+fn open_stream(addr: &str, path: &str, headers: &str, body: &[u8]) -> (std::net::TcpStream, u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).expect("head");
+    c.write_all(body).expect("body");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = c.read(&mut buf).expect("response head");
+        assert!(n > 0, "closed before the head: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (c, status, text)
+}
+
+/// Reads `c` until one of `want` arrived or it closed; all it read.
+fn read_until(c: &mut std::net::TcpStream, mut got: String, want: &[&str]) -> String {
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    while !want.iter().any(|w| got.contains(w)) {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+    got
+}
+
+/// Opens cells on sandbox `(id, token)` until one is refused (at most `most`): the held
+/// streams, and the refusal (status, body).
+fn cells_until_refused(
+    addr: &str,
+    (id, token): (&str, &str),
+    most: usize,
+) -> (Vec<std::net::TcpStream>, Option<(u16, String)>) {
+    let h = format!("{}Content-Type: application/json\r\n", data_headers(id, token));
+    let mut held = Vec::new();
+    for i in 0..most {
+        // The first cell sleeps; the others queue behind it, each holding its stream.
+        let code = if i == 0 { "import time; time.sleep(300)" } else { "1" };
+        let body = serde_json::json!({"code": code}).to_string();
+        let (mut c, status, head) = open_stream(addr, "/execute", &h, body.as_bytes());
+        if status != 200 {
+            let all = read_until(&mut c, head, &["retry when one ends"]);
+            return (held, Some((status, all)));
+        }
+        held.push(c);
+    }
+    (held, None)
+}
+
+/// E2B's output streams are divided by tenant and by sandbox (finding 5 of issue 46): a
+/// tenant whose queued cells take its share of the executor's streams is refused with a
+/// message naming its share, a sandbox past its cap likewise, and another tenant's cell
+/// still streams.
+#[tokio::test]
+async fn one_tenants_queued_cells_leave_other_tenants_their_streams() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = tenants_file(dir.path(), "");
+    let exe = executor(&file, 2).await;
+    let addr = exe.http_addr.clone().expect("http");
+    let outcome = tokio::task::spawn_blocking(move || {
+        // Weights rl 3, sweeps 1, agents 1: sweeps' share is 256 * 1 / 5 = 51 streams.
+        let sweeps = e2b_create(&addr, SWEEPS);
+        let (held, refused) = cells_until_refused(&addr, (&sweeps.0, &sweeps.1), 300);
+        let (status, body) = refused.expect("a tenant took every stream of the executor");
+        assert_eq!(status, 429, "{body}");
+        assert!(
+            body.contains("tenant \\\"sweeps\\\"") || body.contains("tenant \"sweeps\""),
+            "{body}"
+        );
+        assert!(body.contains("its share"), "{body}");
+        assert_eq!(held.len(), 51, "sweeps' share of 256 by weight 1 of 5");
+        // One sandbox of rl (share 153) stops at the per-sandbox cap, 64.
+        let rl = e2b_create(&addr, RL);
+        let (rl_held, refused) = cells_until_refused(&addr, (&rl.0, &rl.1), 300);
+        let (status, body) = refused.expect("one sandbox took every stream of the executor");
+        assert_eq!(status, 429, "{body}");
+        assert!(body.contains("per-sandbox cap"), "{body}");
+        assert_eq!(rl_held.len(), 64);
+        // Another tenant's cell still streams, and runs.
+        let agents = e2b_create(&addr, AGENTS);
+        let h = format!(
+            "{}Content-Type: application/json\r\nConnection: close\r\n",
+            data_headers(&agents.0, &agents.1)
+        );
+        let (mut c, status, head) = open_stream(&addr, "/execute", &h, br#"{"code": "print(6 * 7)"}"#);
+        let all = read_until(&mut c, head, &["number_of_executions"]);
+        assert_eq!(status, 200, "{all}");
+        assert!(all.contains("42"), "{all}");
+        (held.len(), rl_held.len())
+    })
+    .await
+    .expect("streams");
+    assert_eq!(outcome, (51, 64));
+}
+
+/// Waits until the tenant of `token` is known (`true`) or unknown (`false`) to `exe`.
+async fn wait_tenant(exe: &Executor, token: &str, known: bool) {
+    let mut c = exe.client();
+    let t = Instant::now();
+    while c
+        .get_capabilities(as_tenant(pb::GetCapabilitiesRequest {}, token))
+        .await
+        .is_ok()
+        != known
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the tenants file change was never picked up"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Session ownership follows the tenant's identity, not its name (finding 6 of issue 46):
+/// a rotated token keeps the tenant's sandboxes; a tenant removed from the file has its
+/// sandboxes ended, and a later tenant given its name owns none of them, nor can their
+/// access tokens reach them.
+#[tokio::test]
+async fn a_tenant_given_a_removed_tenants_name_inherits_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    const LATE: &str = "late-token-0123456789abcdef";
+    const ROTATED: &str = "late-rotated-0123456789abcdef";
+    const IMPOSTOR: &str = "late-impostor-0123456789abcdef";
+    let late = |token: &str| format!("\n[[tenant]]\nname = \"late\"\ntoken = \"{token}\"\n");
+    let file = tenants_file(dir.path(), &late(LATE));
+    let exe = executor(&file, 1).await;
+    let addr = exe.http_addr.clone().expect("http");
+    let a = addr.clone();
+    let (id, access) = tokio::task::spawn_blocking(move || e2b_create(&a, LATE))
+        .await
+        .expect("create");
+    let get = |token: &'static str| {
+        let (addr, id) = (addr.clone(), id.clone());
+        async move {
+            tokio::task::spawn_blocking(move || {
+                http(
+                    &addr,
+                    "GET",
+                    &format!("/sandboxes/{id}"),
+                    &format!("X-API-KEY: {token}\r\n"),
+                    "",
+                )
+            })
+            .await
+            .expect("get")
+        }
+    };
+    let cell = || {
+        let (addr, h) = (addr.clone(), data_headers(&id, &access));
+        async move {
+            tokio::task::spawn_blocking(move || http(&addr, "POST", "/execute", &h, r#"{"code": "6 * 7"}"#))
+                .await
+                .expect("execute")
+        }
+    };
+    assert_eq!(get(LATE).await.0, 200);
+    // The same tenant with its token rotated keeps its sandbox.
+    tenants_file(dir.path(), &late(ROTATED));
+    wait_tenant(&exe, ROTATED, true).await;
+    assert_eq!(
+        get(ROTATED).await.0,
+        200,
+        "a rotated token keeps the tenant's sandboxes"
+    );
+    assert!(cell().await.1.contains("42"));
+    // Removed: its sandbox ends (its access token reaches nothing)...
+    tenants_file(dir.path(), "");
+    wait_tenant(&exe, ROTATED, false).await;
+    let t = Instant::now();
+    loop {
+        let (code, body) = cell().await;
+        if code == 502 && body.contains("was not found") {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "a removed tenant's sandbox still runs: {code} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // ...and a new tenant given the name later owns none of it.
+    tenants_file(dir.path(), &late(IMPOSTOR));
+    wait_tenant(&exe, IMPOSTOR, true).await;
+    assert_eq!(get(IMPOSTOR).await.0, 404);
+    let a = exe.http_addr.clone().expect("http");
+    let (code, list) = tokio::task::spawn_blocking(move || {
+        http(&a, "GET", "/v2/sandboxes", &format!("X-API-KEY: {IMPOSTOR}\r\n"), "")
+    })
+    .await
+    .expect("list");
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&list).expect("json"),
+        serde_json::json!([])
+    );
+    let (code, body) = cell().await;
+    assert_eq!(code, 502, "{body}");
+}
+
+/// The CPU weight files of the executor's cgroups that hold a process whose command line
+/// contains `what`: (path, value).
+fn cpu_weights_of(exe: &Executor, what: &str) -> Vec<(std::path::PathBuf, u64)> {
+    let name = sandpool_sandbox::cgroup_name(exe.work_root.path());
+    let mut found = Vec::new();
+    let mut todo = vec![(std::path::PathBuf::from("/sys/fs/cgroup"), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+            if e.file_name().to_str() == Some(name.as_str()) {
+                for s in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                    let procs = std::fs::read_to_string(s.path().join("cgroup.procs")).unwrap_or_default();
+                    let holds = procs.lines().any(|pid| {
+                        std::fs::read(format!("/proc/{}/cmdline", pid.trim()))
+                            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(what))
+                    });
+                    for f in ["cpu.weight", "cpu.shares"] {
+                        if let (true, Ok(v)) = (holds, std::fs::read_to_string(s.path().join(f))) {
+                            found.push((s.path().join(f), v.trim().parse().expect("weight")));
+                        }
+                    }
+                }
+            } else if depth < 6 {
+                todo.push((e.path(), depth + 1));
+            }
+        }
+    }
+    found
+}
+
+/// A batch tenant's background commands count against its terms (finding 5 of issue 46):
+/// past the per-sandbox cap a command is refused naming it, and the seat they run in
+/// weighs the batch weight on the CPU (cgroup v2 cpu.weight 25, v1 cpu.shares 256),
+/// a quarter of a slot's.
+#[tokio::test]
+async fn a_batch_tenants_background_commands_are_capped_and_weigh_as_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = tenants_file(dir.path(), "");
+    let exe = executor(&file, 1).await;
+    let addr = exe.http_addr.clone().expect("http");
+    let refused = tokio::task::spawn_blocking(move || {
+        let (id, access) = e2b_create(&addr, SWEEPS);
+        let h = format!(
+            "{}Content-Type: application/connect+json\r\nConnect-Protocol-Version: 1\r\n",
+            data_headers(&id, &access)
+        );
+        let start = |n: usize| {
+            let msg = serde_json::json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", format!("exec sleep 300{n}")]}});
+            let msg = msg.to_string().into_bytes();
+            let mut body = vec![0u8];
+            body.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+            body.extend_from_slice(&msg);
+            let (mut c, status, head) = open_stream(&addr, "/process.Process/Start", &h, &body);
+            assert_eq!(status, 200, "{head}");
+            let got = read_until(&mut c, head, &["\"pid\"", "background processes"]);
+            (c, got)
+        };
+        let mut held = Vec::new();
+        for n in 0..16 {
+            let (c, got) = start(n);
+            assert!(got.contains("\"start\""), "command {n}: {got}");
+            held.push(c);
+        }
+        let (_c, got) = start(16);
+        drop(held);
+        got
+    })
+    .await
+    .expect("commands");
+    assert!(refused.contains("resource_exhausted"), "{refused}");
+    assert!(refused.contains("already runs 16 background processes"), "{refused}");
+    let weights = cpu_weights_of(&exe, "sleep 300");
+    assert!(!weights.is_empty(), "no CPU weight found for the seat of the commands");
+    for (path, w) in weights {
+        let want = if path.ends_with("cpu.weight") { 25 } else { 256 };
+        assert_eq!(w, want, "{}", path.display());
+    }
+}

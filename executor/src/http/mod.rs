@@ -306,7 +306,7 @@ async fn require_token(State(opts): State<Arc<HttpOptions>>, mut req: axum::extr
 
 /// The HTTP routes, judging on `judge`.
 pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
-    let e2b_state = e2b::E2b::new(judge.engine().clone(), opts.sessions.clone());
+    let e2b_state = e2b::E2b::new(judge.engine().clone(), opts.sessions.clone(), opts.tenants.clone());
     // E2B's data plane: each call proves itself with its sandbox's access token, not the
     // executor's token (the SDK sends none there). Layers run outside in: the sandbox and
     // its token are checked before any of the body is read or charged, so a caller without

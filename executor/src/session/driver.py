@@ -189,6 +189,10 @@ def _op(req):
     """A background-process operation; its answer (JSON) goes back as the call's display."""
     kind = req.get("kind")
     if kind == "spawn":
+        cap = int(req.get("max_running", 0) or 0)
+        running = sum(1 for p, _ in _procs.values() if p.poll() is None)
+        if cap and running >= cap:
+            return {"error": "resource_exhausted", "message": "this sandbox already runs %d background processes (the per-sandbox cap); wait for one to end or kill one" % running}
         _next_pid[0] += 1
         i = _next_pid[0]
         d = "%s/%d" % (PROCS, i)

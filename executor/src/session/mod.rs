@@ -334,6 +334,16 @@ impl Drop for Creating<'_> {
     }
 }
 
+/// The most background processes (E2B's commands) a session runs at once; a tenant's are
+/// bounded by this times its `max_sessions` (docs/tenants.md, "Shared caps").
+pub const MAX_BACKGROUND: usize = 16;
+
+/// A seat's CPU weight for a session at `priority`, in cgroup v2 `cpu.weight` units where
+/// every slot has 100: the priorities' weights (16 : 4 : 1), normal as a slot.
+pub fn seat_cpu_weight(priority: crate::tenants::Priority) -> u32 {
+    u32::try_from(priority.weight() * 100 / crate::tenants::Priority::Normal.weight()).unwrap_or(100)
+}
+
 /// Every session of one executor.
 #[derive(Debug)]
 pub struct SessionManager {
@@ -352,6 +362,9 @@ pub struct SessionManager {
     driver_zygote: Option<Arc<crate::sandbox::ZygoteConfig>>,
     /// Forked interpreter starts at once (see [`StartGate`]).
     starts: Arc<tokio::sync::Semaphore>,
+    /// The executor's tenants ([`SessionManager::follow_tenants`]): a session whose
+    /// tenant leaves the table is ended.
+    tenants: std::sync::OnceLock<Arc<crate::tenants::Tenants>>,
 }
 
 /// What an interpreter start holds while it starts. A cold start is about 70 ms of CPU (the
@@ -532,6 +545,7 @@ impl SessionManager {
             creating: Mutex::new(HashMap::new()),
             seats: Arc::new(Seats(Mutex::new((slots..slots + seats).collect()))),
             spares: spares::Spares::new(spare_count),
+            tenants: std::sync::OnceLock::new(),
         });
         let weak = Arc::downgrade(&m);
         tokio::spawn(reaper(weak.clone()));
@@ -788,10 +802,11 @@ impl SessionManager {
     /// The owner a session's calls authenticate as, given its id and the data-plane secret
     /// its creator was given ([`Extras::access_token`]); compared in constant time. A
     /// session without one, a wrong secret and an unknown id all look alike: NOT_FOUND.
-    pub fn by_access(&self, id: &str, token: &[u8]) -> Result<Vec<u8>, SessionError> {
+    /// Also its creator's tenant (what its streams count against).
+    pub fn by_access(&self, id: &str, token: &[u8]) -> Result<(Vec<u8>, Arc<crate::tenants::Tenant>), SessionError> {
         let s = self.lookup(id)?;
         match &s.access_token {
-            Some(t) if bool::from(t.as_bytes().ct_eq(token)) => Ok(s.owner.clone()),
+            Some(t) if bool::from(t.as_bytes().ct_eq(token)) => Ok((s.owner.clone(), s.ticket.tenant.clone())),
             _ => Err(SessionError::NotFound),
         }
     }
@@ -867,6 +882,15 @@ impl SessionManager {
             }
         };
         let booted = repl.is_some();
+        // The seat's CPU weighs as the session's priority: what its programs leave running
+        // between calls (E2B's background commands) holds no run slot (docs/tenants.md).
+        let (e, index, weight) = (engine.clone(), seat.index, seat_cpu_weight(ticket.priority));
+        if !blocking(move || e.sandbox().set_seat_cpu_weight(index, weight))
+            .await
+            .unwrap_or(false)
+        {
+            tracing::debug!(seat = index, "no CPU weights for seats here");
+        }
         // With files, /work is made now, so that a file that does not fit is this call's error.
         if !files.is_empty() {
             let (w, ok) = make_work(engine, seat.index, files).await?;
@@ -940,7 +964,16 @@ impl SessionManager {
     /// An operation on a Python session's background processes (E2B's commands; the
     /// driver's `_op`): `op` is `{"kind": "spawn"|"procs"|"signal"|"input"|"close_stdin", ...}`.
     /// Answers the driver's JSON, which has `error` and `message` when the operation failed.
-    pub async fn op(&self, id: &str, auth: &[u8], op: serde_json::Value) -> Result<serde_json::Value, SessionError> {
+    /// A `spawn` is refused past [`MAX_BACKGROUND`] processes running in the session.
+    pub async fn op(
+        &self,
+        id: &str,
+        auth: &[u8],
+        mut op: serde_json::Value,
+    ) -> Result<serde_json::Value, SessionError> {
+        if op.get("kind").and_then(|k| k.as_str()) == Some("spawn") {
+            op["max_running"] = MAX_BACKGROUND.into();
+        }
         let r = self.call(id, auth, Input::Request(op), Vec::new(), None, "").await?;
         if r.verdict != pb::Verdict::Ok as i32 {
             return Err(ExecError::Internal(format!("the session's interpreter did not do it: {}", r.message)).into());
@@ -1402,15 +1435,30 @@ impl SessionManager {
         self.end_all(&all).await;
     }
 
-    /// Ends the sessions past their idle or absolute timeout.
+    /// Ends, from now on, each session whose tenant `tenants` no longer has (removed,
+    /// or renamed: a tenant is its identity, [`crate::tenants::Tenant::identity`]) within a
+    /// reaper round of the table's change: its access token and its id reach nothing after.
+    pub fn follow_tenants(&self, tenants: Arc<crate::tenants::Tenants>) {
+        let _ = self.tenants.set(tenants);
+    }
+
+    /// Ends the sessions past their idle or absolute timeout, and those of removed tenants.
     async fn reap(&self) {
+        let table = self.tenants.get().filter(|t| !t.is_open()).map(|t| t.table());
+        let gone = |s: &Session| {
+            table
+                .as_ref()
+                .is_some_and(|t| s.ticket.tenant.authenticated && !t.has_identity(s.ticket.tenant.identity))
+        };
         let expired: Vec<(Arc<Session>, &'static str)> = self
             .sessions
             .lock()
             .map(|m| {
                 m.values()
                     .filter_map(|s| {
-                        if s.life_left().is_zero() {
+                        if gone(s) {
+                            Some((s.clone(), "its tenant left the tenants table"))
+                        } else if s.life_left().is_zero() {
                             Some((s.clone(), "lifetime reached"))
                         } else if s.idle_for() >= s.totals.idle && s.state.try_lock().is_ok() {
                             // A call in progress is not idleness.

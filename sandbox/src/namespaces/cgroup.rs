@@ -2,8 +2,8 @@
 //!
 //! One cgroup per run slot, created at start-up and reused: runs in a slot
 //! never overlap, and every process of a run is dead before the slot is
-//! released. Both cgroup v1 (memory, pids, cpuacct hierarchies) and the v2
-//! unified hierarchy are supported.
+//! released. Both cgroup v1 (memory, pids, cpuacct hierarchies, and cpu where it is
+//! mounted apart, for weights) and the v2 unified hierarchy are supported.
 
 use crate::error::CgroupError;
 use std::fs::{self, File, OpenOptions};
@@ -41,6 +41,15 @@ impl Version {
         match self {
             Version::V1 => (0, "memory.usage_in_bytes"),
             Version::V2 => (0, "memory.current"),
+        }
+    }
+
+    /// Where a cgroup's CPU weight is set: v1 `cpu.shares` (in the cpu hierarchy, the
+    /// fourth where it is mounted apart from cpuacct, else cpuacct's own), v2 `cpu.weight`.
+    fn cpu_weight_file(self, dirs: &[PathBuf]) -> PathBuf {
+        match self {
+            Version::V1 => dirs.get(3).unwrap_or(&dirs[2]).join("cpu.shares"),
+            Version::V2 => dirs[0].join("cpu.weight"),
         }
     }
 
@@ -124,7 +133,19 @@ impl Hierarchy {
 
     fn setup_v1(root: &Path, name: &str) -> Result<Self, CgroupError> {
         let mut bases = vec![];
-        for ctrl in ["memory", "pids", "cpuacct"] {
+        // The cpu controller, for weights, where it is mounted apart from cpuacct (a joint
+        // `cpu,cpuacct` mount has cpu.shares beside cpuacct.usage already).
+        let canon = |c: &str| fs::canonicalize(root.join(c)).ok();
+        let cpu_apart = root.join("cpu").join("cgroup.procs").exists() && canon("cpu") != canon("cpuacct");
+        let ctrls: &[&str] = if cpu_apart {
+            &["memory", "pids", "cpuacct", "cpu"]
+        } else {
+            &["memory", "pids", "cpuacct"]
+        };
+        if cpu_apart {
+            make_writable(&root.join("cpu"));
+        }
+        for &ctrl in ctrls {
             let base = root.join(ctrl).join(Self::own_path(Some(ctrl))).join(name);
             fs::create_dir_all(&base).map_err(io(&base))?;
             bases.push(base);
@@ -622,6 +643,22 @@ impl SlotCgroup {
         self.dirs
             .iter()
             .all(|d| fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|t| t.trim().is_empty()))
+    }
+
+    /// Sets the cgroup's CPU weight, in v2 `cpu.weight` units (1 to 10000, 100 the
+    /// default every slot has); on v1 as `cpu.shares`, scaled (100 is 1024). Ok(false)
+    /// where the hierarchy has no CPU weights (v1 without the cpu controller).
+    pub fn set_cpu_weight(&self, weight: u32) -> Result<bool, CgroupError> {
+        let path = self.version.cpu_weight_file(&self.dirs);
+        if !path.exists() {
+            return Ok(false);
+        }
+        let weight = weight.clamp(1, 10_000);
+        let value = match self.version {
+            Version::V1 => (u64::from(weight) * 1024 / 100).max(2),
+            Version::V2 => u64::from(weight),
+        };
+        write_file(&path, &value.to_string()).map(|()| true)
     }
 
     /// Kills anything still in the slot (normally nothing is).

@@ -38,6 +38,10 @@ use crate::{
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A cgroup's CPU weight when nobody set one (v2's default; v1 `cpu.shares` 1024).
+const DEFAULT_CPU_WEIGHT: u32 = 100;
 
 /// The sandbox: everything set up once at start-up and shared by all runs.
 #[derive(Debug)]
@@ -57,6 +61,9 @@ pub(crate) struct Namespaces {
     seat_locks: Vec<Arc<tokio::sync::Mutex<()>>>,
     /// Per seat, with cgroups: made on the seat's first run, kept for the next session in it.
     seat_cgroups: std::sync::Mutex<Vec<Option<Arc<cgroup::SlotCgroup>>>>,
+    /// Per seat: its CPU weight ([`Runner::set_seat_cpu_weight`]), written into its cgroup
+    /// when set and when the cgroup is made.
+    seat_weights: Vec<AtomicU32>,
     /// The thread seats' inits are cloned from (see [`cloner`]).
     seat_cloner: Option<Arc<cloner::SeatCloner>>,
     cgroups: Option<Vec<cgroup::SlotCgroup>>,
@@ -206,6 +213,7 @@ impl Namespaces {
             seat_ns,
             seat_locks: (0..cfg.seats).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
             seat_cgroups: std::sync::Mutex::new(vec![None; cfg.seats]),
+            seat_weights: (0..cfg.seats).map(|_| AtomicU32::new(DEFAULT_CPU_WEIGHT)).collect(),
             seat_cloner,
             cfg,
             slot_ns,
@@ -258,6 +266,29 @@ impl Runner for Namespaces {
 
     fn seats(&self) -> usize {
         self.seat_locks.len()
+    }
+
+    fn set_seat_cpu_weight(&self, index: usize, weight: u32) -> bool {
+        let Some(seat) = index.checked_sub(self.cfg.slots) else {
+            return false;
+        };
+        let (Some(w), Some(_)) = (self.seat_weights.get(seat), self.hierarchy.as_ref()) else {
+            return false;
+        };
+        w.store(weight, Ordering::Relaxed);
+        let made = self
+            .seat_cgroups
+            .lock()
+            .ok()
+            .and_then(|v| v.get(seat).cloned().flatten());
+        match made {
+            Some(c) => c.set_cpu_weight(weight).unwrap_or_else(|e| {
+                tracing::warn!(seat = index, error = %e, "setting a seat's CPU weight");
+                false
+            }),
+            // Made on its first run, with the weight stored here.
+            None => true,
+        }
     }
 
     fn seat_busy(&self, index: usize) -> Option<bool> {
@@ -460,9 +491,20 @@ impl Namespaces {
         if let Some(c) = made {
             return Ok(Some(c));
         }
-        let c = tokio::task::spawn_blocking(move || h.seat(index))
-            .await
-            .map_err(|e| SandboxError::Other(format!("making a seat's cgroup: {e}")))??;
+        let weight = self
+            .seat_weights
+            .get(seat)
+            .map_or(DEFAULT_CPU_WEIGHT, |w| w.load(Ordering::Relaxed));
+        let c = tokio::task::spawn_blocking(move || {
+            let c = h.seat(index)?;
+            // A reused directory keeps the last holder's weight: always written.
+            if let Err(e) = c.set_cpu_weight(weight) {
+                tracing::warn!(seat = index, error = %e, "setting a seat's CPU weight");
+            }
+            Ok::<_, crate::error::CgroupError>(c)
+        })
+        .await
+        .map_err(|e| SandboxError::Other(format!("making a seat's cgroup: {e}")))??;
         let c = Arc::new(c);
         let mut all = self
             .seat_cgroups

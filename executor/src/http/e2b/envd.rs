@@ -766,7 +766,7 @@ const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(20);
 /// Streams process `pid`'s events: start, its output as it grows (each stream capped at the
 /// executor's output ceiling), and its end; killed at `deadline` (the command's timeout).
 fn tail(e: E2b, sbx: super::Sandbox, pid: u64, deadline: Option<tokio::time::Instant>) -> Response {
-    let permit = match e.stream_permit() {
+    let permit = match e.stream_permit(&sbx) {
         Ok(p) => p,
         Err(err) => return connect::stream(&[], Some(&err)),
     };

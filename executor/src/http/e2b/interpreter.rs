@@ -133,7 +133,7 @@ fn stream_cell(
     sbx: super::Sandbox,
     code: String,
     cap: u64,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: super::StreamPermit,
 ) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
     // While the cell runs, what the client has not read stays in the live files: the stream
@@ -235,7 +235,7 @@ pub async fn execute(State(e): State<E2b>, headers: HeaderMap, body: bytes::Byte
         }
     };
     if let pb::run_in_session_request::Input::Code(code) = input {
-        let permit = match e.stream_permit() {
+        let permit = match e.stream_permit(&sbx) {
             Ok(p) => p,
             Err(err) => return plain(StatusCode::TOO_MANY_REQUESTS, &err.message),
         };

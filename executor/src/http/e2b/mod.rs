@@ -21,11 +21,13 @@ pub mod interpreter;
 use crate::engine::Engine;
 use crate::error::ExecError;
 use crate::session::{SessionError, SessionManager};
+use crate::tenants::{Tenant, Tenants};
 use axum::Json;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// What E2B's handlers work with.
@@ -35,30 +37,131 @@ pub struct E2b {
     /// None where the server has no sessions (then every E2B call says so).
     pub sessions: Option<Arc<SessionManager>>,
     /// Streams being fed at once (commands' output, cells' output): each polls files, so
-    /// their number is capped, not just the connections'.
-    pub streams: Arc<tokio::sync::Semaphore>,
+    /// their number is capped, not just the connections', and the cap is divided by tenant
+    /// and by sandbox ([`Streams`]).
+    pub streams: Arc<Streams>,
 }
 
 /// The most output streams fed at once ([`E2b::streams`]).
 pub const MAX_STREAMS: usize = 256;
+/// The most output streams one sandbox feeds at once: one sandbox never holds them all.
+pub const MAX_STREAMS_PER_SANDBOX: usize = MAX_STREAMS / 4;
+
+/// The executor's output-stream permits, divided like run slots (docs/tenants.md, "Shared
+/// caps"): a sandbox holds at most [`MAX_STREAMS_PER_SANDBOX`], a tenant at most its share
+/// of [`MAX_STREAMS`] by weight among the tenants of the table (all of them without auth),
+/// so one tenant's queued cells never refuse another tenant's stream.
+#[derive(Debug)]
+pub struct Streams {
+    tenants: Option<Arc<Tenants>>,
+    held: std::sync::Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    total: usize,
+    by_tenant: HashMap<Arc<str>, usize>,
+    by_sandbox: HashMap<String, usize>,
+}
+
+/// One stream's place; given back on drop.
+#[derive(Debug)]
+pub struct StreamPermit {
+    owner: Arc<Streams>,
+    tenant: Arc<str>,
+    sandbox: String,
+}
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        let mut h = self.owner.lock();
+        h.total = h.total.saturating_sub(1);
+        down(&mut h.by_tenant, &self.tenant);
+        down(&mut h.by_sandbox, self.sandbox.as_str());
+    }
+}
+
+/// Counts one less for `key`, forgetting it at zero (the maps never grow past what is held).
+fn down<K: std::borrow::Borrow<str> + std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: &str) {
+    if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
+}
+
+impl Streams {
+    pub fn new(tenants: Option<Arc<Tenants>>) -> Arc<Self> {
+        Arc::new(Streams {
+            tenants,
+            held: std::sync::Mutex::new(Held::default()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        // Counts only, consistent between statements: a poisoned lock is usable.
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `tenant`'s share of [`MAX_STREAMS`]: by its weight among the table's tenants (at
+    /// least one stream); all of them where there is one tenant (no auth, a single token).
+    pub fn share(&self, tenant: &Tenant) -> usize {
+        let total: u64 = match &self.tenants {
+            Some(t) if !t.is_open() => t.table().tenants().map(|t| u64::from(t.weight)).sum(),
+            _ => 0,
+        };
+        let w = u64::from(tenant.weight.max(1));
+        if total <= w {
+            return MAX_STREAMS;
+        }
+        usize::try_from(MAX_STREAMS as u64 * w / total).map_or(MAX_STREAMS, |s| s.clamp(1, MAX_STREAMS))
+    }
+
+    /// A stream's place for `sandbox`'s `tenant`, or which cap refuses it.
+    pub fn permit(self: &Arc<Self>, tenant: &Tenant, sandbox: &str) -> Result<StreamPermit, connect::Error> {
+        let share = self.share(tenant);
+        let mut h = self.lock();
+        let refused = |m: String| Err(connect::Error::new(connect::Code::ResourceExhausted, m));
+        if h.by_sandbox.get(sandbox).copied().unwrap_or(0) >= MAX_STREAMS_PER_SANDBOX {
+            return refused(format!(
+                "sandbox {sandbox} already streams {MAX_STREAMS_PER_SANDBOX} commands' or cells' output (the per-sandbox cap); retry when one ends"
+            ));
+        }
+        if h.by_tenant.get(&*tenant.name).copied().unwrap_or(0) >= share {
+            return refused(format!(
+                "tenant {:?} already streams {share} commands' or cells' output (its share, by weight, of this executor's {MAX_STREAMS} streams); retry when one ends",
+                tenant.name
+            ));
+        }
+        if h.total >= MAX_STREAMS {
+            return refused(format!(
+                "this executor already streams {MAX_STREAMS} commands' or cells' output (the executor's cap); retry when one ends"
+            ));
+        }
+        h.total += 1;
+        *h.by_tenant.entry(tenant.name.clone()).or_default() += 1;
+        *h.by_sandbox.entry(sandbox.to_owned()).or_default() += 1;
+        Ok(StreamPermit {
+            owner: self.clone(),
+            tenant: tenant.name.clone(),
+            sandbox: sandbox.to_owned(),
+        })
+    }
+}
 
 impl E2b {
-    pub fn new(engine: Arc<Engine>, sessions: Option<Arc<SessionManager>>) -> Self {
+    pub fn new(engine: Arc<Engine>, sessions: Option<Arc<SessionManager>>, tenants: Option<Arc<Tenants>>) -> Self {
         E2b {
             engine,
             sessions,
-            streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+            streams: Streams::new(tenants),
         }
     }
 
-    /// A stream's place, or why there is none.
-    pub fn stream_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, connect::Error> {
-        self.streams.clone().try_acquire_owned().map_err(|_| {
-            connect::Error::new(
-                connect::Code::ResourceExhausted,
-                format!("this executor already streams {MAX_STREAMS} commands' or cells' output; retry when one ends"),
-            )
-        })
+    /// A stream's place for `sbx`, or which cap refuses it.
+    pub fn stream_permit(&self, sbx: &Sandbox) -> Result<StreamPermit, connect::Error> {
+        self.streams.permit(&sbx.tenant, &sbx.id)
     }
 }
 
@@ -203,6 +306,8 @@ pub fn api_exec_error(e: ExecError) -> Response {
 pub struct Sandbox {
     pub id: String,
     pub owner: Vec<u8>,
+    /// Its creator's tenant: what its streams count against.
+    pub tenant: Arc<Tenant>,
 }
 
 /// Why a data-plane call found no sandbox to run in.
@@ -258,7 +363,7 @@ pub fn sandbox(sessions: Option<&Arc<SessionManager>>, headers: &HeaderMap) -> R
         .to_owned();
     let token = headers.get("x-access-token").map(|v| v.as_bytes()).unwrap_or_default();
     match sessions.by_access(&id, token) {
-        Ok(owner) => Ok(Sandbox { id, owner }),
+        Ok((owner, tenant)) => Ok(Sandbox { id, owner, tenant }),
         Err(_) => Err(Refused::NotFound(id)),
     }
 }
@@ -339,6 +444,44 @@ mod tests {
         );
         assert_eq!(sdk_path("a/b"), "/home/user/a/b");
         assert_eq!(sdk_path("."), "/home/user");
+    }
+
+    #[test]
+    fn stream_permits_are_capped_per_sandbox_per_tenant_share_and_in_all() {
+        let tenant = |name: &str, weight: u32| Tenant {
+            name: name.into(),
+            weight,
+            max_concurrency: None,
+            max_queue: None,
+            max_sessions: None,
+            max_priority: crate::tenants::Priority::Interactive,
+            authenticated: true,
+            identity: 1,
+        };
+        // Without a table (one tenant): the whole cap, 64 per sandbox.
+        let s = Streams::new(None);
+        let t = tenant("t", 1);
+        assert_eq!(s.share(&t), MAX_STREAMS);
+        let mut held: Vec<_> = (0..MAX_STREAMS_PER_SANDBOX)
+            .map(|_| s.permit(&t, "s1").unwrap())
+            .collect();
+        assert!(s.permit(&t, "s1").unwrap_err().message.contains("per-sandbox cap"));
+        for i in 0..(MAX_STREAMS - MAX_STREAMS_PER_SANDBOX) {
+            held.push(s.permit(&t, &format!("s{}", 2 + i % 3)).unwrap());
+        }
+        // One tenant's share is the whole cap: its refusal names it.
+        assert!(s.permit(&t, "s9").unwrap_err().message.contains("its share"));
+        assert!(
+            s.permit(&tenant("u", 1), "s9")
+                .unwrap_err()
+                .message
+                .contains("executor's cap")
+        );
+        held.pop();
+        let p = s.permit(&t, "s9").unwrap();
+        drop((held, p));
+        assert_eq!(s.lock().total, 0);
+        assert!(s.lock().by_sandbox.is_empty() && s.lock().by_tenant.is_empty());
     }
 
     #[test]
