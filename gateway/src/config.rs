@@ -50,6 +50,14 @@ pub struct Args {
     /// Client connections served at once; more wait in the kernel's accept queue.
     #[arg(long, env = "SANDPOOL_GATEWAY_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
+    /// Client connections one client address may hold at once (a share of
+    /// --max-connections); more are answered 503 and closed.
+    #[arg(long, env = "SANDPOOL_GATEWAY_MAX_CONNECTIONS_PER_CLIENT", default_value_t = 1024)]
+    pub max_connections_per_client: usize,
+    /// A response write may wait this long for the client to read, ms; past it the
+    /// connection is ended (a stream nobody reads holds its connection no longer).
+    #[arg(long, env = "SANDPOOL_GATEWAY_WRITE_TIMEOUT_MS", default_value_t = 30_000)]
+    pub write_timeout_ms: u64,
     /// Idle keep-alive connections to backends are closed after this, ms.
     #[arg(long, env = "SANDPOOL_GATEWAY_POOL_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
     pub pool_idle_timeout_ms: u64,

@@ -1,7 +1,8 @@
 //! E2B's list (`GET /sandboxes`, `GET /v2/sandboxes`) over a whole pool: each executor
-//! knows only its own sandboxes, so the gateway asks every executor and merges their
-//! answers, then pages the merged list itself (`limit`, `nextToken`, `x-next-token`) as
-//! one executor would.
+//! knows only its own sandboxes, so the gateway asks every executor for one page after the
+//! client's cursor and merges those pages into the client's (`limit`, `nextToken`,
+//! `x-next-token`), as one executor would page its own list. A page costs at most
+//! `limit` sandboxes from each executor, never their whole lists.
 
 use serde_json::Value;
 
@@ -10,24 +11,41 @@ pub fn is_list(method: &http::Method, path: &str) -> bool {
     method == http::Method::GET && matches!(path, "/sandboxes" | "/sandboxes/" | "/v2/sandboxes" | "/v2/sandboxes/")
 }
 
-/// The client's paging (`limit`, `nextToken`), and the query each executor gets: the rest
-/// of the client's (its filters), asking for everything.
-pub fn split_query(query: Option<&str>) -> (Option<String>, Option<String>, String) {
+/// The client's paging (`limit`, `nextToken`, both as sent) and the rest of its query (its
+/// filters), which every executor gets.
+pub fn split_query(query: Option<&str>) -> (Option<String>, Option<String>, Vec<String>) {
     let (mut limit, mut token, mut rest) = (None, None, Vec::new());
     for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=').map_or(pair, |(k, _)| k) {
             "limit" => limit = pair.split_once('=').map(|(_, v)| v.to_owned()),
             "nextToken" => token = pair.split_once('=').map(|(_, v)| v.to_owned()),
-            _ => rest.push(pair),
+            _ => rest.push(pair.to_owned()),
         }
     }
-    rest.push("limit=1000");
-    (limit, token, rest.join("&"))
+    (limit, token, rest)
 }
 
-/// One page of the merged lists: oldest first (then by id, as an executor orders them),
-/// after the sandbox named by `token`; and the next page's token when there is more.
-pub fn page(lists: Vec<Vec<Value>>, limit: usize, token: Option<&str>) -> (Vec<Value>, Option<String>) {
+/// The query each executor gets: the client's filters, its page size, and its cursor (an
+/// executor's cursor names a place in the common order, `<startedAt>_<sandboxID>`, so the
+/// same one serves every executor).
+pub fn executor_query(filters: &[String], limit: usize, token: Option<&str>) -> String {
+    let mut q = filters.to_vec();
+    q.push(format!("limit={limit}"));
+    if let Some(t) = token.filter(|t| !t.is_empty()) {
+        q.push(format!("nextToken={t}"));
+    }
+    q.join("&")
+}
+
+/// The cursor after `v`: what an executor's `x-next-token` would be.
+fn cursor(v: &Value) -> Option<String> {
+    Some(format!("{}_{}", v["startedAt"].as_str()?, v["sandboxID"].as_str()?))
+}
+
+/// One page of the executors' pages (each the first `limit` sandboxes after the client's
+/// cursor, `more` when any executor had more): oldest first, then by id, as an executor
+/// orders them; and the next page's cursor when there is more.
+pub fn page(lists: Vec<Vec<Value>>, limit: usize, more: bool) -> (Vec<Value>, Option<String>) {
     let mut all: Vec<Value> = lists.into_iter().flatten().collect();
     let key = |v: &Value| {
         (
@@ -36,21 +54,10 @@ pub fn page(lists: Vec<Vec<Value>>, limit: usize, token: Option<&str>) -> (Vec<V
         )
     };
     all.sort_by_key(key);
-    let start = match token.filter(|t| !t.is_empty()) {
-        Some(t) => all
-            .iter()
-            .position(|v| v["sandboxID"] == t)
-            .map_or(all.len(), |p| p + 1),
-        None => 0,
-    };
-    let more = all.len() > start + limit;
-    let page: Vec<Value> = all.into_iter().skip(start).take(limit).collect();
-    let next = if more {
-        page.last().and_then(|v| v["sandboxID"].as_str()).map(str::to_owned)
-    } else {
-        None
-    };
-    (page, next)
+    let more = more || all.len() > limit;
+    all.truncate(limit);
+    let next = if more { all.last().and_then(cursor) } else { None };
+    (all, next)
 }
 
 #[cfg(test)]
@@ -59,28 +66,36 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn paging_is_over_the_merged_lists() {
+    fn a_page_merges_the_executors_pages() {
         let s = |id: &str, t: &str| json!({"sandboxID": id, "startedAt": t});
         let a = vec![
             s("a1-x", "2026-01-01T00:00:01.000Z"),
             s("a2-x", "2026-01-01T00:00:03.000Z"),
         ];
         let b = vec![s("b1-y", "2026-01-01T00:00:02.000Z")];
-        let (p, next) = page(vec![a.clone(), b.clone()], 2, None);
+        let (p, next) = page(vec![a.clone(), b.clone()], 2, false);
         let ids: Vec<&str> = p.iter().filter_map(|v| v["sandboxID"].as_str()).collect();
         assert_eq!(ids, ["a1-x", "b1-y"]);
-        assert_eq!(next.as_deref(), Some("b1-y"));
-        let (p, next) = page(vec![a, b], 2, Some("b1-y"));
+        assert_eq!(next.as_deref(), Some("2026-01-01T00:00:02.000Z_b1-y"));
+        let (p, next) = page(vec![a[1..].to_vec(), vec![]], 2, false);
         assert_eq!(p.len(), 1);
         assert_eq!(p[0]["sandboxID"], "a2-x");
         assert_eq!(next, None);
+        // An executor that says it has more makes a next page, even when this one is short.
+        let (_, next) = page(vec![a[..1].to_vec()], 2, true);
+        assert_eq!(next.as_deref(), Some("2026-01-01T00:00:01.000Z_a1-x"));
     }
 
     #[test]
-    fn the_filters_go_to_every_executor_the_paging_stays_here() {
+    fn the_filters_and_the_page_go_to_every_executor() {
         let (l, t, q) = split_query(Some("metadata=run%3D1&limit=5&nextToken=abc&state=running"));
         assert_eq!((l.as_deref(), t.as_deref()), (Some("5"), Some("abc")));
-        assert_eq!(q, "metadata=run%3D1&state=running&limit=1000");
+        assert_eq!(q, ["metadata=run%3D1", "state=running"]);
+        assert_eq!(
+            executor_query(&q, 5, t.as_deref()),
+            "metadata=run%3D1&state=running&limit=5&nextToken=abc"
+        );
+        assert_eq!(executor_query(&[], 100, None), "limit=100");
         assert!(is_list(&http::Method::GET, "/v2/sandboxes"));
         assert!(!is_list(&http::Method::POST, "/v2/sandboxes"), "create is stateless");
         assert!(

@@ -242,18 +242,20 @@ impl Proxy {
         }
     }
 
-    /// E2B's list over the pool: every executor's answer merged, then paged here. An executor
-    /// that cannot be reached is left out (its sandboxes cannot be used either); a refusal
-    /// (a bad token, a bad query) is the client's answer.
+    /// E2B's list over the pool: every executor asked for one page after the client's
+    /// cursor, the pages merged into the client's. An executor that cannot be reached is
+    /// left out (its sandboxes cannot be used either); a refusal (a bad token, a bad query)
+    /// is the client's answer.
     async fn list_all<B>(&self, req: Request<B>) -> Response<BoxBody> {
         let set = self.backends.snapshot();
         let (parts, _) = req.into_parts();
-        let (limit, token, query) = crate::list::split_query(parts.uri.query());
+        let (limit, token, filters) = crate::list::split_query(parts.uri.query());
         let limit = match limit.as_deref().map(str::parse::<usize>) {
             None => 100,
             Some(Ok(n)) if (1..=1000).contains(&n) => n,
             Some(_) => return json_error(StatusCode::BAD_REQUEST, "limit: must be 1 to 1000"),
         };
+        let query = crate::list::executor_query(&filters, limit, token.as_deref());
         let mut one = parts.clone();
         match format!("{}?{query}", parts.uri.path()).parse() {
             Ok(u) => one.uri = u,
@@ -266,9 +268,10 @@ impl Proxy {
                 match r {
                     Ok(resp) => {
                         let status = resp.status();
+                        let more = resp.headers().contains_key("x-next-token");
                         let bytes = tokio::time::timeout(self.opts.body_timeout, resp.into_body().collect()).await;
                         match bytes {
-                            Ok(Ok(c)) => Some((status, c.to_bytes())),
+                            Ok(Ok(c)) => Some((status, more, c.to_bytes())),
                             _ => None,
                         }
                     }
@@ -276,8 +279,8 @@ impl Proxy {
                 }
             }
         });
-        let mut lists = Vec::new();
-        for (status, bytes) in futures::future::join_all(asks).await.into_iter().flatten() {
+        let (mut lists, mut more) = (Vec::new(), false);
+        for (status, has_more, bytes) in futures::future::join_all(asks).await.into_iter().flatten() {
             if status != StatusCode::OK {
                 let mut r = Response::new(body::full(bytes));
                 *r.status_mut() = status;
@@ -286,11 +289,14 @@ impl Proxy {
                 return r;
             }
             match serde_json::from_slice::<Vec<serde_json::Value>>(&bytes) {
-                Ok(l) => lists.push(l),
+                Ok(l) => {
+                    more |= has_more;
+                    lists.push(l);
+                }
                 Err(e) => tracing::warn!(error = %e, "an executor's sandbox list was not a JSON list"),
             }
         }
-        let (page, next) = crate::list::page(lists, limit, token.as_deref());
+        let (page, next) = crate::list::page(lists, limit, more);
         let mut r = Response::new(body::full(Bytes::from(serde_json::Value::Array(page).to_string())));
         r.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

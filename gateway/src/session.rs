@@ -97,13 +97,29 @@ fn path_id(path: &str) -> (bool, Option<&str>) {
     }
 }
 
+/// Whether `path` is one of the E2B data plane's (the sandbox daemon's and the code
+/// interpreter's): the only routes an executor serves by a sandbox named in a header.
+pub fn is_data_plane(path: &str) -> bool {
+    matches!(path, "/health" | "/files" | "/execute" | "/contexts")
+        || ["/contexts/", "/filesystem.Filesystem/", "/process.Process/"]
+            .iter()
+            .any(|p| path.starts_with(p))
+}
+
 /// Whether and to which session `path` and `headers` bind a request. The E2B header wins,
 /// then the path, then Sandpool's header.
+///
+/// A session header binds only a data-plane route (the routes that serve a sandbox named
+/// in a header); elsewhere (`/run_code`, a create, Piston, ...) no executor reads it, so it
+/// is ignored and the request is spread like any stateless one: a made-up id must not pin
+/// work to the executor it names.
 pub fn classify(path: &str, headers: &HeaderMap) -> Result<Binding, MalformedId> {
     let (control, in_path) = path_id(path);
+    let data_plane = is_data_plane(path);
     let header = |name: &str| {
         headers
             .get(name)
+            .filter(|_| data_plane)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
     };
     let found = if let Some(v) = header(E2B_SANDBOX_HEADER) {
@@ -180,8 +196,15 @@ mod tests {
                 control,
             })
         };
-        assert_eq!(classify("/x", &headers(&[("E2b-Sandbox-Id", &id)])), want(false));
-        assert_eq!(classify("/x", &headers(&[("X-Sandpool-Session", &id)])), want(false));
+        assert_eq!(classify("/files", &headers(&[("E2b-Sandbox-Id", &id)])), want(false));
+        assert_eq!(
+            classify("/process.Process/Start", &headers(&[("E2b-Sandbox-Id", &id)])),
+            want(false)
+        );
+        assert_eq!(
+            classify("/execute", &headers(&[("X-Sandpool-Session", &id)])),
+            want(false)
+        );
         assert_eq!(classify(&format!("/sandboxes/{id}"), &HeaderMap::new()), want(true));
         assert_eq!(
             classify(&format!("/sandboxes/{id}/timeout"), &HeaderMap::new()),
@@ -208,24 +231,53 @@ mod tests {
     }
 
     #[test]
+    fn session_headers_bind_only_the_data_plane() {
+        // A made-up id on a stateless route pins nothing: the executors ignore the header there.
+        let id = format!("{HEX}-pod-1");
+        for path in [
+            "/run_code",
+            "/common_evaluate_batch",
+            "/api/v2/execute",
+            "/v1/ping",
+            "/sandboxes",
+        ] {
+            for h in ["E2b-Sandbox-Id", "X-Sandpool-Session"] {
+                assert_eq!(
+                    classify(path, &headers(&[(h, &id)])),
+                    Ok(Binding::Stateless),
+                    "{path} {h}"
+                );
+                assert_eq!(
+                    classify(path, &headers(&[(h, "nope")])),
+                    Ok(Binding::Stateless),
+                    "{path} {h}"
+                );
+            }
+        }
+        assert!(is_data_plane("/contexts/x/restart") && is_data_plane("/filesystem.Filesystem/Stat"));
+        assert!(!is_data_plane("/filesx") && !is_data_plane("/executer"));
+    }
+
+    #[test]
     fn malformed_ids_name_where_they_were() {
-        let e = classify("/x", &headers(&[("E2b-Sandbox-Id", "nope")])).expect_err("malformed");
+        let e = classify("/files", &headers(&[("E2b-Sandbox-Id", "nope")])).expect_err("malformed");
         assert!(e.to_string().contains("E2b-Sandbox-Id"), "{e}");
         let e = classify("/sandboxes/nope/pause", &HeaderMap::new()).expect_err("malformed");
         assert!(e.to_string().contains("path"), "{e}");
-        let e = classify("/x", &headers(&[("X-Sandpool-Session", "nope")])).expect_err("malformed");
+        let e = classify("/execute", &headers(&[("X-Sandpool-Session", "nope")])).expect_err("malformed");
         assert!(e.to_string().contains("X-Sandpool-Session"), "{e}");
     }
 
     #[test]
-    fn the_e2b_header_wins_over_the_path() {
+    fn on_the_control_plane_the_path_binds_not_a_header() {
+        // The executor serves `/sandboxes/<id>` by the path's id; a header there means nothing.
         let a = format!("{HEX}-pod-a");
         let b = format!("{HEX}-pod-b");
         let got = classify(&format!("/sandboxes/{b}"), &headers(&[("E2b-Sandbox-Id", &a)]));
         assert_eq!(
             got,
             Ok(Binding::Session {
-                id: parse(&a).expect("valid"),
+                id: parse(&b).expect("valid"),
                 control: true
             })
         );

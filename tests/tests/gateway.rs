@@ -334,7 +334,11 @@ async fn e2b_sandboxes_spread_are_routed_and_listed_over_the_pool() {
         .and_then(|v| v.to_str().ok())
         .expect("a next page")
         .to_owned();
-    assert_eq!(token, listed[0], "pages follow the merged order");
+    // A cursor: the page's last sandbox, `<startedAt>_<sandboxID>`.
+    assert!(
+        token.ends_with(&format!("_{}", listed[0])),
+        "pages follow the merged order: {token}"
+    );
     let _ = first.into_body().collect().await;
     let (_, got) = conn
         .call(req(
@@ -573,11 +577,11 @@ async fn gone_and_malformed_sessions() {
 
     for (req, names) in [
         (
-            http::Request::get("/x").header("E2b-Sandbox-Id", "not-an-id"),
+            http::Request::get("/files").header("E2b-Sandbox-Id", "not-an-id"),
             "E2b-Sandbox-Id",
         ),
         (
-            http::Request::get("/x").header("X-Sandpool-Session", "ABC"),
+            http::Request::get("/files").header("X-Sandpool-Session", "ABC"),
             "X-Sandpool-Session",
         ),
         (http::Request::get("/sandboxes/bogus/pause"), "path"),
@@ -709,4 +713,213 @@ async fn shutdown_drains_requests_in_flight() {
         .await
         .expect("the drain ends once the response has")
         .expect("gateway task");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 46 finding 6: unread streams, list pages, made-up session ids
+
+/// Clients that start a stream and never read held every gateway connection. A client
+/// address now holds at most `--max-connections-per-client`, more are told so (503), and a
+/// response nobody reads is ended after `--write-timeout-ms`, with its upstream request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_streams_hold_a_clients_share_and_end_at_the_write_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (a, b) = pair().clone();
+    let g = gateway(
+        &[("exec-a", a.http), ("exec-b", b.http)],
+        &[
+            "--max-connections",
+            "4",
+            "--max-connections-per-client",
+            "2",
+            "--write-timeout-ms",
+            "3000",
+        ],
+    )
+    .await;
+    // 8 MB of output: more than the reader's small window and the gateway's send buffer
+    // (4 MiB at most), so the gateway's writes wait on a reader that never reads.
+    let body = serde_json::json!({"code": "print('x' * 8_000_000)", "language": "python", "run_timeout": 30});
+    let body = body.to_string();
+    let raw = format!(
+        "POST /run_code HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut unread = Vec::new();
+    for _ in 0..4 {
+        let s = tokio::net::TcpSocket::new_v4().expect("socket");
+        s.set_recv_buffer_size(4096).expect("receive buffer");
+        // Another client address than the reader's below (all of 127/8 is loopback).
+        s.bind("127.0.0.2:0".parse().expect("addr")).expect("bind 127.0.0.2");
+        let mut tcp = s.connect(g.addr).await.expect("connect");
+        tcp.write_all(raw.as_bytes()).await.expect("send");
+        unread.push(tcp);
+    }
+    // Another client is served meanwhile (today it waited behind the four, for ever).
+    let served = tokio::time::timeout(Duration::from_secs(60), async {
+        Conn::open(g.addr).await.call(run_code("print(6 * 7)", 20.0)).await
+    })
+    .await
+    .expect("another client is served while the unread streams are held");
+    assert_eq!(served.0, 200);
+    assert_eq!(json(&served.1)["run_result"]["stdout"], "42\n");
+    // The streamer's connections past its share were answered, not held.
+    for tcp in &mut unread[2..] {
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), tcp.read_to_end(&mut got))
+            .await
+            .expect("the refusal ends")
+            .expect("read");
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+        assert!(text.contains("--max-connections-per-client"), "{text}");
+    }
+    // The unread ones end at the write timeout: nothing is outstanding any more.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let m = gateway_metrics(&g).await;
+        let held = metric(&m, "sandpool_gateway_outstanding{backend=\"exec-a\"}")
+            + metric(&m, "sandpool_gateway_outstanding{backend=\"exec-b\"}");
+        if held == 0.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "unread streams still held: {m}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for tcp in &mut unread[..2] {
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut got))
+            .await
+            .expect("the connection was ended");
+        assert!(got.len() < 8_000_000, "the whole response came: {} bytes", got.len());
+    }
+}
+
+/// Each gateway list page fetched every executor's whole list. Now every executor is asked
+/// for one page after the client's cursor, and the pages merge into the client's; walking
+/// the pages gives each sandbox once, in the merged order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_ask_each_executor_for_one_page() {
+    let (a, b) = pair().clone();
+    let spy = fake("pod-spy").await;
+    let make = gateway(&[("exec-a", a.http), ("exec-b", b.http)], &[]).await;
+    let list = gateway(&[("exec-a", a.http), ("exec-b", b.http), ("pod-spy", spy.addr)], &[]).await;
+    let req = |method: &str, path: &str, body: String| {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "gateway")
+            .header("x-api-key", "e2b-key-paging-0123456789")
+            .header("content-type", "application/json")
+            .body(full(body))
+            .expect("request")
+    };
+    let mut conn = Conn::open(make.addr).await;
+    let mut made = Vec::new();
+    for _ in 0..5 {
+        let body = serde_json::json!({"templateID": "code-interpreter-v1", "metadata": {"suite": "paging"}});
+        let (status, got) = conn.call(req("POST", "/v2/sandboxes", body.to_string())).await;
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&got));
+        made.push(json(&got)["sandboxID"].as_str().expect("id").to_owned());
+    }
+    let mut lconn = Conn::open(list.addr).await;
+    let (status, got) = lconn
+        .call(req("GET", "/v2/sandboxes?metadata=suite%3Dpaging", String::new()))
+        .await;
+    assert_eq!(status, 200);
+    let whole: Vec<String> = json(&got)
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|v| v["sandboxID"].as_str().map(str::to_owned))
+        .collect();
+    let (mut sorted, mut want) = (whole.clone(), made.clone());
+    sorted.sort();
+    want.sort();
+    assert_eq!(sorted, want, "the pool's list");
+    let mut walked = Vec::new();
+    let mut token: Option<String> = None;
+    for _ in 0..5 {
+        let path = match &token {
+            Some(t) => format!("/v2/sandboxes?metadata=suite%3Dpaging&limit=2&nextToken={t}"),
+            None => "/v2/sandboxes?metadata=suite%3Dpaging&limit=2".to_string(),
+        };
+        let resp = lconn.request(req("GET", &path, String::new())).await;
+        assert_eq!(resp.status(), 200);
+        token = resp
+            .headers()
+            .get("x-next-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let got = resp.into_body().collect().await.expect("body").to_bytes();
+        let page = json(&got);
+        let page = page.as_array().expect("a page");
+        assert!(page.len() <= 2, "{page:?}");
+        walked.extend(page.iter().filter_map(|v| v["sandboxID"].as_str().map(str::to_owned)));
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(walked, whole, "the pages walk the merged list once, in order");
+    // What each executor was asked for: a page of the client's size after its cursor,
+    // never the whole list.
+    let asked: Vec<String> = spy
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|s| s.path_and_query.clone())
+        .collect();
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    assert!(asked[0].contains("limit=100"), "{asked:?}");
+    for q in &asked[1..] {
+        assert!(q.contains("limit=2") && !q.contains("limit=1000"), "{asked:?}");
+    }
+    assert!(asked[2].contains("nextToken="), "{asked:?}");
+    for id in &made {
+        let (status, _) = conn
+            .call(req("DELETE", &format!("/sandboxes/{id}"), String::new()))
+            .await;
+        assert_eq!(status, 204);
+    }
+}
+
+/// A made-up session header pinned stateless work to the executor it named. Session
+/// headers now bind only the data plane, where the executor answers a made-up id with its
+/// "not found"; on stateless routes they are ignored and the work spreads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_made_up_session_header_pins_nothing() {
+    let (a, b) = pair().clone();
+    let g = gateway(&[("exec-a", a.http), ("exec-b", b.http)], &[]).await;
+    let mut conn = Conn::open(g.addr).await;
+    let made_up = format!("{HEX}-exec-a");
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..20 {
+        let mut req = run_code(&format!("print({i})"), 20.0);
+        let h = if i % 2 == 0 {
+            "x-sandpool-session"
+        } else {
+            "e2b-sandbox-id"
+        };
+        req.headers_mut()
+            .insert(h, http::HeaderValue::from_str(&made_up).expect("value"));
+        let (status, body) = conn.call(req).await;
+        let v = json(&body);
+        assert_eq!(status, 200, "{v}");
+        *seen
+            .entry(v["executor_pod_name"].as_str().unwrap_or("?").to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(seen.keys().collect::<Vec<_>>(), ["exec-a", "exec-b"], "{seen:?}");
+    // On the data plane, the id is what the executor serves by: a made-up one is its "not
+    // found", run nowhere.
+    let req = http::Request::post("/execute")
+        .header("host", "gw")
+        .header("content-type", "application/json")
+        .header("e2b-sandbox-id", &made_up)
+        .body(full(r#"{"code":"1"}"#))
+        .expect("request");
+    let (status, body) = conn.call(req).await;
+    assert_eq!(status, 502, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("was not found"));
 }

@@ -35,9 +35,11 @@ pub struct McpArgs {
     /// HTTP: largest request body, bytes (413 past it).
     #[arg(long, env = "SANDPOOL_MCP_MAX_REQUEST_BYTES", default_value_t = 16 << 20)]
     pub http_max_request_bytes: usize,
-    /// HTTP: a request's whole body must arrive within this, ms; otherwise 408 and the
-    /// connection closes (a client trickling its body holds a connection no longer).
-    #[arg(long, env = "SANDPOOL_MCP_BODY_TIMEOUT_MS", default_value_t = 60_000)]
+    /// HTTP: a request's whole body must arrive within this, ms, on every route and for
+    /// every caller; otherwise 408 and the connection closes. As long as the header
+    /// deadline (10 s) by default, so a client trickling its body holds a connection no
+    /// longer than one trickling its headers.
+    #[arg(long, env = "SANDPOOL_MCP_BODY_TIMEOUT_MS", default_value_t = 10_000)]
     pub http_body_timeout_ms: u64,
     /// HTTP: connections served at once; more wait to be accepted.
     #[arg(long, env = "SANDPOOL_MCP_MAX_CONNECTIONS", default_value_t = 256)]

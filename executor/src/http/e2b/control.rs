@@ -472,17 +472,32 @@ pub async fn list(
         Some(Ok(n)) if (1..=1000).contains(&n) => n,
         Some(_) => return api_error(StatusCode::BAD_REQUEST, "limit: must be 1 to 1000"),
     };
-    let all = e.sessions.as_ref().map(|s| s.list(&auth, &filter)).unwrap_or_default();
-    // The token is the last id of the page before: ids are unique, and the order is stable.
+    let mut all: Vec<_> = e
+        .sessions
+        .as_ref()
+        .map(|s| s.list(&auth, &filter))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| ((rfc3339(i.started_at), i.id.clone()), i))
+        .collect();
+    // Ordered by what the list shows (`startedAt` to the millisecond, then the id), so a
+    // cursor names a place in it even after its sandbox ended.
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    // The token is a cursor, `<startedAt>_<sandboxID>` of the page before's last sandbox
+    // (a bare id, as earlier pages gave, still works while that sandbox lives). A gateway
+    // sends every executor the same cursor and merges their pages.
     let start = match q.get("nextToken").filter(|t| !t.is_empty()) {
-        Some(t) => all.iter().position(|i| &i.id == t).map(|p| p + 1).unwrap_or(all.len()),
+        Some(t) => match t.split_once('_') {
+            Some((at, id)) => all.partition_point(|(k, _)| (k.0.as_str(), k.1.as_str()) <= (at, id)),
+            None => all.iter().position(|(k, _)| &k.1 == t).map_or(all.len(), |p| p + 1),
+        },
         None => 0,
     };
     let page: Vec<_> = all.iter().skip(start).take(limit).collect();
-    let mut resp = Json(page.iter().map(|i| detail(i)).collect::<Vec<_>>()).into_response();
+    let mut resp = Json(page.iter().map(|(_, i)| detail(i)).collect::<Vec<_>>()).into_response();
     if start + page.len() < all.len()
-        && let Some(last) = page.last()
-        && let Ok(v) = HeaderValue::from_str(&last.id)
+        && let Some(((at, id), _)) = page.last()
+        && let Ok(v) = HeaderValue::from_str(&format!("{at}_{id}"))
     {
         resp.headers_mut().insert("x-next-token", v);
     }
