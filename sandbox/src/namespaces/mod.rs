@@ -159,11 +159,14 @@ impl Namespaces {
             // What a killed executor's sessions left runs on in their seats' cgroups.
             (cfg.slots..cfg.slots + cfg.seats).for_each(|i| h.kill_leftovers(i));
         }
-        // The seats' parent, limited to their ceiling (docs/sessions.md, "Memory").
-        let cgroups = match (cgroups, cfg.seats) {
-            (Ok((slots, h)), 1..) => h.seats_ceiling(cfg.seat_memory.map(|m| m.ceiling)).map(|()| (slots, h)),
-            (other, _) => other,
-        };
+        // The seats' parent, limited to their ceiling (docs/sessions.md, "Memory"). Its
+        // failure (a killed executor's sessions still dying above the limit) costs the
+        // ceiling, not the slots' cgroups: said loudly; the shares still bound each seat.
+        if let (Ok((_, h)), 1..) = (&cgroups, cfg.seats)
+            && let Err(e) = h.seats_ceiling(cfg.seat_memory.map(|m| m.ceiling))
+        {
+            tracing::error!(error = %e, "the session seats' memory ceiling could not be set");
+        }
         let (cgroups, hierarchy) = match cgroups {
             Ok((slots, h)) => {
                 let name = if h.version == cgroup::Version::V1 {
