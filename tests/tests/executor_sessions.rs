@@ -1545,6 +1545,7 @@ async fn sessions_filling_work_cannot_push_stateless_runs_out() {
         .join(own)
         .join(format!("sandpool-test-pod-{}", std::process::id()));
     std::fs::create_dir_all(&pod).expect("pod cgroup");
+    let _pod = RemovedOnDrop(pod.clone());
     std::fs::write(pod.join("memory.limit_in_bytes"), (512u64 << 20).to_string()).expect("pod limit");
     let mib = |n: u64| (n << 20).to_string();
     let ex = Executor::start(Options {
@@ -1605,11 +1606,18 @@ async fn sessions_filling_work_cannot_push_stateless_runs_out() {
         "a stateless run inside its limits failed while sessions filled /work: {r:?}"
     );
     assert_eq!(String::from_utf8_lossy(&phase.stdout), format!("{}\n", 200 << 20));
-    drop(ex);
-    // The executor is gone: its pod cgroup goes with the test.
-    let until = Instant::now() + Duration::from_secs(10);
-    while std::fs::remove_dir(&pod).is_err() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// A cgroup the test made, removed once the executor in it is gone (dropped before this, as
+/// declared after it), also when the test fails.
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::fs::remove_dir(&self.0).is_err() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
