@@ -398,10 +398,24 @@ impl ExecutorArgs {
             },
             uid_base: self.uid_base,
             gpu_devices: gpu_devices(self.gpu),
+            // The sessions' budget is also their ceiling while they run (docs/sessions.md,
+            // "Memory"), with the spares beside it as the operator sizes the pod.
+            seat_memory: Some(sandpool_sandbox::SeatMemory {
+                ceiling: self
+                    .session_memory_budget()
+                    .saturating_add((self.session_spares as u64).saturating_mul(self.session_idle_bytes)),
+                floor: self.session_idle_bytes,
+            }),
             work_dir_bytes: self.work_dir_bytes,
             tmp_bytes: self.tmp_bytes,
             shared_dir: Some(self.work_root.join("shared")),
         }
+    }
+
+    /// `--session-memory-bytes`, or its default: every session at the idle bytes.
+    pub fn session_memory_budget(&self) -> u64 {
+        self.session_memory_bytes
+            .unwrap_or((self.max_sessions() as u64).saturating_mul(self.session_idle_bytes))
     }
 
     /// Sessions alive at once: `--max-sessions`, or its default.
@@ -450,9 +464,7 @@ impl ExecutorArgs {
             max_sessions,
             spares: self.session_spares,
             idle_bytes: self.session_idle_bytes,
-            memory_budget: self
-                .session_memory_bytes
-                .unwrap_or((max_sessions as u64).saturating_mul(self.session_idle_bytes)),
+            memory_budget: self.session_memory_budget(),
             lifetime: ms(self.session_lifetime_ms),
             max_lifetime: ms(self.max_session_lifetime_ms),
             idle: ms(self.session_idle_timeout_ms),

@@ -34,6 +34,7 @@ pub fn session_status(e: SessionError) -> Status {
     match e {
         SessionError::NotFound => Status::not_found(e.to_string()),
         SessionError::Exhausted(m) => Status::resource_exhausted(m),
+        SessionError::Reset(_) => Status::failed_precondition(e.to_string()),
         SessionError::Exec(e) => status(e),
     }
 }

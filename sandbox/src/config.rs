@@ -69,6 +69,9 @@ pub struct SandboxConfig {
     pub uid_base: u32,
     /// Device nodes given to GPU runs (empty: no GPU).
     pub gpu_devices: Vec<PathBuf>,
+    /// The memory all session seats may hold together (namespaces mode with cgroups): see
+    /// [`SeatMemory`]. None: no ceiling beyond each seat's own limit.
+    pub seat_memory: Option<SeatMemory>,
     /// Size cap of each run's work dir.
     pub work_dir_bytes: u64,
     /// Size cap of each run's /tmp and /dev/shm.
@@ -78,6 +81,19 @@ pub struct SandboxConfig {
     /// them. Restricted mode uses this host directory (emptied at start);
     /// namespaces mode a tmpfs of its own, detached from the host (`Some` turns it on).
     pub shared_dir: Option<PathBuf>,
+}
+
+/// The session seats' memory ceiling: one parent cgroup holds every seat's, limited to
+/// `ceiling` bytes, and each seat's own limit is its share of it. Shares never add up past
+/// the ceiling (see [`crate::SeatShare`]), so a session that grows meets its own limit, and
+/// the kernel's OOM kill stays in its own cgroup: never another session's, never a slot's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeatMemory {
+    /// What all seats' cgroups may hold together (processes and the tmpfs pages they wrote).
+    pub ceiling: u64,
+    /// What a seat's share is at least, room allowed, while its session is open: what an
+    /// idle session is counted at (an interpreter starts within it).
+    pub floor: u64,
 }
 
 /// Where runs see [`SandboxConfig::shared_dir`], read-only: a fixed path, so

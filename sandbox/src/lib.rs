@@ -46,7 +46,7 @@ mod workdir;
 mod workroot;
 mod zygote;
 
-pub use config::{DEFAULT_RO_PATHS, IsolationMode, SHARED_PATH, SandboxConfig, cgroup_name};
+pub use config::{DEFAULT_RO_PATHS, IsolationMode, SHARED_PATH, SandboxConfig, SeatMemory, cgroup_name};
 pub use error::SandboxError;
 pub use limits::Limits;
 pub use probe::{Feature, Features};
@@ -56,7 +56,7 @@ pub use run::{PATH, RunOutcome, RunSpec, Termination, WORK_DIR, ZygoteConfig};
 /// that scopes signals to a run's own domain, so that no run can signal the slot's
 /// zygote or another run's processes (they share the executor's uid).
 pub const RESTRICTED_WARM_LANDLOCK_ABI: i32 = 6;
-pub use runner::{BoxFuture, Runner};
+pub use runner::{BoxFuture, Runner, SeatShare};
 pub use workdir::{FetchError, OpenFile, WorkDir, WorkDirError, validate_rel_path};
 
 /// Starts the runner of `cfg.mode`, or says why this machine cannot have it.

@@ -66,6 +66,14 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Moves session seat `index`'s share of the seats' memory ceiling
+    /// ([`crate::SeatMemory`]); answers the seat's memory limit now. None where there is no
+    /// ceiling (no cgroups, no seats, restricted mode).
+    fn seat_share(&self, index: usize, share: SeatShare) -> Option<u64> {
+        let _ = (index, share);
+        None
+    }
+
     /// True when GPU runs get device nodes.
     fn has_gpu(&self) -> bool;
 
@@ -115,4 +123,18 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         work: &'a WorkDir,
         spec: &'a RunSpec,
     ) -> BoxFuture<'a, Result<RunOutcome, SandboxError>>;
+}
+
+/// How a session seat's share of the seats' memory ceiling moves ([`Runner::seat_share`]).
+/// The shares never add up past the ceiling: a seat grows only into room the others leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeatShare {
+    /// A call of the session starts: its limit rises to this many bytes, or to all the room
+    /// the other seats leave, whichever is less.
+    Grow(u64),
+    /// The call ended: the limit falls to what the seat holds, plus a little, and at least
+    /// the floor (room allowed). Held memory stays; the session cannot grow until its next call.
+    Hold,
+    /// The session ended (its processes are gone, its `/work` dropped): no share.
+    Release,
 }

@@ -52,6 +52,7 @@ impl Harness {
             seats: 2,
             uid_base,
             gpu_devices: vec![],
+            seat_memory: None,
             work_dir_bytes: 64 << 20,
             tmp_bytes: 64 << 20,
             shared_dir: None,

@@ -451,8 +451,20 @@ async fn processes_are_gone_after_close_and_timeouts_and_ids_are_not_found_after
 
 #[tokio::test]
 async fn limits_per_call_and_per_session_are_enforced() {
-    // /work smaller than the file-size limit: a full disk is ENOSPC, not SIGXFSZ.
-    let ex = executor(2, &["--work-dir-bytes", "16777216", "--max-sessions", "2"]).await;
+    // /work smaller than the file-size limit: a full disk is ENOSPC, not SIGXFSZ. Room in
+    // the sessions' memory ceiling (by default 2 × the idle bytes here) for a cell's 32 MiB.
+    let ex = executor(
+        2,
+        &[
+            "--work-dir-bytes",
+            "16777216",
+            "--max-sessions",
+            "2",
+            "--session-memory-bytes",
+            "1073741824",
+        ],
+    )
+    .await;
     let mut c = ex.client();
     let s = create(
         &mut c,
@@ -1048,12 +1060,15 @@ fn slot_cgroups(ex: &Executor) -> Vec<std::path::PathBuf> {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
             if e.file_name().to_str() == Some(name.as_str()) {
-                let slots = std::fs::read_dir(e.path()).into_iter().flatten().flatten();
-                found.extend(
-                    slots
-                        .filter(|s| s.file_name().to_string_lossy().starts_with("slot-"))
-                        .map(|s| s.path()),
-                );
+                // Seats live below `sessions`, the parent that holds their memory ceiling.
+                for dir in [e.path(), e.path().join("sessions")] {
+                    let slots = std::fs::read_dir(dir).into_iter().flatten().flatten();
+                    found.extend(
+                        slots
+                            .filter(|s| s.file_name().to_string_lossy().starts_with("slot-"))
+                            .map(|s| s.path()),
+                    );
+                }
             } else if depth < 6 {
                 todo.push((e.path(), depth + 1));
             }
@@ -1073,7 +1088,20 @@ async fn ninety_idle_sessions_share_one_slot_and_expire_together_without_a_trace
     // Each test executor has 100 uids: its slot's and 99 seats'.
     const N: usize = 90;
     // Long enough that none expires while the others are made on a slow machine.
-    let ex = executor(1, &["--max-sessions", "90", "--session-idle-timeout-ms", "20000"]).await;
+    // The sessions' memory ceiling holds 90 idle interpreters (about 38 MiB each in their
+    // cgroups here, more than the default idle bytes' 32 MiB).
+    let ex = executor(
+        1,
+        &[
+            "--max-sessions",
+            "90",
+            "--session-idle-timeout-ms",
+            "20000",
+            "--session-memory-bytes",
+            &(90u64 * (48 << 20)).to_string(),
+        ],
+    )
+    .await;
     let procs = || {
         (0..1 + N as u32)
             .flat_map(|i| procs_of(ex.uid_base + i))
@@ -1213,7 +1241,19 @@ round(up - st / os.sysconf('SC_CLK_TCK'), 2)";
 /// asked for other limits, are started again once taken, and end with the executor.
 #[tokio::test]
 async fn spare_interpreters_serve_new_sessions_and_end_with_the_executor() {
-    let mut ex = executor(2, &["--max-sessions", "4", "--session-spares", "2"]).await;
+    // Room in the sessions' memory ceiling for 4 sessions and 2 spares at about 38 MiB each.
+    let mut ex = executor(
+        2,
+        &[
+            "--max-sessions",
+            "4",
+            "--session-spares",
+            "2",
+            "--session-memory-bytes",
+            "268435456",
+        ],
+    )
+    .await;
     let seat_uids: Vec<u32> = (2..2 + 4 + 2).map(|i| ex.uid_base + i).collect();
     let running = || seat_uids.iter().filter(|u| !procs_of(**u).is_empty()).count();
     let until = Instant::now() + Duration::from_secs(30);
@@ -1525,4 +1565,166 @@ n
         .expect("another caller's run waited behind a stuck slot");
     assert_eq!(sandpool_tests::stdout(&r), "other\n");
     assert_eq!(ex.metric("sandpool_watchdog_stuck_blocking"), 0.0);
+}
+
+/// Finding 3 of issue 46: sessions lived under no ceiling after admission. With a small
+/// ceiling (`--session-memory-bytes`), a session that grows past the room the others leave
+/// gets the error itself (its own memory limit: MEMORY_LIMIT_EXCEEDED), while an idle
+/// session beside it, holding memory of its own, keeps its state.
+#[tokio::test]
+async fn a_session_growing_past_the_ceiling_gets_the_error_not_an_idle_one() {
+    let mib = |n: u64| (n << 20).to_string();
+    let ex = executor(
+        2,
+        &["--session-idle-bytes", &mib(32), "--session-memory-bytes", &mib(160)],
+    )
+    .await;
+    let mut c = ex.client();
+    let idle = create(&mut c, "python", None).await.session_id;
+    let r = run(&mut c, code(&idle, "x = 42\nkeep = bytearray(40 << 20)\nlen(keep)")).await;
+    assert_eq!(r.display, str_of(40 << 20), "{r:?}");
+    let grower = create(&mut c, "python", None).await.session_id;
+    let r = run(&mut c, code(&grower, "y = 1")).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    // More than the ceiling leaves it beside the idle session (its own limit is 512 MiB).
+    let r = run(&mut c, code(&grower, "b = bytearray(150 << 20)\nlen(b)")).await;
+    assert_eq!(verdict(&r), pb::Verdict::MemoryLimitExceeded, "{r:?}");
+    assert!(r.state_reset, "{r:?}");
+    let r = run(&mut c, code(&idle, "print(x, len(keep))")).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "the idle session lost its state: {r:?}");
+    assert_eq!(out(&r), format!("42 {}\n", 40 << 20), "{r:?}");
+    assert!(!r.state_reset, "{r:?}");
+    // Freed by the idle session, the room is the grower's again.
+    run(&mut c, code(&idle, "del keep")).await;
+    let r = run(&mut c, code(&grower, "b = bytearray(100 << 20)\nlen(b)")).await;
+    assert_eq!(r.display, str_of(100 << 20), "{r:?}");
+}
+
+/// Finding 3 of issue 46: sessions filling their `/work` (tmpfs, which no kill frees) held a
+/// pod at its memory limit, and stateless runs inside their own limits were killed. Here the
+/// executor lives in a memory cgroup sized like a pod's; sessions fill `/work` as far as they
+/// can, and a stateless run inside its limits still succeeds. cgroup v1 (this machine's); the
+/// v2 guest test checks the ceiling's files there.
+#[tokio::test]
+async fn sessions_filling_work_cannot_push_stateless_runs_out() {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let Some(own) = own.lines().find_map(|l| {
+        l.split_once(":memory:")
+            .map(|(_, p)| p.trim_start_matches('/').to_owned())
+    }) else {
+        eprintln!("skipped: no cgroup v1 memory hierarchy");
+        return;
+    };
+    let pod = std::path::Path::new("/sys/fs/cgroup/memory")
+        .join(own)
+        .join(format!("sandpool-test-pod-{}", std::process::id()));
+    std::fs::create_dir_all(&pod).expect("pod cgroup");
+    let _pod = RemovedOnDrop(pod.clone());
+    std::fs::write(pod.join("memory.limit_in_bytes"), (512u64 << 20).to_string()).expect("pod limit");
+    let mib = |n: u64| (n << 20).to_string();
+    let ex = Executor::start(Options {
+        slots: 1,
+        languages: vec!["python", "bash"],
+        extra_args: [
+            "--session-idle-bytes",
+            &mib(16),
+            "--session-memory-bytes",
+            &mib(128),
+            "--work-dir-bytes",
+            &mib(300),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        isolation: Isolation::Namespaces,
+        mount_setup: Some(format!("echo $$ > {}/cgroup.procs", pod.display())),
+        ..Default::default()
+    })
+    .await;
+    let mut c = ex.client();
+    let mut fillers = Vec::new();
+    for _ in 0..3 {
+        let id = create(&mut c, "bash", None).await.session_id;
+        // Each as far as its /work (300 MiB) and the sessions' ceiling let it: 200 MiB (in
+        // files under the per-call file size limit), 600 MiB in all.
+        let r = run(
+            &mut c,
+            command(
+                &id,
+                "for i in 1 2 3 4; do head -c 50M /dev/zero > /work/fill$i; done; du -sh /work",
+            ),
+        )
+        .await;
+        eprintln!("filled: {:?} {} {} {}", verdict(&r), out(&r), err(&r), r.message);
+        fillers.push(id);
+    }
+    let usage = |f: &str| {
+        std::fs::read_to_string(pod.join(f))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    eprintln!("pod holds {} MiB", usage("memory.usage_in_bytes") >> 20);
+    let mut req = sandpool_tests::request("python", "b = bytearray(200 << 20)\nprint(len(b))", "");
+    req.limits = Some(pb::Limits {
+        memory_bytes: 320 << 20,
+        wall_time_ms: 30_000,
+        ..Default::default()
+    });
+    let r = c.execute(req).await.expect("execute").into_inner();
+    let phase = r.run.clone().unwrap_or_default();
+    eprintln!("pod peak {} MiB", usage("memory.max_usage_in_bytes") >> 20);
+    assert_eq!(
+        sandpool_tests::verdict(phase.verdict),
+        "OK",
+        "a stateless run inside its limits failed while sessions filled /work: {r:?}"
+    );
+    assert_eq!(String::from_utf8_lossy(&phase.stdout), format!("{}\n", 200 << 20));
+}
+
+/// A cgroup the test made, removed once the executor in it is gone (dropped before this, as
+/// declared after it), also when the test fails.
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::fs::remove_dir(&self.0).is_err() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Finding 3 of issue 46: an interpreter killed between calls was restarted silently, and
+/// the caller's next cell met a NameError. Now that call is refused with a typed "session
+/// reset" (FAILED_PRECONDITION) and runs nothing; the one after runs in the fresh interpreter.
+#[tokio::test]
+async fn a_session_whose_interpreter_was_killed_says_so_on_its_next_call() {
+    let ex = executor(1, &[]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "python", None).await.session_id;
+    let r = run(&mut c, code(&id, "x = 42")).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+    // Seat 0 (uid_base + slots): everything its session runs, killed from the host.
+    let uid = ex.uid_base + 1;
+    let pids = procs_of(uid);
+    assert!(!pids.is_empty(), "the session's interpreter was found");
+    for pid in pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while !procs_of(uid).is_empty() {
+        assert!(Instant::now() < until, "the interpreter did not die");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let e = c
+        .run_in_session(code(&id, "print(x)"))
+        .await
+        .expect_err("a reset, not a NameError");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().starts_with("session reset:"), "{}", e.message());
+    assert!(e.message().contains("variables are gone"), "{}", e.message());
+    let r = run(&mut c, code(&id, "x = 7\nprint(x)")).await;
+    assert_eq!(out(&r), "7\n", "{r:?}");
+    assert!(!r.state_reset, "{r:?}");
 }

@@ -68,6 +68,11 @@ pub enum SessionError {
     NotFound,
     #[error("{0}")]
     Exhausted(String),
+    /// The session's interpreter died between calls (killed at the sessions' memory ceiling,
+    /// or it exited): its variables are gone. The call did not run; the next one runs in a
+    /// fresh interpreter (gRPC FAILED_PRECONDITION, E2B the cell's error).
+    #[error("session reset: {0}")]
+    Reset(String),
     #[error(transparent)]
     Exec(#[from] ExecError),
 }
@@ -247,7 +252,7 @@ async fn make_work(
 
 /// The executor's free session seats (sandbox identities `slots..slots + seats`).
 #[derive(Debug)]
-struct Seats(Mutex<BTreeSet<usize>>);
+struct Seats(Mutex<BTreeSet<usize>>, Arc<Engine>);
 
 /// A seat a session holds; back to the free ones when dropped (never while its processes live:
 /// see [`SessionManager::end_all`]).
@@ -270,6 +275,12 @@ impl Seats {
 
 impl Drop for SeatGuard {
     fn drop(&mut self) {
+        // Its processes are gone and its /work dropped: its share of the sessions' memory
+        // ceiling is free for the others (a bookkeeping change, no cgroup is written).
+        self.seats
+            .1
+            .sandbox()
+            .seat_share(self.index, crate::sandbox::SeatShare::Release);
         if let Ok(mut free) = self.seats.0.lock() {
             free.insert(self.index);
         }
@@ -416,6 +427,8 @@ struct Ensured {
     reset: bool,
     /// Why, for the call's `message`.
     notes: Vec<&'static str>,
+    /// The interpreter had died since the last call: why, for [`SessionError::Reset`].
+    died: Option<String>,
 }
 
 /// 128 bits from the kernel's CSPRNG, as hex.
@@ -535,6 +548,7 @@ impl SessionManager {
         if let Some(cfg) = &driver_zygote {
             engine.sandbox().start_seat_zygote(cfg.clone());
         }
+        let seat_pool = Arc::new(Seats(Mutex::new((slots..slots + seats).collect()), engine.clone()));
         let m = Arc::new(SessionManager {
             driver_zygote,
             starts: Arc::new(tokio::sync::Semaphore::new(FORKED_STARTS_PER_SLOT * slots.max(1))),
@@ -543,7 +557,7 @@ impl SessionManager {
             advertise,
             sessions: Mutex::new(HashMap::new()),
             creating: Mutex::new(HashMap::new()),
-            seats: Arc::new(Seats(Mutex::new((slots..slots + seats).collect()))),
+            seats: seat_pool,
             spares: spares::Spares::new(spare_count),
             tenants: std::sync::OnceLock::new(),
         });
@@ -636,6 +650,13 @@ impl SessionManager {
     fn over_memory_budget(&self, creating: usize) -> bool {
         let wanted = (creating as u64 + 1).saturating_mul(self.policy.idle_bytes);
         self.memory_held().saturating_add(wanted) > self.policy.memory_budget
+    }
+
+    /// Moves session `s`'s share of the sessions' memory ceiling (off the runtime's threads:
+    /// it writes its cgroup's limit).
+    async fn share(&self, s: &Session, share: crate::sandbox::SeatShare) {
+        let (engine, seat) = (self.engine.clone(), s.seat);
+        let _ = blocking(move || engine.sandbox().seat_share(seat, share)).await;
     }
 
     /// Sessions alive now.
@@ -932,6 +953,9 @@ impl SessionManager {
                 reserve_low: false,
             }),
         });
+        // Its share of the sessions' memory ceiling from now: at least the idle bytes, which
+        // no other session's call can then take while its interpreter starts.
+        self.share(&s, crate::sandbox::SeatShare::Hold).await;
         if kind == Kind::Python && !booted {
             let gate = self
                 .forked_start_gate()
@@ -1069,6 +1093,8 @@ impl SessionManager {
             // A run slot for this call only, queued like any request's (a session admitted
             // before a drain began still gets its calls run).
             let _permit = self.engine.acquire_as(&s.ticket, None, Admit::Continuing).await?;
+            // Its memory limit rises into the room the other sessions leave in the ceiling.
+            self.share(&s, crate::sandbox::SeatShare::Grow(s.totals.memory)).await;
             match s.kind {
                 Kind::Bash => match input {
                     Input::Code(source) | Input::Command(source) => {
@@ -1088,6 +1114,8 @@ impl SessionManager {
             // Closed or expired mid-call: the run is dropped (killed) here.
             _ = closed.wait_for(|c| *c) => return Err(SessionError::NotFound),
         };
+        // Back to what it holds: idle, it cannot take room another session's call may need.
+        self.share(&s, crate::sandbox::SeatShare::Hold).await;
         st.reserve_low |= s.reserve_missing.swap(false, Ordering::Relaxed);
         if st.reserve_low
             && let Some(w) = s.work.get().cloned()
@@ -1141,7 +1169,16 @@ impl SessionManager {
     /// the caller holds a run slot. Answers whether the state was reset, and why.
     async fn ensure_repl(&self, s: &Session, st: &mut State, gate: Option<StartGate>) -> Result<Ensured, SessionError> {
         let mut done = Ensured::default();
-        if !st.abandoned && st.repl.as_ref().is_some_and(Repl::alive) {
+        // An interpreter that was ready and whose seat holds no process any more is dead,
+        // though its run may not have been seen to end yet (a kill between calls).
+        let gone = match st.repl.as_ref().filter(|r| r.alive() && r.is_ready()) {
+            Some(_) => {
+                let (engine, seat) = (self.engine.clone(), s.seat);
+                blocking(move || engine.sandbox().seat_busy(seat) == Some(false)).await?
+            }
+            None => false,
+        };
+        if !st.abandoned && !gone && st.repl.as_ref().is_some_and(Repl::alive) {
             return Ok(done);
         }
         let _hold = match &gate {
@@ -1158,10 +1195,21 @@ impl SessionManager {
             done.notes
                 .push("the interpreter was restarted: an earlier call was abandoned by its caller");
         }
-        if !st.repl.as_ref().is_some_and(Repl::alive) {
+        if gone || !st.repl.as_ref().is_some_and(Repl::alive) {
             if let Some(r) = st.repl.take() {
-                self.kill_repl(s, st, r).await;
+                // It died between calls: the caller is told before anything runs on a state
+                // it does not have (a NameError would be the first sign otherwise).
+                let outcome = r.kill().await;
+                if let Some(Ok(o)) = &outcome {
+                    st.cpu_used = st.cpu_at_repl_start + o.cpu;
+                }
+                self.wait_gone(s).await;
                 done.reset = true;
+                done.died = Some(match outcome {
+                    Some(Ok(o)) if o.oom_killed => "the session's interpreter was killed between calls at its memory limit (the sessions' memory ceiling)",
+                    Some(Ok(o)) if o.signal != 0 => "the session's interpreter was killed between calls",
+                    _ => "the session's interpreter exited between calls",
+                }.to_owned() + "; it has been restarted: variables are gone, files in /work remain. The code was not run: run it again (with its setup)");
             }
             start_repl(&self.engine, s, st, self.driver_zygote.clone()).await?;
         }
@@ -1185,10 +1233,19 @@ impl SessionManager {
         limits: Limits,
         ensured: Option<Ensured>,
     ) -> Result<pb::RunInSessionResponse, SessionError> {
-        let Ensured { mut reset, mut notes } = match ensured {
+        let Ensured {
+            mut reset,
+            mut notes,
+            died,
+        } = match ensured {
             Some(e) => e,
             None => self.ensure_repl(s, st, None).await?,
         };
+        if let Some(why) = died {
+            // Not counted: the call ran nothing.
+            st.calls = st.calls.saturating_sub(1);
+            return Err(SessionError::Reset(why));
+        }
         let n = st.next_call;
         st.next_call += 1;
         let mut request = match input {

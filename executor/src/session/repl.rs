@@ -188,6 +188,11 @@ impl Repl {
         !self.task.is_finished()
     }
 
+    /// True once the driver said it was ready (it has joined its seat's cgroup).
+    pub fn is_ready(&self) -> bool {
+        self.ready
+    }
+
     /// Kills the interpreter and waits for its run to end (its processes die with its
     /// pid namespace; the caller checks from the host that they are gone).
     pub async fn kill(mut self) -> Option<Result<RunOutcome, SandboxError>> {

@@ -11,8 +11,12 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const ROOT: &str = "/sys/fs/cgroup";
+
+/// The parent of every session seat's cgroup, beside the slots' (see [`Hierarchy::seats_ceiling`]).
+const SEATS: &str = "sessions";
 
 /// Which cgroup hierarchy is in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,16 +184,48 @@ impl Hierarchy {
         self.make(index, true)
     }
 
-    /// As [`Hierarchy::slot`], for a session seat: its files are opened when used, not kept
+    /// As [`Hierarchy::slot`], for a session seat, below the seats' parent
+    /// ([`Hierarchy::seats_ceiling`]): its files are opened when used, not kept
     /// open. Hundreds of seats' dozen descriptors each would sit in the executor's table,
     /// which every run's init copies when it is cloned and closes one by one.
     pub fn seat(&self, index: usize) -> Result<SlotCgroup, CgroupError> {
         self.make(index, false)
     }
 
-    fn make(&self, index: usize, keep_open: bool) -> Result<SlotCgroup, CgroupError> {
+    /// Makes the parent cgroup of every session seat and sets its memory limit: what all
+    /// sessions hold together (their processes, and the tmpfs pages they wrote in `/work`,
+    /// `/tmp`, `/dev/shm`) stays under `bytes`, whatever each was admitted at. None: no limit.
+    pub fn seats_ceiling(&self, bytes: Option<u64>) -> Result<(), CgroupError> {
+        for b in &self.bases {
+            let d = b.join(SEATS);
+            fs::create_dir_all(&d).map_err(io(&d))?;
+        }
+        let parent = self.bases[0].join(SEATS);
+        let limit = bytes.map_or("max".to_owned(), |b| b.to_string());
+        match self.version {
+            Version::V1 => {
+                let v1 = bytes.map_or("-1".to_owned(), |b| b.to_string());
+                write_file(&parent.join("memory.limit_in_bytes"), &v1)?;
+            }
+            Version::V2 => {
+                write_file(&parent.join("cgroup.subtree_control"), V2_CONTROLLERS)?;
+                let _ = fs::write(parent.join("memory.swap.max"), "0");
+                write_file(&parent.join("memory.max"), &limit)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The directories of slot (or seat) `index`: seats (`index >= slots`) live below [`SEATS`].
+    fn dirs_of(&self, index: usize, seat: bool) -> Vec<PathBuf> {
         let name = format!("slot-{index}");
-        let dirs: Vec<PathBuf> = self.bases.iter().map(|b| b.join(&name)).collect();
+        let parent = |b: &PathBuf| if seat { b.join(SEATS) } else { b.clone() };
+        self.bases.iter().map(|b| parent(b).join(&name)).collect()
+    }
+
+    fn make(&self, index: usize, keep_open: bool) -> Result<SlotCgroup, CgroupError> {
+        // Slots keep their files open; seats do not, and live below the seats' parent.
+        let dirs = self.dirs_of(index, !keep_open);
         for d in &dirs {
             if d.exists() {
                 kill_all(d);
@@ -223,25 +259,29 @@ impl Hierarchy {
             join,
             knobs,
             written: Mutex::new(None),
+            cap: AtomicU64::new(u64::MAX),
         })
     }
 
-    /// Kills what is left in slot `index`'s cgroup, if it exists (a killed executor's runs).
+    /// Kills what is left in slot or seat `index`'s cgroup, if it exists (a killed
+    /// executor's runs; a seat's either where seats live or where they lived before).
     pub fn kill_leftovers(&self, index: usize) {
-        let name = format!("slot-{index}");
-        self.bases
-            .iter()
-            .map(|b| b.join(&name))
+        self.dirs_of(index, false)
+            .into_iter()
+            .chain(self.dirs_of(index, true))
             .filter(|d| d.exists())
             .for_each(|d| kill_all(&d));
     }
 
-    /// Removes the slot cgroups and the executor's base (all must be empty).
+    /// Removes the slot and seat cgroups and the executor's base (all must be empty).
     pub fn remove(&self, slots: usize) {
-        for b in &self.bases {
-            for i in 0..slots {
-                let _ = fs::remove_dir(b.join(format!("slot-{i}")));
+        for i in 0..slots {
+            for d in self.dirs_of(i, false).into_iter().chain(self.dirs_of(i, true)) {
+                let _ = fs::remove_dir(d);
             }
+        }
+        for b in &self.bases {
+            let _ = fs::remove_dir(b.join(SEATS));
             let _ = fs::remove_dir(b);
         }
     }
@@ -327,6 +367,9 @@ pub struct SlotCgroup {
     /// The memory and process limits last written: a run with the same ones
     /// (the common case) writes nothing.
     written: Mutex<Option<(u64, u32)>>,
+    /// A seat's share of the seats' ceiling: no run's memory limit is set above it
+    /// ([`SlotCgroup::set_cap`]); `u64::MAX` for a slot.
+    cap: AtomicU64,
 }
 
 /// The slot's control and counter files, opened once: every run sets limits
@@ -499,6 +542,7 @@ impl SlotCgroup {
 
     /// Sets the run's limits and records the counters to subtract afterwards.
     pub fn prepare(&self, memory: u64, processes: u32) -> Result<Baseline, CgroupError> {
+        let memory = memory.min(self.cap.load(Ordering::Relaxed));
         let k = self.knobs()?;
         let k = &*k;
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
@@ -578,6 +622,36 @@ impl SlotCgroup {
             });
         }
         Ok(())
+    }
+
+    /// Sets a seat's share of the seats' ceiling: later runs' memory limits stay at or under
+    /// `cap`, and with `now` the cgroup's limit is set to it at once (a running interpreter's
+    /// too). A limit the kernel refuses (v1: below what it could reclaim to) is raised to
+    /// what the cgroup holds plus `slack`, once. Answers the limit in force.
+    pub(crate) fn set_cap(&self, cap: u64, now: bool, slack: u64) -> Result<u64, CgroupError> {
+        self.cap.store(cap, Ordering::Relaxed);
+        if !now {
+            return Ok(cap);
+        }
+        let k = self.knobs()?;
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let processes = written.map(|(_, p)| p);
+        *written = None;
+        let file = match self.version {
+            Version::V1 => self.memory().join("memory.limit_in_bytes"),
+            Version::V2 => self.memory().join("memory.max"),
+        };
+        let mut set = cap;
+        if let Err(e) = put(&k.memory_limit, &set.to_string()) {
+            if e.raw_os_error() != Some(libc::EBUSY) {
+                return Err(io(&file)(e));
+            }
+            set = self.memory_current().saturating_add(slack).max(cap);
+            put(&k.memory_limit, &set.to_string()).map_err(io(&file))?;
+            self.cap.store(set, Ordering::Relaxed);
+        }
+        *written = processes.map(|p| (set, p));
+        Ok(set)
     }
 
     /// Memory charged to the slot now, in bytes.

@@ -64,6 +64,8 @@ pub(crate) struct Namespaces {
     /// Per seat: its CPU weight ([`Runner::set_seat_cpu_weight`]), written into its cgroup
     /// when set and when the cgroup is made.
     seat_weights: Vec<AtomicU32>,
+    /// Each seat's share of the seats' memory ceiling, with cgroups and a ceiling.
+    seat_shares: Option<std::sync::Mutex<Shares>>,
     /// The thread seats' inits are cloned from (see [`cloner`]).
     seat_cloner: Option<Arc<cloner::SeatCloner>>,
     cgroups: Option<Vec<cgroup::SlotCgroup>>,
@@ -164,6 +166,14 @@ impl Namespaces {
             // What a killed executor's sessions left runs on in their seats' cgroups.
             (cfg.slots..cfg.slots + cfg.seats).for_each(|i| h.kill_leftovers(i));
         }
+        // The seats' parent, limited to their ceiling (docs/sessions.md, "Memory"). Its
+        // failure (a killed executor's sessions still dying above the limit) costs the
+        // ceiling, not the slots' cgroups: said loudly; the shares still bound each seat.
+        if let (Ok((_, h)), 1..) = (&cgroups, cfg.seats)
+            && let Err(e) = h.seats_ceiling(cfg.seat_memory.map(|m| m.ceiling))
+        {
+            tracing::error!(error = %e, "the session seats' memory ceiling could not be set");
+        }
         let (cgroups, hierarchy) = match cgroups {
             Ok((slots, h)) => {
                 let name = if h.version == cgroup::Version::V1 {
@@ -214,6 +224,13 @@ impl Namespaces {
             seat_locks: (0..cfg.seats).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
             seat_cgroups: std::sync::Mutex::new(vec![None; cfg.seats]),
             seat_weights: (0..cfg.seats).map(|_| AtomicU32::new(DEFAULT_CPU_WEIGHT)).collect(),
+            seat_shares: match (&hierarchy, cfg.seat_memory, cfg.seats) {
+                (Some(_), Some(m), 1..) => Some(std::sync::Mutex::new(Shares {
+                    memory: m,
+                    of: vec![0; cfg.seats],
+                })),
+                _ => None,
+            },
             seat_cloner,
             cfg,
             slot_ns,
@@ -299,6 +316,37 @@ impl Runner for Namespaces {
             // Made before a seat's first run starts: a seat without one never ran anything.
             None => Some(false),
         }
+    }
+
+    fn seat_share(&self, index: usize, share: crate::SeatShare) -> Option<u64> {
+        let seat = index.checked_sub(self.cfg.slots)?;
+        let mut shares = self.seat_shares.as_ref()?.lock().ok()?;
+        let cg = self.seat_cgroups.lock().ok()?.get(seat).cloned().flatten();
+        let room = shares.room(seat);
+        let now = *shares.of.get(seat)?;
+        let new = match share {
+            // Never below what it has: the others' shares left that room to it.
+            crate::SeatShare::Grow(want) => want.min(room).max(now),
+            crate::SeatShare::Hold => {
+                let held = cg.as_ref().map_or(0, |c| c.memory_current());
+                held.saturating_add(SHARE_SLACK)
+                    .max(shares.memory.floor.min(room))
+                    .min(room.max(held))
+            }
+            crate::SeatShare::Release => 0,
+        };
+        let set = match (&cg, share) {
+            // An empty seat: its next run's limit is set from the share when it starts.
+            (Some(c), crate::SeatShare::Release) => c.set_cap(0, false, 0).ok(),
+            (Some(c), _) => c
+                .set_cap(new, true, SHARE_SLACK)
+                .map_err(|e| tracing::warn!(seat, error = %e, "setting a seat's memory share"))
+                .ok(),
+            (None, _) => Some(new),
+        }
+        .unwrap_or(new);
+        shares.of[seat] = set;
+        Some(set)
     }
 
     fn memory_in_use(&self, index: usize) -> Option<u64> {
@@ -456,6 +504,17 @@ impl Namespaces {
         let lock = self.seat_locks.get(seat).ok_or_else(no_seat)?;
         let slot_guard = lock.clone().lock_owned().await;
         let cg = self.seat_cgroup(index).await?;
+        if let (Some(c), Some(shares)) = (&cg, &self.seat_shares)
+            && let Ok(mut shares) = shares.lock()
+        {
+            // A run starts with at least the floor, room allowed (an interpreter's start, a
+            // bash call): never more than the share, which no run's limit exceeds.
+            let floor = shares.memory.floor.min(shares.room(seat));
+            if let Some(s) = shares.of.get_mut(seat) {
+                *s = (*s).max(floor);
+                let _ = c.set_cap(*s, false, 0);
+            }
+        }
         let ctx = supervise::Context {
             mnt_ns: ns,
             slot_guard,
@@ -530,6 +589,32 @@ impl Drop for Namespaces {
             h.remove(slots.len() + self.seat_locks.len());
         }
         mounts::detach_all(&workroot::mounts_dir(&self.cfg.work_root));
+    }
+}
+
+/// What a seat's share keeps above what it holds when its call ends ([`crate::SeatShare::Hold`]):
+/// page cache and kernel memory an idle interpreter touches.
+const SHARE_SLACK: u64 = 2 << 20;
+
+/// The seats' shares of their ceiling (see [`crate::SeatMemory`]): they never add up past it.
+#[derive(Debug)]
+struct Shares {
+    memory: crate::SeatMemory,
+    /// Per seat, its share in bytes (its cgroup's memory limit is at most this).
+    of: Vec<u64>,
+}
+
+impl Shares {
+    /// What the ceiling leaves to seat `seat` beside the others' shares.
+    fn room(&self, seat: usize) -> u64 {
+        let others: u64 = self
+            .of
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != seat)
+            .map(|(_, s)| *s)
+            .sum();
+        self.memory.ceiling.saturating_sub(others)
     }
 }
 

@@ -743,6 +743,9 @@ async fn run_op(
         },
         Err(crate::session::SessionError::NotFound) => Err(OpError::Gone(id.to_owned())),
         Err(crate::session::SessionError::Exhausted(m)) => Err(OpError::Rpc(Error::new(Code::ResourceExhausted, m))),
+        Err(e @ crate::session::SessionError::Reset(_)) => {
+            Err(OpError::Rpc(Error::new(Code::FailedPrecondition, e.to_string())))
+        }
         Err(crate::session::SessionError::Exec(e)) => {
             let code = if matches!(e, crate::error::ExecError::InvalidArgument { .. }) {
                 Code::InvalidArgument

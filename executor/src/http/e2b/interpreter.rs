@@ -103,6 +103,13 @@ pub fn lines(r: &pb::RunInSessionResponse, execution_count: u32, sent: (usize, u
     s
 }
 
+/// The lines of a cell that did not run because the sandbox's interpreter had died since the
+/// last one ([`crate::session::SessionError::Reset`]): the cell's error, named so.
+fn reset_lines(why: &str) -> String {
+    let error = serde_json::json!({"type": "error", "name": "SessionReset", "value": why, "traceback": ""});
+    format!("{error}\n")
+}
+
 /// The most of one stream read at a time while a cell runs: its JSON line (at most 6
 /// bytes a byte, escaped) must fit a stream's [`super::connect::Window`].
 const READ_PIECE: u64 = 16 << 10;
@@ -184,6 +191,9 @@ fn stream_cell(
                     .unwrap_or_default();
                 let _ = tx.send(Ok(lines(&r, count, sent).into())).await;
             }
+            Err(crate::session::SessionError::Reset(why)) => {
+                let _ = tx.send(Ok(reset_lines(&why).into())).await;
+            }
             Err(e) => {
                 let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
             }
@@ -262,6 +272,11 @@ pub async fn execute(State(e): State<E2b>, headers: HeaderMap, body: bytes::Byte
                 .into_response()
         }
         Err(crate::session::SessionError::NotFound) => Refused::NotFound(sbx.id).response(),
+        Err(crate::session::SessionError::Reset(why)) => (
+            [(http::header::CONTENT_TYPE, "application/x-ndjson")],
+            reset_lines(&why),
+        )
+            .into_response(),
         Err(err) => super::api_session_error(err),
     }
 }
