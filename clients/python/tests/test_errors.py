@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
+import time
 
 import grpc
 import grpc.aio
@@ -134,3 +137,52 @@ def test_real_executor_session_lost_keeps_its_cause(make_executor) -> None:
     assert isinstance(lost.value, errors.SandpoolError) and not isinstance(lost.value, grpc.RpcError)
     assert isinstance(lost.value.__cause__, grpc.RpcError) and lost.value.session_id == s.id
     assert sandpool.SessionLost is errors.SessionLost and sandpool.session.SessionLost is errors.SessionLost
+
+
+def test_a_session_reset_is_its_own_class() -> None:
+    """FAILED_PRECONDITION `session reset: ...` is `SessionReset`; other FAILED_PRECONDITIONs stay `RequestRejected`."""
+    raw = grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, None, details="session reset: gone")
+    e = errors.from_rpc(raw)
+    assert type(e) is errors.SessionReset and e.message == "session reset: gone"
+    assert not isinstance(e, errors.RequestRejected), "sending it again runs it, on a fresh interpreter"
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is errors.SessionReset
+    other = errors.from_rpc(grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, None, None, details="x"))
+    assert type(other) is errors.RequestRejected
+    assert sandpool.SessionReset is errors.SessionReset
+
+
+def _procs_of(uid: int) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}").st_uid == uid:
+                    pids.append(int(d))
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+def test_real_executor_session_reset_after_its_interpreter_was_killed(make_executor) -> None:
+    """A session whose interpreter died between calls raises `SessionReset` on its next call, not a NameError."""
+    e = make_executor("pytest-errors-reset", slots=1, languages="python")
+    with Client(e.address) as c:
+        s = c.session("python")
+        s.run("x = 42")
+        seat = e.uid_base + e.slots  # the first session seat's uid
+        pids = _procs_of(seat)
+        assert pids, "the session's interpreter was found"
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while _procs_of(seat):
+            assert time.monotonic() < deadline, "the interpreter did not die"
+            time.sleep(0.05)
+        with pytest.raises(errors.SessionReset) as reset:
+            s.run("print(x)")
+        assert "variables are gone" in reset.value.message
+        assert s.run("x = 7\nprint(x)").stdout == "7\n"

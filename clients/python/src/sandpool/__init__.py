@@ -22,6 +22,7 @@ from .errors import (
     RequestRejected,
     SandpoolError,
     SessionLost,
+    SessionReset,
     Unauthenticated,
     Unavailable,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "Session",
     "SessionLimits",
     "SessionLost",
+    "SessionReset",
     "SessionResult",
     "StdioCase",
     "StdioTests",

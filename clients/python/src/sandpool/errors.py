@@ -3,7 +3,8 @@
 A caller wants to know which of three things happened, not which status code came back:
 its request was refused (`RequestRejected`: fix the request or the credentials, retrying
 cannot help), the pool could not take it (`Unavailable`: away, draining or full, after the
-client's own retries ran out), or a session it held is gone (`SessionLost`: start a new one).
+client's own retries ran out), or a session it held is gone (`SessionLost`: start a new one)
+or lost its interpreter's state (`SessionReset`: its files are kept, set the state up again).
 `DeadlineExceeded` is the caller's own timeout. The gRPC error that caused one is its
 `__cause__`.
 
@@ -98,6 +99,19 @@ class DeadlineExceeded(CallError):
     """DEADLINE_EXCEEDED: the call's `timeout` passed (the executor kills a run it outlives)."""
 
 
+class SessionReset(CallError):
+    """FAILED_PRECONDITION `session reset: ...`: the session's interpreter died since its last call
+    (it reached its share of the sessions' memory ceiling, or was killed), so its variables,
+    functions and imports are gone; its files in `/work` are kept. The call was not run: the
+    executor has started a fresh interpreter, and sending the call again runs it on that empty
+    state (re-run your setup first). Never retried by the client, since the state it needs is gone.
+    """
+
+
+#: How the executor begins the message of a session reset (executor/src/session/mod.rs).
+SESSION_RESET_PREFIX = "session reset:"
+
+
 class SessionLost(SandpoolError):
     """The session is gone: closed, expired (idle or lifetime), or its executor died or restarted.
 
@@ -139,9 +153,13 @@ def from_rpc(e: grpc.RpcError) -> CallError:
         return e
     # grpc.RpcError itself promises no methods; the errors grpc raises are also grpc.Call.
     code = _ask(e, "code") or grpc.StatusCode.UNKNOWN
-    return error_class(code)(
+    details = _ask(e, "details") or ""
+    cls = error_class(code)
+    if code == grpc.StatusCode.FAILED_PRECONDITION and details.startswith(SESSION_RESET_PREFIX):
+        cls = SessionReset
+    return cls(
         code,
-        _ask(e, "details") or "",
+        details,
         _ask(e, "initial_metadata"),
         _ask(e, "trailing_metadata"),
         _ask(e, "debug_error_string"),
@@ -161,6 +179,7 @@ __all__ = [
     "RequestRejected",
     "SandpoolError",
     "SessionLost",
+    "SessionReset",
     "Unauthenticated",
     "Unavailable",
     "error_class",
