@@ -542,4 +542,24 @@ mod tests {
         assert!(!dog.is_stuck());
         assert_eq!(tripped.get(), 0, "never tripped");
     }
+
+    /// The engine's watchdog watches the engine's own slots, and the metrics count them.
+    #[tokio::test]
+    async fn the_engine_watches_its_slots_and_counts_them_in_the_metrics() {
+        use crate::fake_runner::{FakeRunner, Reply};
+        let (runner, _calls) = FakeRunner::new(2, |_| Reply::ok(b"fake 1".to_vec()));
+        let engine = crate::fake_runner::engine(runner).await;
+        let held = engine.admission().acquire(None).await.expect("a free slot");
+        assert!(
+            engine.watchdog().stuck_slots().is_empty(),
+            "the ceilings' allowance is minutes"
+        );
+        assert!(engine.metrics_text().contains("sandpool_watchdog_stuck_slots 0"));
+        drop(held);
+        engine.admission().set_allowance(Duration::from_millis(20));
+        let _held = engine.admission().acquire(None).await.expect("a free slot");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(engine.watchdog().stuck_slots().len(), 1);
+        assert!(engine.metrics_text().contains("sandpool_watchdog_stuck_slots 1"));
+    }
 }
