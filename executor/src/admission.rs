@@ -17,11 +17,16 @@
 //! already runs finishes, including the later runs of a request admitted earlier
 //! ([`Admit::Continuing`], e.g. an Evaluate's tests), which also pass a full queue: their
 //! request was admitted.
+//!
+//! Each grant records when it was taken and its allowance ([`Admission::set_allowance`]: the
+//! longest a holder may legitimately keep a slot); [`Admission::overdue`] lists the slots held
+//! past it, for the watchdog (a holder stuck in a wait that never ends holds its slot forever).
 
 use crate::tenants::{Priority, Tenant};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Why a request was not admitted.
@@ -112,6 +117,26 @@ struct State {
     queued: usize,
     /// Slots handed out, in total (tests count grants with it).
     grants: u64,
+    /// Per slot index: the grant holding it now, if any.
+    held: Vec<Option<Grant>>,
+}
+
+/// A slot's current grant: whose, since when, and for how long it may be held.
+#[derive(Debug, Clone)]
+struct Grant {
+    tenant: Arc<str>,
+    since: Instant,
+    allowance: Duration,
+}
+
+/// A slot held past its allowance (see [`Admission::overdue`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overdue {
+    pub index: usize,
+    pub tenant: Arc<str>,
+    /// How long it has been held.
+    pub held: Duration,
+    pub allowance: Duration,
 }
 
 /// The slots and the queues.
@@ -125,6 +150,8 @@ pub struct Admission {
     requests: AtomicUsize,
     draining: AtomicBool,
     drained: tokio::sync::watch::Sender<bool>,
+    /// What a grant taken now may hold its slot for (see [`Admission::set_allowance`]).
+    allowance: Mutex<Duration>,
 }
 
 /// One request in progress, counted until dropped (see [`Admission::request`]).
@@ -209,6 +236,9 @@ impl State {
         if let Some(a) = self.accounts.get_mut(tenant) {
             a.running = a.running.saturating_sub(1);
         }
+        if let Some(h) = self.held.get_mut(index) {
+            *h = None;
+        }
         self.free.push(index);
     }
 
@@ -290,11 +320,43 @@ impl Admission {
                 level_live: [0; 3],
                 queued: 0,
                 grants: 0,
+                held: vec![None; slots],
             }),
             requests: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             drained: tokio::sync::watch::Sender::new(false),
+            // Until the engine sets one from its ceilings: never overdue.
+            allowance: Mutex::new(Duration::MAX),
         })
+    }
+
+    /// How long a slot granted from now on may be held before [`Admission::overdue`] lists it
+    /// (the engine sets it from its ceilings: see `crate::watchdog::slot_allowance`).
+    pub fn set_allowance(&self, allowance: Duration) {
+        *self.allowance.lock().unwrap_or_else(|p| p.into_inner()) = allowance;
+    }
+
+    /// The slots held now past their grant's allowance, the longest-held first.
+    pub fn overdue(&self) -> Vec<Overdue> {
+        let now = Instant::now();
+        let st = self.lock();
+        let mut v: Vec<Overdue> = st
+            .held
+            .iter()
+            .enumerate()
+            .filter_map(|(index, g)| {
+                let g = g.as_ref()?;
+                let held = now.saturating_duration_since(g.since);
+                (held > g.allowance).then(|| Overdue {
+                    index,
+                    tenant: g.tenant.clone(),
+                    held,
+                    allowance: g.allowance,
+                })
+            })
+            .collect();
+        v.sort_by_key(|o| std::cmp::Reverse(o.held));
+        v
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -376,6 +438,14 @@ impl Admission {
         };
         let index = got?;
         pending.done = true;
+        let allowance = *self.allowance.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = self.lock().held.get_mut(index) {
+            *h = Some(Grant {
+                tenant: tenant.name.clone(),
+                since: Instant::now(),
+                allowance,
+            });
+        }
         Ok(SlotGuard {
             index,
             tenant: tenant.name.clone(),

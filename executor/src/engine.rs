@@ -107,6 +107,9 @@ impl Engine {
         let slots = sandbox.slots();
         metrics.slots.set(slots as i64);
         let admission = Admission::new(slots, cfg.queue_capacity);
+        // Slots held past what any request may take are stuck: the watchdog says so.
+        admission.set_allowance(crate::watchdog::slot_allowance(&cfg.policy));
+        let watchdog = crate::watchdog::Watchdog::watching(admission.clone());
         let cache = cfg
             .result_cache
             .and_then(|c| crate::result_cache::ResultCache::new(c, metrics.clone()));
@@ -134,7 +137,7 @@ impl Engine {
             budget: crate::budget::ByteBudget::new(cfg.inflight_bytes),
             capture: cfg.capture,
             warm: BTreeMap::new(),
-            watchdog: crate::watchdog::Watchdog::new(),
+            watchdog,
             assert_prelude: cfg.assert_prelude,
             cache,
             settling: (0..slots).map(|_| Default::default()).collect(),
@@ -458,6 +461,9 @@ impl Engine {
         self.metrics
             .stuck_blocking
             .set(gauge(self.watchdog.stuck_blocking().0 as u64));
+        self.metrics
+            .stuck_slots
+            .set(gauge(self.watchdog.stuck_slots().len() as u64));
         self.metrics.encode()
     }
 

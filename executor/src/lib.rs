@@ -17,7 +17,7 @@
 //!    - [`call`]: what the transport knows about a call: deadline, caller, its budget charge.
 //!    - [`validate`]: caps on a request's shape (paths, files, args, fetches).
 //!    - [`shared`]: artifacts built once that a language's runs share read-only (precompiled headers).
-//!    - [`watchdog`]: stuck runs and blocking-pool work turn liveness NOT_SERVING; a wedged runtime or an unheeded SIGTERM ends the process.
+//!    - [`watchdog`]: stuck runs, run slots held past their allowance and blocking-pool work turn liveness NOT_SERVING; a wedged runtime or an unheeded SIGTERM ends the process.
 //! 2. The engine and its parts:
 //!    - [`probe`]: what works here (languages, their packages), asked in the sandbox at start-up.
 //!    - [`fetch`]: files read out of a work dir for a reply, capped and charged.

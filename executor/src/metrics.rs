@@ -93,9 +93,11 @@ pub struct Metrics {
     pub tenants_reload_errors: Counter,
     http_requests: Family<HttpLabels, Counter>,
     /// What the watchdog finds stuck now (see `crate::watchdog`): runs far past their limits,
-    /// blocking-pool work far past its bound; and how often liveness turned NOT_SERVING.
+    /// blocking-pool work far past its bound, run slots held past their allowance; and how
+    /// often liveness turned NOT_SERVING.
     pub stuck_runs: Gauge,
     pub stuck_blocking: Gauge,
+    pub stuck_slots: Gauge,
     pub not_serving: Counter,
 }
 
@@ -239,7 +241,8 @@ impl Metrics {
             "HTTP API requests answered, by protocol (sandboxfusion, scalebox, piston) and status code",
             http_requests.clone(),
         );
-        let (stuck_runs, stuck_blocking, not_serving) = (Gauge::default(), Gauge::default(), Counter::default());
+        let (stuck_runs, stuck_blocking, stuck_slots, not_serving) =
+            (Gauge::default(), Gauge::default(), Gauge::default(), Counter::default());
         registry.register(
             "watchdog_stuck_runs",
             "Runs far past their wall-time limit now (liveness is NOT_SERVING while any is)",
@@ -251,13 +254,19 @@ impl Metrics {
             stuck_blocking.clone(),
         );
         registry.register(
+            "watchdog_stuck_slots",
+            "Run slots held past their allowance (longer than any request may take) now (liveness is NOT_SERVING while any is)",
+            stuck_slots.clone(),
+        );
+        registry.register(
             "watchdog_not_serving",
-            "Times the watchdog turned liveness NOT_SERVING (a stuck run or stuck blocking-pool work)",
+            "Times the watchdog turned liveness NOT_SERVING (a stuck run, run slot or blocking-pool work)",
             not_serving.clone(),
         );
         Arc::new(Metrics {
             stuck_runs,
             stuck_blocking,
+            stuck_slots,
             not_serving,
             http_requests,
             registry,

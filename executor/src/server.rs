@@ -74,7 +74,8 @@ pub enum ServeError {
 /// How often a tenants file is re-read for changes.
 const TENANTS_RELOAD_EVERY: Duration = Duration::from_secs(2);
 
-/// Health service name for liveness probes: SERVING unless a run is stuck (see [`crate::watchdog`]).
+/// Health service name for liveness probes: SERVING unless a run, a run slot or blocking-pool
+/// work is stuck (see [`crate::watchdog`]).
 pub const LIVENESS: &str = "liveness";
 
 /// Rewrites tonic's OUT_OF_RANGE for oversize requests into RESOURCE_EXHAUSTED naming the limit.

@@ -10,13 +10,19 @@
 //!   [`BLOCKING_STUCK_AFTER`] (a thread the pool will not get back: an open of a FIFO a
 //!   sandbox planted once blocked so, and 530 of them took the whole pool). `/v1/ping`
 //!   answers 503 while liveness says NOT_SERVING, and the metrics count both kinds.
+//! - Run slots ([`crate::admission`]) are watched by how long each grant is held: one held
+//!   past [`slot_allowance`] (every legitimate holder is long done by then) means a request
+//!   stuck in a wait that never ends, the slot lost to every tenant; liveness turns
+//!   NOT_SERVING and a warning names the slot's tenant and how long it has held it.
 //! - [`Watchdog::guard_process`] starts an OS thread, outside the runtime it
 //!   guards: when the runtime's heartbeat stops for `stall`, or a SIGTERM is
 //!   not honoured within `grace`, it logs why, leaves a termination message
 //!   and exits. A wedged runtime cannot answer any probe; exiting is the one
 //!   answer left, and the next start reclaims the slots.
 
-use std::collections::{BTreeMap, HashMap};
+use crate::admission::Admission;
+use crate::limits::LimitPolicy;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,6 +34,32 @@ pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 /// How long one piece of blocking-pool work may run before it counts as stuck: the longest
 /// legitimate one (copying a compiled work dir, a gzip upload of a whole /work) takes seconds.
 pub const BLOCKING_STUCK_AFTER: Duration = Duration::from_secs(120);
+
+/// Room beyond the phases' ceilings in [`slot_allowance`]: the file work around runs (each
+/// piece watched on its own, [`BLOCKING_STUCK_AFTER`]), an interpreter's start (30 s at most),
+/// a killed run's clean-up.
+pub const SLOT_MARGIN: Duration = Duration::from_secs(60);
+
+/// Runs of a language's shared-artifact build (`crate::shared`: its build, a training
+/// compile, a training run), each at the ceilings; it happens once, in the slot of the
+/// language's first request, and concurrent first requests wait for it in theirs.
+const SHARED_BUILD_RUNS: u32 = 3;
+
+/// How long one grant of a run slot may legitimately be held, from the executor's ceilings:
+/// the longest holder is an Execute that first builds its language's shared artifacts
+/// ([`SHARED_BUILD_RUNS`] runs at the wall-time ceiling), then compiles and runs (two more),
+/// or a judge's warm-up at the compile default; plus [`SLOT_MARGIN`]. An Evaluate takes a
+/// slot per compile and per test (it gives it back between them), a session call one per
+/// call (its wall time is at most the ceiling too), so a request's size never lengthens a
+/// grant. With the default ceilings (60 s, compile 30 s): 6.5 minutes.
+pub fn slot_allowance(policy: &LimitPolicy) -> Duration {
+    policy
+        .max
+        .wall
+        .saturating_mul(SHARED_BUILD_RUNS + 2)
+        .saturating_add(policy.compile_defaults.wall)
+        .saturating_add(SLOT_MARGIN)
+}
 
 /// Blocking-pool work in flight, with when each started.
 #[derive(Debug, Default)]
@@ -96,6 +128,8 @@ pub struct Watchdog {
     stuck: AtomicBool,
     /// The blocking-pool work it watches ([`BLOCKING`]; a test's own).
     jobs: &'static Jobs,
+    /// The run slots it watches (none: a watchdog of runs and blocking work only).
+    slots: Option<Arc<Admission>>,
 }
 
 impl Default for Watchdog {
@@ -107,6 +141,7 @@ impl Default for Watchdog {
             runs: Mutex::new(HashMap::new()),
             stuck: AtomicBool::new(false),
             jobs: &BLOCKING,
+            slots: None,
         }
     }
 }
@@ -127,6 +162,14 @@ impl Drop for Tracked {
 impl Watchdog {
     pub fn new() -> Arc<Self> {
         Arc::new(Watchdog::default())
+    }
+
+    /// A watchdog that also watches `slots`' grants against their allowance.
+    pub fn watching(slots: Arc<Admission>) -> Arc<Self> {
+        Arc::new(Watchdog {
+            slots: Some(slots),
+            ..Watchdog::default()
+        })
     }
 
     /// Registers a run that should end within `allowed` (its wall-time limit).
@@ -169,25 +212,60 @@ impl Watchdog {
         self.jobs.past(BLOCKING_STUCK_AFTER)
     }
 
-    /// Why liveness should say NOT_SERVING now, if it should.
+    /// Run slots held past their allowance now, the longest-held first.
+    pub fn stuck_slots(&self) -> Vec<crate::admission::Overdue> {
+        self.slots.as_ref().map(|a| a.overdue()).unwrap_or_default()
+    }
+
+    /// Why liveness should say NOT_SERVING now, if it should: each kind of stuck work found.
     pub fn unhealthy(&self) -> Option<String> {
+        let mut why = Vec::new();
         if let Some(by) = self.stuck_for() {
-            return Some(format!(
+            why.push(format!(
                 "a run is {}s past its limits: its slot is stuck",
                 (by + STUCK_AFTER).as_secs()
             ));
         }
-        match self.stuck_blocking() {
-            (0, _) => None,
-            (n, oldest) => Some(format!(
+        let slots = self.stuck_slots();
+        if let [oldest, ..] = &slots[..] {
+            why.push(format!(
+                "{} run slot(s) held past their allowance of {}s (slot {}, tenant {:?}, for {}s): requests stuck in a wait that never ends",
+                slots.len(),
+                oldest.allowance.as_secs(),
+                oldest.index,
+                oldest.tenant,
+                oldest.held.as_secs()
+            ));
+        }
+        if let (n @ 1.., oldest) = self.stuck_blocking() {
+            why.push(format!(
                 "{n} blocking-pool task(s) running for more than {}s (the oldest for {}s): threads the pool will not get back",
                 BLOCKING_STUCK_AFTER.as_secs(),
                 oldest.as_secs()
-            )),
+            ));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+
+    /// Warns once about each slot newly past its allowance; `warned` holds the slots warned
+    /// about, each forgotten once it is not overdue any more (released).
+    fn warn_slots(&self, warned: &mut HashSet<usize>) {
+        let now = self.stuck_slots();
+        warned.retain(|i| now.iter().any(|o| o.index == *i));
+        for o in &now {
+            if warned.insert(o.index) {
+                tracing::warn!(
+                    slot = o.index,
+                    tenant = %o.tenant,
+                    held_s = o.held.as_secs(),
+                    allowance_s = o.allowance.as_secs(),
+                    "a run slot is held past its allowance: its request is stuck"
+                );
+            }
         }
     }
 
-    /// True while a run or blocking-pool work is stuck (see [`Watchdog::unhealthy`]), as last checked.
+    /// True while a run, a run slot or blocking-pool work is stuck (see [`Watchdog::unhealthy`]), as last checked.
     pub fn is_stuck(&self) -> bool {
         self.stuck.load(Ordering::Relaxed)
     }
@@ -216,9 +294,11 @@ impl Watchdog {
         dog.beat();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(TICK);
+            let mut warned = HashSet::new();
             loop {
                 tick.tick().await;
                 dog.beat();
+                dog.warn_slots(&mut warned);
                 let why = dog.unhealthy();
                 if why.is_some() != dog.stuck.swap(why.is_some(), Ordering::Relaxed) {
                     match why {
@@ -366,5 +446,120 @@ mod tests {
         }
         drop(fresh);
         assert_eq!(jobs.past(Duration::ZERO).0, 0, "forgotten when they end");
+    }
+
+    /// The default ceilings give a slot 6.5 minutes: far more than any request holds one.
+    #[test]
+    fn the_slot_allowance_covers_a_first_build_a_compile_and_a_run_at_the_ceilings() {
+        let l = |s| crate::limits::Limits {
+            wall: Duration::from_secs(s),
+            ..crate::limits::MIN
+        };
+        let policy = LimitPolicy {
+            run_defaults: l(10),
+            compile_defaults: l(30),
+            max: l(60),
+        };
+        assert_eq!(slot_allowance(&policy), Duration::from_secs(5 * 60 + 30 + 60));
+        let forever = LimitPolicy {
+            max: l(u64::MAX),
+            ..policy
+        };
+        assert_eq!(slot_allowance(&forever), Duration::MAX, "saturates, never panics");
+    }
+
+    /// A watchdog of its own blocking work (none) and `slots`, its liveness task running.
+    async fn slot_dog(slots: &Arc<Admission>) -> (Arc<Watchdog>, prometheus_client::metrics::counter::Counter<u64>) {
+        let dog = Arc::new(Watchdog {
+            jobs: Box::leak(Box::default()),
+            slots: Some(slots.clone()),
+            ..Watchdog::default()
+        });
+        let (health, _svc) = tonic_health::server::health_reporter();
+        health.set_service_status("liveness", ServingStatus::Serving).await;
+        let tripped = prometheus_client::metrics::counter::Counter::<u64>::default();
+        dog.spawn_liveness(health, "liveness", tripped.clone());
+        (dog, tripped)
+    }
+
+    /// A slot held past its allowance (a request stuck in a wait that never ends) turns
+    /// liveness NOT_SERVING, counted, with the slot's tenant in the reason; SERVING again
+    /// once it is released.
+    #[tokio::test]
+    async fn a_slot_held_past_its_allowance_turns_liveness_not_serving_and_back() {
+        let slots = Admission::new(2, 4);
+        slots.set_allowance(Duration::from_millis(200));
+        let (dog, tripped) = slot_dog(&slots).await;
+        let ticket = crate::admission::Ticket {
+            tenant: Arc::new(crate::tenants::Tenant {
+                name: "stuck-tenant".into(),
+                ..(*crate::tenants::Tenant::anonymous()).clone()
+            }),
+            priority: crate::tenants::Priority::Normal,
+        };
+        let held = slots
+            .acquire_as(&ticket, None, crate::admission::Admit::New)
+            .await
+            .expect("a free slot");
+        let t = Instant::now();
+        while !dog.is_stuck() {
+            assert!(t.elapsed() < Duration::from_secs(10), "noticed within a few ticks");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(tripped.get(), 1, "counted");
+        let stuck = dog.stuck_slots();
+        assert_eq!(stuck.len(), 1, "{stuck:?}");
+        assert_eq!(&*stuck[0].tenant, "stuck-tenant");
+        assert!(stuck[0].held > Duration::from_millis(200));
+        let why = dog.unhealthy().expect("a reason");
+        assert!(why.contains("run slot") && why.contains("stuck-tenant"), "{why}");
+        drop(held);
+        assert!(dog.stuck_slots().is_empty(), "forgotten when released");
+        while dog.is_stuck() {
+            assert!(t.elapsed() < Duration::from_secs(20), "cleared within a few ticks");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(dog.unhealthy(), None);
+    }
+
+    /// Slots released within their allowance never turn liveness NOT_SERVING, nor do slots of
+    /// an executor that set no allowance.
+    #[tokio::test]
+    async fn slots_released_in_time_raise_no_alarm() {
+        let slots = Admission::new(2, 4);
+        // Unset: "forever", and no overflow in the check.
+        let (dog, tripped) = slot_dog(&slots).await;
+        let unset = slots.acquire(None).await.expect("a free slot");
+        slots.set_allowance(Duration::from_secs(60));
+        let in_time = slots.acquire(None).await.expect("a free slot");
+        // Several ticks while both are held, well inside their allowance.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(dog.stuck_slots().is_empty());
+        assert!(!dog.is_stuck());
+        drop(in_time);
+        drop(unset);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(!dog.is_stuck());
+        assert_eq!(tripped.get(), 0, "never tripped");
+    }
+
+    /// The engine's watchdog watches the engine's own slots, and the metrics count them.
+    #[tokio::test]
+    async fn the_engine_watches_its_slots_and_counts_them_in_the_metrics() {
+        use crate::fake_runner::{FakeRunner, Reply};
+        let (runner, _calls) = FakeRunner::new(2, |_| Reply::ok(b"fake 1".to_vec()));
+        let engine = crate::fake_runner::engine(runner).await;
+        let held = engine.admission().acquire(None).await.expect("a free slot");
+        assert!(
+            engine.watchdog().stuck_slots().is_empty(),
+            "the ceilings' allowance is minutes"
+        );
+        assert!(engine.metrics_text().contains("sandpool_watchdog_stuck_slots 0"));
+        drop(held);
+        engine.admission().set_allowance(Duration::from_millis(20));
+        let _held = engine.admission().acquire(None).await.expect("a free slot");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(engine.watchdog().stuck_slots().len(), 1);
+        assert!(engine.metrics_text().contains("sandpool_watchdog_stuck_slots 1"));
     }
 }

@@ -351,3 +351,39 @@ async fn waiters_that_give_up_behind_a_capped_tenant_do_not_pile_up() {
     drop(held);
     assert!(a.acquire_as(&t, None, Admit::New).await.is_ok());
 }
+
+/// Each grant is timed against the allowance it was given: overdue past it, with its tenant,
+/// and forgotten once released; a waiter's grant is timed from when it got the slot.
+#[tokio::test]
+async fn a_slot_held_past_its_allowance_is_overdue_until_released() {
+    let a = Admission::new(2, 4);
+    let t = tenant("holder", 1);
+    let lasting = a.acquire(None).await.unwrap();
+    assert!(a.overdue().is_empty(), "no allowance set: never overdue");
+    a.set_allowance(Duration::from_millis(50));
+    let stuck = a
+        .acquire_as(&ticket(&t, Priority::Batch), None, Admit::New)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let over = a.overdue();
+    assert_eq!(over.len(), 1, "{over:?}");
+    assert_eq!((over[0].index, &*over[0].tenant), (stuck.index(), "holder"));
+    assert!(over[0].held >= Duration::from_millis(50) && over[0].allowance == Duration::from_millis(50));
+    drop(stuck);
+    assert!(a.overdue().is_empty());
+    // Both slots busy: a waiter queues past the allowance, then gets the slot: not overdue.
+    let other = a.acquire(None).await.unwrap();
+    let (a2, t2) = (a.clone(), ticket(&t, Priority::Normal));
+    let waiter = tokio::spawn(async move { a2.acquire_as(&t2, None, Admit::New).await.map(|g| (g, Instant::now())) });
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    drop(lasting);
+    let (got, at) = waiter.await.unwrap().unwrap();
+    let over = a.overdue();
+    if at.elapsed() < Duration::from_millis(50) {
+        assert!(over.iter().all(|o| o.index != got.index()), "{over:?}");
+    }
+    drop((got, other));
+    assert!(a.overdue().is_empty());
+    assert_eq!(a.busy(), 0);
+}

@@ -377,7 +377,7 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
         .with_state(judge)
 }
 
-/// `GET /v1/ping`: `"pong"`, or 503 naming why while the watchdog finds a run or
+/// `GET /v1/ping`: `"pong"`, or 503 naming why while the watchdog finds a run, a run slot or
 /// blocking-pool work stuck (gRPC liveness says NOT_SERVING then too).
 async fn ping(State(j): State<Judge>) -> Response {
     match j.engine().watchdog().is_stuck() {
