@@ -45,6 +45,12 @@ KNOWN_FAILURES = {
     "test_cwd_absolute": "/tmp does not outlive a call",
     "test_read_and_write_file_including_directory_absolute": "/tmp does not outlive a call",
 }
+# A Python session's commands run from its interpreter, whose /tmp lives as long as it does.
+KNOWN_FAILURES_PYTHON = {
+    "test_exec_as_user": "no user switching",
+    # The interpreter runs a command as one `bash -c` argument: at most 128 KiB (MAX_ARG_STRLEN).
+    "test_exec_large_command": "a Python session's command is one argv string",
+}
 # 50 MiB of stdin: within the executor's request cap, but minutes of a loaded 2-core machine.
 SLOW = {"test_exec_input_large"}
 
@@ -61,13 +67,16 @@ def config(inspect_executor: Executor) -> SandpoolSandboxConfig:
     return SandpoolSandboxConfig(target=inspect_executor.address)
 
 
-@pytest.fixture
+@pytest.fixture(params=["bash", "python"])
 async def sandbox_env(request: pytest.FixtureRequest, config: SandpoolSandboxConfig) -> AsyncIterator[SandboxEnvironment]:
+    """A session of each language (the config's `language`): Inspect's checks run on both."""
     name = request.node.originalname
-    if name in KNOWN_FAILURES:
-        request.node.add_marker(pytest.mark.xfail(reason=KNOWN_FAILURES[name], strict=True))
+    known = KNOWN_FAILURES if request.param == "bash" else KNOWN_FAILURES_PYTHON
+    if name in known:
+        request.node.add_marker(pytest.mark.xfail(reason=known[name], strict=True))
     if name in SLOW and not os.environ.get("SANDPOOL_INSPECT_SLOW"):
         pytest.skip("50 MiB of stdin; set SANDPOOL_INSPECT_SLOW=1 to run it")
+    config = config.model_copy(update={"language": request.param})
     envs = await SandpoolSandboxEnvironment.sample_init("self-check", config, {})
     try:
         yield envs["default"]
