@@ -157,6 +157,15 @@ class AsyncClient:
         )
         return convert.evaluate_result(r, attempts=n)
 
+    async def capabilities(self, *, timeout: Optional[float] = 30.0) -> pb.Capabilities:
+        """The executor's languages, limits and isolation (the raw message); as `Client.capabilities`."""
+        r, _ = await self._call(
+            lambda left: self.stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=left, metadata=self._metadata),
+            lambda m: 1,
+            timeout,
+        )
+        return r
+
     async def session(
         self,
         language: str = "python",
