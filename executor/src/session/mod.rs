@@ -152,6 +152,10 @@ struct Session {
     work: tokio::sync::OnceCell<Arc<WorkDir>>,
     /// The reserve did not fit when /work was made: fill it after the next call.
     reserve_missing: std::sync::atomic::AtomicBool,
+    /// It has started background processes (E2B's commands), which run and grow between its
+    /// calls: its share of the ceiling stays grown after a call instead of falling back to
+    /// what it holds, or a command would meet the idle share (a compiler, `pip install`).
+    background: std::sync::atomic::AtomicBool,
     /// Set once the session is ending: a call in progress stops at once.
     closed: tokio::sync::watch::Sender<bool>,
     state: tokio::sync::Mutex<State>,
@@ -939,6 +943,7 @@ impl SessionManager {
             memory: AtomicU64::new(self.policy.idle_bytes),
             work,
             reserve_missing: std::sync::atomic::AtomicBool::new(!reserve_ok),
+            background: std::sync::atomic::AtomicBool::new(false),
             closed,
             state: tokio::sync::Mutex::new(State {
                 seat: Some(seat),
@@ -1084,6 +1089,11 @@ impl SessionManager {
         st.calls += 1;
         s.touch();
         let t = Instant::now();
+        if let Input::Request(op) = &input
+            && op.get("kind").and_then(|k| k.as_str()) == Some("spawn")
+        {
+            s.background.store(true, Ordering::Relaxed);
+        }
         let run = async {
             // A forked interpreter starts before the call's slot is taken (see StartGate).
             let ensured = match (s.kind, self.forked_start_gate()) {
@@ -1115,7 +1125,11 @@ impl SessionManager {
             _ = closed.wait_for(|c| *c) => return Err(SessionError::NotFound),
         };
         // Back to what it holds: idle, it cannot take room another session's call may need.
-        self.share(&s, crate::sandbox::SeatShare::Hold).await;
+        // Unless it runs background processes: they go on growing between calls, within
+        // the share its calls have (the ceiling still bounds all sessions together).
+        if !s.background.load(Ordering::Relaxed) {
+            self.share(&s, crate::sandbox::SeatShare::Hold).await;
+        }
         st.reserve_low |= s.reserve_missing.swap(false, Ordering::Relaxed);
         if st.reserve_low
             && let Some(w) = s.work.get().cloned()
