@@ -3,7 +3,8 @@
 //! A small tmpfs holds the skeleton; allow-listed host paths (`/usr`, `/etc`,
 //! ...) are bind-mounted into it read-only, device nodes one by one. Each
 //! run's init then mounts its own `/work`, `/tmp`, `/dev/shm` and `/proc` on
-//! top, inside its private mount namespace, and pivots into it.
+//! top (a session seat's run its `/work` at `/home/user` too), inside its
+//! private mount namespace, and pivots into it.
 
 use crate::error::RootfsError;
 use crate::sys::mount as mounts;
@@ -90,7 +91,8 @@ pub fn build(
             }
         }
     }
-    for d in ["work", "tmp", "proc", "dev/shm"] {
+    // home/user: where session seats' runs see their /work a second time (crate::SEAT_HOME).
+    for d in ["work", "tmp", "proc", "dev/shm", "home/user"] {
         fs::create_dir_all(dir.join(d)).map_err(e("mkdir"))?;
     }
     for dev in devices {
