@@ -129,6 +129,7 @@ impl Namespaces {
         let base_devices: Vec<PathBuf> = rootfs::BASE_DEVICES.iter().map(PathBuf::from).collect();
         let root = rootfs::build(
             &mnt.join("root"),
+            false,
             &cfg.ro_paths,
             shared_src,
             &base_devices,
@@ -136,9 +137,22 @@ impl Namespaces {
             &group,
         )?;
         let slot_ns = Self::slot_namespaces(&root.path, cfg.slots)?;
+        // The seats' template has a mount point for their second /work (crate::SEAT_HOME),
+        // which the slots' runs have no use for.
         let seat_ns = match cfg.seats {
             0 => None,
-            _ => Self::slot_namespaces(&root.path, 1)?.pop(),
+            _ => {
+                let seat_root = rootfs::build(
+                    &mnt.join("root-seat"),
+                    true,
+                    &cfg.ro_paths,
+                    shared_src,
+                    &base_devices,
+                    &passwd,
+                    &group,
+                )?;
+                Self::slot_namespaces(&seat_root.path, 1)?.pop()
+            }
         };
         let gpu_slot_ns = if cfg.gpu_devices.is_empty() {
             vec![]
@@ -146,6 +160,7 @@ impl Namespaces {
             let devices: Vec<PathBuf> = base_devices.iter().chain(&cfg.gpu_devices).cloned().collect();
             let gpu = rootfs::build(
                 &mnt.join("root-gpu"),
+                false,
                 &cfg.ro_paths,
                 shared_src,
                 &devices,
