@@ -50,7 +50,7 @@ pub use config::{DEFAULT_RO_PATHS, IsolationMode, SHARED_PATH, SandboxConfig, Se
 pub use error::SandboxError;
 pub use limits::Limits;
 pub use probe::{Feature, Features};
-pub use run::{PATH, RunOutcome, RunSpec, Termination, WORK_DIR, ZygoteConfig};
+pub use run::{PATH, RunOutcome, RunSpec, SEAT_HOME, Termination, WORK_DIR, ZygoteConfig};
 
 /// The Landlock ABI from which `restricted` mode starts Python runs warm: 6, the first
 /// that scopes signals to a run's own domain, so that no run can signal the slot's

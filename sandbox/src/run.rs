@@ -7,6 +7,11 @@ use std::time::Duration;
 /// Directory (inside the sandbox) where runs start.
 pub const WORK_DIR: &str = "/work";
 
+/// Where a session seat's runs (namespaces mode) also see their `/work`: the same mount,
+/// a second time, as E2B's sandboxes have their files in their user's home. Its owner is
+/// named `user` there, with this home.
+pub const SEAT_HOME: &str = "/home/user";
+
 /// PATH inside the sandbox: where a bare program name is looked up, and runs' default PATH.
 pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 

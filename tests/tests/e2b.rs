@@ -913,3 +913,80 @@ async fn uploads_onto_fifos_a_sandbox_made_are_refused_and_block_nothing() {
     assert_eq!((code, v), (200, json!("pong")));
     assert_eq!(exe.metric("sandpool_watchdog_stuck_blocking"), 0.0);
 }
+
+/// The stdout of an `/execute` reply (NDJSON: one event a line).
+fn stdout_of(v: &Value) -> String {
+    let text = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "stdout")
+        .filter_map(|e| e["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Issue 47, item 1: code written for E2B keeps its files in `/home/user`, its home and
+/// working directory. A file written there through the files API was not there for the
+/// sandbox's own commands and interpreter (they saw only `/work`); now `/home/user` is the
+/// sandbox's `/work` a second time, commands and the interpreter start in it, and the user
+/// is E2B's: `user`, with `HOME=/home/user`.
+#[tokio::test]
+async fn e2b_code_finds_its_files_in_home_user() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = executor(dir.path(), &[]).await;
+    let (id, token) = create(&exe, A, json!({"templateID": "code-interpreter-v1"})).await;
+    let h = data(&id, &token);
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/files?path=/home/user/a.txt",
+        h.clone(),
+        "from files".into(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    // The interpreter: the file by its E2B path, by a relative one and by `~`; its place.
+    let cell = "import os, getpass, json\n\
+                print(json.dumps({'abs': open('/home/user/a.txt').read(), 'rel': open('a.txt').read(),\n\
+                 'tilde': open(os.path.expanduser('~/a.txt')).read(), 'cwd': os.getcwd(),\n\
+                 'home': os.environ.get('HOME'), 'user': getpass.getuser(),\n\
+                 'same': os.path.samefile('/home/user', '/work')}))";
+    let (code, v) = call(&exe, "POST", "/execute", h.clone(), json!({ "code": cell }).to_string()).await;
+    assert_eq!(code, 200, "{v}");
+    let got: Value = serde_json::from_str(stdout_of(&v).trim()).unwrap_or_else(|_| panic!("cell output: {v}"));
+    assert_eq!(
+        got,
+        json!({"abs": "from files", "rel": "from files", "tilde": "from files", "cwd": "/home/user",
+               "home": "/home/user", "user": "user", "same": true}),
+        "{v}"
+    );
+    // A command (E2B's `commands.run`): its place, its user, the file; what it writes in the
+    // home is a file of the files API.
+    let cmd = "pwd; whoami; echo $HOME; cat /home/user/a.txt; echo; cat ~/a.txt; echo; echo made > /home/user/b.txt";
+    let msg = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}}).to_string();
+    let mut env = vec![0u8];
+    env.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    env.extend_from_slice(msg.as_bytes());
+    let head = format!(
+        "POST /process.Process/Start HTTP/1.1\r\nHost: x\r\n{h}Content-Type: application/connect+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        env.len()
+    );
+    let addr = exe.http_addr.clone().expect("http");
+    let reply = tokio::task::spawn_blocking(move || raw(&addr, &head, &[&env], Duration::ZERO))
+        .await
+        .expect("start");
+    use base64::Engine as _;
+    let out: Vec<u8> = reply
+        .split("\"stdout\":\"")
+        .skip(1)
+        .filter_map(|p| p.split('"').next())
+        .flat_map(|b| base64::engine::general_purpose::STANDARD.decode(b).expect("base64"))
+        .collect();
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "/home/user\nuser\n/home/user\nfrom files\nfrom files\n",
+        "{reply}"
+    );
+    assert!(reply.contains("\"exitCode\":0"), "{reply}");
+    let (code, v) = call(&exe, "GET", "/files?path=/home/user/b.txt", h.clone(), String::new()).await;
+    assert_eq!((code, v), (200, json!("made\n")));
+}

@@ -169,6 +169,26 @@ def test_code_interpreter_main_flow_sync(sandboxes: Made) -> None:
     assert within(30, sbx.is_running) is False
 
 
+def test_home_user_is_the_sandboxs_home(sandboxes: Made) -> None:
+    """Code written for E2B, unchanged: a file written through the files API at /home/user is
+    there for the sandbox's commands and its interpreter, which start in /home/user as E2B's
+    `user` (issue 47, item 1). It failed with FileNotFoundError when only the files API knew
+    the path."""
+    sbx = sandboxes.create(CodeSandbox)
+    sbx.files.write("/home/user/a.txt", "written by the files API")
+    r = sbx.commands.run("cat /home/user/a.txt; echo; pwd; whoami; echo $HOME")
+    assert r.stdout == "written by the files API\n/home/user\nuser\n/home/user\n", r
+    ex = sbx.run_code("open('/home/user/a.txt').read()")
+    assert ex.error is None and ex.text == "'written by the files API'", ex
+    ex = sbx.run_code("import os, getpass\n(os.getcwd(), os.environ['HOME'], getpass.getuser(), open('a.txt').read())")
+    assert ex.text == "('/home/user', '/home/user', 'user', 'written by the files API')", ex
+    # And back: what the sandbox writes in its home, the files API reads.
+    sbx.run_code("open('made.txt', 'w').write('by run_code')")
+    sbx.commands.run("echo by a command > ~/cmd.txt")
+    assert sbx.files.read("/home/user/made.txt") == "by run_code"
+    assert sbx.files.read("/home/user/cmd.txt") == "by a command\n"
+
+
 async def test_code_interpreter_main_flow_async(sandboxes: Made) -> None:
     sbx = await sandboxes.acreate(AsyncCodeSandbox)
     assert sbx.sandbox_id.endswith(f"-{NAME}"), sbx.sandbox_id
@@ -407,7 +427,7 @@ def test_files(sandboxes: Made) -> None:
 
     written = fs.write_files([{"path": "m/1.txt", "data": "one"}, {"path": f"{HOME}/m/2.txt", "data": b"two"}])
     assert sorted(w.path for w in written) == [f"{HOME}/m/1.txt", f"{HOME}/m/2.txt"], written
-    # A command's working directory is the home, /work: relative paths agree.
+    # A command's working directory is the home, /home/user (= /work): relative paths agree.
     assert sbx.commands.run("cat m/1.txt m/2.txt").stdout == "onetwo"
 
     with pytest.raises(FileNotFoundException):
@@ -448,10 +468,10 @@ def test_commands(sandboxes: Made) -> None:
     assert (r.stdout, r.stderr) == ("out\n", "err\n"), r
     sbx.files.write("sub/f.txt", "in sub")
     r = sbx.commands.run("pwd && cat f.txt", cwd=f"{HOME}/sub")
-    assert r.stdout == "/work/sub\nin sub", r
+    assert r.stdout == "/home/user/sub\nin sub", r
     # envs= and cwd= are that command's: the next one starts in the home without them.
     r = sbx.commands.run('pwd && echo "${FOO:-unset}"')
-    assert r.stdout == "/work\nunset\n", r
+    assert r.stdout == "/home/user\nunset\n", r
     chunks: list[str] = []
     r = sbx.commands.run("echo one; echo two", on_stdout=chunks.append)
     assert "".join(chunks) == "one\ntwo\n" == r.stdout, (chunks, r)

@@ -228,8 +228,8 @@ def check(got: dict[str, Any]) -> None:
     # No directory watching: refused (the message is not asserted; see docs/compatibility.md).
     assert got["watch"].get("threw") == "SandboxError", got
     # Commands: foreground, env and cwd, a failing one, background with kill and stdin.
-    assert got["command"] == {"stdout": "hi\nhi from js\nhey\n/work\n", "stderr": "", "exitCode": 0}, got
-    assert got["envCwd"] == "bar\n/work/notes\n", got
+    assert got["command"] == {"stdout": "hi\nhi from js\nhey\n/home/user\n", "stderr": "", "exitCode": 0}, got
+    assert got["envCwd"] == "bar\n/home/user/notes\n", got
     assert got["failed"] == {"name": "CommandExitError", "exitCode": 3, "stderr": "oops\n"}, got
     assert got["background"] == {"listed": True, "killed": True}, got
     assert got["stdin"] == "got:abc\n", got

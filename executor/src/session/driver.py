@@ -458,7 +458,8 @@ def main():
     os.makedirs(PROCS, exist_ok=True)
     os.makedirs(IN, exist_ok=True)
     os.makedirs(OUT, exist_ok=True)
-    os.chdir("/work")
+    # An E2B sandbox's starts in its home, /home/user (the same files as /work).
+    os.chdir(os.environ.pop("SANDPOOL_CWD", "") or "/work")
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
     sys.modules["__main__"] = types.ModuleType("__main__")
     sys.modules["__main__"].__dict__.update(ns)

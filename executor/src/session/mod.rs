@@ -101,6 +101,10 @@ pub struct Extras {
     pub metadata: BTreeMap<String, String>,
     /// The name the caller created it under (E2B's template).
     pub template: String,
+    /// Its Python interpreter (and the commands it starts) runs as E2B's base template
+    /// does: in `/home/user` (the seat's `/work` again, [`crate::sandbox::SEAT_HOME`]), with
+    /// `HOME`, `USER` and `LOGNAME` to match. Such a session takes no spare interpreter.
+    pub home: bool,
     /// Ends the session this long after creation (never past its lifetime); adjustable with
     /// [`SessionManager::set_end`]. None: its lifetime.
     pub end_after: Option<Duration>,
@@ -140,6 +144,8 @@ struct Session {
     access_token: Option<String>,
     metadata: BTreeMap<String, String>,
     template: String,
+    /// See [`Extras::home`].
+    home: bool,
     last_used: Mutex<Instant>,
     /// The sandbox identity (`slots..slots + seats`) its runs use.
     seat: usize,
@@ -888,8 +894,9 @@ impl SessionManager {
         let id = new_id(engine.name())?;
         let work = tokio::sync::OnceCell::new();
         let mut reserve_ok = true;
-        // A spare interpreter when one was started for these limits (no files to put first).
-        let spare = match (kind, files.is_empty()) {
+        // A spare interpreter when one was started for these limits (no files to put first),
+        // and it needs no other environment (a spare's started as a plain session's).
+        let spare = match (kind, files.is_empty() && !extras.home) {
             (Kind::Python, true) => self.spares.take(&spare_key(&totals, &call_limits)),
             _ => None,
         };
@@ -937,6 +944,7 @@ impl SessionManager {
             access_token: if extras.access_token { Some(random_hex()?) } else { None },
             metadata: extras.metadata,
             template: extras.template,
+            home: extras.home,
             last_used: Mutex::new(Instant::now()),
             seat: seat.index,
             ticket: ticket.clone(),
@@ -1597,6 +1605,7 @@ async fn start_repl(
         limits,
         st.epoch,
         st.next_call,
+        s.home,
         warm,
     )?);
     Ok(())

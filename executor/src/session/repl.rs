@@ -131,6 +131,9 @@ pub async fn until_ready(work: &Arc<WorkDir>, epoch: u64) {
 impl Repl {
     /// Starts the driver in sandbox identity `seat` (a session's seat) with `work` at /work.
     /// `warm`: the seats' zygote to fork it from (see [`driver_zygote`]); cold without one.
+    /// `home`: it runs in [`crate::sandbox::SEAT_HOME`] as E2B's user (see
+    /// [`super::Extras::home`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         engine: &Arc<Engine>,
         seat: usize,
@@ -138,6 +141,7 @@ impl Repl {
         limits: Limits,
         epoch: u64,
         first_call: u64,
+        home: bool,
         warm: Option<Arc<crate::sandbox::ZygoteConfig>>,
     ) -> Result<Repl, ExecError> {
         let (lang, _) = engine.language("python", "language")?;
@@ -145,6 +149,20 @@ impl Repl {
         let mut env = lang.run_env();
         env.push(("SANDPOOL_EPOCH".into(), epoch.to_string()));
         env.push(("SANDPOOL_FIRST_CALL".into(), first_call.to_string()));
+        if home {
+            // E2B's base template: user `user` (the seat's passwd name), at home in its files.
+            let home = crate::sandbox::SEAT_HOME;
+            env.retain(|(k, _)| !matches!(k.as_str(), "HOME" | "USER" | "LOGNAME"));
+            env.extend(
+                [
+                    ("HOME", home),
+                    ("USER", "user"),
+                    ("LOGNAME", "user"),
+                    ("SANDPOOL_CWD", home),
+                ]
+                .map(|(k, v)| (k.into(), v.into())),
+            );
+        }
         let spec = RunSpec {
             argv: vec![python, "-B".into(), "-c".into(), DRIVER.into()],
             env,

@@ -160,7 +160,7 @@ impl SessionManager {
             wall: limits.wall + MAX_AGE + Duration::from_secs(5),
             ..limits
         };
-        let repl = match Repl::start(engine, seat.index, &work, run, 1, 1, self.driver_zygote.clone()) {
+        let repl = match Repl::start(engine, seat.index, &work, run, 1, 1, false, self.driver_zygote.clone()) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "could not start a spare interpreter");

@@ -125,10 +125,11 @@ impl Namespaces {
             }
         };
         let shared_src = shared.as_ref().map(|_| shared_mnt.as_path());
-        let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots + cfg.seats);
+        let (passwd, group) = passwd_files(cfg.uid_base, cfg.slots, cfg.seats);
         let base_devices: Vec<PathBuf> = rootfs::BASE_DEVICES.iter().map(PathBuf::from).collect();
         let root = rootfs::build(
             &mnt.join("root"),
+            false,
             &cfg.ro_paths,
             shared_src,
             &base_devices,
@@ -136,9 +137,22 @@ impl Namespaces {
             &group,
         )?;
         let slot_ns = Self::slot_namespaces(&root.path, cfg.slots)?;
+        // The seats' template has a mount point for their second /work (crate::SEAT_HOME),
+        // which the slots' runs have no use for.
         let seat_ns = match cfg.seats {
             0 => None,
-            _ => Self::slot_namespaces(&root.path, 1)?.pop(),
+            _ => {
+                let seat_root = rootfs::build(
+                    &mnt.join("root-seat"),
+                    true,
+                    &cfg.ro_paths,
+                    shared_src,
+                    &base_devices,
+                    &passwd,
+                    &group,
+                )?;
+                Self::slot_namespaces(&seat_root.path, 1)?.pop()
+            }
         };
         let gpu_slot_ns = if cfg.gpu_devices.is_empty() {
             vec![]
@@ -146,6 +160,7 @@ impl Namespaces {
             let devices: Vec<PathBuf> = base_devices.iter().chain(&cfg.gpu_devices).cloned().collect();
             let gpu = rootfs::build(
                 &mnt.join("root-gpu"),
+                false,
                 &cfg.ro_paths,
                 shared_src,
                 &devices,
@@ -489,6 +504,7 @@ impl Namespaces {
                 index: slot,
                 seat: false,
             }),
+            seat: false,
         };
         supervise::run(ctx, spec).await
     }
@@ -531,6 +547,7 @@ impl Namespaces {
                 index: 0,
                 seat: true,
             }),
+            seat: true,
         };
         // Without a GPU whatever the spec asks: the seats' own namespace has no device nodes.
         supervise::run(ctx, spec).await
@@ -618,15 +635,23 @@ impl Shares {
     }
 }
 
-/// /etc/passwd and /etc/group naming every slot's uid `sandbox`.
-fn passwd_files(uid_base: u32, slots: usize) -> (String, String) {
+/// /etc/passwd and /etc/group naming every slot's uid `sandbox<i>`, and every session seat's
+/// `user`, at home in [`crate::SEAT_HOME`] (E2B's user: `whoami`, `~` and `getpass` agree
+/// with the sandboxes code for E2B was written in). A name may repeat: a uid finds its first.
+fn passwd_files(uid_base: u32, slots: usize, seats: usize) -> (String, String) {
     let mut passwd =
         String::from("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
     let mut group = String::from("root:x:0:\nnogroup:x:65534:\n");
-    for i in 0..slots as u32 {
+    for i in 0..(slots + seats) as u32 {
         let id = uid_base + i;
-        passwd.push_str(&format!("sandbox{i}:x:{id}:{id}:sandbox:/tmp:/bin/sh\n"));
-        group.push_str(&format!("sandbox{i}:x:{id}:\n"));
+        if (i as usize) < slots {
+            passwd.push_str(&format!("sandbox{i}:x:{id}:{id}:sandbox:/tmp:/bin/sh\n"));
+            group.push_str(&format!("sandbox{i}:x:{id}:\n"));
+        } else {
+            let home = crate::SEAT_HOME;
+            passwd.push_str(&format!("user:x:{id}:{id}:user:{home}:/bin/bash\n"));
+            group.push_str(&format!("user:x:{id}:\n"));
+        }
     }
     (passwd, group)
 }

@@ -3,7 +3,8 @@
 //! A small tmpfs holds the skeleton; allow-listed host paths (`/usr`, `/etc`,
 //! ...) are bind-mounted into it read-only, device nodes one by one. Each
 //! run's init then mounts its own `/work`, `/tmp`, `/dev/shm` and `/proc` on
-//! top, inside its private mount namespace, and pivots into it.
+//! top (a session seat's run its `/work` at `/home/user` too, in a template
+//! of the seats' own), inside its private mount namespace, and pivots into it.
 
 use crate::error::RootfsError;
 use crate::sys::mount as mounts;
@@ -27,9 +28,11 @@ pub struct RootTemplate {
     pub path: PathBuf,
 }
 
-/// Builds the template at `dir`, replacing any left by an earlier executor.
+/// Builds the template at `dir`, replacing any left by an earlier executor. `seat_home`: with
+/// a mount point at [`crate::SEAT_HOME`], for session seats' runs (the slots' has no `/home`).
 pub fn build(
     dir: &Path,
+    seat_home: bool,
     ro_paths: &[PathBuf],
     shared: Option<&Path>,
     devices: &[PathBuf],
@@ -92,6 +95,10 @@ pub fn build(
     }
     for d in ["work", "tmp", "proc", "dev/shm"] {
         fs::create_dir_all(dir.join(d)).map_err(e("mkdir"))?;
+    }
+    if seat_home {
+        let home = crate::SEAT_HOME.trim_start_matches('/');
+        fs::create_dir_all(dir.join(home)).map_err(e("mkdir"))?;
     }
     for dev in devices {
         let Some(name) = dev.file_name() else { continue };

@@ -36,6 +36,8 @@ pub(crate) struct Context<'a> {
     pub tmp_bytes: u64,
     /// The slot's zygotes, where warm starts are on.
     pub warm: Option<WarmSlot<'a>>,
+    /// A session seat's run: it also sees its `/work` at [`crate::SEAT_HOME`].
+    pub seat: bool,
 }
 
 const STACK_BYTES: usize = 256 * 1024;
@@ -45,7 +47,7 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]
     let at = |p: &str| Ok::<_, SandboxError>(cstr(p));
     let tmp_opts = format!("size={},mode=1777", ctx.tmp_bytes);
     let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
-    let mounts = vec![
+    let mut mounts = vec![
         MountStep {
             src: Some(cstr("tmpfs")),
             target: at("/tmp")?,
@@ -69,6 +71,18 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]
             data: Some(cstr("hidepid=2")),
         },
     ];
+    if ctx.seat {
+        // The same mount a second time (same files, same nosuid/nodev), so that code written
+        // for E2B, whose home this is, finds its files, and getcwd() there says /home/user.
+        // In the run's own mount namespace (a seat's runs always have one), gone with it.
+        mounts.push(MountStep {
+            src: Some(cstr(WORK_DIR)),
+            target: at(crate::SEAT_HOME)?,
+            fstype: None,
+            flags: libc::MS_BIND,
+            data: None,
+        });
+    }
     let l = &spec.limits;
     let cpu_s = l.cpu.as_secs() + u64::from(l.cpu.subsec_nanos() > 0);
     let mut rlimits = vec![

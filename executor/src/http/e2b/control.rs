@@ -282,6 +282,7 @@ pub async fn create(
         access_token: true,
         metadata: req.metadata.unwrap_or_default(),
         template: template.into(),
+        home: true,
         end_after: Some(after),
     };
     let call = call.map(|c| c.0).unwrap_or_default();

@@ -529,7 +529,8 @@ fn command_of(process: &serde_json::Value) -> Result<String, Error> {
                 ),
             )
         })?;
-        script.push_str(&format!("cd -- {} || exit 1\n", quote(&format!("/work/{rel}"))));
+        // The home itself (the seat's /work again), so that `pwd` there says what E2B's does.
+        script.push_str(&format!("cd -- {} || exit 1\n", quote(&sdk_path(&rel))));
     }
     script.push_str(&body);
     // A subshell: E2B runs each command as its own process, so its envs, cwd and whatever
@@ -909,7 +910,7 @@ mod tests {
         let p = serde_json::json!({"cmd": "/bin/bash", "args": ["-l", "-c", "echo $A"], "envs": {"A": "x'y"}, "cwd": "/home/user/d"});
         assert_eq!(
             command_of(&p).unwrap(),
-            "(\nexport A='x'\\''y'\ncd -- '/work/d' || exit 1\necho $A\n)"
+            "(\nexport A='x'\\''y'\ncd -- '/home/user/d' || exit 1\necho $A\n)"
         );
         let p = serde_json::json!({"cmd": "ls", "args": ["-l", "a b"]});
         assert_eq!(command_of(&p).unwrap(), "(\n'ls' '-l' 'a b'\n)");
