@@ -135,6 +135,11 @@ pub enum SeatShare {
     /// The call ended: the limit falls to what the seat holds, plus a little, and at least
     /// the floor (room allowed). Held memory stays; the session cannot grow until its next call.
     Hold,
+    /// The call ended, but the session runs background processes (E2B's commands) that go
+    /// on growing between calls: it keeps up to this many bytes, as [`SeatShare::Grow`], but
+    /// only on loan: another seat's start or call that finds less than the floor of room
+    /// takes the loan back, down to what this seat holds (as [`SeatShare::Hold`]).
+    Lend(u64),
     /// The session ended (its processes are gone, its `/work` dropped): no share.
     Release,
 }

@@ -603,7 +603,9 @@ fn cpu_weights_of(exe: &Executor, what: &str) -> Vec<(std::path::PathBuf, u64)> 
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
             if e.file_name().to_str() == Some(name.as_str()) {
-                for s in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                // Seats live below the sessions' parent (their memory ceiling), slots beside it.
+                let children = |d: std::path::PathBuf| std::fs::read_dir(d).into_iter().flatten().flatten();
+                for s in children(e.path()).chain(children(e.path().join("sessions"))) {
                     let procs = std::fs::read_to_string(s.path().join("cgroup.procs")).unwrap_or_default();
                     let holds = procs.lines().any(|pid| {
                         std::fs::read(format!("/proc/{}/cmdline", pid.trim()))

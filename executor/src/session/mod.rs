@@ -159,8 +159,8 @@ struct Session {
     /// The reserve did not fit when /work was made: fill it after the next call.
     reserve_missing: std::sync::atomic::AtomicBool,
     /// It has started background processes (E2B's commands), which run and grow between its
-    /// calls: its share of the ceiling stays grown after a call instead of falling back to
-    /// what it holds, or a command would meet the idle share (a compiler, `pip install`).
+    /// calls: its share of the ceiling stays grown after a call, on loan, instead of falling
+    /// back to what it holds, or a command would meet the idle share (a compiler, `pip`).
     background: std::sync::atomic::AtomicBool,
     /// Set once the session is ending: a call in progress stops at once.
     closed: tokio::sync::watch::Sender<bool>,
@@ -1133,11 +1133,14 @@ impl SessionManager {
             _ = closed.wait_for(|c| *c) => return Err(SessionError::NotFound),
         };
         // Back to what it holds: idle, it cannot take room another session's call may need.
-        // Unless it runs background processes: they go on growing between calls, within
-        // the share its calls have (the ceiling still bounds all sessions together).
-        if !s.background.load(Ordering::Relaxed) {
-            self.share(&s, crate::sandbox::SeatShare::Hold).await;
-        }
+        // Unless it runs background processes: they go on growing between calls, so it keeps
+        // its grown share, on loan: another session's start or call takes it back when short.
+        let after = if s.background.load(Ordering::Relaxed) {
+            crate::sandbox::SeatShare::Lend(s.totals.memory)
+        } else {
+            crate::sandbox::SeatShare::Hold
+        };
+        self.share(&s, after).await;
         st.reserve_low |= s.reserve_missing.swap(false, Ordering::Relaxed);
         if st.reserve_low
             && let Some(w) = s.work.get().cloned()

@@ -243,6 +243,7 @@ impl Namespaces {
                 (Some(_), Some(m), 1..) => Some(std::sync::Mutex::new(Shares {
                     memory: m,
                     of: vec![0; cfg.seats],
+                    lent: vec![false; cfg.seats],
                 })),
                 _ => None,
             },
@@ -336,12 +337,17 @@ impl Runner for Namespaces {
     fn seat_share(&self, index: usize, share: crate::SeatShare) -> Option<u64> {
         let seat = index.checked_sub(self.cfg.slots)?;
         let mut shares = self.seat_shares.as_ref()?.lock().ok()?;
-        let cg = self.seat_cgroups.lock().ok()?.get(seat).cloned().flatten();
+        let cgroups = self.seat_cgroups.lock().ok()?.clone();
+        let cg = cgroups.get(seat).cloned().flatten();
+        // A start or a call is owed the floor at least: loans other seats hold give it back.
+        if matches!(share, crate::SeatShare::Grow(_) | crate::SeatShare::Hold) {
+            shares.reclaim_loans(seat, &cgroups);
+        }
         let room = shares.room(seat);
         let now = *shares.of.get(seat)?;
         let new = match share {
             // Never below what it has: the others' shares left that room to it.
-            crate::SeatShare::Grow(want) => want.min(room).max(now),
+            crate::SeatShare::Grow(want) | crate::SeatShare::Lend(want) => want.min(room).max(now),
             crate::SeatShare::Hold => {
                 let held = cg.as_ref().map_or(0, |c| c.memory_current());
                 held.saturating_add(SHARE_SLACK)
@@ -361,6 +367,7 @@ impl Runner for Namespaces {
         }
         .unwrap_or(new);
         shares.of[seat] = set;
+        shares.lent[seat] = matches!(share, crate::SeatShare::Lend(_));
         Some(set)
     }
 
@@ -619,6 +626,8 @@ struct Shares {
     memory: crate::SeatMemory,
     /// Per seat, its share in bytes (its cgroup's memory limit is at most this).
     of: Vec<u64>,
+    /// Per seat, whether what its share holds above its use is on loan ([`crate::SeatShare::Lend`]).
+    lent: Vec<bool>,
 }
 
 impl Shares {
@@ -632,6 +641,28 @@ impl Shares {
             .map(|(_, s)| *s)
             .sum();
         self.memory.ceiling.saturating_sub(others)
+    }
+
+    /// Takes back the loans of other seats ([`crate::SeatShare::Lend`]), down to what each
+    /// holds plus the slack, until `seat` has the floor of room (or no loan is left).
+    fn reclaim_loans(&mut self, seat: usize, cgroups: &[Option<Arc<cgroup::SlotCgroup>>]) {
+        for j in 0..self.of.len() {
+            if self.room(seat) >= self.memory.floor {
+                return;
+            }
+            if j == seat || !self.lent[j] {
+                continue;
+            }
+            self.lent[j] = false;
+            let Some(c) = cgroups.get(j).cloned().flatten() else {
+                continue;
+            };
+            let back = c.memory_current().saturating_add(SHARE_SLACK).min(self.of[j]);
+            match c.set_cap(back, true, SHARE_SLACK) {
+                Ok(set) => self.of[j] = set,
+                Err(e) => tracing::warn!(seat = j, error = %e, "taking back a seat's memory loan"),
+            }
+        }
     }
 }
 
