@@ -990,3 +990,75 @@ async fn e2b_code_finds_its_files_in_home_user() {
     let (code, v) = call(&exe, "GET", "/files?path=/home/user/b.txt", h.clone(), String::new()).await;
     assert_eq!((code, v), (200, json!("made\n")));
 }
+
+/// Issue 46, finding 3, and E2B's commands: a command runs between its sandbox's calls, so it
+/// must not be held to the idle share (`--session-idle-bytes`) a session falls back to after
+/// a call. A command that takes 150 MiB succeeds; the grown share it runs in is a loan, and
+/// another sandbox started while it is out still starts (the loan is taken back).
+#[tokio::test]
+async fn a_command_may_grow_past_the_idle_share_and_its_loan_is_taken_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mib = |n: u64| (n << 20).to_string();
+    let exe = executor(
+        dir.path(),
+        &[
+            "--max-sessions",
+            "2",
+            "--session-idle-bytes",
+            &mib(48),
+            "--session-memory-bytes",
+            &mib(320),
+        ],
+    )
+    .await;
+    let (id, token) = create(&exe, A, json!({"templateID": "base"})).await;
+    let h = data(&id, &token);
+    let command = |cmd: &str| {
+        let msg = json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}}).to_string();
+        let mut env = vec![0u8];
+        env.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+        env.extend_from_slice(msg.as_bytes());
+        let head = format!(
+            "POST /process.Process/Start HTTP/1.1\r\nHost: x\r\n{h}Content-Type: application/connect+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            env.len()
+        );
+        let addr = exe.http_addr.clone().expect("http");
+        tokio::task::spawn_blocking(move || raw(&addr, &head, &[&env], Duration::ZERO))
+    };
+    let reply =
+        command("sleep 1; python3 -c \"x = bytearray(150 << 20); x[::4096] = b'x' * len(x[::4096]); print('held')\"")
+            .await
+            .expect("start");
+    use base64::Engine as _;
+    let out: Vec<u8> = reply
+        .split("\"stdout\":\"")
+        .skip(1)
+        .filter_map(|p| p.split('"').next())
+        .flat_map(|b| base64::engine::general_purpose::STANDARD.decode(b).expect("base64"))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&out), "held\n", "{reply}");
+    assert!(reply.contains("\"exitCode\":0"), "{reply}");
+    // The first sandbox's share is on loan; a second sandbox still starts and runs a cell.
+    let (id2, token2) = create(&exe, B, json!({"templateID": "code-interpreter-v1"})).await;
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/execute",
+        data(&id2, &token2),
+        json!({"code": "print(6 * 7)"}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert!(v.as_str().unwrap_or_default().contains("\"text\":\"42\\n\""), "{v}");
+    // And the first one's interpreter lived through it all.
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/execute",
+        h,
+        json!({"code": "print('alive')"}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert!(v.as_str().unwrap_or_default().contains("alive"), "{v}");
+}
