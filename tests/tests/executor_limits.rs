@@ -191,7 +191,9 @@ async fn fork_bomb_is_contained_and_the_next_run_works(mode: Isolation) {
 
 async fn process_limit_caps_forks(mode: Isolation) {
     let exe = python_executor(mode).await;
-    let code = "import os, time\nn = 0\ntry:\n    for _ in range(200):\n        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n";
+    // The children outlive the loop by far (the run's end kills them), so none frees its
+    // place early on a loaded machine.
+    let code = "import os, time\nn = 0\ntry:\n    for _ in range(200):\n        if os.fork() == 0:\n            time.sleep(60)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n";
     let req = with_limits(
         request("python", code, ""),
         pb::Limits {
@@ -201,12 +203,13 @@ async fn process_limit_caps_forks(mode: Isolation) {
     );
     let r = exe.run(req).await;
     let n: u32 = stdout(&r).trim().parse().unwrap_or_else(|_| panic!("{}", describe(&r)));
-    assert!(n < 20, "{n} children with a limit of 20 processes");
+    assert!(n < 20, "{n} children with a limit of 20 processes: {}", describe(&r));
 }
 
 async fn process_limit_caps_threads_too(mode: Isolation) {
     let exe = python_executor(mode).await;
-    let code = "import threading, time\nn = 0\ntry:\n    for _ in range(200):\n        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n        n += 1\nexcept RuntimeError:\n    pass\nprint(n)\n";
+    // The threads outlive the loop by far, as the children above.
+    let code = "import threading, time\nn = 0\ntry:\n    for _ in range(200):\n        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n        n += 1\nexcept RuntimeError:\n    pass\nprint(n)\n";
     let req = with_limits(
         request("python", code, ""),
         pb::Limits {
