@@ -203,9 +203,11 @@ async fn process_limit_caps_forks(mode: Isolation) {
     );
     let r = exe.run(req).await;
     let n: u32 = stdout(&r).trim().parse().unwrap_or_else(|_| panic!("{}", describe(&r)));
-    // The run's own process and 19 children make 20. In `restricted` mode the cap is
-    // RLIMIT_NPROC, which about one run in ten on a loaded machine let go one child further
-    // (20 children; cause not found: README, "Limits"): held there to one over, not more.
+    // The run's own process and 19 children make 20. In `restricted` mode under a shared uid
+    // (as this harness starts it) the cap is RLIMIT_NPROC set to the limit plus the uid's
+    // tasks at the run's start; an executor blocking-pool thread that idles out during the
+    // run frees one place (seen: 9 executor threads at the start, 8 at the end, 20 children).
+    // README, "Limits": held here to one over, not more.
     let most = if mode == Isolation::Restricted { 20 } else { 19 };
     assert!(n <= most, "{n} children with a limit of 20 processes: {}", describe(&r));
 }
