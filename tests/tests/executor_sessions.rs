@@ -1728,3 +1728,25 @@ async fn a_session_whose_interpreter_was_killed_says_so_on_its_next_call() {
     assert_eq!(out(&r), "7\n", "{r:?}");
     assert!(!r.state_reset, "{r:?}");
 }
+
+/// An executor that ends leaves none of its cgroups behind: its slots', its session seats'
+/// (numbered past the slots, below the seats' parent, which issue 46 added) and the parent.
+#[tokio::test]
+async fn an_executor_that_ends_removes_its_seats_cgroups_too() {
+    let mut ex = executor(1, &[]).await;
+    let mut c = ex.client();
+    for _ in 0..2 {
+        let id = create(&mut c, "bash", None).await.session_id;
+        let r = run(&mut c, code(&id, "echo hi")).await;
+        assert_eq!(out(&r), "hi\n", "{r:?}");
+    }
+    let seats = |p: &std::path::PathBuf| p.parent().is_some_and(|d| d.ends_with("sessions"));
+    assert!(
+        slot_cgroups(&ex).iter().any(seats),
+        "the sessions ran in seats' cgroups"
+    );
+    drop(c);
+    ex.terminate(Duration::from_secs(30)).expect("the executor ended");
+    let left = slot_cgroups(&ex);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
