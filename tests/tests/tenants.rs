@@ -451,7 +451,18 @@ fn cells_until_refused(
 async fn one_tenants_queued_cells_leave_other_tenants_their_streams() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = tenants_file(dir.path(), "");
-    let exe = executor(&file, 2).await;
+    // The first cell of each sandbox holds the others' streams queued behind it until its
+    // wall time: 30 s, three times the default, so that no stream ends (and frees its
+    // place) while the test opens some 300 of them on a slow machine (10 s let a 52nd in).
+    let exe = Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "bash"],
+        http: true,
+        env: vec![("SANDPOOL_TENANTS_FILE".into(), file.display().to_string())],
+        extra_args: vec!["--default-wall-time-ms".into(), "30000".into()],
+        ..Default::default()
+    })
+    .await;
     let addr = exe.http_addr.clone().expect("http");
     let outcome = tokio::task::spawn_blocking(move || {
         // Weights rl 3, sweeps 1, agents 1: sweeps' share is 256 * 1 / 5 = 51 streams.
