@@ -175,13 +175,7 @@ fn openat2(dir: BorrowedFd<'_>, path: &str, flags: i32, mode: u32) -> std::io::R
 impl WorkDir {
     /// Creates a detached tmpfs of `size` bytes, owned by `uid:gid`, nosuid and nodev.
     pub(crate) fn create(size: u64, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
-        let e = |what| {
-            move |source| WorkDirError::Io {
-                path: "/work".into(),
-                what,
-                source,
-            }
-        };
+        let e = |what| io_at("/work", what);
         let opts = [
             ("size", size.to_string()),
             ("mode", "0755".into()),
@@ -203,13 +197,7 @@ impl WorkDir {
     /// by `uid:gid` (mode 0700); the directory and everything in it are
     /// removed on drop. For runners that cannot mount (and tests).
     pub(crate) fn directory(path: std::path::PathBuf, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
-        let e = |what| {
-            move |source| WorkDirError::Io {
-                path: "/work".into(),
-                what,
-                source,
-            }
-        };
+        let e = |what| io_at("/work", what);
         use std::os::unix::fs::DirBuilderExt;
         fs::DirBuilder::new()
             .mode(0o700)
@@ -290,13 +278,7 @@ impl WorkDir {
     /// the descriptor before a byte is written), so nothing here waits on the sandbox.
     pub fn write_file(&self, rel: &str, content: &[u8], executable: bool) -> Result<(), WorkDirError> {
         validate_rel_path(rel)?;
-        let e = |what| {
-            move |source| WorkDirError::Io {
-                path: rel.to_owned(),
-                what,
-                source,
-            }
-        };
+        let e = |what| io_at(rel, what);
         self.make_parents(rel)?;
         let mode = if executable { 0o755 } else { 0o644 };
         // No O_TRUNC: nothing is changed before the type is known. O_NONBLOCK: a FIFO with no
@@ -323,13 +305,7 @@ impl WorkDir {
     /// can write too; only a directory at `rel` is refused ([`WorkDirError::NotRegular`]).
     pub fn replace_file(&self, rel: &str, content: &[u8], executable: bool) -> Result<(), WorkDirError> {
         validate_rel_path(rel)?;
-        let e = |what| {
-            move |source| WorkDirError::Io {
-                path: rel.to_owned(),
-                what,
-                source,
-            }
-        };
+        let e = |what| io_at(rel, what);
         self.make_parents(rel)?;
         let (parent, name) = match rel.trim_end_matches('/').rsplit_once('/') {
             Some((p, n)) => (p, n),
@@ -381,13 +357,7 @@ impl WorkDir {
 
     /// Creates the parent directories of `rel` (owned by the run's uid) where missing.
     fn make_parents(&self, rel: &str) -> Result<(), WorkDirError> {
-        let e = |what| {
-            move |source| WorkDirError::Io {
-                path: rel.to_owned(),
-                what,
-                source,
-            }
-        };
+        let e = |what| io_at(rel, what);
         let parts: Vec<&str> = rel.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
         let mut prefix = String::new();
         for comp in &parts[..parts.len().saturating_sub(1)] {
@@ -460,6 +430,12 @@ fn refused_type(e: &std::io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ELOOP) | Some(libc::EXDEV) | Some(libc::ENXIO) | Some(libc::ENODEV)
     )
+}
+
+/// The [`WorkDirError::Io`] of `what` failing at `path`, for `map_err`.
+fn io_at(path: &str, what: &'static str) -> impl FnOnce(std::io::Error) -> WorkDirError {
+    let path = path.to_owned();
+    move |source| WorkDirError::Io { path, what, source }
 }
 
 /// A suffix no program in the sandbox can predict: the process, a counter and the clock.
@@ -552,10 +528,7 @@ fn walk(
     visit: &mut dyn FnMut(Found<'_>) -> Result<(), WorkDirError>,
 ) -> Result<(), WorkDirError> {
     use std::os::unix::fs::PermissionsExt;
-    let io = |path: &str, what| {
-        let path = path.to_owned();
-        move |source| WorkDirError::Io { path, what, source }
-    };
+    let io = io_at;
     if depth > COPY_MAX_DEPTH {
         return Err(io(prefix, "copying")(std::io::Error::other(
             "directories nested too deeply",
@@ -663,10 +636,7 @@ impl WorkDir {
     /// The walk is [`WorkDir::copy_from`]'s: nothing the build left is followed.
     pub fn export_to(&self, dest: &std::path::Path) -> Result<(), WorkDirError> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-        let io = |rel: &str, what| {
-            let path = rel.to_owned();
-            move |source| WorkDirError::Io { path, what, source }
-        };
+        let io = io_at;
         let mkdir = |rel: &str| {
             let dir = dest.join(rel);
             fs::DirBuilder::new()
