@@ -182,8 +182,8 @@ impl Watchdog {
         Tracked { dog: self.clone(), id }
     }
 
-    /// How far the worst run in flight is past its allowance plus [`STUCK_AFTER`], if any is.
-    pub fn stuck_for(&self) -> Option<Duration> {
+    /// How far each run in flight that is past its allowance plus [`STUCK_AFTER`] is past it.
+    fn overdue_runs(&self) -> Vec<Duration> {
         let now = Instant::now();
         self.runs
             .lock()
@@ -192,19 +192,17 @@ impl Watchdog {
             // An allowance past Instant's range (a huge ceiling) is never stuck: no overflow panic here.
             .filter_map(|(start, allowed)| start.checked_add(allowed.saturating_add(STUCK_AFTER)))
             .filter_map(|due| now.checked_duration_since(due))
-            .max()
+            .collect()
+    }
+
+    /// How far the worst run in flight is past its allowance plus [`STUCK_AFTER`], if any is.
+    pub fn stuck_for(&self) -> Option<Duration> {
+        self.overdue_runs().into_iter().max()
     }
 
     /// Runs stuck now (see [`Watchdog::stuck_for`]).
     pub fn stuck_runs(&self) -> usize {
-        let now = Instant::now();
-        self.runs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter_map(|(start, allowed)| start.checked_add(allowed.saturating_add(STUCK_AFTER)))
-            .filter(|due| now > *due)
-            .count()
+        self.overdue_runs().len()
     }
 
     /// Blocking-pool work past [`BLOCKING_STUCK_AFTER`] now, and the oldest's running time.
