@@ -19,9 +19,14 @@ export SANDPOOL_TEST_QUIET="${SANDPOOL_TEST_QUIET:-1}"
 disk() { echo "disk ($1): $(df -h --output=avail . | tail -1 | tr -d ' ') free in $(pwd)"; }
 disk start
 scripts/cluster.sh up
-trap 'disk end; scripts/cluster.sh down' EXIT
+trap 'disk end; scripts/cluster.sh down; scripts/s3.sh down' EXIT
 eval "$(scripts/cluster.sh env)"
 unset SANDPOOL_E2E_SKIP
+# A real S3-compatible server (SeaweedFS, built from tests/s3/ and cached) for the session
+# store's tests (store/tests/store.rs); building or starting it fails the run.
+scripts/s3.sh up
+eval "$(scripts/s3.sh env)"
+unset SANDPOOL_S3_SKIP
 
 cargo fmt --all --check
 # No import circle between the modules of any crate (a second; scripts/check-layers.py).

@@ -178,6 +178,77 @@ pub struct ExecutorArgs {
     /// The most CPU time a session may ask for, ms.
     #[arg(long, env = "SANDPOOL_MAX_SESSION_CPU_TIME_MS", default_value_t = 3600 * 1000)]
     pub max_session_cpu_time_ms: u64,
+    #[command(flatten)]
+    pub session_store: SessionStoreArgs,
+}
+
+/// Where paused sessions and snapshots are kept (docs/sessions.md, "The session store").
+/// Checked at start-up; sessions do not use the store yet.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SessionStoreArgs {
+    /// The local directory of the store (default: <--work-root>/session-store); in Kubernetes a
+    /// PVC. Not with --session-store-s3-bucket.
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_DIR")]
+    pub session_store_dir: Option<PathBuf>,
+    /// Keep the store in this S3-compatible bucket instead (needs --session-store-key-file).
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_S3_BUCKET", conflicts_with = "session_store_dir")]
+    pub session_store_s3_bucket: Option<String>,
+    /// The S3 endpoint, `http(s)://host:port` (default: AWS's for the region).
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_S3_ENDPOINT")]
+    pub session_store_s3_endpoint: Option<String>,
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_S3_REGION", default_value = "us-east-1")]
+    pub session_store_s3_region: String,
+    /// A directory with files `access_key_id` and `secret_access_key` (a Secret's mount);
+    /// default: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_S3_CREDENTIALS_DIR")]
+    pub session_store_s3_credentials_dir: Option<PathBuf>,
+    /// Keys below this prefix in the directory or bucket.
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_PREFIX", default_value = "")]
+    pub session_store_prefix: String,
+    /// A file with the 32-byte key (raw, or 64 hex digits) the store's blobs are sealed with
+    /// (XChaCha20-Poly1305). Required with S3; optional for a directory.
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_KEY_FILE")]
+    pub session_store_key_file: Option<PathBuf>,
+    /// Largest paused session or snapshot, bytes.
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_BLOB_BYTES", default_value_t = 1024 * MIB)]
+    pub session_store_blob_bytes: u64,
+    /// Bytes one tenant's paused sessions and snapshots may hold in the store in all.
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_TENANT_BYTES", default_value_t = 10 * 1024 * MIB)]
+    pub session_store_tenant_bytes: u64,
+    /// How long a paused session or snapshot is kept before the sweep deletes it, seconds.
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_TTL_SECS", default_value_t = 7 * 24 * 3600)]
+    pub session_store_ttl_secs: u64,
+}
+
+impl SessionStoreArgs {
+    /// The store's configuration, checked (no file or network is touched).
+    pub fn config(
+        &self,
+        work_root: &std::path::Path,
+    ) -> Result<sandpool_store::StoreConfig, sandpool_store::StoreError> {
+        let backend = match &self.session_store_s3_bucket {
+            Some(bucket) => sandpool_store::Backend::S3(sandpool_store::S3Config {
+                endpoint: self.session_store_s3_endpoint.clone(),
+                bucket: bucket.clone(),
+                region: self.session_store_s3_region.clone(),
+                credentials_dir: self.session_store_s3_credentials_dir.clone(),
+            }),
+            None => sandpool_store::Backend::Dir(
+                self.session_store_dir
+                    .clone()
+                    .unwrap_or_else(|| work_root.join("session-store")),
+            ),
+        };
+        let cfg = sandpool_store::StoreConfig {
+            backend,
+            prefix: self.session_store_prefix.clone(),
+            key_file: self.session_store_key_file.clone(),
+            max_blob_bytes: self.session_store_blob_bytes,
+            tenant_quota_bytes: self.session_store_tenant_bytes,
+        };
+        cfg.check()?;
+        Ok(cfg)
+    }
 }
 
 /// A switch given as `on` or `off`.

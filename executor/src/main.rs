@@ -81,6 +81,9 @@ async fn run(args: ServerArgs) -> anyhow::Result<()> {
             args.max_request_bytes
         );
     }
+    // Checked now so a bad store configuration fails the start; sessions do not use it yet.
+    let store = args.executor.session_store.config(&args.executor.work_root)?;
+    tracing::debug!(?store, "session store configured");
     let engine = Arc::new(args.executor.build_engine().await?);
     // Outside the runtime: what ends a wedged executor cannot run on it.
     engine.watchdog().guard_process(
