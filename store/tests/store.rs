@@ -44,7 +44,7 @@ enum Which {
 }
 
 /// The S3 server's settings, or None when skipped on purpose; panics when it is missing.
-fn s3() -> Option<S3Config> {
+fn s3(dir: &Path) -> Option<S3Config> {
     if std::env::var("SANDPOOL_S3_SKIP").is_ok_and(|v| v == "1") {
         eprintln!("S3 tests skipped: SANDPOOL_S3_SKIP=1");
         return None;
@@ -58,7 +58,7 @@ fn s3() -> Option<S3Config> {
         })
     };
     // The Secret's mount: one file per credential.
-    let creds = std::env::temp_dir().join(format!("sandpool-store-creds-{}", std::process::id()));
+    let creds = dir.join("creds");
     std::fs::create_dir_all(&creds).expect("creds dir");
     std::fs::write(creds.join("access_key_id"), var("SANDPOOL_TEST_S3_ACCESS_KEY")).expect("creds");
     std::fs::write(creds.join("secret_access_key"), var("SANDPOOL_TEST_S3_SECRET_KEY")).expect("creds");
@@ -74,7 +74,7 @@ fn s3() -> Option<S3Config> {
 fn config(which: Which, dir: &Path, test: &str) -> Option<StoreConfig> {
     let backend = match which {
         Which::Local => Backend::Dir(dir.join("store")),
-        Which::S3 => Backend::S3(s3()?),
+        Which::S3 => Backend::S3(s3(dir)?),
     };
     Some(StoreConfig {
         backend,
