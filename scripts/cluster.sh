@@ -14,7 +14,8 @@
 #                              kube-proxy, CoreDNS, kube-router), all inside a network namespace
 #                              of its own (scripts/node.sh; docs/testing.md), with the images of
 #                              scripts/images.sh imported; kubectl and helm then go through the
-#                              wrappers `env` names
+#                              wrappers `env` names; SANDPOOL_REAL_NODES=2 adds a second real
+#                              node in a network namespace of its own, routed to the first
 #   scripts/cluster.sh env     print the variables the tests need: eval "$(scripts/cluster.sh env)"
 #   scripts/cluster.sh down    stop every process and delete the cluster's directory
 #   scripts/cluster.sh build   only build (or reuse) the binaries
@@ -23,7 +24,8 @@
 # Knobs: SANDPOOL_CLUSTER_DIR (state: certificates, kubeconfigs, etcd data, logs; default a
 # directory under ${TMPDIR:-/tmp} named for this checkout), SANDPOOL_CLUSTER_CACHE (built
 # binaries, keyed by the module's content; default ~/.cache/sandpool-cluster),
-# SANDPOOL_CLUSTER_NODES (fake nodes, default 2, or 0 with --node), SANDPOOL_NODE_IMAGES
+# SANDPOOL_CLUSTER_NODES (fake nodes, default 2, or 0 with --node), SANDPOOL_REAL_NODES (real
+# nodes with --node, default 1, at most 9), SANDPOOL_NODE_IMAGES
 # (--node: a directory of *.oci.tar to import, default target/images). Go's module and build caches stay where
 # `go env` says, so a rebuild after a version bump only compiles what changed.
 set -euo pipefail
@@ -53,10 +55,18 @@ die() { log "$*"; exit 1; }
 source "$ROOT/scripts/node.sh"
 
 # Node mode: set before anything reads the mode (`up --node`, or a state directory that says so).
+# The number of real nodes: SANDPOOL_REAL_NODES for `up`, else what the state directory says.
 node_mode() {
   NODE=true
   NSX=(nsenter --net="/run/netns/$NETNS")
-  COMPONENTS+=("${NODE_COMPONENTS[@]}")
+  if [[ ${1:-} == up ]]; then
+    REAL_NODES="${SANDPOOL_REAL_NODES:-1}"
+    [[ $REAL_NODES =~ ^[1-9]$ ]] || die "SANDPOOL_REAL_NODES must be 1 to 9, not '$REAL_NODES'"
+  else
+    REAL_NODES="$(cat "$STATE/real-nodes" 2> /dev/null || echo 1)"
+  fi
+  # shellcheck disable=SC2207 # names without spaces
+  COMPONENTS+=($(node_components))
   NODES="${SANDPOOL_CLUSTER_NODES:-0}"
 }
 
@@ -146,15 +156,16 @@ cert() {
   rm "$STATE/pki/$name.csr"
 }
 
-# kubeconfig NAME: a kubeconfig for the client certificate NAME.
+# kubeconfig NAME [FILE [HOST]]: a kubeconfig ($STATE/FILE.kubeconfig, default NAME) for the
+# client certificate NAME, for the API server at HOST (default 127.0.0.1).
 kubeconfig() {
-  cat > "$STATE/$1.kubeconfig" <<EOF
+  cat > "$STATE/${2:-$1}.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
   - name: sandpool-e2e
     cluster:
-      server: https://127.0.0.1:$APISERVER_PORT
+      server: https://${3:-127.0.0.1}:$APISERVER_PORT
       certificate-authority: $STATE/pki/ca.crt
 users:
   - name: $1
@@ -242,7 +253,21 @@ SANDPOOL_E2E_OUTSIDE_NETNS=/run/netns/$OUTNS
 SANDPOOL_E2E_OUTSIDE_IP=$OUTSIDE_IP
 SANDPOOL_E2E_NODE_IP=$NODE_IP
 EOF
+    # Every real node, the first one first: names, addresses, network namespaces.
+    local i names=() ips=() nss=()
+    for ((i = 1; i <= REAL_NODES; i++)); do
+      node_vars "$i"
+      names+=("$N_NAME")
+      ips+=("$N_IP")
+      nss+=("/run/netns/$N_NS")
+    done
+    cat >> "$STATE/cluster.env" <<EOF
+SANDPOOL_E2E_NODES="${names[*]}"
+SANDPOOL_E2E_NODE_IPS="${ips[*]}"
+SANDPOOL_E2E_NODE_NETNS="${nss[*]}"
+EOF
     echo node > "$STATE/mode"
+    echo "$REAL_NODES" > "$STATE/real-nodes"
   fi
 }
 
@@ -251,15 +276,17 @@ EOF
 # start NAME [PATH] ARGS...: runs $BIN/NAME (or PATH, when it is an absolute path) in the
 # background, in the cluster's network namespace when there is one.
 start() {
-  local name="$1" path="$BIN/$1"
+  local name="$1" path="$BIN/$1" nsx=("${NSX[@]}")
   shift
   if [[ ${1:-} == /* ]]; then
     path="$1"
     shift
   fi
+  # START_NETNS: another real node's namespace.
+  [[ -n ${START_NETNS:-} ]] && nsx=(nsenter --net="/run/netns/$START_NETNS")
   # setsid: its own process group, so `down` stops it and anything it started. nsenter
   # execs the daemon, so the PID is the daemon's.
-  setsid "${NSX[@]}" "$path" "$@" >> "$STATE/logs/$name.log" 2>&1 < /dev/null &
+  setsid "${nsx[@]}" "$path" "$@" >> "$STATE/logs/$name.log" 2>&1 < /dev/null &
   echo $! > "$STATE/pids/$name"
 }
 
@@ -289,6 +316,7 @@ wait_until() {
 healthy() {
   # The mode asked for must be the mode running.
   [[ "$(cat "$STATE/mode" 2> /dev/null || echo kwok)" == "$($NODE && echo node || echo kwok)" ]] || return 1
+  ! $NODE || [[ "$(cat "$STATE/real-nodes" 2> /dev/null)" == "$REAL_NODES" ]] || return 1
   for c in "${COMPONENTS[@]}"; do
     alive "$c" || return 1
   done
@@ -302,7 +330,7 @@ up() {
     return
   fi
   [[ -e "$STATE" ]] && down
-  local start=$SECONDS
+  local start=$SECONDS i
   BIN="$(build)"
   if $NODE; then
     for tool in umoci jq nft iptables ipset nsenter; do
@@ -320,8 +348,12 @@ up() {
     node_record_host_paths
     echo "$NODE_BIN" > "$STATE/node/node-bin"
     node_netns
-    node_cgroups
-    node_config
+    node_config_common
+    for ((i = 1; i <= REAL_NODES; i++)); do
+      node_vars "$i"
+      node_cgroups
+      node_config
+    done
     apiserver_net=(--bind-address=0.0.0.0 "--advertise-address=$NODE_IP"
       "--kubelet-client-certificate=$pki/apiserver-kubelet-client.crt"
       "--kubelet-client-key=$pki/apiserver-kubelet-client.key"
@@ -398,7 +430,7 @@ EOF
   fi
   wait_until 120 "the default ServiceAccount" kubectl get serviceaccount default -n default
   log "up in $((SECONDS - start)) s (build/reuse $((built - start)) s): $("$BIN/kube-apiserver" --version)," \
-    "API server https://127.0.0.1:$APISERVER_PORT, $NODES kwok node(s)$($NODE && echo ", node $NODE_NAME in netns $NETNS"), state in $STATE"
+    "API server https://127.0.0.1:$APISERVER_PORT, $NODES kwok node(s)$($NODE && echo ", $REAL_NODES real node(s) from $NODE_NAME in netns $NETNS"), state in $STATE"
 }
 
 down() {
@@ -406,13 +438,10 @@ down() {
     return
   fi
   # What the state directory holds decides what is stopped, whatever mode `up` asks for next.
-  local pids=() c pid components=("${COMPONENTS[@]}") had_node=false
-  if [[ -d "$STATE/node" ]]; then
-    had_node=true
-    $NODE || components+=("${NODE_COMPONENTS[@]}")
-  fi
-  for c in "${components[@]}"; do
-    pid="$(cat "$STATE/pids/$c" 2> /dev/null)" || continue
+  local pids=() c pid had_node=false
+  [[ -d "$STATE/node" ]] && had_node=true
+  for c in "$STATE"/pids/*; do
+    pid="$(cat "$c" 2> /dev/null)" || continue
     if [[ -n "$pid" ]] && kill -0 "$pid" 2> /dev/null; then
       kill -TERM -- "-$pid" 2> /dev/null || kill -TERM "$pid" 2> /dev/null || true
       pids+=("$pid")
@@ -449,12 +478,12 @@ logs() {
 # A state directory left by `up --node` keeps its mode for env and logs; `up` takes the mode
 # from its arguments (and restarts a cluster of the other mode).
 if [[ -f "$STATE/mode" && ${1:-} != up ]]; then
-  node_mode
+  node_mode "${1:-}"
 fi
 case "${1:-}" in
   up)
     case "${2:-}" in
-      --node) node_mode ;;
+      --node) node_mode up ;;
       "") ;;
       *) die "usage: $0 up [--node]" ;;
     esac

@@ -2,7 +2,10 @@
 # End-to-end on the real node: the operator from its chart and image, a `namespaces` and a
 # `restricted` pool, HumanEval through each pool's Service from a Job pod, and the
 # NetworkPolicy enforced. Needs `scripts/cluster.sh up --node` (with the images of
-# scripts/images.sh imported); it fails, never skips, when something is missing.
+# scripts/images.sh imported); it fails, never skips, when something is missing. On two real
+# nodes (SANDPOOL_REAL_NODES=2) it also checks what only two nodes show: each pool's pods on
+# both, evals and the gateway reaching executors on both, the NetworkPolicy across nodes, and
+# a `kubectl drain` in the middle of an eval.
 #
 #   scripts/node-e2e.sh          runs every check, prints one line per check and
 #                                "node-e2e: N passed, N failed"; exits non-zero on any failure
@@ -18,6 +21,13 @@ NS_POOL_NS=e2e-namespaces   # Pod Security: privileged (namespaces mode needs ca
 R_POOL_NS=e2e-restricted    # Pod Security: restricted, enforced
 CLIENT_NS=e2e-clients       # no policy: the control for every connection that must fail
 TOTAL=164
+# The real nodes, the first one first; the two-node checks need two.
+read -r -a REAL <<< "${SANDPOOL_E2E_NODES:-$SANDPOOL_E2E_NODE}"
+read -r -a REAL_IPS <<< "${SANDPOOL_E2E_NODE_IPS:-$SANDPOOL_E2E_NODE_IP}"
+TWO=false
+((${#REAL[@]} >= 2)) && TWO=true
+# PIN (a node's name) puts the e2e's own pods (eval Jobs, probes) on that node.
+PIN=""
 
 PASSED=0
 FAILED=0
@@ -98,7 +108,7 @@ operator_pod() {
   chart_sa="$("$K" get serviceaccounts -n "$RELEASE_NS" -l app.kubernetes.io/managed-by=Helm -o jsonpath='{.items[*].metadata.name}')"
   echo "serviceAccount=$sa (chart's: $chart_sa) image=$image node=$node phase=$phase"
   [[ -n $sa && $sa == "$chart_sa" && $image == "ghcr.io/sandpool/operator:$VERSION" ]] &&
-    [[ $node == "$SANDPOOL_E2E_NODE" && $phase == Running ]]
+    [[ " ${REAL[*]} " == *" $node "* && $phase == Running ]]
 }
 check "the operator runs as a pod on the node, as the chart's ServiceAccount" operator_pod
 
@@ -136,6 +146,34 @@ sbp_ready() {
   [[ $(awk '$5 == "True"' <<< "$out" | wc -l) == 2 ]]
 }
 check "kubectl get sbp: both pools Ready" sbp_ready
+# pool_nodes NS: the nodes the pool's pods run on, one per line, sorted and unique.
+pool_nodes() {
+  "$K" get pods -n "$1" -l sandpool.dev/pool=python -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' |
+    sort -u
+}
+# pool_pod_on NS NODE: the name of a pod of the pool on NODE.
+pool_pod_on() {
+  "$K" get pods -n "$1" -l sandpool.dev/pool=python --field-selector "spec.nodeName=$2,status.phase=Running" \
+    -o jsonpath='{.items[0].metadata.name}'
+}
+# nodeSelector of the e2e's own pods: PIN's node, or anywhere.
+pin() {
+  if [[ -n $PIN ]]; then
+    echo "{kubernetes.io/hostname: $PIN}"
+  else
+    echo "{}"
+  fi
+}
+if $TWO; then
+  spread() {
+    local ns
+    for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
+      echo "$ns: $(pool_nodes "$ns" | tr '\n' ' ')"
+      [[ $(pool_nodes "$ns" | wc -l) == 2 ]] || return 1
+    done
+  }
+  check "each pool's 2 pods run on both nodes (the operator's topology spread)" spread
+fi
 
 # --- HumanEval from a Job pod, over each pool's Service ---------------------------------------
 "$K" create configmap humaneval -n "$NS_POOL_NS" --from-file=HumanEval.jsonl.gz="$DATASET" > /dev/null
@@ -156,6 +194,7 @@ spec:
     metadata: {labels: $labels}
     spec:
       restartPolicy: Never
+      nodeSelector: $(pin)
       automountServiceAccountToken: false
       securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
       containers:
@@ -214,11 +253,15 @@ humaneval_through() {
   echo "$out" | tail -n 15
   # Every canonical solution accepted; every `return None` stub rejected, none by the sandbox.
   grep -q "^ok=$TOTAL lines=$TOTAL$" <<< "$out" &&
-    grep -q "^stubs_ok=0 stubs_lines=$TOTAL stubs_sandbox_errors=0$" <<< "$out"
+    grep -q "^stubs_ok=0 stubs_lines=$TOTAL stubs_sandbox_errors=0$" <<< "$out" &&
+    # On two nodes, from a Job on the first: executors on both answered.
+    { ! $TWO || grep -q "^executors=2$" <<< "$out"; }
 }
+# On two nodes the Job runs on the first node, and the pool's executors on both answer it.
+$TWO && PIN="${REAL[0]}"
 for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
   start=$SECONDS
-  check "HumanEval through dns:///python.$ns: $TOTAL/$TOTAL canonical solutions pass, 0/$TOTAL stubs" \
+  check "HumanEval through dns:///python.$ns$($TWO && echo " from a Job on ${REAL[0]}, executors on both nodes"): $TOTAL/$TOTAL canonical solutions pass, 0/$TOTAL stubs" \
     humaneval_through "$ns"
   log "HumanEval through $ns in $((SECONDS - start)) s"
 done
@@ -239,6 +282,7 @@ kind: Pod
 metadata: {name: $name, namespace: $ns, labels: $labels}
 spec:
   restartPolicy: Never
+  nodeSelector: $(pin)
   automountServiceAccountToken: false
   securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
   containers:
@@ -284,17 +328,36 @@ for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
     not connects "$ns" false "$svc" 50051
 done
 
+# Across nodes: a pod on the first node, unlabelled, is refused by the executor on the second
+# (its policy enforced by the second node's kube-router); labelled, it connects.
+if $TWO; then
+  PIN="${REAL[0]}"
+  far_ip="$("$K" get pod "$(pool_pod_on "$NS_POOL_NS" "${REAL[1]}")" -n "$NS_POOL_NS" -o jsonpath='{.status.podIP}')"
+  check "a role=sandbox-user pod on ${REAL[0]} connects to the executor on ${REAL[1]} ($far_ip:50051)" \
+    connects "$NS_POOL_NS" true "$far_ip" 50051
+  check "the same pod without the label is refused by the executor on the other node" \
+    not connects "$NS_POOL_NS" false "$far_ip" 50051
+fi
+
 # From inside an executor pod: nothing is reachable. The same targets from a pod without a
-# policy are the control (each is reachable, so a failure is the policy's doing).
+# policy are the control (each is reachable, so a failure is the policy's doing). On two
+# nodes the executor is on the first node, and the targets add the second node and a pod on it.
 apiserver="${SANDPOOL_E2E_NODE_IP}"
-other_pod="$("$K" get pods -n "$R_POOL_NS" -l sandpool.dev/pool=python -o jsonpath='{.items[0].status.podIP}')"
+if $TWO; then
+  other_pod="$("$K" get pod "$(pool_pod_on "$R_POOL_NS" "${REAL[1]}")" -n "$R_POOL_NS" -o jsonpath='{.status.podIP}')"
+  executor_pod="$(pool_pod_on "$NS_POOL_NS" "${REAL[0]}")"
+else
+  other_pod="$("$K" get pods -n "$R_POOL_NS" -l sandpool.dev/pool=python -o jsonpath='{.items[0].status.podIP}')"
+  executor_pod="$("$K" get pods -n "$NS_POOL_NS" -l sandpool.dev/pool=python -o jsonpath='{.items[0].metadata.name}')"
+fi
 targets=(
   "the API server's Service|10.96.0.1|443"
   "the API server on the node|$apiserver|$apiserver_port"
-  "another pool's executor pod|$other_pod|50051"
+  "another pool's executor pod$($TWO && echo " on the other node")|$other_pod|50051"
   "an address outside the cluster|$SANDPOOL_E2E_OUTSIDE_IP|$OUTSIDE_PORT"
 )
-executor_pod="$("$K" get pods -n "$NS_POOL_NS" -l sandpool.dev/pool=python -o jsonpath='{.items[0].metadata.name}')"
+# The other node's kubelet (its serving port, which any pod without a policy reaches).
+$TWO && targets+=("the other node (its kubelet)|${REAL_IPS[1]}|10250")
 from_executor() {
   "$K" exec -n "$NS_POOL_NS" "$executor_pod" -c executor -- python3 -c \
     "import socket; socket.create_connection(('$1', $2), timeout=3); print('connected')"
@@ -462,6 +525,40 @@ check "the same pod without the label cannot reach the gateway (its policy admit
 check "an E2B sandbox created through the gateway keeps its state across cells (routed by its id), and is killed" \
   gateway_client "$NS_POOL_NS" true "e2b 201 42 204" "$E2B"
 
+# On two nodes: 20 /run_code calls through the gateway reach the executors on both nodes
+# (each executor's own count of HTTP requests grows).
+if $TWO; then
+  RUN_CODE_20='
+import json, os, urllib.request
+body = json.dumps({"language": "python", "code": "print(6 * 7)"}).encode()
+ok = 0
+for _ in range(20):
+    req = urllib.request.Request(os.environ["GW"] + "/run_code", data=body, headers={"content-type": "application/json"})
+    ok += json.load(urllib.request.urlopen(req, timeout=10)).get("status") == "Success"
+print("succeeded", ok)
+'
+  # http_requests POD: the executor's sandpool_http_requests_total, summed over protocols.
+  http_requests() {
+    "$K" exec -n "$NS_POOL_NS" "$1" -c executor -- python3 -c "import urllib.request
+t = urllib.request.urlopen('http://127.0.0.1:9090/metrics', timeout=5).read().decode()
+print(int(sum(float(l.split()[-1]) for l in t.splitlines() if l.startswith('sandpool_http_requests_total'))))"
+  }
+  gateway_reaches_both() {
+    local pods=() before=() after n i
+    for n in "${REAL[@]::2}"; do
+      pods+=("$(pool_pod_on "$NS_POOL_NS" "$n")")
+      before+=("$(http_requests "${pods[-1]}")") || return 1
+    done
+    gateway_client "$NS_POOL_NS" true "succeeded 20" "$RUN_CODE_20" || return 1
+    for i in 0 1; do
+      after="$(http_requests "${pods[i]}")" || return 1
+      echo "${REAL[i]}: ${pods[i]} served $((after - before[i])) HTTP requests"
+      ((after > before[i])) || return 1
+    done
+  }
+  check "20 /run_code calls through the gateway reach the executors on both nodes" gateway_reaches_both
+fi
+
 # --- disruption, deletion, uninstall ------------------------------------------------------------
 # eval_running NS NAME: starts an eval Job (no stubs) and prints its pod's phase once it runs
 # (a minute at most), a few seconds into its eval.
@@ -527,6 +624,47 @@ rolling_update_under_load() {
 }
 check "a rolling update under load: $ROLLOUT_RECORDS/$ROLLOUT_RECORDS answered once, by old and new pods, no SANDBOX_ERROR" \
   rolling_update_under_load
+
+# A node drained in the middle of an eval (two nodes): the eval's Job runs on the first node,
+# the second is drained. Its executors are evicted through the pool's PodDisruptionBudget
+# (maxUnavailable 1: the pool never has fewer than one Ready pod of its two), they drain, the
+# client resends what they held; every record is answered once, none by a SANDBOX_ERROR, and
+# the pool is Ready again with both pods on the remaining node. Then the node is uncordoned.
+DRAIN_RECORDS=120
+eval_through_drain() {
+  local ns="$NS_POOL_NS" out phase victim_node="${REAL[1]}" victim sampler least
+  victim="$(pool_pod_on "$ns" "$victim_node")"
+  phase="$(PIN="${REAL[0]}" CONCURRENCY=4 SLOW=$DRAIN_RECORDS eval_running "$ns" humaneval-drain)"
+  # The pool's Ready pods, sampled through the drain: the budget's promise, seen from outside.
+  : > /tmp/node-e2e-ready.$$
+  (while :; do
+    "$K" get deploy python -n "$ns" -o jsonpath='{.status.readyReplicas}{"\n"}' >> /tmp/node-e2e-ready.$$ 2> /dev/null
+    sleep 0.5
+  done) &
+  sampler=$!
+  echo "draining $victim_node (its executor $victim) while the Job is $phase"
+  "$K" drain "$victim_node" --ignore-daemonsets --delete-emptydir-data --force --timeout=180s 2>&1 | tail -n 8
+  "$K" wait --for=condition=Ready sbp/python -n "$ns" --timeout=120s
+  kill "$sampler" 2> /dev/null
+  wait "$sampler" 2> /dev/null || true
+  least="$(sort -n /tmp/node-e2e-ready.$$ | head -n 1)"
+  rm -f /tmp/node-e2e-ready.$$
+  job_done "$ns" humaneval-drain || true
+  out="$("$K" logs -n "$ns" job/humaneval-drain 2>&1 || true)"
+  echo "$out" | tail -n 15
+  echo "fewest Ready executors during the drain: ${least:-none}; pods now on: $(pool_nodes "$ns" | tr '\n' ' ')"
+  [[ $phase == Running ]] && grep -q "\"executor\":\"$victim\"" <<< "$out" &&
+    grep -q "^ok=$DRAIN_RECORDS lines=$DRAIN_RECORDS$" <<< "$out" &&
+    grep -q "^sandbox_errors=0$" <<< "$out" &&
+    ((${least:-0} >= 1)) &&
+    [[ "$(pool_nodes "$ns")" == "${REAL[0]}" ]] &&
+    [[ $("$K" get deploy python -n "$ns" -o jsonpath='{.status.readyReplicas}') == 2 ]]
+}
+if $TWO; then
+  check "kubectl drain of ${REAL[1]} mid-eval: $DRAIN_RECORDS/$DRAIN_RECORDS answered once, 0 SANDBOX_ERROR, the PDB kept one executor Ready, the pool Ready again on ${REAL[0]}" \
+    eval_through_drain
+  check "kubectl uncordon ${REAL[1]}" "$K" uncordon "${REAL[1]}"
+fi
 
 # --- a pool says why its executors are not running (issue 31) --------------------------------
 # Each failure made to happen for real on the node, in a pool of its own: within 15 s of a pod

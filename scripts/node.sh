@@ -19,12 +19,17 @@ CNI_VERSION=v1.10.0
 COREDNS_MODULE=github.com/coredns/coredns@v1.15.0
 KUBE_ROUTER_VERSION=v2.1.0
 
-# Addresses: all inside the namespaces this script creates.
+# Addresses: all inside the namespaces this script creates. The first node's; node I (2, 3,
+# ...) has its own namespace, 10.250.(I-1).2 on a veth whose other end (10.250.(I-1).1) is in
+# the first node's namespace, and pods in 10.244.(I-1).0/24 (node_vars).
 NODE_NAME=sandpool-node
 NODE_IP=10.250.0.1        # the node's end of the veth (its InternalIP)
 OUTSIDE_IP=10.250.0.2     # the other end, in the "outside" namespace
 POD_CIDR=10.244.0.0/24
 CLUSTER_CIDR=10.244.0.0/16
+SERVICE_CIDR=10.96.0.0/16
+# Real nodes (SANDPOOL_REAL_NODES, `up --node`; 1 by default, at most 9).
+REAL_NODES=1
 DNS_IP=10.96.0.10         # the kube-dns Service (in the API server's 10.96.0.0/16)
 PAUSE_IMAGE=sandpool.dev/pause:1
 # Machine-wide sysctls the kubelet sets; their values are saved before it starts.
@@ -32,8 +37,36 @@ GLOBAL_SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops)
 # Host paths containerd, runc, CNI and iptables create outside the state directory; removed on
 # `down` only if they did not exist before `up`.
 HOST_PATHS=(/opt/containerd /run/containerd /run/nri /run/runc /run/xtables.lock /var/lib/cni /etc/cni
-  /var/log/containers)
+  /var/log/containers /var/lib/kubelet)
 NODE_COMPONENTS=(containerd kubelet kube-proxy coredns kube-router)
+# The daemons of each further node (their names take the suffix -I).
+NODE_EXTRA_COMPONENTS=(containerd kubelet kube-proxy kube-router)
+
+# node_vars I: the names, addresses and paths of real node I (1 is the first), as N_* globals.
+# The first node keeps the names a one-node cluster always had.
+node_vars() {
+  N_I="$1"
+  if (($1 == 1)); then
+    N_NAME="$NODE_NAME" N_IP="$NODE_IP" N_CIDR="$POD_CIDR" N_DIR="$STATE/node" N_NS="$NETNS" N_SUF=""
+    N_API=127.0.0.1
+  else
+    N_NAME="$NODE_NAME-$1" N_IP="10.250.$(($1 - 1)).2" N_CIDR="10.244.$(($1 - 1)).0/24"
+    N_DIR="$STATE/node-$1" N_NS="$NETNS-n$1" N_SUF="-$1"
+    # Its daemons reach the API server over the routed veth, at the first node's address.
+    N_API="$NODE_IP"
+  fi
+}
+
+# Every component of REAL_NODES nodes.
+node_components() {
+  local i c
+  echo "${NODE_COMPONENTS[@]}"
+  for ((i = 2; i <= REAL_NODES; i++)); do
+    for c in "${NODE_EXTRA_COMPONENTS[@]}"; do
+      echo "$c-$i"
+    done
+  done
+}
 
 # --- binaries ------------------------------------------------------------------------------
 
@@ -102,11 +135,37 @@ node_netns() {
   ip -n "$OUTNS" link set eth0 up
   # The outside answers pods directly (no masquerading), so it routes their range back.
   ip -n "$OUTNS" route add "$CLUSTER_CIDR" via "$NODE_IP"
+  # ... and the further nodes' addresses (10.250.I.0/24, behind the first node).
+  ip -n "$OUTNS" route add 10.250.0.0/16 via "$NODE_IP"
   # No default route: an address outside these namespaces is unreachable by construction.
   # Forwarding between the bridge and the node's addresses, and bridged traffic through
   # iptables/nftables (Service NAT and NetworkPolicy between pods on the same bridge); both
   # sysctls are per network namespace.
   in_netns sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+  echo "$NETNS" > "$STATE/node/netns-created"
+  echo "$OUTNS" >> "$STATE/node/netns-created"
+  local i gw
+  for ((i = 2; i <= REAL_NODES; i++)); do
+    node_vars "$i"
+    gw="10.250.$((i - 1)).1"
+    ip netns add "$N_NS"
+    echo "$N_NS" >> "$STATE/node/netns-created"
+    # A veth between the first node's namespace (nI) and this node's (eth0): the only link
+    # this node has, so it too reaches nothing outside these namespaces.
+    ip -n "$NETNS" link add "n$i" type veth peer name eth0 netns "$N_NS"
+    ip -n "$NETNS" addr add "$gw/24" dev "n$i"
+    ip -n "$NETNS" link set "n$i" up
+    ip -n "$N_NS" link set lo up
+    ip -n "$N_NS" addr add "$N_IP/24" dev eth0
+    ip -n "$N_NS" link set eth0 up
+    # Pod CIDRs per node, routed (no overlay): the first node's namespace is the hub.
+    ip -n "$NETNS" route add "$N_CIDR" via "$N_IP"
+    local net
+    for net in "$CLUSTER_CIDR" 10.250.0.0/16 "$SERVICE_CIDR"; do
+      ip -n "$N_NS" route add "$net" via "$gw"
+    done
+    nsenter --net="/run/netns/$N_NS" sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+  done
 }
 
 # The cgroup parent of every pod: below this machine's own memory cgroup (the only controller
@@ -115,8 +174,10 @@ node_cgroups() {
   local base ctrl dir path parent
   base="$(awk -F: '$2 == "memory" { print $3 }' /proc/self/cgroup)"
   base="${base%/}"
-  CGROUP_ROOT="$base/sandpool-node-$KEY"
-  echo "$CGROUP_ROOT" > "$STATE/node/cgroup-root"
+  # Each node its own cgroupRoot, so two kubelets never manage the same tree.
+  CGROUP_ROOT="$base/sandpool-node-$KEY$N_SUF"
+  mkdir -p "$N_DIR"
+  echo "$CGROUP_ROOT" > "$N_DIR/cgroup-root"
   for dir in /sys/fs/cgroup/*/; do
     ctrl="$(basename "$dir")"
     [[ -f "$dir/cgroup.procs" ]] || continue
@@ -126,7 +187,7 @@ node_cgroups() {
       # missing now are runc's to create and ours to remove.
       for part in ${CGROUP_ROOT//\// }; do
         path="$path/$part"
-        [[ -d "$path" ]] || echo "$path" >> "$STATE/node/cgroups-created"
+        [[ -d "$path" ]] || echo "$path" >> "$N_DIR/cgroups-created"
       done
       continue
     fi
@@ -136,7 +197,7 @@ node_cgroups() {
       path="$path/$part"
       if [[ ! -d "$path" ]]; then
         mkdir "$path"
-        echo "$path" >> "$STATE/node/cgroups-created"
+        echo "$path" >> "$N_DIR/cgroups-created"
         if [[ $ctrl == cpuset ]]; then
           cat "$parent/cpuset.cpus" > "$path/cpuset.cpus"
           cat "$parent/cpuset.mems" > "$path/cpuset.mems"
@@ -146,18 +207,9 @@ node_cgroups() {
   done
 }
 
-node_config() {
-  local n="$STATE/node" pki="$STATE/pki"
-  mkdir -p "$n/cni/net.d" "$n/cni/ipam" "$n/containerd" "$n/kubelet" "$n/pod-logs"
-  # The node's credentials: a client certificate the Node authorizer accepts (no bootstrap),
-  # and a serving certificate for kubectl logs/exec through the API server.
-  cert kubelet "system:node:$NODE_NAME" system:nodes "basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth"
-  cert kubelet-serving "$NODE_NAME" "" "basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=IP:$NODE_IP,DNS:$NODE_NAME"
+# What every node shares: the client certificates of kube-proxy, kube-router and CoreDNS
+# (one CoreDNS, on the first node) and CoreDNS's configuration.
+node_config_common() {
   local client='basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth'
@@ -166,8 +218,37 @@ extendedKeyUsage=clientAuth'
   # throwaway cluster an admin certificate saves two ClusterRoles.
   cert coredns sandpool-coredns system:masters "$client"
   cert kube-router sandpool-kube-router system:masters "$client"
-  for name in kubelet kube-proxy coredns kube-router; do
-    kubeconfig "$name"
+  kubeconfig coredns
+  cat > "$STATE/node/Corefile" <<EOF
+.:53 {
+  errors
+  kubernetes cluster.local in-addr.arpa ip6.arpa {
+    kubeconfig $STATE/coredns.kubeconfig sandpool-e2e
+    pods insecure
+    fallthrough in-addr.arpa ip6.arpa
+  }
+  cache 5
+}
+EOF
+}
+
+# The configuration of node N_I (node_vars): its credentials, CNI, containerd, kubelet and
+# kube-proxy, every path its own, so several nodes run side by side on one machine.
+node_config() {
+  local n="$N_DIR" pki="$STATE/pki" name
+  mkdir -p "$n/cni/net.d" "$n/cni/ipam" "$n/containerd" "$n/kubelet" "$n/pod-logs"
+  # The node's credentials: a client certificate the Node authorizer accepts (no bootstrap),
+  # and a serving certificate for kubectl logs/exec through the API server.
+  cert "kubelet$N_SUF" "system:node:$N_NAME" system:nodes "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+  cert "kubelet-serving$N_SUF" "$N_NAME" "" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:$N_IP,DNS:$N_NAME"
+  kubeconfig "kubelet$N_SUF" "kubelet$N_SUF" "$N_API"
+  for name in kube-proxy kube-router; do
+    kubeconfig "$name" "$name$N_SUF" "$N_API"
   done
 
   cat > "$n/cni/net.d/10-sandpool.conflist" <<EOF
@@ -179,7 +260,7 @@ extendedKeyUsage=clientAuth'
       "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
       "ipam": {
         "type": "host-local", "dataDir": "$n/cni/ipam",
-        "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]
+        "ranges": [[{"subnet": "$N_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
@@ -242,9 +323,9 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: $pki/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $pki/kubelet-serving.crt
-tlsPrivateKeyFile: $pki/kubelet-serving.key
-address: $NODE_IP
+tlsCertFile: $pki/kubelet-serving$N_SUF.crt
+tlsPrivateKeyFile: $pki/kubelet-serving$N_SUF.key
+address: $N_IP
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 clusterDomain: cluster.local
@@ -269,32 +350,21 @@ EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
-hostnameOverride: $NODE_NAME
+hostnameOverride: $N_NAME
 clusterCIDR: $CLUSTER_CIDR
-clientConnection: {kubeconfig: $STATE/kube-proxy.kubeconfig}
+clientConnection: {kubeconfig: $STATE/kube-proxy$N_SUF.kubeconfig}
 # 0: leave the machine-wide conntrack table size (and the timeouts) alone.
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
 EOF
-
-  cat > "$n/Corefile" <<EOF
-.:53 {
-  errors
-  kubernetes cluster.local in-addr.arpa ip6.arpa {
-    kubeconfig $STATE/coredns.kubeconfig sandpool-e2e
-    pods insecure
-    fallthrough in-addr.arpa ip6.arpa
-  }
-  cache 5
-}
-EOF
 }
 
 # Packs the pause binary as the sandbox image and imports it and each archive in
 # SANDPOOL_NODE_IMAGES (a directory of *.oci.tar, default target/images from scripts/images.sh).
+# Every node's containerd imports them at once (the executor image takes most of a minute).
 node_images() {
-  local ctr=("$NODE_BIN/ctr" --address "$STATE/node/containerd/containerd.sock" -n k8s.io) work
+  local work i pids=()
   work="$(mktemp -d "$STATE/node/pause.XXXXXX")"
   mkdir -p "$work/rootfs"
   install -m 0755 "$NODE_BIN/pause" "$work/rootfs/pause"
@@ -309,41 +379,69 @@ node_images() {
     "$work/oci/index.json" > "$work/index.json"
   mv "$work/index.json" "$work/oci/index.json"
   tar -C "$work/oci" -cf "$work/pause.tar" .
-  "${ctr[@]}" images import "$work/pause.tar" > /dev/null
-  rm -rf "$work"
-  local dir="${SANDPOOL_NODE_IMAGES:-$ROOT/target/images}" archive
-  for archive in "$dir"/*.oci.tar; do
-    [[ -f $archive ]] || die "no images in $dir: run scripts/images.sh first"
-    "${ctr[@]}" images import "$archive" > /dev/null || die "importing $archive failed"
+  local dir="${SANDPOOL_NODE_IMAGES:-$ROOT/target/images}"
+  compgen -G "$dir/*.oci.tar" > /dev/null || die "no images in $dir: run scripts/images.sh first"
+  for ((i = 1; i <= REAL_NODES; i++)); do
+    node_vars "$i"
+    node_import "$N_DIR/containerd/containerd.sock" "$work/pause.tar" "$dir"/*.oci.tar &
+    pids+=($!)
   done
-  "${ctr[@]}" images ls -q | grep -v '^sha256:' | sed 's/^/cluster: image /' >&2
+  for i in "${pids[@]}"; do
+    wait "$i" || die "importing the images failed"
+  done
+  rm -rf "$work"
+  "$NODE_BIN/ctr" --address "$STATE/node/containerd/containerd.sock" -n k8s.io images ls -q |
+    grep -v '^sha256:' | sed 's/^/cluster: image /' >&2
+}
+
+# node_import SOCKET ARCHIVE...: imports each archive into the containerd at SOCKET.
+node_import() {
+  local sock="$1" archive
+  shift
+  for archive in "$@"; do
+    "$NODE_BIN/ctr" --address "$sock" -n k8s.io images import "$archive" > /dev/null ||
+      { log "importing $archive into $sock failed"; return 1; }
+  done
 }
 
 # --- up and down ---------------------------------------------------------------------------
 
 # Starts the node's daemons, after the control plane is up in the namespace.
 node_up() {
-  local n="$STATE/node" s
+  local n="$STATE/node" s i
   # Save the machine-wide sysctls the kubelet will change (restored by node_down).
   for s in "${GLOBAL_SYSCTLS[@]}"; do
     echo "$s=$(sysctl -n "$s")"
   done > "$n/sysctls.saved"
-  start containerd "$NODE_BIN/containerd" --config "$n/containerd/config.toml"
-  wait_until 60 "containerd" "$NODE_BIN/ctr" --address "$n/containerd/containerd.sock" version
+  for ((i = 1; i <= REAL_NODES; i++)); do
+    node_vars "$i"
+    START_NETNS="$N_NS" start "containerd$N_SUF" "$NODE_BIN/containerd" --config "$N_DIR/containerd/config.toml"
+  done
+  for ((i = 1; i <= REAL_NODES; i++)); do
+    node_vars "$i"
+    wait_until 60 "containerd$N_SUF" "$NODE_BIN/ctr" --address "$N_DIR/containerd/containerd.sock" version
+  done
   node_images
 
-  start kubelet "$BIN/kubelet" --config="$n/kubelet/config.yaml" \
-    --kubeconfig="$STATE/kubelet.kubeconfig" --root-dir="$n/kubelet/root" \
-    --cert-dir="$n/kubelet/pki" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" \
-    --node-labels="sandpool.dev/node=real"
-  wait_until 120 "the node $NODE_NAME to register" kubectl get node "$NODE_NAME"
-  # kube-router reads the node's pod CIDR (no controller allocates one here).
-  kubectl patch node "$NODE_NAME" --type=merge \
-    -p "{\"spec\":{\"podCIDR\":\"$POD_CIDR\",\"podCIDRs\":[\"$POD_CIDR\"]}}" > /dev/null
-  start kube-proxy "$BIN/kube-proxy" --config="$n/kube-proxy.yaml"
-  start kube-router "$NODE_BIN/kube-router" --kubeconfig="$STATE/kube-router.kubeconfig" \
-    --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
-    --hostname-override="$NODE_NAME"
+  for ((i = 1; i <= REAL_NODES; i++)); do
+    node_vars "$i"
+    START_NETNS="$N_NS" start "kubelet$N_SUF" "$BIN/kubelet" --config="$N_DIR/kubelet/config.yaml" \
+      --kubeconfig="$STATE/kubelet$N_SUF.kubeconfig" --root-dir="$N_DIR/kubelet/root" \
+      --cert-dir="$N_DIR/kubelet/pki" --hostname-override="$N_NAME" --node-ip="$N_IP" \
+      --node-labels="sandpool.dev/node=real"
+  done
+  for ((i = 1; i <= REAL_NODES; i++)); do
+    node_vars "$i"
+    wait_until 120 "the node $N_NAME to register" kubectl get node "$N_NAME"
+    # kube-router reads the node's pod CIDR (no controller allocates one here).
+    kubectl patch node "$N_NAME" --type=merge \
+      -p "{\"spec\":{\"podCIDR\":\"$N_CIDR\",\"podCIDRs\":[\"$N_CIDR\"]}}" > /dev/null
+    START_NETNS="$N_NS" start "kube-proxy$N_SUF" "$BIN/kube-proxy" --config="$N_DIR/kube-proxy.yaml"
+    START_NETNS="$N_NS" start "kube-router$N_SUF" "$NODE_BIN/kube-router" \
+      --kubeconfig="$STATE/kube-router$N_SUF.kubeconfig" \
+      --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
+      --hostname-override="$N_NAME"
+  done
   start coredns "$NODE_BIN/coredns" -conf "$n/Corefile"
   # The kubelet's clusterDNS: a Service without a selector, its endpoint CoreDNS on the node.
   kubectl apply -f - > /dev/null <<EOF
@@ -371,25 +469,30 @@ ports:
   - {name: dns, port: 53, protocol: UDP}
   - {name: dns-tcp, port: 53, protocol: TCP}
 EOF
-  wait_until 120 "the node $NODE_NAME to be Ready" \
-    kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
+  for ((i = 1; i <= REAL_NODES; i++)); do
+    node_vars "$i"
+    wait_until 120 "the node $N_NAME to be Ready" kubectl wait --for=condition=Ready "node/$N_NAME" --timeout=1s
+  done
 }
 
 # Stops the node and removes every trace of it: processes (pods, shims, daemons), mounts,
 # cgroups, namespaces, host paths, and the machine-wide sysctls as they were.
 node_down() {
-  local n="$STATE/node" root dir pid exe mp
+  local n="$STATE/node" root dir pid exe mp nd ns
   [[ -d "$n" ]] || return 0
+  # Every node's directory (node, node-2, ...): each has its own cgroup root.
+  local dirs=("$STATE"/node "$STATE"/node-[0-9]*)
   # Pods' processes: every process in the pods' cgroups (memory hierarchy: the nesting one).
-  if [[ -f "$n/cgroup-root" ]]; then
-    root="/sys/fs/cgroup/memory$(cat "$n/cgroup-root")"
-    if [[ -d "$root" ]]; then
-      for _ in 1 2 3; do
+  for _ in 1 2 3; do
+    for nd in "${dirs[@]}"; do
+      [[ -f "$nd/cgroup-root" ]] || continue
+      root="/sys/fs/cgroup/memory$(cat "$nd/cgroup-root")"
+      if [[ -d "$root" ]]; then
         find "$root" -name cgroup.procs -exec cat {} + 2> /dev/null | xargs -r kill -KILL 2> /dev/null || true
-        sleep 0.3
-      done
-    fi
-  fi
+      fi
+    done
+    sleep 0.3
+  done
   # containerd's shims leave its process group: found by their executable.
   if [[ -f "$n/node-bin" ]]; then
     local shim
@@ -407,7 +510,7 @@ node_down() {
       umount "$mp" 2> /dev/null || umount -l "$mp" 2> /dev/null || true
     done < <(awk -v s="$STATE/" 'index($5, s) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
   done
-  for ns in "$NETNS" "$OUTNS"; do
+  for ns in "$NETNS" "$OUTNS" $(cat "$n/netns-created" 2> /dev/null); do
     [[ -e "/run/netns/$ns" ]] && ip netns del "$ns" 2> /dev/null || true
   done
   if [[ -f "$n/run-netns-created" ]] && [[ -z "$(ls -A /run/netns 2> /dev/null)" ]]; then
@@ -415,24 +518,26 @@ node_down() {
     rmdir /run/netns 2> /dev/null || true
   fi
   # cgroups: the pods' first (deepest first), then the levels this script created.
-  if [[ -f "$n/cgroup-root" ]]; then
-    root="$(cat "$n/cgroup-root")"
-    for _ in 1 2 3 4 5; do
-      for dir in /sys/fs/cgroup/*/; do
-        if [[ -d "$dir$root" ]]; then
-          find "$dir$root" -mindepth 1 -depth -type d -exec rmdir {} + 2> /dev/null || true
-        fi
+  for nd in "${dirs[@]}"; do
+    if [[ -f "$nd/cgroup-root" ]]; then
+      root="$(cat "$nd/cgroup-root")"
+      for _ in 1 2 3 4 5; do
+        for dir in /sys/fs/cgroup/*/; do
+          if [[ -d "$dir$root" ]]; then
+            find "$dir$root" -mindepth 1 -depth -type d -exec rmdir {} + 2> /dev/null || true
+          fi
+        done
+        sleep 0.2
       done
-      sleep 0.2
-    done
-  fi
-  if [[ -f "$n/cgroups-created" ]]; then
-    sort -r "$n/cgroups-created" | while read -r dir; do
-      if [[ -d $dir ]]; then
-        rmdir "$dir" 2> /dev/null || log "could not remove cgroup $dir"
-      fi
-    done
-  fi
+    fi
+  done
+  # The levels created, every node's together, deepest first: the first node created the
+  # levels above the machine's own cgroup that the others then shared.
+  cat "$STATE"/node*/cgroups-created 2> /dev/null | sort -r -u | while read -r dir; do
+    if [[ -d $dir ]]; then
+      rmdir "$dir" 2> /dev/null || log "could not remove cgroup $dir"
+    fi
+  done
   if [[ -f "$n/host-paths-absent" ]]; then
     while read -r p; do
       rm -rf "$p"

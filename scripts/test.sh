@@ -45,10 +45,11 @@ disk "before the node"
 # the pods' e2e. An image or a node that cannot be built fails the run; nothing here skips.
 scripts/cluster.sh down
 scripts/images.sh
-scripts/cluster.sh up --node
+# Two real nodes: the e2e adds the checks only two show (spread, cross-node policy, a drain).
+SANDPOOL_REAL_NODES=2 scripts/cluster.sh up --node
 scripts/node-e2e.sh
 
 echo "Kubernetes e2e: operator_e2e, chart_e2e and operator_policy_e2e ran against the real control plane" \
   "($("$(dirname "$SANDPOOL_E2E_KUBECTL")/kube-apiserver" --version), kwok nodes) and passed"
-echo "Real node: node-e2e ran this build's executor and operator images as pods (kubelet, containerd, runc, kube-router) and passed"
+echo "Real nodes: node-e2e ran this build's executor and operator images as pods on two real nodes (kubelet, containerd, runc, kube-router) and passed"
 echo "cgroup v2: executor_cgroup2_vm ran the executor in a QEMU guest on $(basename "$(ls /boot/vmlinuz-* | sort -V | tail -1)") and passed"

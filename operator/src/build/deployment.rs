@@ -4,7 +4,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy,
 use k8s_openapi::api::core::v1::{
     AppArmorProfile, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, GRPCAction,
     KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    SecretVolumeSource, SecurityContext, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -172,6 +172,7 @@ pub fn deployment(pool: &ResolvedPool) -> Deployment {
         node_selector: (!pool.node_selector.is_empty()).then(|| pool.node_selector.clone()),
         affinity: pool.affinity.clone(),
         tolerations: (!tolerations.is_empty()).then_some(tolerations),
+        topology_spread_constraints: Some(vec![spread_over_nodes(pool)]),
         image_pull_secrets: (!pool.image_pull_secrets.is_empty()).then(|| pool.image_pull_secrets.clone()),
         security_context: pod_security_context(pool.isolation),
         containers: vec![container(pool)],
@@ -198,6 +199,24 @@ pub fn deployment(pool: &ResolvedPool) -> Deployment {
             },
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// Spreads a pool's pods over nodes, so that one node going (a drain, a crash) takes only its
+/// share of the pool. A preference, not a rule: a one-node cluster (or a pool with more pods
+/// than nodes) still schedules every pod. `pod-template-hash` counts each ReplicaSet on its
+/// own, so a rollout's new pods spread too instead of landing beside the old ones.
+fn spread_over_nodes(pool: &ResolvedPool) -> TopologySpreadConstraint {
+    TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: "kubernetes.io/hostname".to_owned(),
+        when_unsatisfiable: "ScheduleAnyway".to_owned(),
+        label_selector: Some(LabelSelector {
+            match_labels: Some(labels::selector_labels(&pool.name)),
+            ..Default::default()
+        }),
+        match_label_keys: Some(vec!["pod-template-hash".to_owned()]),
         ..Default::default()
     }
 }

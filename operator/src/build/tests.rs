@@ -306,6 +306,7 @@ fn deployment_for_the_issue_example_is_exact() {
                         "nodeSelector": {"pool": "sandbox"},
                         "affinity": spec["affinity"],
                         "tolerations": spec["tolerations"],
+                        "topologySpreadConstraints": [spread()],
                         "imagePullSecrets": [{"name": "regcred"}],
                         "containers": [container],
                         "volumes": [{"name": "work", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
@@ -314,6 +315,39 @@ fn deployment_for_the_issue_example_is_exact() {
             },
         })
     );
+}
+
+/// The topology spread every executor pod gets.
+fn spread() -> Value {
+    json!({
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": selector()},
+        "matchLabelKeys": ["pod-template-hash"],
+    })
+}
+
+#[test]
+fn executor_pods_spread_over_nodes_by_default_but_never_wait_for_one() {
+    // A pool that says nothing of scheduling, and one pinned to labelled nodes: both spread
+    // over hostnames, and a single node (ScheduleAnyway) still takes every pod.
+    for spec in [example(), {
+        let mut s = example();
+        s["nodeSelector"] = json!({"pool": "sandbox"});
+        s
+    }] {
+        let d = to_json(&deployment(&resolved(spec)));
+        assert_eq!(
+            d["spec"]["template"]["spec"]["topologySpreadConstraints"],
+            json!([spread()])
+        );
+        // The spread selects exactly the Deployment's own pods.
+        assert_eq!(
+            d["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"],
+            d["spec"]["selector"]
+        );
+    }
 }
 
 #[test]
