@@ -596,7 +596,7 @@ def report(r, check):
         (f"writes in {r.get('quiet_s')} s at rest (lease / other)", f"{r.get('quiet_writes_lease')} / {r.get('quiet_writes_not_lease')}"),
         ("resync after restart (s) / writes", f"{r.get('restart_resync_s')} / {r.get('restart_writes_not_lease')}"),
         ("Events per pool (max one pool)", f"{r.get('events_per_pool')} ({r.get('events_max_one_pool')})"),
-        ("leader transitions (fill and rest, one replica)", r.get("leader_transitions")),
+        ("leader transitions (fill and rest)", r.get("leader_transitions")),
         ("operator CPU (s) / peak RSS (MiB)", f"{r.get('cpu_s')} / {r.get('peak_rss_mib')}"),
         ("load average (start / end)", f"{r['load_1m_start']:.1f} / {r.get('load_1m_end', 0):.1f}"),
     ]
