@@ -12,7 +12,8 @@ measures, phase by phase:
   quiet     writes in QUIET seconds at rest (goal: only the leader Lease)
   restart   the operator restarted at full size: seconds until it has reconciled every pool
             again, and its writes meanwhile (goal: 0 for unchanged pools)
-  change    every pool's spec changed once: writes per pool changed
+  change    every pool's spec changed once (--change scale: one more replica; rollout: a
+            new pod template): writes per pool changed
   delete    every pool deleted: writes per pool deleted
   failover  (--failover) two replicas; the leader is killed (SIGKILL) mid-fill, the standby
             finishes; no child duplicated or orphaned, and exactly one leader transition
@@ -372,7 +373,7 @@ def not_lease(writes):
 # --- phases ----------------------------------------------------------------------------------
 
 
-def pool_items(args, namespaces, generation_note="1"):
+def pool_items(args, namespaces, generation_note="1", extra_replicas=0):
     items = []
     for i in range(args.pools):
         ns = namespaces[i % len(namespaces)]
@@ -382,7 +383,7 @@ def pool_items(args, namespaces, generation_note="1"):
                 "kind": "SandboxPool",
                 "metadata": {"name": f"pool-{i}", "namespace": ns, "labels": {LABEL: "1"}},
                 "spec": {
-                    "replicas": args.replicas,
+                    "replicas": args.replicas + extra_replicas,
                     # Small requests: kwok nodes have room for pods (110 each), not for real CPUs.
                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
                     "limits": {"wallTime": f"{generation_note}0s"},
@@ -547,7 +548,12 @@ def run(args):
             # change
             log("change: every pool's spec once")
             tc = now()
-            apply_list(pool_items(args, namespaces, generation_note="2"))
+            # scale: one more replica each (cheap); rollout: a new pod template, every pod
+            # replaced at the controller-manager's pace (minutes at 1,000 pods here).
+            if args.change == "rollout":
+                apply_list(pool_items(args, namespaces, generation_note="2"))
+            else:
+                apply_list(pool_items(args, namespaces, extra_replicas=1))
             results["change_ready_s"] = round(wait_pools(args.pools, args.timeout, ops), 1)
             audit.wait_quiet(args.settle, args.timeout)
             change = audit.writes(tc, now())
@@ -635,6 +641,8 @@ def main():
     p.add_argument("--quiet", type=int, default=60, help="seconds at rest to count writes in")
     p.add_argument("--settle", type=int, default=8, help="seconds without operator writes that end a phase")
     p.add_argument("--timeout", type=int, default=900, help="seconds any phase may take")
+    p.add_argument("--change", choices=["scale", "rollout"], default="scale",
+                   help="the change phase: one more replica per pool, or a new pod template")
     p.add_argument("--failover", action="store_true", help="two replicas; kill the leader mid-fill")
     p.add_argument("--operator", help="sandpool-operator binary (default target/release, then target/debug)")
     p.add_argument("--check", action="store_true", help="exit 1 when a write budget regresses")
