@@ -313,6 +313,17 @@ wait_until() {
   done
 }
 
+# nodes_ready N: whether N kwok nodes report Ready, from one list. (`kubectl wait` shares its
+# --timeout across the objects it waits for, one watch after another, so a short timeout over
+# many nodes never succeeds on a loaded machine, however Ready they are.)
+nodes_ready() {
+  local ready
+  ready="$(kubectl get nodes -l type=kwok \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' \
+    | grep -cx True)" || return 1
+  ((ready == $1))
+}
+
 healthy() {
   # The mode asked for must be the mode running.
   [[ "$(cat "$STATE/mode" 2> /dev/null || echo kwok)" == "$($NODE && echo node || echo kwok)" ]] || return 1
@@ -403,8 +414,11 @@ up() {
   # With a real node, fake nodes are tainted so that only pods that ask go there.
   local taints="[]"
   $NODE && taints='[{key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}]'
-  for i in $(seq 0 $((NODES - 1))); do
-    kubectl apply -f - > /dev/null <<EOF
+  # One apply for every node: a kubectl process per node costs seconds each at 100 nodes.
+  if ((NODES > 0)); then
+    for i in $(seq 0 $((NODES - 1))); do
+      cat <<EOF
+---
 apiVersion: v1
 kind: Node
 metadata:
@@ -420,10 +434,8 @@ metadata:
 spec:
   taints: $taints
 EOF
-  done
-  if ((NODES > 0)); then
-    wait_until 120 "$NODES fake node(s) to be Ready" \
-      kubectl wait --for=condition=Ready node -l type=kwok --timeout=1s
+    done | kubectl apply -f - > /dev/null
+    wait_until 120 "$NODES fake node(s) to be Ready" nodes_ready "$NODES"
   fi
   if $NODE; then
     node_up

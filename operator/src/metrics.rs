@@ -59,7 +59,9 @@ impl Default for Metrics {
         Self {
             reconciles: Counter::default(),
             reconcile_errors: Family::default(),
-            reconcile_duration: Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            reconcile_duration: Histogram::new([
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
             child_writes: Family::default(),
             status_writes: Counter::default(),
             leader: Gauge::default(),
