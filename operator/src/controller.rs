@@ -179,6 +179,7 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
             ),
         }
     }
+    metrics.pool_ready.watch(Some(controller.store()));
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
@@ -191,6 +192,7 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
         .await;
 
     metrics.leader.set(0);
+    metrics.pool_ready.watch(None);
     let lost_leadership = lost_rx.borrow_and_update().to_owned();
     if let Some(leadership) = leadership {
         leadership.release().await;

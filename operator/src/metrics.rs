@@ -1,13 +1,19 @@
-//! Prometheus metrics of the reconcile loop.
+//! Prometheus metrics of the reconcile loop, and each pool's readiness.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::crd::SandboxPool;
 
 /// Labels of [`Metrics::reconcile_errors`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,6 +40,48 @@ pub struct PoolLabels {
     pub pool: String,
 }
 
+/// `sandpool_operator_pool_ready`: 1 per pool whose Ready condition is True, 0 per pool
+/// that is not (or has no status yet). Read from the controller's cache at each scrape, so
+/// a deleted pool's series goes with it; no series while this replica does not lead.
+#[derive(Clone, Debug, Default)]
+pub struct PoolReadiness {
+    store: Arc<Mutex<Option<Store<SandboxPool>>>>,
+}
+
+impl PoolReadiness {
+    /// Reports the pools of `store` (the leader's controller cache); `None` reports none.
+    pub fn watch(&self, store: Option<Store<SandboxPool>>) {
+        *self.store.lock().unwrap_or_else(|e| e.into_inner()) = store;
+    }
+}
+
+impl Collector for PoolReadiness {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let family = Family::<PoolLabels, Gauge>::default();
+        if let Some(store) = self.store.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            for pool in store.state() {
+                let ready = pool.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == crate::status::READY && c.status == "True")
+                });
+                let labels = PoolLabels {
+                    namespace: pool.namespace().unwrap_or_default(),
+                    pool: pool.name_any(),
+                };
+                family.get_or_create(&labels).set(i64::from(ready));
+            }
+        }
+        let metric = encoder.encode_descriptor(
+            "pool_ready",
+            "1 while a pool's Ready condition is True, else 0 (reported by the leader only)",
+            None,
+            family.metric_type(),
+        )?;
+        family.encode(metric)
+    }
+}
+
 /// Every metric the operator exports.
 #[derive(Clone)]
 pub struct Metrics {
@@ -52,6 +100,8 @@ pub struct Metrics {
     /// Sessions open on a pool's pods, as the custom metrics API reported them at the last
     /// reconcile; no series while that API does not report them (never a stale value).
     pub pool_sessions_open: Family<PoolLabels, Gauge>,
+    /// Each pool's readiness, from the controller's cache.
+    pub pool_ready: PoolReadiness,
 }
 
 impl Default for Metrics {
@@ -66,6 +116,7 @@ impl Default for Metrics {
             status_writes: Counter::default(),
             leader: Gauge::default(),
             pool_sessions_open: Family::default(),
+            pool_ready: PoolReadiness::default(),
         }
     }
 }
@@ -105,6 +156,7 @@ impl Metrics {
             "Sessions open on a pool's executor pods, from the custom metrics API (absent when it does not report them)",
             self.pool_sessions_open.clone(),
         );
+        r.register_collector(Box::new(self.pool_ready.clone()));
     }
 
     /// Records a pool's open sessions, or removes its series when they are unknown.
@@ -194,5 +246,66 @@ mod tests {
         let out = text(&registry);
         assert!(!out.contains("pool=\"agents\""), "{out}");
         assert!(out.contains("pool=\"python\"} 0"), "{out}");
+    }
+
+    #[test]
+    fn pool_readiness_follows_the_cache_and_forgets_deleted_pools() {
+        use kube::runtime::reflector::store;
+        use kube::runtime::watcher::Event;
+        use serde_json::json;
+
+        let pool = |name: &str, ready: Option<&str>| -> SandboxPool {
+            let mut value = json!({
+                "apiVersion": "sandpool.dev/v1alpha1",
+                "kind": "SandboxPool",
+                "metadata": {"name": name, "namespace": "evals"},
+                "spec": {},
+            });
+            if let Some(ready) = ready {
+                value["status"] = json!({"conditions": [{
+                    "type": "Ready", "status": ready, "reason": "R", "message": "",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }]});
+            }
+            serde_json::from_value(value).expect("pool parses")
+        };
+        let metrics = Metrics::default();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let text = |registry: &Registry| {
+            let mut text = String::new();
+            encode(&mut text, registry).expect("metrics encode");
+            text
+        };
+        // Not leading: the metric is described, with no series.
+        let out = text(&registry);
+        assert!(out.contains("# TYPE sandpool_operator_pool_ready gauge"), "{out}");
+        assert!(!out.contains("sandpool_operator_pool_ready{"), "{out}");
+
+        let (reader, mut writer) = store::<SandboxPool>();
+        metrics.pool_ready.watch(Some(reader));
+        writer.apply_watcher_event(&Event::Apply(pool("up", Some("True"))));
+        writer.apply_watcher_event(&Event::Apply(pool("down", Some("False"))));
+        writer.apply_watcher_event(&Event::Apply(pool("new", None)));
+        let out = text(&registry);
+        assert!(
+            out.contains("sandpool_operator_pool_ready{namespace=\"evals\",pool=\"up\"} 1"),
+            "{out}"
+        );
+        assert!(
+            out.contains("sandpool_operator_pool_ready{namespace=\"evals\",pool=\"down\"} 0"),
+            "{out}"
+        );
+        assert!(
+            out.contains("sandpool_operator_pool_ready{namespace=\"evals\",pool=\"new\"} 0"),
+            "{out}"
+        );
+
+        writer.apply_watcher_event(&Event::Delete(pool("down", Some("False"))));
+        let out = text(&registry);
+        assert!(!out.contains("pool=\"down\""), "{out}");
+
+        metrics.pool_ready.watch(None);
+        assert!(!text(&registry).contains("sandpool_operator_pool_ready{"));
     }
 }

@@ -52,3 +52,19 @@ numbers are printed as integers (never "1e+06" or "%!s(int64=1)"), and 0 is a ta
 {{- define "sandpool.executorImage" -}}
 {{- printf "%s:%s" .Values.executor.image.repository (include "sandpool.tag" (dict "tag" .Values.executor.image.tag "default" .Chart.AppVersion)) -}}
 {{- end -}}
+
+{{/*
+Where the executors' and gateways' ServiceMonitors look for pools: the release namespace,
+or in cluster-wide mode the watched namespaces (all when none are listed).
+*/}}
+{{- define "sandpool.monitorNamespaces" -}}
+namespaceSelector:
+{{- if not .Values.watch.clusterWide }}
+  matchNames: [{{ .Release.Namespace | quote }}]
+{{- else if .Values.watch.namespaces }}
+  matchNames:
+    {{- toYaml .Values.watch.namespaces | nindent 4 }}
+{{- else }}
+  any: true
+{{- end }}
+{{- end }}
