@@ -112,9 +112,12 @@ impl SessionManager {
             true => policy.spares.min(seats.saturating_sub(policy.max_sessions.min(seats))),
             false => 0,
         };
-        if namespaces {
-            policy.max_sessions = policy.max_sessions.min(seats - spare_count);
-        }
+        // Outside namespaces mode every create is refused (runs share one uid): a capacity
+        // of none, not one the executor would refuse.
+        policy.max_sessions = match namespaces {
+            true => policy.max_sessions.min(seats - spare_count),
+            false => 0,
+        };
         let metrics = engine.metrics();
         metrics.session_capacity.set(policy.max_sessions as i64);
         metrics
