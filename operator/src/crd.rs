@@ -49,6 +49,16 @@ const QUANTITY_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+// Restricted runs share one uid, so a session's files and processes could not be kept from
+// the pool's other runs: the executor refuses every session there (docs/sessions.md). The
+// operator refuses the same when the mode comes from its `--default-isolation`, which this
+// rule cannot see (`resolve::restricted`).
+#[x_kube(
+    validation = Rule::new("!has(self.isolation) || !has(self.isolation.mode) || self.isolation.mode != 'restricted' || !has(self.sessions) || self.sessions.maxPerPod == 0")
+        .message("spec.sessions: isolation mode restricted serves no sessions (its runs share one uid, so a session's files and processes could not be kept from other runs); leave spec.sessions out, set maxPerPod: 0, or use isolation mode namespaces")
+        .field_path(".sessions")
+        .reason(Reason::FieldValueForbidden)
+)]
 pub struct SandboxPoolSpec {
     /// Number of executor pods.
     #[serde(default = "default_replicas")]

@@ -44,6 +44,8 @@ async fn a_restricted_executor_refuses_sessions_clearly() {
         .expect_err("a restricted executor made a session");
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     assert!(e.message().contains("namespaces"), "{}", e.message());
+    // Nor does it claim a capacity it would refuse (the operator's status, autoscalers).
+    assert_eq!(exe.metric("sandpool_session_capacity"), 0.0);
 }
 
 async fn create(c: &mut Client, language: &str, limits: Option<pb::SessionLimits>) -> pb::CreateSessionResponse {

@@ -1288,3 +1288,91 @@ async fn an_http_pool_gets_a_gateway_that_goes_when_turned_off() {
     );
     drop(operator);
 }
+
+/// Restricted executors refuse every session (one uid for every run): a restricted pool that
+/// asks for sessions is refused by the API server when it names the mode (the CRD's CEL
+/// rule), and reported by the operator when the mode is the operator's default, which the
+/// rule cannot see. Neither renders a session capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restricted_pools_with_sessions_are_refused_with_a_reason() {
+    let Some(setup) = Setup::new("e2e-restricted-sessions", privileged()).await else {
+        return;
+    };
+    let mut spec = pool_spec(1);
+    spec["isolation"] = json!({"mode": "restricted"});
+    spec["sessions"] = json!({"maxPerPod": 8});
+    let manifest = setup.dir.path().join("restricted-sessions.json");
+    let pool = json!({
+        "apiVersion": "sandpool.dev/v1alpha1", "kind": "SandboxPool",
+        "metadata": {"name": "named", "namespace": setup.ns.name},
+        "spec": spec,
+    });
+    std::fs::write(&manifest, pool.to_string()).expect("manifest writes");
+    let applied = setup.cluster.kubectl_as(
+        &setup.cluster.kubeconfig,
+        &["apply", "-f", manifest.to_str().expect("utf-8 path")],
+    );
+    let stderr = String::from_utf8_lossy(&applied.stderr);
+    assert!(!applied.status.success(), "kubectl apply must be refused");
+    for words in [
+        "spec.sessions",
+        "isolation mode restricted serves no sessions",
+        "share one uid",
+    ] {
+        assert!(stderr.contains(words), "{words:?} not in kubectl's refusal: {stderr}");
+    }
+    assert!(
+        setup
+            .api::<SandboxPool>()
+            .get_opt("named")
+            .await
+            .expect("reads")
+            .is_none(),
+        "nothing was stored"
+    );
+    // Without sessions the same pool is admitted.
+    spec["sessions"] = json!({"maxPerPod": 0});
+    setup.create_pool("named", spec).await;
+
+    // The operator's default mode is restricted: the pool passes admission, then is refused.
+    let operator = Operator::start_with_env(
+        &setup.operator_kubeconfig,
+        Some(&setup.ns.name),
+        &setup.ns.name,
+        "op-a",
+        setup.dir.path(),
+        &[("SANDPOOL_DEFAULT_ISOLATION".into(), "restricted".into())],
+    );
+    let mut by_default = pool_spec(1);
+    by_default["sessions"] = json!({"maxPerPod": 8});
+    setup.create_pool("defaulted", by_default).await;
+    let pools = setup.api::<SandboxPool>();
+    wait_for("Ready=False with reason InvalidSpec", TIMEOUT, || async {
+        pools.get("defaulted").await.is_ok_and(|p| {
+            condition(&p, "Ready").is_some_and(|c| {
+                c.status == "False"
+                    && c.reason == "InvalidSpec"
+                    && c.message.starts_with("spec.sessions: ")
+                    && c.message.contains("--default-isolation")
+            })
+        })
+    })
+    .await;
+    wait_for_warning(&setup, "defaulted", "InvalidSpec", "serves no sessions").await;
+    let refused = pools.get("defaulted").await.expect("reads");
+    assert!(
+        refused.status.and_then(|s| s.sessions).is_none(),
+        "a refused pool renders no session capacity"
+    );
+    assert!(
+        setup
+            .api::<Deployment>()
+            .get_opt("defaulted")
+            .await
+            .expect("reads")
+            .is_none(),
+        "a refused pool gets no children"
+    );
+    setup.wait_ready("named", 1, &operator).await;
+    drop(operator);
+}

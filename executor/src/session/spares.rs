@@ -9,8 +9,10 @@
 //! One older than [`MAX_AGE`] is ended and replaced: its run's wall-time backstop counts
 //! from its start, not from the session's.
 
+use super::files::make_work;
 use super::repl::{self, Repl};
-use super::{SeatGuard, SessionManager, make_work, procs};
+use super::seats::{KILL_WAIT, SeatGuard};
+use super::{SessionManager, procs};
 use crate::admission::{Admit, Ticket};
 use crate::limits::Limits;
 use crate::sandbox::WorkDir;
@@ -125,7 +127,7 @@ impl SessionManager {
             held.push(s.seat);
         }
         let seats: Vec<(usize, u32)> = held.iter().map(|g| (g.index, base + g.index as u32)).collect();
-        let left = procs::wait_gone(&self.engine, &seats, super::KILL_WAIT).await;
+        let left = procs::wait_gone(&self.engine, &seats, KILL_WAIT).await;
         for g in held {
             if left.contains(&(base + g.index as u32)) {
                 tracing::error!(

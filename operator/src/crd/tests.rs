@@ -185,3 +185,36 @@ fn cel_bounds_idle_memory_and_a_budget_without_sessions() {
         "{err}"
     );
 }
+
+#[test]
+fn cel_refuses_sessions_in_a_restricted_pool() {
+    let p = pool(json!({"isolation": {"mode": "restricted"}, "sessions": {"maxPerPod": 4}}));
+    let err = format!("{:?}", validate_cel(&p).expect_err("CEL must reject"));
+    assert!(
+        err.contains("isolation mode restricted serves no sessions (its runs share one uid"),
+        "{err}"
+    );
+    for ok in [
+        json!({"isolation": {"mode": "restricted"}, "sessions": {"maxPerPod": 0}}),
+        json!({"isolation": {"mode": "restricted"}}),
+        json!({"isolation": {"mode": "namespaces"}, "sessions": {"maxPerPod": 4}}),
+        json!({"isolation": {"runtimeClassName": "gvisor"}, "sessions": {"maxPerPod": 4}}),
+        json!({"sessions": {"maxPerPod": 4}}),
+    ] {
+        let p = pool(json!(ok));
+        assert!(validate_cel(&p).is_ok(), "{ok}: {:?}", validate_cel(&p));
+    }
+    // The API server reports it at the field, as forbidden.
+    let crd = serde_json::to_value(SandboxPool::crd()).expect("CRD serializes");
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let rule = spec["x-kubernetes-validations"]
+        .as_array()
+        .and_then(|rules| {
+            rules
+                .iter()
+                .find(|r| r["rule"].as_str().is_some_and(|r| r.contains("restricted")))
+        })
+        .expect("the rule is in the CRD");
+    assert_eq!(rule["fieldPath"], ".sessions");
+    assert_eq!(rule["reason"], "FieldValueForbidden");
+}

@@ -17,6 +17,7 @@ pub const SECURITY_ANNOTATION_PREFIXES: [&str; 3] = [
 /// What `restricted` mode cannot honour. Its pod must stay inside Pod Security "restricted"
 /// and keep the confinement the executor adds, so nothing in the spec may loosen either.
 /// The CRD offers no volumes, host options or identities, so these are the only ways in.
+/// Nor may it ask for sessions, which restricted executors refuse.
 pub(super) fn check_restricted(spec: &SandboxPoolSpec, from_default: bool) -> Result<(), InvalidSpec> {
     let mode = if from_default {
         "isolation mode restricted (the operator's --default-isolation)"
@@ -28,6 +29,16 @@ pub(super) fn check_restricted(spec: &SandboxPoolSpec, from_default: bool) -> Re
             "spec.gpu",
             format!(
                 "GPU pools need isolation mode namespaces: {mode} gives runs no GPU devices; set spec.isolation.mode: namespaces"
+            ),
+        ));
+    }
+    // The CRD refuses this when the pool names the mode; here for the operator's default
+    // mode, and for pools stored before that rule (a condition and an Event say so).
+    if spec.sessions.as_ref().is_some_and(|s| s.max_per_pod > 0) {
+        return Err(InvalidSpec::new(
+            "spec.sessions",
+            format!(
+                "{mode} serves no sessions: its runs share one uid, so a session's files and processes could not be kept from other runs (the executor refuses every session there); leave spec.sessions out, set maxPerPod: 0, or set spec.isolation.mode: namespaces"
             ),
         ));
     }

@@ -440,6 +440,33 @@ fn a_restricted_default_names_itself_when_it_refuses() {
 }
 
 #[test]
+fn restricted_pools_serve_no_sessions() {
+    let e = resolve_spec(json!({"isolation": {"mode": "restricted"}, "sessions": {"maxPerPod": 8}}))
+        .expect_err("restricted executors refuse every session");
+    assert_eq!(e.field, "spec.sessions");
+    for words in ["share one uid", "maxPerPod: 0", "namespaces"] {
+        assert!(e.message.contains(words), "{words:?} not in {e}");
+    }
+    // From the operator's default mode, which the CRD's rule cannot see: named as such.
+    let defaults = PoolDefaults {
+        isolation: IsolationMode::Restricted,
+        ..PoolDefaults::default()
+    };
+    let e = resolve(&pool(json!({"sessions": {"maxPerPod": 8}})), &defaults, "default").expect_err("refused");
+    assert_eq!(e.field, "spec.sessions");
+    assert!(e.message.contains("--default-isolation"), "{e}");
+    // No sessions asked for: fine, and no session capacity is rendered.
+    for spec in [
+        json!({"isolation": {"mode": "restricted"}, "sessions": {"maxPerPod": 0}}),
+        json!({"isolation": {"mode": "restricted"}}),
+    ] {
+        let p = resolve_spec(spec.clone()).expect("valid");
+        assert!(p.sessions.is_none_or(|s| s.max_per_pod == 0), "{spec}");
+    }
+    resolve_spec(json!({"sessions": {"maxPerPod": 8}})).expect("namespaces pools serve sessions");
+}
+
+#[test]
 fn the_result_cache_must_fit_beside_the_executors_headroom() {
     let spec = |bytes: &str| json!({"resources": {"limits": {"memory": "1Gi"}}, "resultCache": {"entries": 10, "maxBytes": bytes}});
     let err = resolve_spec(spec("800Mi")).expect_err("cache and headroom exceed the container");
