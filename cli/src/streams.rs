@@ -172,7 +172,9 @@ pub async fn evaluate_all(
     if executors.is_empty() {
         bail!("no executor to send to");
     }
-    let n_streams = spread.streams.clamp(1, spread.concurrency.max(1));
+    // At least one stream per executor: stream k goes to executor k mod n, so fewer streams
+    // than executors would leave some idle. Requests go to the stream with the fewest in flight.
+    let n_streams = spread.streams.max(executors.len()).clamp(1, spread.concurrency.max(1));
     let per_stream = spread.concurrency.div_ceil(n_streams);
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let mut streams: Vec<Stream> = (0..n_streams)

@@ -231,6 +231,11 @@ impl Executors {
         self.clients.is_empty()
     }
 
+    /// How many executors there are now.
+    pub fn len(&self) -> usize {
+        self.clients.len()
+    }
+
     /// The address stream `k` goes to.
     pub fn uri_for_stream(&self, k: usize) -> &str {
         &self.clients[k % self.clients.len()].0

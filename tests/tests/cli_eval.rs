@@ -318,6 +318,52 @@ async fn eval_resends_what_a_draining_executor_refused_and_loses_nothing() {
     );
 }
 
+/// Fewer `--streams` than executors still reaches every executor: a stream goes to one executor,
+/// so eval opens at least one per executor (before, `--streams 1` over three used one).
+#[tokio::test]
+async fn eval_opens_a_stream_per_executor_whatever_streams_says() {
+    let mut execs = Vec::new();
+    for name in ["each-a", "each-b", "each-c"] {
+        execs.push(
+            Executor::start(Options {
+                slots: 1,
+                languages: vec!["python"],
+                env: vec![("SANDPOOL_NAME".into(), name.into())],
+                ..Default::default()
+            })
+            .await,
+        );
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("d.jsonl");
+    let body = "    import time; time.sleep(0.1)\n    return a + b\n";
+    let records: Vec<Value> = (0..18).map(|i| he(&format!("T{i}"), body)).collect();
+    write_jsonl(&data, &records);
+    let out = dir.path().join("out.jsonl");
+    let endpoint: Vec<String> = execs.iter().map(|e| e.addr.to_string()).collect();
+    let o = sandpool(vec![
+        "eval".into(),
+        data.display().to_string(),
+        "--endpoint".into(),
+        endpoint.join(","),
+        "--concurrency".into(),
+        "6".into(),
+        "--streams".into(),
+        "1".into(),
+        "--quiet".into(),
+        "--output".into(),
+        out.display().to_string(),
+    ])
+    .await;
+    assert!(o.status.success(), "{}", show(&o));
+    let r = results(&out);
+    assert_eq!(r.len(), records.len(), "{}", show(&o));
+    assert!(r.iter().all(|r| r["verdict"] == "OK"), "{r:?}");
+    for name in ["each-a", "each-b", "each-c"] {
+        assert!(r.iter().any(|r| r["executor"] == name), "{name} judged nothing: {r:?}");
+    }
+}
+
 /// A client started before its executor (a Job beside a pool still starting, or a pod whose
 /// address the NetworkPolicy lets through a moment after it starts) waits for it, briefly.
 #[tokio::test]

@@ -923,3 +923,40 @@ async fn a_made_up_session_header_pins_nothing() {
     assert_eq!(status, 502, "{}", String::from_utf8_lossy(&body));
     assert!(String::from_utf8_lossy(&body).contains("was not found"));
 }
+
+/// Two gateway replicas share nothing, yet send each session id to the executor it names (the id
+/// carries the pod's name), whatever order each lists its backends in, as two watches may; and
+/// stateless requests through either still reach both executors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_route_a_session_to_the_same_executor() {
+    let (pa, pb) = (fake("pod-a").await, fake("pod-b").await);
+    let g1 = gateway(&[("pod-a", pa.addr), ("pod-b", pb.addr)], &[]).await;
+    let g2 = gateway(&[("pod-b", pb.addr), ("pod-a", pa.addr)], &[]).await;
+    let mut conns = [Conn::open(g1.addr).await, Conn::open(g2.addr).await];
+    for k in 0..12 {
+        let target = if k % 3 == 0 { "pod-a" } else { "pod-b" };
+        let id = format!("{HEX}-{target}");
+        for (r, c) in conns.iter_mut().enumerate() {
+            let req = http::Request::get("/files?path=%2Fx")
+                .header("host", "gw")
+                .header("E2b-Sandbox-Id", &id)
+                .body(full(Bytes::new()))
+                .expect("request");
+            let (status, body) = c.call(req).await;
+            assert_eq!(
+                (status, &body[..]),
+                (200, target.as_bytes()),
+                "replica {r}, session {k}"
+            );
+        }
+    }
+    for (r, c) in conns.iter_mut().enumerate() {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..4 {
+            let (status, body) = c.call(get("/v1/ping")).await;
+            assert_eq!(status, 200);
+            seen.insert(body);
+        }
+        assert_eq!(seen.len(), 2, "replica {r} spreads stateless requests over both");
+    }
+}

@@ -20,6 +20,7 @@ from .errors import from_rpc
 from .client import _deadline, _raise_for, _tagged
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .session import AsyncSession, SessionLimits
+from .spread import Member, Spread, addresses, member_options, refused_unrun
 from .stream import Lane, Source
 from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
@@ -40,7 +41,7 @@ class AsyncClient:
         timeout: Optional[float] = 300.0,
         retry: Optional[RetryPolicy] = None,
         compression: Optional[str] = "gzip",
-        load_balancing: str = "round_robin",
+        load_balancing: str = "least_request",
         token: Optional[str] = None,
         priority: Optional[Union[Priority, str]] = None,
     ):
@@ -53,8 +54,20 @@ class AsyncClient:
         # Every request's priority unless the call gives one (docs/tenants.md).
         convert.priority_value(priority)  # refused here, not on the first call
         self.priority = priority
-        self.channel = grpc.aio.insecure_channel(target, options=channel_options(target, load_balancing))
+        grpc_policy = "round_robin" if load_balancing == "least_request" else load_balancing
+        self.channel = grpc.aio.insecure_channel(target, options=channel_options(target, grpc_policy))
         self.stub = pb_grpc.ExecutorStub(self.channel)
+        # As `Client`: execute() and evaluate() go per call to the executor with the fewest outstanding.
+        # Channels of executors gone are closed on the event loop, by the next call.
+        self._retired: list[grpc.aio.Channel] = []
+        self._spread: Optional[Spread[grpc.aio.Channel]] = None
+        if load_balancing == "least_request" and addresses(target) is not None:
+            self._spread = Spread(
+                target,
+                lambda a: grpc.aio.insecure_channel(a, options=member_options(a)),
+                pb_grpc.ExecutorStub,
+                self._retired.append,
+            )
 
     def _prioritised(self, r: EvaluateRequest) -> EvaluateRequest:
         """`r` with the client's priority when it names none."""
@@ -64,7 +77,14 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Closes the channel."""
+        if self._spread is not None:
+            self._spread.close()
+        await self._close_retired()
         await self.channel.close()
+
+    async def _close_retired(self) -> None:
+        while self._retired:
+            await self._retired.pop().close()
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -73,23 +93,49 @@ class AsyncClient:
         await self.close()
 
     async def _call(
-        self, fn: Callable[[Optional[float]], Awaitable[T]], verdict_of: Callable[[T], int], timeout: Optional[float]
+        self,
+        fn: Callable[[pb_grpc.ExecutorStub, Optional[float]], Awaitable[T]],
+        verdict_of: Callable[[T], int],
+        timeout: Optional[float],
+        spread: bool = False,
     ) -> tuple[T, int]:
-        """Awaits `fn(time_left)` until the result is final or retries run out; returns it and the attempt count."""
+        """Awaits `fn(stub, time_left)` until the result is final or retries run out; returns it and the attempt
+        count. `spread` as in `Client._call`."""
         deadline = _deadline(timeout)
         attempt = 0
+        tried: list[Member[grpc.aio.Channel]] = []
         while True:
             attempt += 1
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            m = await self._pick(tried) if spread else None
+            refused = False
             try:
-                r = await fn(left)
+                r = await fn(m.stub if m is not None else self.stub, left)  # type: ignore[arg-type]
             except grpc.aio.AioRpcError as e:
+                refused = m is not None and refused_unrun(e)
+                if refused and self._spread is not None and len(tried) + 1 < len(self._spread.members()):
+                    tried.append(m)  # type: ignore[arg-type]
+                    attempt -= 1
+                    continue
                 if not retryable_status(e.code()) or not await self._may_retry(attempt, deadline):
                     raise from_rpc(e) from e
+                tried = []
                 continue
+            finally:
+                if m is not None and self._spread is not None:
+                    self._spread.done(m, refused)
             if retryable_verdict(convert._verdict(verdict_of(r))) and await self._may_retry(attempt, deadline):
                 continue
             return r, attempt
+
+    async def _pick(self, tried: list[Member[grpc.aio.Channel]]) -> Optional[Member[grpc.aio.Channel]]:
+        if self._spread is None:
+            return None
+        if self._spread.due():
+            # The lookup blocks: off the event loop.
+            await asyncio.to_thread(self._spread.refresh)
+        await self._close_retired()
+        return self._spread.pick(tried)
 
     async def _may_retry(self, attempt: int, deadline: Optional[float]) -> bool:
         if attempt >= self.retry.max_attempts:
@@ -137,11 +183,12 @@ class AsyncClient:
             priority=priority if priority is not None else self.priority,
         )
         r, n = await self._call(
-            lambda left: self.stub.Execute(
+            lambda stub, left: stub.Execute(
                 req, timeout=left, compression=self._compression, metadata=self._metadata
             ),
             lambda m: m.verdict,
             timeout if timeout is not None else self.timeout,
+            spread=True,
         )
         return convert.execute_result(r, attempts=n)
 
@@ -149,18 +196,19 @@ class AsyncClient:
         """Judges one completion. A rejected request raises `errors.RequestRejected`."""
         req = convert.evaluate_request(self._prioritised(request))
         r, n = await self._call(
-            lambda left: self.stub.Evaluate(
+            lambda stub, left: stub.Evaluate(
                 req, timeout=left, compression=self._compression, metadata=self._metadata
             ),
             lambda m: m.verdict,
             timeout if timeout is not None else self.timeout,
+            spread=True,
         )
         return convert.evaluate_result(r, attempts=n)
 
     async def capabilities(self, *, timeout: Optional[float] = 30.0) -> pb.Capabilities:
         """The executor's languages, limits and isolation (the raw message); as `Client.capabilities`."""
         r, _ = await self._call(
-            lambda left: self.stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=left, metadata=self._metadata),
+            lambda stub, left: stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=left, metadata=self._metadata),
             lambda m: 1,
             timeout,
         )
@@ -183,7 +231,7 @@ class AsyncClient:
         req.priority = cast("pb.Priority", convert.priority_value(priority if priority is not None else self.priority))
         t = timeout if timeout is not None else self.timeout
         resp, _ = await self._call(
-            lambda left: self.stub.CreateSession(req, timeout=left, metadata=self._metadata),
+            lambda stub, left: stub.CreateSession(req, timeout=left, metadata=self._metadata),
             lambda m: 1,
             t,
         )
@@ -201,7 +249,9 @@ class AsyncClient:
         timeout: Optional[float] = None,
     ) -> AsyncIterator[EvaluateResult]:
         """Judges `requests` over EvaluateStream, yielding results as they finish (see `Client.evaluate_many`)."""
-        n = max(1, min(streams, concurrency))
+        # At least one stream per executor the target names, as `sandpool eval` does.
+        executors = len(self._spread.members()) if self._spread is not None else 0
+        n = max(1, min(max(streams, executors), concurrency))
         source = Source((self._prioritised(r) for r in requests), self.retry, streams=n)
         per_stream = -(-concurrency // n)
         out: "asyncio.Queue[object]" = asyncio.Queue()
@@ -251,7 +301,11 @@ class AsyncClient:
                     else:
                         await asyncio.sleep(_POLL_S)
 
-            call = self.stub.EvaluateStream(
+            # Each (re)opened stream goes to the executor with the fewest outstanding (a stream counts
+            # one), skipping one that refused a connection lately.
+            member = await self._pick([])
+            refused = False
+            call = (member.stub if member is not None else self.stub).EvaluateStream(  # type: ignore[attr-defined]
                 gen(), timeout=timeout, compression=self._compression, metadata=self._metadata
             )
             try:
@@ -265,12 +319,15 @@ class AsyncClient:
                 # The server ended the stream cleanly with requests unanswered (e.g. while draining).
                 last = (grpc.StatusCode.UNAVAILABLE, "the stream ended with requests unanswered")
             except grpc.aio.AioRpcError as e:
+                refused = member is not None and refused_unrun(e)
                 # A failed send makes grpc.aio report INTERNAL whatever the server said: see retry.py.
                 if not retryable_status(e.code()):
                     raise from_rpc(e) from e
                 last = (e.code(), e.details() or "")
             finally:
                 call.cancel()
+                if member is not None and self._spread is not None:
+                    self._spread.done(member, refused)
             for r in source.close_lane(lane, *last):
                 yield r
             failures += 1

@@ -18,6 +18,7 @@ from . import session as _session
 from .errors import from_rpc
 from .retry import RetryPolicy, retryable_status, retryable_verdict
 from .session import Session, SessionLimits
+from .spread import Member, Spread, addresses, member_options, refused_unrun
 from .stream import Lane, Source
 from .target import auth_metadata, channel_options, default_target
 from .target import compression as compression_of
@@ -44,7 +45,7 @@ class Client:
         timeout: Optional[float] = 300.0,
         retry: Optional[RetryPolicy] = None,
         compression: Optional[str] = "gzip",
-        load_balancing: str = "round_robin",
+        load_balancing: str = "least_request",
         token: Optional[str] = None,
         priority: Optional[Union[Priority, str]] = None,
         channel: Optional[grpc.Channel] = None,
@@ -58,8 +59,19 @@ class Client:
         # Every request's priority unless the call gives one (docs/tenants.md).
         convert.priority_value(priority)  # refused here, not on the first call
         self.priority = priority
-        self.channel = channel or grpc.insecure_channel(target, options=channel_options(target, load_balancing))
+        grpc_policy = "round_robin" if load_balancing == "least_request" else load_balancing
+        self.channel = channel or grpc.insecure_channel(target, options=channel_options(target, grpc_policy))
         self.stub = pb_grpc.ExecutorStub(self.channel)
+        # execute() and evaluate() go per call to the executor with the fewest outstanding (spread.py);
+        # streams, sessions' creation and capabilities keep the gRPC channel.
+        self._spread: Optional[Spread[grpc.Channel]] = None
+        if channel is None and load_balancing == "least_request" and addresses(target) is not None:
+            self._spread = Spread(
+                target,
+                lambda a: grpc.insecure_channel(a, options=member_options(a)),
+                pb_grpc.ExecutorStub,
+                lambda ch: ch.close(),
+            )
 
     def _prioritised(self, r: EvaluateRequest) -> EvaluateRequest:
         """`r` with the client's priority when it names none."""
@@ -69,6 +81,8 @@ class Client:
 
     def close(self) -> None:
         """Closes the channel."""
+        if self._spread is not None:
+            self._spread.close()
         self.channel.close()
 
     def __enter__(self) -> "Client":
@@ -77,21 +91,49 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, fn: Callable[[], T], verdict_of: Callable[[T], int], timeout: Optional[float]) -> tuple[T, int]:
-        """Calls `fn` until it returns something final or retries run out; returns it and the attempt count."""
+    def _call(
+        self,
+        fn: Callable[[pb_grpc.ExecutorStub], T],
+        verdict_of: Callable[[T], int],
+        timeout: Optional[float],
+        spread: bool = False,
+    ) -> tuple[T, int]:
+        """Calls `fn(stub)` until it returns something final or retries run out; returns it and the attempt count.
+
+        With `spread`, each attempt goes to the executor with the fewest outstanding calls; one that refused the
+        connection (the call never ran) is left for another at once, without using an attempt.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         attempt = 0
+        tried: list[Member[grpc.Channel]] = []
         while True:
             attempt += 1
+            m = self._pick(tried) if spread else None
+            refused = False
             try:
-                r = fn()
+                r = fn(m.stub if m is not None else self.stub)  # type: ignore[arg-type]
             except grpc.RpcError as e:
+                refused = m is not None and refused_unrun(e)
+                if refused and self._spread is not None and len(tried) + 1 < len(self._spread.members()):
+                    tried.append(m)  # type: ignore[arg-type]
+                    attempt -= 1
+                    continue
                 if not retryable_status(e.code()) or not self._may_retry(attempt, deadline):
                     raise from_rpc(e) from e
+                tried = []
                 continue
+            finally:
+                if m is not None and self._spread is not None:
+                    self._spread.done(m, refused)
             if retryable_verdict(convert._verdict(verdict_of(r))) and self._may_retry(attempt, deadline):
                 continue
             return r, attempt
+
+    def _pick(self, tried: list[Member[grpc.Channel]]) -> Optional[Member[grpc.Channel]]:
+        if self._spread is None:
+            return None
+        self._spread.refresh()
+        return self._spread.pick(tried)
 
     def _may_retry(self, attempt: int, deadline: Optional[float]) -> bool:
         """Sleeps the backoff and says True if another attempt fits the policy and the deadline."""
@@ -145,11 +187,12 @@ class Client:
         )
         deadline = _deadline(timeout if timeout is not None else self.timeout)
         r, n = self._call(
-            lambda: self.stub.Execute(
+            lambda stub: stub.Execute(
                 req, timeout=self._left(deadline), compression=self._compression, metadata=self._metadata
             ),
             lambda m: m.verdict,
             timeout if timeout is not None else self.timeout,
+            spread=True,
         )
         return convert.execute_result(r, attempts=n)
 
@@ -159,18 +202,19 @@ class Client:
         t = timeout if timeout is not None else self.timeout
         deadline = _deadline(t)
         r, n = self._call(
-            lambda: self.stub.Evaluate(
+            lambda stub: stub.Evaluate(
                 req, timeout=self._left(deadline), compression=self._compression, metadata=self._metadata
             ),
             lambda m: m.verdict,
             t,
+            spread=True,
         )
         return convert.evaluate_result(r, attempts=n)
 
     def capabilities(self, *, timeout: Optional[float] = 30.0) -> pb.Capabilities:
         """The executor's languages, limits and isolation (the raw message)."""
         r, _ = self._call(
-            lambda: self.stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=timeout, metadata=self._metadata),
+            lambda stub: stub.GetCapabilities(pb.GetCapabilitiesRequest(), timeout=timeout, metadata=self._metadata),
             lambda m: 1,
             timeout,
         )
@@ -201,7 +245,7 @@ class Client:
         t = timeout if timeout is not None else self.timeout
         deadline = _deadline(t)
         resp, _ = self._call(
-            lambda: self.stub.CreateSession(req, timeout=self._left(deadline), metadata=self._metadata),
+            lambda stub: stub.CreateSession(req, timeout=self._left(deadline), metadata=self._metadata),
             lambda m: 1,
             t,
         )
@@ -220,8 +264,8 @@ class Client:
     ) -> Iterator[EvaluateResult]:
         """Judges `requests` over EvaluateStream, `concurrency` in flight, yielding results as they finish.
 
-        `requests` is read lazily. The work is spread over `streams` streams (round_robin puts each on
-        another pod). A stream that breaks (any status but those refusing the call, see
+        `requests` is read lazily. The work is spread over `streams` streams, at least one per executor
+        the target names, each opened on the executor with the fewest open. A stream that breaks (any status but those refusing the call, see
         `retry.retryable_status`) hands its unanswered requests to the other streams and is reopened
         after a backoff; SANDBOX_ERROR results are resent. Every request yields exactly one result: one
         that used `max_attempts` on broken streams yields an error result (`accepted` False, `error`
@@ -229,7 +273,9 @@ class Client:
         times in a row. A refused call (UNAUTHENTICATED, INVALID_ARGUMENT, ...) raises `errors.RequestRejected`.
         `timeout` bounds each stream.
         """
-        n = max(1, min(streams, concurrency))
+        # At least one stream per executor the target names, as `sandpool eval` does.
+        executors = len(self._spread.members()) if self._spread is not None else 0
+        n = max(1, min(max(streams, executors), concurrency))
         source = Source((self._prioritised(r) for r in requests), self.retry, streams=n)
         per_stream = -(-concurrency // n)
         if n == 1:
@@ -297,7 +343,11 @@ class Client:
                     else:
                         time.sleep(_POLL_S)
 
-            call = self.stub.EvaluateStream(
+            # Each (re)opened stream goes to the executor with the fewest outstanding (a stream counts
+            # one), skipping one that refused a connection lately.
+            member = self._pick([])
+            refused = False
+            call = (member.stub if member is not None else self.stub).EvaluateStream(  # type: ignore[attr-defined]
                 gen(), timeout=timeout, compression=self._compression, metadata=self._metadata
             )
             if calls is not None:
@@ -313,6 +363,7 @@ class Client:
                 # The server ended the stream cleanly with requests unanswered (e.g. while draining).
                 last = (grpc.StatusCode.UNAVAILABLE, "the stream ended with requests unanswered")
             except grpc.RpcError as e:
+                refused = member is not None and refused_unrun(e)
                 if cancelled():
                     return
                 if not retryable_status(e.code()):
@@ -320,6 +371,8 @@ class Client:
                 last = (e.code(), e.details() or "")
             finally:
                 call.cancel()
+                if member is not None and self._spread is not None:
+                    self._spread.done(member, refused)
                 if calls is not None and call in calls:
                     calls.remove(call)
             yield from source.close_lane(lane, *last)

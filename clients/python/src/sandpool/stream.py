@@ -1,7 +1,7 @@
 """Bookkeeping for `evaluate_many`, shared by the sync and asyncio clients.
 
 Requests are tagged with their index on the wire. An evaluate_many call opens
-several streams (round_robin puts each on another pod) that share one `Source`:
+several streams (each on the executor with the fewest, see spread.py) that share one `Source`:
 the caller's requests, the *pending* ones (taken, not yet finally answered),
 their attempt counts and one resend queue. Each call on a stream is a `Lane`
 holding the requests sent on it and not yet answered.
