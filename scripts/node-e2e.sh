@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end on the real node: the operator from its chart and image, a `namespaces` and a
-# `restricted` pool, HumanEval through each pool's Service from a Job pod, and the
-# NetworkPolicy enforced. Needs `scripts/cluster.sh up --node` (with the images of
+# `restricted` pool, HumanEval through each pool's Service from a Job pod, an Inspect eval
+# from a pod (issue 48), and the NetworkPolicy enforced. Needs `scripts/cluster.sh up --node` (with the images of
 # scripts/images.sh imported); it fails, never skips, when something is missing. On two real
 # nodes (SANDPOOL_REAL_NODES=2) it also checks what only two nodes show: each pool's pods on
 # both, evals and the gateway reaching executors on both, the NetworkPolicy across nodes, and
@@ -12,7 +12,11 @@
 #
 # Knobs: HUMANEVAL_JSONL_GZ (the dataset; default: the workspace's .venv, as the Rust tests
 # find it), SANDPOOL_NODE_E2E_KEEP=1 (leave the release and namespaces for inspection),
-# SANDPOOL_NODE_E2E_VERBOSE=1 (print what each passing check saw, not only failing ones).
+# SANDPOOL_NODE_E2E_VERBOSE=1 (print what each passing check saw, not only failing ones),
+# SANDPOOL_NODE_E2E_ONLY=REGEX (run only the checks whose names match the extended regex,
+# besides the operator's install and the pools' readiness, which every run needs; a REGEX that
+# selects nothing fails), SANDPOOL_INSPECT_VENV (where the Inspect check's venv is made;
+# default target/inspect-venv).
 set -euo pipefail
 
 # shellcheck source=scripts/node-env.sh
@@ -38,9 +42,17 @@ fail() { FAILED=$((FAILED + 1)); FAILURES+=("$*"); echo "FAILED $*"; }
 # not COMMAND...: succeeds when COMMAND fails.
 not() { ! "$@"; }
 # check NAME COMMAND...: one line for the check, its output on failure.
+ONLY="${SANDPOOL_NODE_E2E_ONLY:-}"
+UNSELECTED=0
+SELECTED=0
 check() {
   local name="$1" out
   shift
+  if [[ -n $ONLY && ${ALWAYS:-} != true && ! $name =~ $ONLY ]]; then
+    UNSELECTED=$((UNSELECTED + 1))
+    return 0
+  fi
+  [[ ${ALWAYS:-} == true ]] || SELECTED=$((SELECTED + 1))
   if out="$("$@" 2>&1)"; then
     pass "$name"
     [[ "${SANDPOOL_NODE_E2E_VERBOSE:-}" == 1 ]] && printf '%s\n' "$out" | tail -n 12 | sed 's/^/       /'
@@ -50,6 +62,10 @@ check() {
     printf '%s\n' "$out" | tail -n 30 | sed 's/^/       /'
   fi
 }
+
+# always check ...: a check every run makes, whatever SANDPOOL_NODE_E2E_ONLY selects (the
+# others stand on it).
+always() { ALWAYS=true "$@"; }
 
 humaneval() {
   if [[ -n "${HUMANEVAL_JSONL_GZ:-}" ]]; then
@@ -93,7 +109,7 @@ done
 # it reach only the ports the operator is told, 443 and 6443 by default.
 apiserver_port="$("$K" get endpointslices -n default -l kubernetes.io/service-name=kubernetes -o jsonpath='{.items[0].ports[0].port}')"
 start=$SECONDS
-check "helm install: the operator's pod Ready from $VERSION's image" \
+always check "helm install: the operator's pod Ready from $VERSION's image" \
   "$H" install sandpool "$ROOT/charts/sandpool" -n "$RELEASE_NS" --set watch.clusterWide=true \
   --set "gateway.apiServerPorts={$apiserver_port}" --wait --timeout 180s
 log "helm install in $((SECONDS - start)) s"
@@ -133,9 +149,24 @@ EOF
 # The namespaces pool also serves HTTP, and so gets a gateway (checked below).
 pool "$NS_POOL_NS" namespaces true | "$K" apply -f - > /dev/null
 pool "$R_POOL_NS" restricted false | "$K" apply -f - > /dev/null
+# The Inspect check's pool (below): bash and Python, and sessions, one per sample.
+INSPECT_SAMPLES=8
+cat <<EOF | "$K" apply -f - > /dev/null
+apiVersion: sandpool.dev/v1alpha1
+kind: SandboxPool
+metadata: {name: inspect, namespace: $NS_POOL_NS}
+spec:
+  replicas: 2
+  languages: [python, bash]
+  resources:
+    requests: {cpu: 100m, memory: 256Mi}
+    limits: {cpu: "1", memory: 1536Mi}
+  isolation: {mode: namespaces}
+  sessions: {maxPerPod: $INSPECT_SAMPLES}
+EOF
 start=$SECONDS
 for ns in "$NS_POOL_NS" "$R_POOL_NS"; do
-  check "the pool in $ns becomes Ready" "$K" wait --for=condition=Ready sbp/python -n "$ns" --timeout=240s
+  always check "the pool in $ns becomes Ready" "$K" wait --for=condition=Ready sbp/python -n "$ns" --timeout=240s
 done
 log "pools Ready in $((SECONDS - start)) s"
 "$K" get pods,sbp -A -o wide | grep -v "^kube-system" || true
@@ -559,6 +590,88 @@ print(int(sum(float(l.split()[-1]) for l in t.splitlines() if l.startswith('sand
   check "20 /run_code calls through the gateway reach the executors on both nodes" gateway_reaches_both
 fi
 
+# --- Inspect (issue 48) ----------------------------------------------------------------------------
+# An unmodified Inspect task (scripts/node-e2e-inspect.py: the agent loop of
+# clients/python/tests/test_inspect.py, bash() and python() tools, a scripted mockllm model, a
+# scorer that reads the file the agent wrote) run with sandbox="sandpool" from a role=sandbox-user
+# pod against the inspect pool's Service by its dns:/// name, through the pool's NetworkPolicy.
+# Inspect comes from a venv of clients/python[inspect] made here with Debian's python3, the
+# interpreter the executor image has at the same path, and mounted into the pod read-only
+# (hostPath): no image to build, and pip runs here, never in the cluster.
+INSPECT_VENV="$(realpath -m "${SANDPOOL_INSPECT_VENV:-$ROOT/target/inspect-venv}")"
+inspect_venv() {
+  local py=/usr/bin/python3 key
+  [[ -x $py ]] || { echo "$py is missing: the venv needs Debian's python3, the image's interpreter"; return 1; }
+  # Rebuilt when the interpreter or the package (its source, the proto it is generated from) changes.
+  key="$(cd "$ROOT" && { "$py" --version; find clients/python/pyproject.toml clients/python/src proto -type f \
+    -not -path '*/__pycache__/*' -not -path '*.egg-info/*' | sort | xargs sha256sum; } | sha256sum | cut -c1-16)"
+  if [[ "$(cat "$INSPECT_VENV/.sandpool-key" 2> /dev/null)" != "$key" ]]; then
+    rm -rf "$INSPECT_VENV"
+    "$py" -m venv "$INSPECT_VENV" &&
+      "$INSPECT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$ROOT/clients/python[inspect]" ||
+      return 1
+    echo "$key" > "$INSPECT_VENV/.sandpool-key"
+  fi
+  # The pod's user reads it through the hostPath: every directory above it must let it.
+  setpriv --reuid 65532 --regid 65532 --clear-groups "$INSPECT_VENV/bin/python" -c \
+    'import sys, inspect_ai, sandpool.inspect_sandbox; print(sys.version.split()[0], "inspect_ai", inspect_ai.__version__)'
+}
+check "Inspect: a venv of clients/python[inspect] for the image's python3 ($INSPECT_VENV)" inspect_venv
+inspect_eval() {
+  local ns="$NS_POOL_NS" name="inspect-eval-$RANDOM" phase out
+  "$K" wait --for=condition=Ready sbp/inspect -n "$ns" --timeout=180s || return 1
+  "$K" create configmap "$name" -n "$ns" --from-file=task.py="$ROOT/scripts/node-e2e-inspect.py" > /dev/null
+  cat <<EOF | "$K" apply -f - > /dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: $ns, labels: {role: sandbox-user}}
+spec:
+  restartPolicy: Never
+  nodeSelector: $(pin)
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: inspect
+      image: $EXECUTOR_IMAGE
+      imagePullPolicy: Never
+      # Inspect's logs, data and caches in the pod's /tmp; no model API is called (mockllm).
+      env:
+        - {name: HOME, value: /tmp}
+        - {name: INSPECT_LOG_DIR, value: /tmp/logs}
+        - {name: XDG_DATA_HOME, value: /tmp/data}
+        - {name: XDG_CACHE_HOME, value: /tmp/cache}
+      command: [/venv/bin/python, /task/task.py, "dns:///inspect.$ns.svc.cluster.local:50051", "$INSPECT_SAMPLES"]
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+      resources: {requests: {cpu: 100m, memory: 256Mi}, limits: {memory: 1Gi}}
+      volumeMounts:
+        - {name: venv, mountPath: /venv, readOnly: true}
+        - {name: task, mountPath: /task}
+        - {name: tmp, mountPath: /tmp}
+  volumes:
+    - {name: venv, hostPath: {path: $INSPECT_VENV, type: Directory}}
+    - {name: task, configMap: {name: $name}}
+    - {name: tmp, emptyDir: {}}
+EOF
+  for _ in $(seq 1 180); do
+    phase="$("$K" get pod "$name" -n "$ns" -o jsonpath='{.status.phase}')"
+    [[ $phase == Succeeded || $phase == Failed ]] && break
+    sleep 1
+  done
+  out="$("$K" logs "$name" -n "$ns" 2>&1 || true)"
+  [[ -n $phase && $phase != Succeeded ]] && "$K" describe pod "$name" -n "$ns" | tail -n 8
+  "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
+  "$K" delete configmap "$name" -n "$ns" --wait=false > /dev/null
+  echo "$out" | tail -n 20
+  [[ $phase == Succeeded ]] &&
+    grep -q "^inspect: status=success samples=$INSPECT_SAMPLES correct=$INSPECT_SAMPLES errors=0 accuracy=1.0 " <<< "$out"
+}
+start=$SECONDS
+check "Inspect: eval() of an agent task (bash(), python(), a file-reading scorer), $INSPECT_SAMPLES samples at once with sandbox=\"sandpool\" from a role=sandbox-user pod through dns:///inspect.$NS_POOL_NS: all correct, 0 errors" \
+  inspect_eval
+log "Inspect eval in $((SECONDS - start)) s"
+# Its pods would only stand in the way of the drain and the deletions below.
+"$K" delete sbp inspect -n "$NS_POOL_NS" --wait=false > /dev/null
+
 # --- disruption, deletion, uninstall ------------------------------------------------------------
 # eval_running NS NAME: starts an eval Job (no stubs) and prints its pod's phase once it runs
 # (a minute at most), a few seconds into its eval.
@@ -775,6 +888,10 @@ uninstalled() {
 }
 check "helm uninstall leaves nothing of ours in $RELEASE_NS (the leader Lease included)" uninstalled
 
+if [[ -n $ONLY ]]; then
+  echo "node-e2e: $UNSELECTED checks not selected by SANDPOOL_NODE_E2E_ONLY=$ONLY"
+  ((SELECTED > 0)) || fail "SANDPOOL_NODE_E2E_ONLY=$ONLY selects no check"
+fi
 echo "node-e2e: $PASSED passed, $FAILED failed"
 for f in "${FAILURES[@]}"; do
   echo "  failed: $f"
