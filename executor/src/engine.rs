@@ -11,6 +11,7 @@ use crate::limits::{LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
 use crate::task::{blocking, until};
 use crate::tenants::Priority;
+use crate::watchdog::RunWatched;
 use crate::{fetch, probe, result_cache, validate, verdict};
 use sandpool_proto::v1 as pb;
 use sandpool_sandbox::{RunSpec, Runner, WorkDir};
@@ -167,30 +168,34 @@ impl Engine {
                 })
                 .collect();
         }
-        engine.availability = probe::languages(
-            &*engine.sandbox,
-            &engine.admission,
-            &engine.languages,
-            engine.policy.compile_defaults,
-        )
-        .await;
-        // The plain zygotes of languages that work here; the heavy ones start
-        // when a program first names a heavy module.
-        let plain = engine
-            .warm
-            .iter()
-            .filter(|(name, _)| matches!(engine.availability.get(*name), Some(Availability::Available { .. })))
-            .map(|(_, w)| w.light.clone())
-            .collect();
-        engine.sandbox.start_zygotes(plain);
-        engine.packages = probe::packages(
-            &*engine.sandbox,
-            &engine.admission,
-            &engine.languages,
-            &engine.availability,
-            engine.policy.compile_defaults,
-        )
-        .await;
+        // Through the engine's one way in (the watchdog), though no request's phase.
+        let (availability, packages) = {
+            let e = &engine;
+            let run: &dyn RunWatched = e;
+            let (sandbox, compile_defaults) = (&*e.sandbox, e.policy.compile_defaults);
+            let availability = probe::languages(sandbox, run, &e.admission, &e.languages, compile_defaults).await;
+            // The plain zygotes of languages that work here; the heavy ones start
+            // when a program first names a heavy module.
+            let plain = e
+                .warm
+                .iter()
+                .filter(|(name, _)| matches!(availability.get(*name), Some(Availability::Available { .. })))
+                .map(|(_, w)| w.light.clone())
+                .collect();
+            sandbox.start_zygotes(plain);
+            let packages = probe::packages(
+                sandbox,
+                run,
+                &e.admission,
+                &e.languages,
+                &availability,
+                compile_defaults,
+            )
+            .await;
+            (availability, packages)
+        };
+        engine.availability = availability;
+        engine.packages = packages;
         engine
     }
 
@@ -252,7 +257,10 @@ impl Engine {
         // The table's entry, not `lang` as renamed for one program's public class (Java): the
         // build compiles the entry's own source with the entry's commands.
         let entry = self.languages.get(&lang.name)?;
-        self.shared.get(&*self.sandbox, self.policy.max, slot, entry).await
+        // Through the one way in (the watchdog); the build is no phase of the request it delays.
+        self.shared
+            .get(&*self.sandbox, self, self.policy.max, slot, entry)
+            .await
     }
 
     /// Whether `lang` has shared artifacts here (with warm starts on), built or not.
@@ -474,11 +482,7 @@ impl Engine {
 
     /// [`Self::run_phase`] in sandbox identity `index`: a slot the caller holds, or a session's seat.
     pub async fn run_phase_in(&self, index: usize, work: &WorkDir, spec: &RunSpec, phase: Phase) -> Phased {
-        let t = Instant::now();
-        let _tracked = self.watchdog.track(spec.limits.wall);
-        let res = self.sandbox.run(index, work, spec).await;
-        self.metrics.observe(phase, t.elapsed().as_secs_f64());
-        match res {
+        match self.run_in(index, work, spec, phase).await {
             Ok(o) => {
                 let result = verdict::phase_result(o);
                 let verdict = pb::Verdict::try_from(result.verdict).unwrap_or(pb::Verdict::SandboxError);
@@ -497,6 +501,29 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// The engine's one way into the sandbox: runs `spec` in sandbox identity `index` (a
+    /// slot the caller holds, or a session's seat) with the watchdog tracking it against its
+    /// wall time, and its time recorded as `phase` (see [`crate::metrics::Timed`]: a run
+    /// dropped before it ends counts only for an interpreter); None for runs that are no
+    /// request's phase (start-up probes, shared-artifact builds). The sandbox's own outcome:
+    /// [`Self::run_phase_in`] makes it a phase result; a session's interpreter reads its
+    /// CPU and how it ended.
+    pub async fn run_in(
+        &self,
+        index: usize,
+        work: &WorkDir,
+        spec: &RunSpec,
+        phase: impl Into<Option<Phase>>,
+    ) -> Result<sandpool_sandbox::RunOutcome, sandpool_sandbox::SandboxError> {
+        let timed = phase.into().map(|p| self.metrics.time(p));
+        let _tracked = self.watchdog.track(spec.limits.wall);
+        let res = self.sandbox.run(index, work, spec).await;
+        if let Some(t) = timed {
+            t.end();
+        }
+        res
     }
 
     /// Validates the `files` of a request for `lang` (see [`validate::files`]).
@@ -766,5 +793,16 @@ fn refusal(e: &AdmissionError) -> &'static str {
         AdmissionError::QueueFull { .. } => "queue_full",
         AdmissionError::Deadline => "deadline",
         AdmissionError::Draining => "draining",
+    }
+}
+
+impl RunWatched for Engine {
+    fn run_watched<'a>(
+        &'a self,
+        index: usize,
+        work: &'a WorkDir,
+        spec: &'a RunSpec,
+    ) -> futures::future::BoxFuture<'a, Result<sandpool_sandbox::RunOutcome, sandpool_sandbox::SandboxError>> {
+        Box::pin(self.run_in(index, work, spec, None))
     }
 }

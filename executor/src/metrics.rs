@@ -102,11 +102,49 @@ pub struct Metrics {
 }
 
 /// A pipeline phase whose latency is recorded.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     Queue,
     Compile,
     Run,
+    /// A session's Python interpreter, from its start to its end (its kill, mostly: at the
+    /// session's end, or a call past its wall time).
+    Interpreter,
+}
+
+impl Phase {
+    /// Whether a run of this phase that is dropped before it ends (its kill) is recorded too.
+    /// A request's phases are latencies of results: one whose caller went away or whose
+    /// deadline passed mid-run is not, as a queue wait the caller left is not. An
+    /// interpreter's life nearly always ends in a kill (the session's end), so it is.
+    fn counts_when_dropped(self) -> bool {
+        self == Phase::Interpreter
+    }
+}
+
+/// Times a phase from [`Metrics::time`]: recorded by [`Timed::end`], or when dropped for
+/// a phase that [counts when dropped](Phase::counts_when_dropped).
+#[must_use = "the phase is recorded by `end` (or when dropped, for an interpreter)"]
+pub struct Timed<'a> {
+    metrics: &'a Metrics,
+    phase: Phase,
+    started: std::time::Instant,
+    ended: bool,
+}
+
+impl Timed<'_> {
+    /// The run ended: records its time.
+    pub fn end(mut self) {
+        self.ended = true;
+    }
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        if self.ended || self.phase.counts_when_dropped() {
+            self.metrics.observe(self.phase, self.started.elapsed().as_secs_f64());
+        }
+    }
 }
 
 impl Metrics {
@@ -119,7 +157,7 @@ impl Metrics {
         registry.register("runs", "Executions by language and final verdict", runs.clone());
         registry.register(
             "phase_duration_seconds",
-            "Latency per phase (queue, compile, run)",
+            "Latency per phase (queue, compile, run; interpreter: a session interpreter's life)",
             phases.clone(),
         );
         registry.register("busy_slots", "Run slots in use", busy_slots.clone());
@@ -356,12 +394,23 @@ impl Metrics {
         self.http_requests.get_or_create(&HttpLabels { protocol, code }).inc();
     }
 
+    /// Times `phase` from now (see [`Timed`]).
+    pub fn time(&self, phase: Phase) -> Timed<'_> {
+        Timed {
+            metrics: self,
+            phase,
+            started: std::time::Instant::now(),
+            ended: false,
+        }
+    }
+
     /// Records a phase's duration.
     pub fn observe(&self, phase: Phase, seconds: f64) {
         let phase = match phase {
             Phase::Queue => "queue",
             Phase::Compile => "compile",
             Phase::Run => "run",
+            Phase::Interpreter => "interpreter",
         };
         self.phases
             .get_or_create(&PhaseLabels {
@@ -375,5 +424,33 @@ impl Metrics {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(m: &Metrics, phase: &str) -> usize {
+        let line = format!("sandpool_phase_duration_seconds_count{{phase=\"{phase}\"}} ");
+        m.encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(&line)?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn a_dropped_run_counts_only_for_an_interpreter() {
+        let m = Metrics::new();
+        m.time(Phase::Run).end();
+        drop(m.time(Phase::Run));
+        assert_eq!(count(&m, "run"), 1, "an ended run counts, one its caller left does not");
+        drop(m.time(Phase::Interpreter));
+        m.time(Phase::Interpreter).end();
+        assert_eq!(
+            count(&m, "interpreter"),
+            2,
+            "an interpreter's life counts, killed or ended"
+        );
     }
 }

@@ -8,6 +8,7 @@
 use crate::admission::Admission;
 use crate::languages::{Availability, Language, LanguageTable, Package, package_lines, version_line};
 use crate::limits::Limits;
+use crate::watchdog::RunWatched;
 use futures::StreamExt;
 use sandpool_sandbox::{RunOutcome, RunSpec, Runner};
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ fn limits(compile_defaults: Limits) -> Limits {
 /// to get a slot, a work dir or a run comes back as its message.
 async fn each<'a>(
     sandbox: &dyn Runner,
+    run: &dyn RunWatched,
     admission: &Arc<Admission>,
     compile_defaults: Limits,
     commands: impl Iterator<Item = (&'a Language, Vec<String>)>,
@@ -44,7 +46,9 @@ async fn each<'a>(
         let res = async {
             let slot = admission.acquire(None).await.map_err(|e| e.to_string())?;
             let work = sandbox.work_dir(slot.index()).map_err(|e| e.to_string())?;
-            sandbox.run(slot.index(), &work, &spec).await.map_err(|e| e.to_string())
+            run.run_watched(slot.index(), &work, &spec)
+                .await
+                .map_err(|e| e.to_string())
         }
         .await;
         (lang, res)
@@ -58,6 +62,7 @@ async fn each<'a>(
 /// Each language's availability: its version command's first line, or why it does not work here.
 pub async fn languages(
     sandbox: &dyn Runner,
+    run: &dyn RunWatched,
     admission: &Arc<Admission>,
     table: &LanguageTable,
     compile_defaults: Limits,
@@ -72,7 +77,7 @@ pub async fn languages(
         })
         .collect();
     let commands = probed.into_iter().map(|lang| (lang, lang.version.clone()));
-    for (lang, res) in each(sandbox, admission, compile_defaults, commands).await {
+    for (lang, res) in each(sandbox, run, admission, compile_defaults, commands).await {
         let avail = match res {
             Ok(o) if o.exit_code == 0 && o.signal == 0 => Availability::Available {
                 version: version_line(&o.stdout, &o.stderr).unwrap_or_else(|| "unknown".into()),
@@ -98,6 +103,7 @@ pub async fn languages(
 /// (and is logged).
 pub async fn packages(
     sandbox: &dyn Runner,
+    run: &dyn RunWatched,
     admission: &Arc<Admission>,
     table: &LanguageTable,
     availability: &BTreeMap<String, Availability>,
@@ -107,7 +113,7 @@ pub async fn packages(
         let argv = lang.list_packages.clone()?;
         matches!(availability.get(&lang.name), Some(Availability::Available { .. })).then_some((lang, argv))
     });
-    each(sandbox, admission, compile_defaults, listed)
+    each(sandbox, run, admission, compile_defaults, listed)
         .await
         .into_iter()
         .map(|(lang, res)| {

@@ -12,6 +12,7 @@ use crate::admission::SlotGuard;
 use crate::languages::{Language, SharedData};
 use crate::limits::Limits;
 use crate::task::blocking;
+use crate::watchdog::RunWatched;
 use sandpool_sandbox::{RunSpec, Runner, SHARED_PATH};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -174,10 +175,12 @@ impl Shared {
     /// `lang`'s artifacts, building them first in `slot` when this is the first use (concurrent
     /// first uses wait for the one build); None when `lang` has none or they failed to build.
     /// The build runs under `limits` (the ceilings: a precompiled `<bits/stdc++.h>` is a
-    /// 100 MB file, Go's standard library seconds of CPU).
+    /// 100 MB file, Go's standard library seconds of CPU), each step through `run` (the
+    /// engine's one way into the sandbox, in `slot`).
     pub async fn get(
         &self,
         sandbox: &dyn Runner,
+        run: &dyn RunWatched,
         limits: Limits,
         slot: &SlotGuard,
         lang: &Language,
@@ -187,7 +190,7 @@ impl Shared {
         };
         cell.get_or_init(|| async {
             let t = std::time::Instant::now();
-            match build(sandbox, limits, slot, lang, data, host).await {
+            match build(sandbox, run, limits, slot, lang, data, host).await {
                 Ok(()) => {
                     tracing::info!(language = %lang.name, secs = t.elapsed().as_secs_f64(), "shared artifacts built");
                     Some(Arc::new(Ready::new(lang, data)))
@@ -207,6 +210,7 @@ impl Shared {
 /// Runs `data.build` in a fresh work dir of `slot` and exports what it left to `host/LANG`.
 async fn build(
     sandbox: &dyn Runner,
+    run: &dyn RunWatched,
     limits: Limits,
     slot: &SlotGuard,
     lang: &Language,
@@ -246,8 +250,8 @@ async fn build(
             gpu: lang.gpu,
             warm: None,
         };
-        let o = sandbox
-            .run(slot.index(), &work, &spec)
+        let o = run
+            .run_watched(slot.index(), &work, &spec)
             .await
             .map_err(|e| e.to_string())?;
         if o.exit_code != 0 || o.signal != 0 || o.killed_by.is_some() || o.oom_killed {

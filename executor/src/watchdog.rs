@@ -22,11 +22,25 @@
 
 use crate::admission::Admission;
 use crate::limits::LimitPolicy;
+use futures::future::BoxFuture;
+use sandpool_sandbox::{RunOutcome, RunSpec, SandboxError, WorkDir};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic_health::ServingStatus;
+
+/// The engine's one way into the sandbox (`Engine::run_in`) as its parts see it (start-up
+/// probes, shared-artifact builds): a run in sandbox identity `index` that the watchdog
+/// tracks, no request's phase.
+pub trait RunWatched: Sync {
+    fn run_watched<'a>(
+        &'a self,
+        index: usize,
+        work: &'a WorkDir,
+        spec: &'a RunSpec,
+    ) -> BoxFuture<'a, Result<RunOutcome, SandboxError>>;
+}
 
 /// How far past its allowance a run counts as stuck.
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);

@@ -1752,3 +1752,77 @@ async fn an_executor_that_ends_removes_its_seats_cgroups_too() {
     let left = slot_cgroups(&ex);
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// The `sandpool_phase_duration_seconds` samples of `phase` on the executor's /metrics:
+/// (count, sum of seconds).
+fn phase_samples(ex: &Executor, phase: &str) -> (f64, f64) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(&ex.metrics_addr).expect("metrics connect");
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("metrics request");
+    let mut body = String::new();
+    s.read_to_string(&mut body).expect("metrics read");
+    let sample = |what: &str| {
+        let prefix = format!("sandpool_phase_duration_seconds_{what}{{phase=\"{phase}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (sample("count"), sample("sum"))
+}
+
+/// A session's interpreter enters the sandbox the engine's one way, as every run: its life
+/// is the `interpreter` phase on /metrics, and the watchdog tracks it against the session's
+/// lifetime, not a call's wall time, so one idle past a call's allowance (its wall time
+/// plus the watchdog's 60 s) is no stuck run.
+#[tokio::test]
+async fn a_session_interpreter_is_watched_and_timed_as_the_interpreter_phase() {
+    let ex = executor(1, &[]).await;
+    assert_eq!(phase_samples(&ex, "interpreter").0, 0.0, "no interpreter has run yet");
+    let mut c = ex.client();
+    let id = c
+        .create_session(pb::CreateSessionRequest {
+            language: "python".into(),
+            call_limits: Some(pb::Limits {
+                wall_time_ms: 2000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateSession")
+        .into_inner()
+        .session_id;
+    let r = run(&mut c, code(&id, "x = 41")).await;
+    assert_eq!(verdict(&r), pb::Verdict::Ok, "{r:?}");
+
+    // The watchdog's STUCK_AFTER (60 s) past the call's 2 s, and some.
+    let idle = Duration::from_secs(70);
+    tokio::time::sleep(idle).await;
+    assert_eq!(
+        ex.metric("sandpool_watchdog_stuck_runs"),
+        0.0,
+        "an idle interpreter counted as a stuck run"
+    );
+    assert_eq!(ex.metric("sandpool_watchdog_stuck_slots"), 0.0);
+    let r = run(&mut c, code(&id, "x + 1")).await;
+    assert_eq!(r.display, "42", "the same interpreter still runs: {r:?}");
+    assert!(!r.state_reset, "{r:?}");
+
+    c.close_session(pb::CloseSessionRequest { session_id: id.clone() })
+        .await
+        .expect("CloseSession");
+    // Its life is recorded when its run ends (a kill, at close).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (count, secs) = loop {
+        let (count, secs) = phase_samples(&ex, "interpreter");
+        if count >= 1.0 || Instant::now() > deadline {
+            break (count, secs);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(count, 1.0, "one interpreter's life recorded");
+    assert!(
+        secs >= idle.as_secs_f64(),
+        "its whole life, from start to kill: {secs} s"
+    );
+}

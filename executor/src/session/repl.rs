@@ -10,6 +10,7 @@ use super::SessionError;
 use crate::engine::Engine;
 use crate::error::ExecError;
 use crate::limits::Limits;
+use crate::metrics::Phase;
 use crate::sandbox::{FetchError, RunOutcome, RunSpec, SandboxError, WorkDir};
 use crate::task::blocking;
 use std::sync::Arc;
@@ -176,7 +177,9 @@ impl Repl {
         let (ended_tx, ended) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let r = tokio::select! {
-                r = engine.sandbox().run(seat, &work, &spec) => Some(r),
+                // The engine's one way in, as every run: the watchdog tracks it against its
+                // lifetime, and its life is recorded as the `interpreter` phase.
+                r = engine.run_in(seat, &work, &spec, Phase::Interpreter) => Some(r),
                 // Dropping the run kills everything it started.
                 _ = killed => None,
             };
