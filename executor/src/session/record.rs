@@ -40,6 +40,8 @@ pub struct Extras {
     /// Ends the session this long after creation (never past its lifetime); adjustable with
     /// [`super::SessionManager::set_end`]. None: its lifetime.
     pub end_after: Option<Duration>,
+    /// Its next call while it is paused resumes it ([`super::SessionManager::pause`]).
+    pub auto_resume: bool,
 }
 
 /// What a session's holder may see of it.
@@ -78,6 +80,8 @@ pub(super) struct Session {
     pub(super) template: String,
     /// See [`Extras::home`].
     pub(super) home: bool,
+    /// See [`Extras::auto_resume`].
+    pub(super) auto_resume: bool,
     pub(super) last_used: Mutex<Instant>,
     /// The sandbox identity (`slots..slots + seats`) its runs use.
     pub(super) seat: usize,
