@@ -256,3 +256,24 @@ async fn a_session_created_with_auto_resume_is_resumed_by_its_next_call() {
     assert_eq!(run(&mut c, "alice", &id, py("open('k.txt').read()")).await, "'kept\\n'");
     assert_eq!(exe.metric("sandpool_sessions"), 1.0);
 }
+
+#[tokio::test]
+async fn an_idle_session_is_paused_after_the_pause_flag_and_resumes_with_its_files() {
+    let store = tempfile::tempdir().expect("store dir");
+    let exe = executor(store.path(), &["--session-pause-after-idle-ms", "1000"]).await;
+    let mut c = exe.client();
+    let id = create(&mut c, "alice", false).await;
+    run(&mut c, "alice", &id, sh("echo kept > k.txt")).await;
+    // Paused by the reaper once idle (bounded wait, generous for a loaded machine).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while exe.metric("sandpool_sessions") != 0.0 {
+        assert!(std::time::Instant::now() < deadline, "the idle session was not paused");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let e = try_run(&mut c, "alice", &id, py("1"))
+        .await
+        .expect_err("a paused session ran");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    resume(&mut c, "alice", &id).await.expect("resume");
+    assert_eq!(run(&mut c, "alice", &id, sh("cat k.txt")).await, "kept\n");
+}

@@ -249,6 +249,7 @@ impl SessionManager {
             work,
             reserve_missing: std::sync::atomic::AtomicBool::new(!reserve_ok),
             background: std::sync::atomic::AtomicBool::new(false),
+            pausing: std::sync::atomic::AtomicBool::new(false),
             closed,
             state: tokio::sync::Mutex::new(State {
                 seat: Some(seat),

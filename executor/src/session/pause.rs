@@ -202,8 +202,52 @@ impl SessionManager {
             }
             Err(_) => return Err(ExecError::invalid("mode", format!("unknown pause mode {}", req.mode)).into()),
         };
-        let (store, ttl) = self.store().await?;
         let s = self.find(&req.session_id, auth)?;
+        self.pause_live(&s, mode).await
+    }
+
+    /// Pauses the idle sessions past `--session-pause-after-idle-ms`, each in a task of its
+    /// own; one that fails stays live (and ends at its idle timeout as before).
+    pub(super) fn auto_pause(self: &Arc<Self>) {
+        let Some(after) = self.policy.pause_after_idle else {
+            return;
+        };
+        if self.store.get().is_none() {
+            return;
+        }
+        let due: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .map(|m| {
+                m.values()
+                    .filter(|s| s.idle_for() >= after && s.state.try_lock().is_ok())
+                    .filter(|s| !s.pausing.swap(true, std::sync::atomic::Ordering::Relaxed))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for s in due {
+            let m = self.clone();
+            tokio::spawn(async move {
+                match m.pause_live(&s, pb::PauseMode::Filesystem).await {
+                    Ok(p) => tracing::info!(session = %&s.id[..8], bytes = p.stored_bytes, "idle session paused"),
+                    Err(e) => {
+                        tracing::warn!(session = %&s.id[..8], error = %e, "pausing an idle session failed");
+                        s.pausing.store(false, std::sync::atomic::Ordering::Relaxed);
+                        s.touch();
+                    }
+                }
+            });
+        }
+    }
+
+    async fn pause_live(
+        &self,
+        s: &Arc<Session>,
+        mode: pb::PauseMode,
+    ) -> Result<pb::PauseSessionResponse, SessionError> {
+        let auth = s.owner.as_slice();
+        let (store, ttl) = self.store().await?;
         let key = BlobKey::paused(&s.tenant, &s.id).map_err(store_error)?;
         let mut closed = s.closed.subscribe();
         // No call runs while /work is archived.
@@ -298,7 +342,7 @@ impl SessionManager {
         // From here its calls see it paused; ending it kills what it runs and frees its seat.
         s.closed.send_replace(true);
         drop(st);
-        self.end(&s, "paused").await;
+        self.end(s, "paused").await;
         Ok(pb::PauseSessionResponse {
             mode: mode as i32,
             stored_bytes: meta.size,

@@ -162,6 +162,7 @@ pub(super) async fn reaper(m: Weak<SessionManager>) {
         tick.tick().await;
         let Some(m) = m.upgrade() else { return };
         m.reap().await;
+        m.auto_pause();
         if round % MEASURE_EVERY == 0 {
             m.measure().await;
         }

@@ -98,6 +98,8 @@ pub(super) struct Session {
     /// calls: its share of the ceiling stays grown after a call, on loan, instead of falling
     /// back to what it holds, or a command would meet the idle share (a compiler, `pip`).
     pub(super) background: std::sync::atomic::AtomicBool,
+    /// An automatic pause of it is under way (the reaper starts one at a time).
+    pub(super) pausing: std::sync::atomic::AtomicBool,
     /// Set once the session is ending: a call in progress stops at once.
     pub(super) closed: tokio::sync::watch::Sender<bool>,
     pub(super) state: tokio::sync::Mutex<State>,
