@@ -163,6 +163,10 @@ pub struct ExecutorArgs {
     /// A session's default idle timeout (no call for this long ends it), ms.
     #[arg(long, env = "SANDPOOL_SESSION_IDLE_TIMEOUT_MS", default_value_t = 5 * 60 * 1000)]
     pub session_idle_timeout_ms: u64,
+    /// Pause a session (filesystem mode, into the session store) after this long without a
+    /// call, ms; 0: never (idle sessions end at their idle timeout).
+    #[arg(long, env = "SANDPOOL_SESSION_PAUSE_AFTER_IDLE_MS", default_value_t = 0)]
+    pub session_pause_after_idle_ms: u64,
     /// The longest idle timeout a session may ask for, ms.
     #[arg(long, env = "SANDPOOL_MAX_SESSION_IDLE_TIMEOUT_MS", default_value_t = 3600 * 1000)]
     pub max_session_idle_timeout_ms: u64,
@@ -540,6 +544,7 @@ impl ExecutorArgs {
             max_lifetime: ms(self.max_session_lifetime_ms),
             idle: ms(self.session_idle_timeout_ms),
             max_idle: ms(self.max_session_idle_timeout_ms),
+            pause_after_idle: (self.session_pause_after_idle_ms > 0).then(|| ms(self.session_pause_after_idle_ms)),
             calls: self.session_calls,
             max_calls: self.max_session_calls,
             cpu: ms(self.session_cpu_time_ms),

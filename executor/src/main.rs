@@ -81,8 +81,9 @@ async fn run(args: ServerArgs) -> anyhow::Result<()> {
             args.max_request_bytes
         );
     }
-    // Checked now so a bad store configuration fails the start; sessions do not use it yet.
+    // Checked now so a bad store configuration fails the start; opened at the first pause.
     let store = args.executor.session_store.config(&args.executor.work_root)?;
+    let store_ttl = std::time::Duration::from_secs(args.executor.session_store.session_store_ttl_secs);
     tracing::debug!(?store, "session store configured");
     let engine = Arc::new(args.executor.build_engine().await?);
     // Outside the runtime: what ends a wedged executor cannot run on it.
@@ -104,6 +105,7 @@ async fn run(args: ServerArgs) -> anyhow::Result<()> {
         grpc_max_streams: args.grpc_max_streams.max(1),
         advertise: Some(args.advertise()),
         sessions: args.executor.session_policy(),
+        session_store: Some((store, store_ttl)),
     };
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await

@@ -37,6 +37,8 @@ pub struct ServeOptions {
     pub advertise: Option<String>,
     /// Sessions' cap, defaults and ceilings.
     pub sessions: SessionPolicy,
+    /// Where paused sessions are kept, and their TTL (None: sessions cannot be paused).
+    pub session_store: Option<(sandpool_store::StoreConfig, Duration)>,
 }
 
 impl ServeOptions {
@@ -56,6 +58,7 @@ impl ServeOptions {
             grpc_max_streams: 1024,
             advertise: None,
             sessions,
+            session_store: None,
         }
     }
 }
@@ -225,6 +228,9 @@ pub async fn serve_with_http(
         .unwrap_or_else(|| crate::config::advertise_address(None, None, bound));
     let sessions = crate::session::SessionManager::start(engine.clone(), opts.sessions, advertise);
     sessions.follow_tenants(opts.tenants.clone());
+    if let Some((cfg, ttl)) = opts.session_store.clone() {
+        sessions.use_store(cfg, ttl);
+    }
     if let Some(http) = http {
         let (judge, mut stop) = (judge.clone(), http_stop_rx);
         let mut http_opts = opts.http.clone();

@@ -34,7 +34,7 @@ pub fn session_status(e: SessionError) -> Status {
     match e {
         SessionError::NotFound => Status::not_found(e.to_string()),
         SessionError::Exhausted(m) => Status::resource_exhausted(m),
-        SessionError::Reset(_) => Status::failed_precondition(e.to_string()),
+        SessionError::Reset(_) | SessionError::Paused => Status::failed_precondition(e.to_string()),
         SessionError::Exec(e) => status(e),
     }
 }
@@ -218,10 +218,36 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        let c = call(&req);
+        let resp = self
+            .sessions
+            .close_as(req.into_inner(), c)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn pause_session(
+        &self,
+        req: Request<pb::PauseSessionRequest>,
+    ) -> Result<Response<pb::PauseSessionResponse>, Status> {
         let who = call(&req).caller.into_bytes();
         let resp = self
             .sessions
-            .close(req.into_inner(), &who)
+            .pause(req.into_inner(), &who)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn resume_session(
+        &self,
+        req: Request<pb::ResumeSessionRequest>,
+    ) -> Result<Response<pb::ResumeSessionResponse>, Status> {
+        let c = call(&req);
+        let resp = self
+            .sessions
+            .resume(req.into_inner(), c)
             .await
             .map_err(session_status)?;
         Ok(Response::new(resp))

@@ -21,6 +21,9 @@ pub struct PutOptions {
     pub ttl: Duration,
     /// The session it belongs to: deleted with it ([`crate::Store::delete_session`]).
     pub session: Option<String>,
+    /// What its writer records of the session beside the blob (the executor's own JSON, never
+    /// the session's): enough to resume it on any executor sharing the store.
+    pub record: Option<serde_json::Value>,
 }
 
 /// A stored blob's metadata.
@@ -38,6 +41,9 @@ pub struct Meta {
     /// Whether it is sealed (a store with a key seals every blob and opens only sealed ones).
     pub sealed: bool,
     pub session: Option<String>,
+    /// [`PutOptions::record`]. Absent in metadata written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<serde_json::Value>,
 }
 
 impl Meta {

@@ -193,6 +193,7 @@ impl Store {
             mode: opts.mode,
             sealed: self.sealer.is_some(),
             session: opts.session,
+            record: opts.record,
         };
         let json = serde_json::to_vec(&meta).map_err(|e| StoreError::Config(format!("metadata: {e}")))?;
         self.backend

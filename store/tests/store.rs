@@ -91,6 +91,7 @@ fn opts(ttl: Duration) -> PutOptions {
         mode: Mode::Filesystem,
         ttl,
         session: None,
+        record: None,
     }
 }
 
@@ -136,6 +137,7 @@ async fn round_trip(which: Which, sealed: bool) {
                     mode: Mode::Full,
                     ttl: HOUR,
                     session: Some("s0".into()),
+                    record: None,
                 },
                 body.as_slice(),
             )
@@ -264,6 +266,7 @@ async fn sweep_and_sessions(which: Which) {
         mode: Mode::Filesystem,
         ttl: HOUR,
         session: Some(s.to_owned()),
+        record: None,
     };
     store
         .put(&BlobKey::paused("t", "s1").expect("key"), owned("s1"), &b"p"[..])
@@ -488,6 +491,7 @@ async fn local_keys_cannot_leave_the_store_directory() {
                 &key,
                 PutOptions {
                     session: Some(bad.into()),
+                    record: None,
                     ..opts(HOUR)
                 },
                 &b"x"[..],

@@ -102,17 +102,24 @@ impl SessionManager {
         request_id: &str,
     ) -> Result<pb::RunInSessionResponse, SessionError> {
         let _in_progress = self.engine.admission().request();
-        let s = self.find(id, auth)?;
+        let s = match self.find(id, auth) {
+            // A session created with auto_resume is resumed by its next call.
+            Err(SessionError::Paused) => match self.auto_resumes(id, auth) {
+                Some(ticket) => self.resume_as(id, auth, &ticket).await?,
+                None => return Err(SessionError::Paused),
+            },
+            other => other?,
+        };
         if input.len() as u64 > s.totals.disk {
             return Err(ExecError::invalid(input.field(), "longer than the session's /work can hold").into());
         }
         let mut closed = s.closed.subscribe();
         let mut st = tokio::select! {
             st = s.state.lock() => st,
-            _ = closed.wait_for(|c| *c) => return Err(SessionError::NotFound),
+            _ = closed.wait_for(|c| *c) => return Err(self.not_live(id, auth)),
         };
         if *s.closed.borrow() {
-            return Err(SessionError::NotFound);
+            return Err(self.not_live(id, auth));
         }
         if st.calls >= s.totals.calls {
             return Err(SessionError::Exhausted(format!(

@@ -8,7 +8,7 @@ use super::registry::{new_id, random_hex};
 use super::seats::seat_cpu_weight;
 use super::startup::{StartGate, boot};
 use super::{SessionError, SessionManager, policy, policy::Totals};
-use crate::admission::Ticket;
+use crate::admission::{Admit, Ticket};
 use crate::call::Call;
 use crate::error::ExecError;
 use crate::limits::Limits;
@@ -25,7 +25,11 @@ impl SessionManager {
         req: pb::CreateSessionRequest,
         call: Call,
     ) -> Result<pb::CreateSessionResponse, SessionError> {
-        self.create_with(req, call, Extras::default()).await.map(|(r, _)| r)
+        let extras = Extras {
+            auto_resume: req.auto_resume,
+            ..Extras::default()
+        };
+        self.create_with(req, call, extras).await.map(|(r, _)| r)
     }
 
     /// Opens a session that keeps `extras`; answers what `info` would say of it too.
@@ -87,37 +91,7 @@ impl SessionManager {
         if self.over_memory_budget(creating) {
             self.remeasure_high().await;
         }
-        // Counted before waiting for a slot, so a burst of creates cannot pass the cap; uncounted
-        // by the guard's drop, also when the caller goes away mid-create.
-        let _creating = {
-            let mut creating = self.creating.lock().map_err(|_| ExecError::Internal("lock".into()))?;
-            let max = self.policy().max_sessions;
-            if self.count() + creating.values().sum::<usize>() >= max {
-                return Err(SessionError::Exhausted(format!(
-                    "this executor already holds its {max} sessions (--max-sessions); close one or try another executor"
-                )));
-            }
-            if self.over_memory_budget(creating.values().sum()) {
-                return Err(SessionError::Exhausted(format!(
-                    "the sessions on this executor hold {} MiB of their {} MiB memory budget (--session-memory-bytes); close one or try another executor",
-                    self.memory_held() >> 20,
-                    self.policy().memory_budget >> 20
-                )));
-            }
-            let tenant = ticket.tenant.name.clone();
-            let tenant_max = ticket.tenant.max_sessions.unwrap_or(max);
-            let mine = creating.get(&tenant).copied().unwrap_or(0);
-            if self.count_of(&tenant) + mine >= tenant_max {
-                return Err(SessionError::Exhausted(format!(
-                    "tenant {tenant:?} already holds its {tenant_max} sessions on this executor (its max_sessions); close one or try another executor"
-                )));
-            }
-            *creating.entry(tenant.clone()).or_default() += 1;
-            Creating {
-                counts: &self.creating,
-                tenant,
-            }
-        };
+        let _creating = self.admit(&ticket)?;
         let s = self
             .open(kind, language, totals, call_limits, files, auth, &ticket, extras)
             .await?;
@@ -134,6 +108,40 @@ impl SessionManager {
         Ok((resp, info))
     }
 
+    /// Counts a create (or a resume) against the caps (the executor's, its tenant's, the
+    /// memory budget) until the guard drops; refused with the cap named.
+    pub(super) fn admit(&self, ticket: &Ticket) -> Result<Creating<'_>, SessionError> {
+        // Counted before waiting for a slot, so a burst of creates cannot pass the cap; uncounted
+        // by the guard's drop, also when the caller goes away mid-create.
+        let mut creating = self.creating.lock().map_err(|_| ExecError::Internal("lock".into()))?;
+        let max = self.policy().max_sessions;
+        if self.count() + creating.values().sum::<usize>() >= max {
+            return Err(SessionError::Exhausted(format!(
+                "this executor already holds its {max} sessions (--max-sessions); close one or try another executor"
+            )));
+        }
+        if self.over_memory_budget(creating.values().sum()) {
+            return Err(SessionError::Exhausted(format!(
+                "the sessions on this executor hold {} MiB of their {} MiB memory budget (--session-memory-bytes); close one or try another executor",
+                self.memory_held() >> 20,
+                self.policy().memory_budget >> 20
+            )));
+        }
+        let tenant = ticket.tenant.name.clone();
+        let tenant_max = ticket.tenant.max_sessions.unwrap_or(max);
+        let mine = creating.get(&tenant).copied().unwrap_or(0);
+        if self.count_of(&tenant) + mine >= tenant_max {
+            return Err(SessionError::Exhausted(format!(
+                "tenant {tenant:?} already holds its {tenant_max} sessions on this executor (its max_sessions); close one or try another executor"
+            )));
+        }
+        *creating.entry(tenant.clone()).or_default() += 1;
+        Ok(Creating {
+            counts: &self.creating,
+            tenant,
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn open(
         &self,
@@ -146,16 +154,38 @@ impl SessionManager {
         ticket: &Ticket,
         extras: Extras,
     ) -> Result<Arc<Session>, SessionError> {
+        self.open_as(kind, language, totals, call_limits, files, owner, ticket, extras, None)
+            .await
+    }
+
+    /// [`Self::open`], or with `resumed` (its id and its /work's archive) a paused session
+    /// opened again: the archive extracted in its fresh seat before anything else runs there.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn open_as(
+        &self,
+        kind: Kind,
+        language: String,
+        totals: Totals,
+        call_limits: Limits,
+        files: Vec<pb::File>,
+        owner: Vec<u8>,
+        ticket: &Ticket,
+        extras: Extras,
+        resumed: Option<(String, Vec<u8>)>,
+    ) -> Result<Arc<Session>, SessionError> {
         let engine = &self.engine;
         // The caps were checked; a seat whose processes outlived their session stays out of use.
         // Before a spare is taken: a spare dropped on an error here would free its seat
         // before its processes are gone.
-        let id = new_id(engine.name())?;
+        let (id, archive) = match resumed {
+            Some((id, archive)) => (id, Some(archive)),
+            None => (new_id(engine.name())?, None),
+        };
         let work = tokio::sync::OnceCell::new();
         let mut reserve_ok = true;
         // A spare interpreter when one was started for these limits (no files to put first),
         // and it needs no other environment (a spare's started as a plain session's).
-        let spare = match (kind, files.is_empty() && !extras.home) {
+        let spare = match (kind, files.is_empty() && !extras.home && archive.is_none()) {
             (Kind::Python, true) => self.spares.take(&spare_key(&totals, &call_limits)),
             _ => None,
         };
@@ -188,6 +218,13 @@ impl SessionManager {
             reserve_ok = ok;
             let _ = work.set(w);
         }
+        if let Some(archive) = archive {
+            let (w, ok) = make_work(engine, seat.index, Vec::new()).await?;
+            let _permit = engine.acquire_as(ticket, None, Admit::Continuing).await?;
+            super::pause::extract(engine, seat.index, &w, archive, totals.memory).await?;
+            reserve_ok = ok;
+            let _ = work.set(w);
+        }
         let (closed, _) = tokio::sync::watch::channel(false);
         let s = Arc::new(Session {
             id,
@@ -204,6 +241,7 @@ impl SessionManager {
             metadata: extras.metadata,
             template: extras.template,
             home: extras.home,
+            auto_resume: extras.auto_resume,
             last_used: Mutex::new(Instant::now()),
             seat: seat.index,
             ticket: ticket.clone(),
@@ -211,6 +249,7 @@ impl SessionManager {
             work,
             reserve_missing: std::sync::atomic::AtomicBool::new(!reserve_ok),
             background: std::sync::atomic::AtomicBool::new(false),
+            pausing: std::sync::atomic::AtomicBool::new(false),
             closed,
             state: tokio::sync::Mutex::new(State {
                 seat: Some(seat),

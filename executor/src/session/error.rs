@@ -11,6 +11,9 @@ pub enum SessionError {
     NotFound,
     #[error("{0}")]
     Exhausted(String),
+    /// The session is paused (gRPC FAILED_PRECONDITION).
+    #[error("session paused: resume it with ResumeSession (E2B: connect) first, or create sessions with auto_resume")]
+    Paused,
     /// The session's interpreter died between calls (killed at the sessions' memory ceiling,
     /// or it exited): its variables are gone. The call did not run; the next one runs in a
     /// fresh interpreter (gRPC FAILED_PRECONDITION, E2B the cell's error).

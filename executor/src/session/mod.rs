@@ -35,6 +35,7 @@
 //! - [`startup`]: the interpreter's start-up; [`repl`]: the interpreter and its driver;
 //!   [`spares`]: interpreters started ahead of demand;
 //! - [`files`]: /work, the request's files and the session's own directory;
+//! - [`pause`]: pause into the session store, resume from it;
 //! - [`reap`]: close, timeouts, shutdown; [`error`]: why a call was refused.
 
 mod call;
@@ -42,6 +43,7 @@ mod caps;
 mod create;
 mod error;
 mod files;
+mod pause;
 pub mod policy;
 mod procs;
 mod python;
@@ -98,6 +100,12 @@ pub struct SessionManager {
     /// The executor's tenants ([`SessionManager::follow_tenants`]): a session whose
     /// tenant leaves the table is ended.
     tenants: std::sync::OnceLock<Arc<crate::tenants::Tenants>>,
+    /// Where paused sessions go ([`Self::use_store`]); none: sessions cannot be paused.
+    store: std::sync::OnceLock<pause::StoreSlot>,
+    /// Sessions this executor paused, by id: their calls answer `session paused`.
+    paused: Mutex<HashMap<String, pause::Paused>>,
+    /// Resumes run one at a time (a session is never resumed twice).
+    resuming: tokio::sync::Mutex<()>,
 }
 
 impl SessionManager {
@@ -140,6 +148,9 @@ impl SessionManager {
             seats: seat_pool,
             spares: spares::Spares::new(spare_count),
             tenants: std::sync::OnceLock::new(),
+            store: std::sync::OnceLock::new(),
+            paused: Mutex::new(HashMap::new()),
+            resuming: tokio::sync::Mutex::new(()),
         });
         let weak = Arc::downgrade(&m);
         tokio::spawn(reaper(weak.clone()));

@@ -22,6 +22,8 @@ pub struct SessionPolicy {
     pub max_lifetime: Duration,
     pub idle: Duration,
     pub max_idle: Duration,
+    /// Idle sessions are paused after this (`--session-pause-after-idle-ms`); None: never.
+    pub pause_after_idle: Option<Duration>,
     pub calls: u32,
     pub max_calls: u32,
     pub cpu: Duration,
@@ -50,6 +52,7 @@ impl SessionPolicy {
             max_lifetime: Duration::from_secs(4 * 3600),
             idle: Duration::from_secs(5 * 60),
             max_idle: Duration::from_secs(3600),
+            pause_after_idle: None,
             calls: 1000,
             max_calls: 100_000,
             cpu: Duration::from_secs(10 * 60),

@@ -23,6 +23,25 @@ impl SessionManager {
         Ok(pb::CloseSessionResponse { calls })
     }
 
+    /// Ends a session for `call`'s caller, a paused one too (its archive deleted from the
+    /// store); returns how many calls it served.
+    pub async fn close_as(
+        &self,
+        req: pb::CloseSessionRequest,
+        call: crate::call::Call,
+    ) -> Result<pb::CloseSessionResponse, SessionError> {
+        let auth = call.caller.as_bytes().to_vec();
+        match self.close(req.clone(), &auth).await {
+            Err(SessionError::NotFound | SessionError::Paused) if !req.session_id.is_empty() => {
+                let ticket = self.engine.ticket(&call, 0, "priority")?;
+                let _in_progress = self.engine.admission().request();
+                let calls = self.close_paused(&req.session_id, &auth, &ticket).await?;
+                Ok(pb::CloseSessionResponse { calls })
+            }
+            other => other,
+        }
+    }
+
     /// Ends one session (see [`Self::end_all`]); returns how many calls it served.
     pub(super) async fn end(&self, s: &Arc<Session>, why: &'static str) -> u32 {
         let one = [(s.clone(), why)];
@@ -143,6 +162,7 @@ pub(super) async fn reaper(m: Weak<SessionManager>) {
         tick.tick().await;
         let Some(m) = m.upgrade() else { return };
         m.reap().await;
+        m.auto_pause();
         if round % MEASURE_EVERY == 0 {
             m.measure().await;
         }

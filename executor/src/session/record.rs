@@ -40,6 +40,8 @@ pub struct Extras {
     /// Ends the session this long after creation (never past its lifetime); adjustable with
     /// [`super::SessionManager::set_end`]. None: its lifetime.
     pub end_after: Option<Duration>,
+    /// Its next call while it is paused resumes it ([`super::SessionManager::pause`]).
+    pub auto_resume: bool,
 }
 
 /// What a session's holder may see of it.
@@ -78,6 +80,8 @@ pub(super) struct Session {
     pub(super) template: String,
     /// See [`Extras::home`].
     pub(super) home: bool,
+    /// See [`Extras::auto_resume`].
+    pub(super) auto_resume: bool,
     pub(super) last_used: Mutex<Instant>,
     /// The sandbox identity (`slots..slots + seats`) its runs use.
     pub(super) seat: usize,
@@ -94,6 +98,8 @@ pub(super) struct Session {
     /// calls: its share of the ceiling stays grown after a call, on loan, instead of falling
     /// back to what it holds, or a command would meet the idle share (a compiler, `pip`).
     pub(super) background: std::sync::atomic::AtomicBool,
+    /// An automatic pause of it is under way (the reaper starts one at a time).
+    pub(super) pausing: std::sync::atomic::AtomicBool,
     /// Set once the session is ending: a call in progress stops at once.
     pub(super) closed: tokio::sync::watch::Sender<bool>,
     pub(super) state: tokio::sync::Mutex<State>,

@@ -48,7 +48,7 @@ impl SessionManager {
         if id.is_empty() {
             return Err(ExecError::invalid("session_id", "required").into());
         }
-        let s = self.lookup(id)?;
+        let s = self.lookup(id).map_err(|_| self.not_live(id, auth))?;
         // Another caller's session looks like no session at all.
         if !owner_matches(&s, auth) {
             return Err(SessionError::NotFound);

@@ -284,6 +284,7 @@ pub async fn create(
         template: template.into(),
         home: true,
         end_after: Some(after),
+        auto_resume: false,
     };
     let call = call.map(|c| c.0).unwrap_or_default();
     let owner = call.caller.as_bytes().to_vec();

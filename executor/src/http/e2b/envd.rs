@@ -744,7 +744,7 @@ async fn run_op(
         },
         Err(crate::session::SessionError::NotFound) => Err(OpError::Gone(id.to_owned())),
         Err(crate::session::SessionError::Exhausted(m)) => Err(OpError::Rpc(Error::new(Code::ResourceExhausted, m))),
-        Err(e @ crate::session::SessionError::Reset(_)) => {
+        Err(e @ (crate::session::SessionError::Reset(_) | crate::session::SessionError::Paused)) => {
             Err(OpError::Rpc(Error::new(Code::FailedPrecondition, e.to_string())))
         }
         Err(crate::session::SessionError::Exec(e)) => {

@@ -1,0 +1,523 @@
+//! Pause and resume (docs/sessions.md, "Pause and resume"): a session's /work is archived by
+//! `tar` run inside its own seat, its bytes put in the session store with a record of the
+//! session beside them, and the session ended; resuming takes a fresh seat, extracts the
+//! archive with `tar` inside it, and cold-starts the interpreter under the same id.
+//!
+//! The executor never reads what the session wrote: it hands the archive's bytes from the
+//! sandbox's stdout to the store, and from the store to the sandbox's stdin. The record is
+//! the executor's own (who may resume it, the limits, the counters).
+
+use super::caps::Creating;
+use super::record::{Extras, Kind, Session};
+use super::{SessionError, SessionManager, policy::Totals};
+use crate::admission::{Admit, Ticket};
+use crate::call::Call;
+use crate::error::ExecError;
+use crate::limits::Limits;
+use crate::metrics::Phase;
+use crate::sandbox::{RunSpec, WorkDir};
+use sandpool_proto::v1 as pb;
+use sandpool_store::{BlobKey, Mode, PutOptions, Store, StoreConfig, StoreError};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+
+/// The record's format; a store written by a later one is refused, not misread.
+const RECORD_VERSION: u32 = 1;
+/// Longest an archive or an extraction may take.
+const TAR_WALL: Duration = Duration::from_secs(120);
+/// Room an archive gets beyond /work's size (tar's headers: 512 bytes a file and a block
+/// at the end).
+const TAR_HEADROOM: u64 = 64 << 20;
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Where paused sessions are kept, and for how long ([`SessionManager::use_store`]).
+#[derive(Debug)]
+pub(super) struct StoreSlot {
+    cfg: StoreConfig,
+    ttl: Duration,
+    store: tokio::sync::OnceCell<Arc<Store>>,
+}
+
+/// A session this executor paused: enough to answer its calls (FAILED_PRECONDITION for its
+/// owner) and to resume it implicitly (auto-resume) without its caller's tenant.
+#[derive(Debug, Clone)]
+pub(super) struct Paused {
+    owner: Vec<u8>,
+    ticket: Ticket,
+    auto_resume: bool,
+}
+
+/// What the store keeps beside a paused session's archive: the executor's, never the session's.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Record {
+    v: u32,
+    id: String,
+    tenant: String,
+    /// SHA-256 of who may resume it ([`stable_owner`]), hex.
+    owner_sha256: String,
+    language: String,
+    mode: Mode,
+    lifetime_ms: u64,
+    idle_ms: u64,
+    max_calls: u32,
+    memory: u64,
+    cpu_ms: u64,
+    disk: u64,
+    call_wall_ms: u64,
+    call_cpu_ms: u64,
+    call_memory: u64,
+    call_output: u64,
+    call_processes: u32,
+    call_file_size: u64,
+    calls: u32,
+    cpu_used_ms: u64,
+    template: String,
+    metadata: BTreeMap<String, String>,
+    home: bool,
+    auto_resume: bool,
+}
+
+/// Who owns a session, the same on every executor: an authenticated tenant (its caller bytes
+/// carry an identity that is per process; the tenant is already the store key's), or the
+/// `authorization` an open executor's caller sent.
+fn stable_owner(ticket: &Ticket, owner: &[u8]) -> Vec<u8> {
+    match ticket.tenant.authenticated {
+        true => [b"tenant\0".as_slice(), ticket.tenant.name.as_bytes()].concat(),
+        false => owner.to_vec(),
+    }
+}
+
+fn owner_hash(ticket: &Ticket, owner: &[u8]) -> String {
+    Sha256::digest(stable_owner(ticket, owner))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn store_error(e: StoreError) -> SessionError {
+    match e {
+        StoreError::NotFound(_) => SessionError::NotFound,
+        StoreError::BlobTooLarge { .. } | StoreError::QuotaExceeded { .. } => SessionError::Exhausted(e.to_string()),
+        other => ExecError::Internal(format!("session store: {other}")).into(),
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// A run of `tar` (found in the sandbox's PATH) in a seat: no interpreter, the session's memory.
+fn tar_spec(args: &[&str], stdin: Vec<u8>, memory: u64, output: u64, file_size: u64) -> RunSpec {
+    let mut argv = vec!["tar".to_owned()];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    RunSpec {
+        argv,
+        env: vec![("PATH".into(), PATH.into()), ("LC_ALL".into(), "C".into())],
+        stdin,
+        limits: Limits {
+            wall: TAR_WALL,
+            cpu: TAR_WALL,
+            memory,
+            output,
+            processes: 4,
+            file_size,
+        },
+        gpu: false,
+        warm: None,
+    }
+}
+
+/// Why a tar run failed, for the caller.
+fn tar_failed(what: &str, r: &crate::engine::Phased) -> SessionError {
+    let stderr = String::from_utf8_lossy(&r.result.stderr);
+    let detail = r
+        .error
+        .clone()
+        .unwrap_or_else(|| stderr.trim().chars().take(500).collect());
+    ExecError::Internal(format!(
+        "{what} failed ({:?}, exit {}): {detail}",
+        r.verdict, r.result.exit_code
+    ))
+    .into()
+}
+
+impl SessionManager {
+    /// Keeps paused sessions in the store `cfg` names, for `ttl` (opened on first use).
+    pub fn use_store(&self, cfg: StoreConfig, ttl: Duration) {
+        let _ = self.store.set(StoreSlot {
+            cfg,
+            ttl,
+            store: tokio::sync::OnceCell::new(),
+        });
+    }
+
+    async fn store(&self) -> Result<(&Arc<Store>, Duration), SessionError> {
+        let slot = self.store.get().ok_or_else(|| {
+            ExecError::Unavailable(
+                "sessions".into(),
+                "this executor has no session store, so sessions cannot be paused".into(),
+            )
+        })?;
+        let store = slot
+            .store
+            .get_or_try_init(|| async { Store::open(slot.cfg.clone()).await.map(Arc::new) })
+            .await
+            .map_err(store_error)?;
+        Ok((store, slot.ttl))
+    }
+
+    /// The error a call on a session that is not live gets: `session paused` for the owner of
+    /// one this executor paused, else NOT_FOUND.
+    pub(super) fn not_live(&self, id: &str, auth: &[u8]) -> SessionError {
+        match self.paused_entry(id, auth) {
+            Some(_) => SessionError::Paused,
+            None => SessionError::NotFound,
+        }
+    }
+
+    fn paused_entry(&self, id: &str, auth: &[u8]) -> Option<Paused> {
+        let p = self.paused.lock().ok()?.get(id).cloned()?;
+        bool::from(p.owner.as_slice().ct_eq(auth)).then_some(p)
+    }
+
+    /// Whether `auth`'s paused session `id` asked to be resumed by its next call.
+    pub(super) fn auto_resumes(&self, id: &str, auth: &[u8]) -> Option<Ticket> {
+        self.paused_entry(id, auth).filter(|p| p.auto_resume).map(|p| p.ticket)
+    }
+
+    /// Pauses a session (see the module's doc).
+    pub async fn pause(
+        &self,
+        req: pb::PauseSessionRequest,
+        auth: &[u8],
+    ) -> Result<pb::PauseSessionResponse, SessionError> {
+        let _in_progress = self.engine.admission().request();
+        let mode = match pb::PauseMode::try_from(req.mode) {
+            Ok(pb::PauseMode::Unspecified | pb::PauseMode::Filesystem) => pb::PauseMode::Filesystem,
+            Ok(pb::PauseMode::Full) => {
+                return Err(ExecError::invalid("mode", "FULL is not served yet: pause in FILESYSTEM mode").into());
+            }
+            Err(_) => return Err(ExecError::invalid("mode", format!("unknown pause mode {}", req.mode)).into()),
+        };
+        let s = self.find(&req.session_id, auth)?;
+        self.pause_live(&s, mode).await
+    }
+
+    /// Pauses the idle sessions past `--session-pause-after-idle-ms`, each in a task of its
+    /// own; one that fails stays live (and ends at its idle timeout as before).
+    pub(super) fn auto_pause(self: &Arc<Self>) {
+        let Some(after) = self.policy.pause_after_idle else {
+            return;
+        };
+        if self.store.get().is_none() {
+            return;
+        }
+        let due: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .map(|m| {
+                m.values()
+                    .filter(|s| s.idle_for() >= after && s.state.try_lock().is_ok())
+                    .filter(|s| !s.pausing.swap(true, std::sync::atomic::Ordering::Relaxed))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for s in due {
+            let m = self.clone();
+            tokio::spawn(async move {
+                match m.pause_live(&s, pb::PauseMode::Filesystem).await {
+                    Ok(p) => tracing::info!(session = %&s.id[..8], bytes = p.stored_bytes, "idle session paused"),
+                    Err(e) => {
+                        tracing::warn!(session = %&s.id[..8], error = %e, "pausing an idle session failed");
+                        s.pausing.store(false, std::sync::atomic::Ordering::Relaxed);
+                        s.touch();
+                    }
+                }
+            });
+        }
+    }
+
+    async fn pause_live(
+        &self,
+        s: &Arc<Session>,
+        mode: pb::PauseMode,
+    ) -> Result<pb::PauseSessionResponse, SessionError> {
+        let auth = s.owner.as_slice();
+        let (store, ttl) = self.store().await?;
+        let key = BlobKey::paused(&s.tenant, &s.id).map_err(store_error)?;
+        let mut closed = s.closed.subscribe();
+        // No call runs while /work is archived.
+        let st = tokio::select! {
+            st = s.state.lock() => st,
+            _ = closed.wait_for(|c| *c) => return Err(self.not_live(&s.id, auth)),
+        };
+        if *s.closed.borrow() {
+            return Err(self.not_live(&s.id, auth));
+        }
+        let mut st = st;
+        // A seat runs one sandboxed run at a time: the interpreter goes first (its state is
+        // not kept in this mode). A pause that fails after this leaves the session live, its
+        // next call starting a fresh interpreter.
+        if let Some(r) = st.repl.take() {
+            let _ = r.kill().await;
+        }
+        let work = s.work(&self.engine).await?;
+        let archive = {
+            let _permit = self.engine.acquire_as(&s.ticket, None, Admit::Continuing).await?;
+            let limit = self.engine.work_dir_bytes().saturating_mul(2) + TAR_HEADROOM;
+            // Links stay links; the session's own directory (requests, replies, the reserve) stays out.
+            let spec = tar_spec(
+                &[
+                    "--create",
+                    "--file=-",
+                    "--directory=/work",
+                    "--exclude=./.sandpool",
+                    "--numeric-owner",
+                    ".",
+                ],
+                Vec::new(),
+                s.totals.memory,
+                limit,
+                0,
+            );
+            let r = self.engine.run_phase_in(s.seat, &work, &spec, Phase::Run).await;
+            if r.result.stdout_truncated {
+                return Err(SessionError::Exhausted(format!(
+                    "the archive of /work passed {limit} bytes; remove files and pause again"
+                )));
+            }
+            if r.verdict != pb::Verdict::Ok {
+                return Err(tar_failed("archiving /work", &r));
+            }
+            r.result.stdout
+        };
+        let record = Record {
+            v: RECORD_VERSION,
+            id: s.id.clone(),
+            tenant: s.tenant.to_string(),
+            owner_sha256: owner_hash(&s.ticket, &s.owner),
+            language: s.language.clone(),
+            mode: Mode::Filesystem,
+            lifetime_ms: ms(s.totals.lifetime),
+            idle_ms: ms(s.totals.idle),
+            max_calls: s.totals.calls,
+            memory: s.totals.memory,
+            cpu_ms: ms(s.totals.cpu),
+            disk: s.totals.disk,
+            call_wall_ms: ms(s.call_limits.wall),
+            call_cpu_ms: ms(s.call_limits.cpu),
+            call_memory: s.call_limits.memory,
+            call_output: s.call_limits.output,
+            call_processes: s.call_limits.processes,
+            call_file_size: s.call_limits.file_size,
+            calls: st.calls,
+            cpu_used_ms: ms(st.cpu_used),
+            template: s.template.clone(),
+            metadata: s.metadata.clone(),
+            home: s.home,
+            auto_resume: s.auto_resume,
+        };
+        let record = serde_json::to_value(&record).map_err(|e| ExecError::Internal(format!("record: {e}")))?;
+        let opts = PutOptions {
+            mode: Mode::Filesystem,
+            ttl,
+            session: Some(s.id.clone()),
+            record: Some(record),
+        };
+        let meta = store.put(&key, opts, archive.as_slice()).await.map_err(store_error)?;
+        if let Ok(mut p) = self.paused.lock() {
+            p.insert(
+                s.id.clone(),
+                Paused {
+                    owner: s.owner.clone(),
+                    ticket: s.ticket.clone(),
+                    auto_resume: s.auto_resume,
+                },
+            );
+        }
+        // From here its calls see it paused; ending it kills what it runs and frees its seat.
+        s.closed.send_replace(true);
+        drop(st);
+        self.end(s, "paused").await;
+        Ok(pb::PauseSessionResponse {
+            mode: mode as i32,
+            stored_bytes: meta.size,
+            lost_names: Vec::new(),
+        })
+    }
+
+    /// Resumes `call`'s paused session (see the module's doc); a live one answers as it is.
+    pub async fn resume(
+        &self,
+        req: pb::ResumeSessionRequest,
+        call: Call,
+    ) -> Result<pb::ResumeSessionResponse, SessionError> {
+        let _in_progress = self.engine.admission().request();
+        let ticket = self.engine.ticket(&call, 0, "priority")?;
+        let auth = call.caller.into_bytes();
+        let s = match self.find(&req.session_id, &auth) {
+            Ok(s) => s,
+            Err(SessionError::NotFound | SessionError::Paused) => {
+                self.resume_as(&req.session_id, &auth, &ticket).await?
+            }
+            Err(e) => return Err(e),
+        };
+        let calls = s.state.lock().await.calls;
+        Ok(pb::ResumeSessionResponse {
+            session_id: s.id.clone(),
+            executor_address: self.advertise.clone(),
+            language: s.language.clone(),
+            session_limits: Some(s.totals.to_proto()),
+            call_limits: Some(crate::limits::to_proto(s.call_limits)),
+            calls_left: s.totals.calls.saturating_sub(calls),
+            executor: Some(self.engine.info("")),
+        })
+    }
+
+    /// Resumes paused session `id` of `ticket`'s tenant for `auth`, its owner.
+    pub(super) async fn resume_as(&self, id: &str, auth: &[u8], ticket: &Ticket) -> Result<Arc<Session>, SessionError> {
+        // One resume at a time here: a second caller of the same id finds it live after.
+        let _one = self.resuming.lock().await;
+        if let Ok(s) = self.find(id, auth) {
+            return Ok(s);
+        }
+        let (store, _) = self.store().await?;
+        // Another tenant's key is another key: its session is not found.
+        let key = BlobKey::paused(&ticket.tenant.name, id).map_err(|_| SessionError::NotFound)?;
+        let meta = store.head(&key).await.map_err(store_error)?;
+        let rec: Record = meta
+            .record
+            .clone()
+            .and_then(|r| serde_json::from_value(r).ok())
+            .ok_or_else(|| ExecError::Internal(format!("the paused session {id} has no record this executor reads")))?;
+        if rec.v != RECORD_VERSION {
+            return Err(ExecError::Internal(format!("the paused session's record is version {}", rec.v)).into());
+        }
+        let owned = bool::from(rec.owner_sha256.as_bytes().ct_eq(owner_hash(ticket, auth).as_bytes()));
+        if rec.id != id || !owned {
+            return Err(SessionError::NotFound);
+        }
+        let kind = match rec.language.as_str() {
+            "python" => Kind::Python,
+            "bash" => Kind::Bash,
+            other => return Err(ExecError::Internal(format!("the paused session's language {other:?}")).into()),
+        };
+        self.engine.language(&rec.language, "language")?;
+        let mut archive = Vec::with_capacity(meta.size as usize);
+        store.get_into(&key, &mut archive).await.map_err(store_error)?;
+        let _creating: Creating<'_> = self.admit(ticket)?;
+        let totals = Totals {
+            lifetime: Duration::from_millis(rec.lifetime_ms),
+            idle: Duration::from_millis(rec.idle_ms),
+            calls: rec.max_calls,
+            memory: rec.memory,
+            cpu: Duration::from_millis(rec.cpu_ms),
+            disk: rec.disk,
+        };
+        let call_limits = Limits {
+            wall: Duration::from_millis(rec.call_wall_ms),
+            cpu: Duration::from_millis(rec.call_cpu_ms),
+            memory: rec.call_memory,
+            output: rec.call_output,
+            processes: rec.call_processes,
+            file_size: rec.call_file_size,
+        };
+        let extras = Extras {
+            access_token: false,
+            metadata: rec.metadata,
+            template: rec.template,
+            home: rec.home,
+            end_after: None,
+            auto_resume: rec.auto_resume,
+        };
+        let s = self
+            .open_as(
+                kind,
+                rec.language,
+                totals,
+                call_limits,
+                Vec::new(),
+                auth.to_vec(),
+                ticket,
+                extras,
+                Some((id.to_owned(), archive)),
+            )
+            .await?;
+        {
+            let mut st = s.state.lock().await;
+            st.calls = rec.calls;
+            st.cpu_used = Duration::from_millis(rec.cpu_used_ms);
+            st.cpu_at_repl_start = st.cpu_used;
+        }
+        if let Ok(mut p) = self.paused.lock() {
+            p.remove(id);
+        }
+        // Live again: its state is the session's now; a later pause stores it anew.
+        if let Err(e) = store.delete(&key).await {
+            tracing::warn!(session = %&id[..8.min(id.len())], error = %e, "deleting a resumed session's archive failed");
+        }
+        tracing::info!(session = %&id[..8.min(id.len())], seat = s.seat, "session resumed");
+        Ok(s)
+    }
+
+    /// Deletes `auth`'s paused session `id` (of `ticket`'s tenant); None when there is none.
+    pub(super) async fn close_paused(&self, id: &str, auth: &[u8], ticket: &Ticket) -> Result<u32, SessionError> {
+        let local = self.paused_entry(id, auth);
+        let ticket = local.as_ref().map(|p| &p.ticket).unwrap_or(ticket);
+        if self.store.get().is_none() {
+            return Err(SessionError::NotFound);
+        }
+        let (store, _) = self.store().await?;
+        let key = BlobKey::paused(&ticket.tenant.name, id).map_err(|_| SessionError::NotFound)?;
+        let meta = store.head(&key).await.map_err(store_error)?;
+        let rec: Option<Record> = meta.record.and_then(|r| serde_json::from_value(r).ok());
+        let owned = rec.as_ref().is_some_and(|r| {
+            r.id == id && bool::from(r.owner_sha256.as_bytes().ct_eq(owner_hash(ticket, auth).as_bytes()))
+        });
+        if !owned {
+            return Err(SessionError::NotFound);
+        }
+        store
+            .delete_session(&ticket.tenant.name, id)
+            .await
+            .map_err(store_error)?;
+        if let Ok(mut p) = self.paused.lock() {
+            p.remove(id);
+        }
+        tracing::info!(session = %&id[..8.min(id.len())], "paused session closed");
+        Ok(rec.map(|r| r.calls).unwrap_or(0))
+    }
+}
+
+/// Extracts `archive` into a fresh seat's /work, by `tar` inside the seat.
+pub(super) async fn extract(
+    engine: &Arc<crate::engine::Engine>,
+    seat: usize,
+    work: &WorkDir,
+    archive: Vec<u8>,
+    memory: u64,
+) -> Result<(), SessionError> {
+    let spec = tar_spec(
+        &[
+            "--extract",
+            "--file=-",
+            "--directory=/work",
+            "--no-same-owner",
+            "--preserve-permissions",
+            "--exclude=./.sandpool",
+        ],
+        archive,
+        memory,
+        64 << 10,
+        engine.work_dir_bytes(),
+    );
+    let r = engine.run_phase_in(seat, work, &spec, Phase::Run).await;
+    if r.verdict != pb::Verdict::Ok {
+        return Err(tar_failed("restoring /work", &r));
+    }
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! Pausing and resuming sessions against the real executor over loopback
+//! (docs/sessions.md, "Pause and resume"): /work kept exactly, nothing held while
+//! paused, resumed on another executor sharing the store, only by its owner, and
+//! deleted with its session.
+
+use sandpool_proto::v1 as pb;
+use sandpool_tests::{Executor, Isolation, Options};
+use std::path::Path;
+use tonic::Code;
+
+type Client = pb::executor_client::ExecutorClient<tonic::transport::Channel>;
+
+async fn executor(store: &Path, extra: &[&str]) -> Executor {
+    let mut args = vec!["--session-store-dir".to_owned(), store.display().to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "bash"],
+        extra_args: args,
+        isolation: Isolation::Namespaces,
+        ..Default::default()
+    })
+    .await
+}
+
+fn as_<T>(who: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {who}").parse().expect("header"));
+    r
+}
+
+async fn create(c: &mut Client, who: &str, auto_resume: bool) -> String {
+    c.create_session(as_(
+        who,
+        pb::CreateSessionRequest {
+            language: "python".into(),
+            auto_resume,
+            ..Default::default()
+        },
+    ))
+    .await
+    .expect("create")
+    .into_inner()
+    .session_id
+}
+
+fn input(id: &str, i: pb::run_in_session_request::Input) -> pb::RunInSessionRequest {
+    pb::RunInSessionRequest {
+        session_id: id.into(),
+        input: Some(i),
+        ..Default::default()
+    }
+}
+
+async fn try_run(
+    c: &mut Client,
+    who: &str,
+    id: &str,
+    i: pb::run_in_session_request::Input,
+) -> Result<pb::RunInSessionResponse, tonic::Status> {
+    c.run_in_session(as_(who, input(id, i))).await.map(|r| r.into_inner())
+}
+
+/// The call's stdout and display, asserting it ran.
+async fn run(c: &mut Client, who: &str, id: &str, i: pb::run_in_session_request::Input) -> String {
+    let r = try_run(c, who, id, i).await.expect("run");
+    let res = r.result.clone().unwrap_or_default();
+    assert_eq!(
+        r.verdict,
+        pb::Verdict::Ok as i32,
+        "{r:?}: {}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    format!("{}{}", String::from_utf8_lossy(&res.stdout), r.display)
+}
+
+fn sh(cmd: &str) -> pb::run_in_session_request::Input {
+    pb::run_in_session_request::Input::Command(cmd.into())
+}
+
+fn py(code: &str) -> pb::run_in_session_request::Input {
+    pb::run_in_session_request::Input::Code(code.into())
+}
+
+async fn pause(c: &mut Client, who: &str, id: &str) -> Result<pb::PauseSessionResponse, tonic::Status> {
+    c.pause_session(as_(
+        who,
+        pb::PauseSessionRequest {
+            session_id: id.into(),
+            mode: pb::PauseMode::Filesystem as i32,
+        },
+    ))
+    .await
+    .map(|r| r.into_inner())
+}
+
+async fn resume(c: &mut Client, who: &str, id: &str) -> Result<pb::ResumeSessionResponse, tonic::Status> {
+    c.resume_session(as_(who, pb::ResumeSessionRequest { session_id: id.into() }))
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// Files the store holds below `dir`.
+fn stored(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.file_type().map(|t| t.is_dir()) {
+                Ok(true) => todo.push(e.path()),
+                _ => out.push(e.path().display().to_string()),
+            }
+        }
+    }
+    out
+}
+
+/// Pids on this host running as `uid`.
+fn procs_of(uid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("status")).ok().and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u32>().ok())
+            }) == Some(uid)
+        })
+        .count()
+}
+
+const MAKE_FILES: &str = "mkdir -p d && printf 'hello\\n' > a.txt && printf '#!/bin/sh\\necho ran\\n' > d/x.sh \
+    && chmod 750 d/x.sh && chmod 600 a.txt && ln -s a.txt link && ln -s /nowhere dangling && echo ok";
+const CHECK_FILES: &str =
+    "stat -c '%n %a %F' a.txt d/x.sh link dangling && readlink link dangling && cat link && ./d/x.sh";
+
+#[tokio::test]
+async fn a_paused_session_keeps_work_exactly_holds_nothing_and_answers_only_its_owner() {
+    let store = tempfile::tempdir().expect("store dir");
+    let exe = executor(store.path(), &[]).await;
+    let mut c = exe.client();
+    let id = create(&mut c, "alice", false).await;
+    assert_eq!(run(&mut c, "alice", &id, sh(MAKE_FILES)).await.trim(), "ok");
+    let before = run(&mut c, "alice", &id, sh(CHECK_FILES)).await;
+    assert!(before.contains("d/x.sh 750 regular file"), "{before}");
+    run(&mut c, "alice", &id, py("x = 41")).await;
+    let uid: u32 = run(&mut c, "alice", &id, sh("id -u"))
+        .await
+        .trim()
+        .parse()
+        .expect("uid");
+    assert!(procs_of(uid) > 0, "a live Python session runs its interpreter");
+    assert_eq!(exe.metric("sandpool_sessions"), 1.0);
+
+    // Another caller cannot pause it.
+    let e = pause(&mut c, "mallory", &id).await.expect_err("mallory paused it");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let p = pause(&mut c, "alice", &id).await.expect("pause");
+    assert_eq!(p.mode, pb::PauseMode::Filesystem as i32);
+    assert!(p.stored_bytes > 0, "{p:?}");
+    // Paused: no seat, no process, its archive in the store.
+    assert_eq!(exe.metric("sandpool_sessions"), 0.0);
+    assert_eq!(procs_of(uid), 0, "a paused session left processes");
+    assert!(
+        stored(store.path()).iter().any(|f| f.ends_with(&format!("{id}.blob"))),
+        "{:?}",
+        stored(store.path())
+    );
+
+    // Its calls are refused, saying how to resume; another caller's look like no session.
+    let e = try_run(&mut c, "alice", &id, py("1"))
+        .await
+        .expect_err("a paused session ran");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("session paused") && e.message().contains("ResumeSession"),
+        "{}",
+        e.message()
+    );
+    let e = try_run(&mut c, "mallory", &id, py("1")).await.expect_err("mallory ran");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = resume(&mut c, "mallory", &id).await.expect_err("mallory resumed it");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    let r = resume(&mut c, "alice", &id).await.expect("resume");
+    assert_eq!(r.session_id, id);
+    assert_eq!(exe.metric("sandpool_sessions"), 1.0);
+    // The same files, modes and links; a cold interpreter.
+    let after = run(&mut c, "alice", &id, sh(CHECK_FILES)).await;
+    assert_eq!(after, before);
+    assert!(
+        after.contains("link 777 symbolic link") && after.contains("ran"),
+        "{after}"
+    );
+    assert_eq!(run(&mut c, "alice", &id, py("'x' in globals()")).await, "False");
+    // Resumed, its archive is the session's again: gone from the store.
+    assert!(
+        stored(store.path()).iter().all(|f| !f.ends_with(".blob")),
+        "{:?}",
+        stored(store.path())
+    );
+
+    // Paused again then closed: its archive goes with it.
+    pause(&mut c, "alice", &id).await.expect("pause again");
+    assert!(stored(store.path()).iter().any(|f| f.ends_with(".blob")));
+    c.close_session(as_("alice", pb::CloseSessionRequest { session_id: id.clone() }))
+        .await
+        .expect("close a paused session");
+    assert!(
+        stored(store.path()).iter().all(|f| !f.ends_with(".blob")),
+        "{:?}",
+        stored(store.path())
+    );
+    let e = resume(&mut c, "alice", &id)
+        .await
+        .expect_err("a closed session resumed");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+}
+
+#[tokio::test]
+async fn a_session_paused_on_one_executor_resumes_on_another_sharing_the_store() {
+    let store = tempfile::tempdir().expect("store dir");
+    let (a, b) = (executor(store.path(), &[]).await, executor(store.path(), &[]).await);
+    let (mut ca, mut cb) = (a.client(), b.client());
+    let id = create(&mut ca, "alice", false).await;
+    assert_eq!(run(&mut ca, "alice", &id, sh(MAKE_FILES)).await.trim(), "ok");
+    let before = run(&mut ca, "alice", &id, sh(CHECK_FILES)).await;
+    pause(&mut ca, "alice", &id).await.expect("pause");
+
+    let e = resume(&mut cb, "bob", &id)
+        .await
+        .expect_err("bob resumed alice's session");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    resume(&mut cb, "alice", &id).await.expect("resume on b");
+    assert_eq!(run(&mut cb, "alice", &id, sh(CHECK_FILES)).await, before);
+    assert_eq!(b.metric("sandpool_sessions"), 1.0);
+    assert_eq!(a.metric("sandpool_sessions"), 0.0);
+    // Live on b, it is no longer a's to resume.
+    let e = resume(&mut ca, "alice", &id).await.expect_err("resumed twice");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+}
+
+#[tokio::test]
+async fn a_session_created_with_auto_resume_is_resumed_by_its_next_call() {
+    let store = tempfile::tempdir().expect("store dir");
+    let exe = executor(store.path(), &[]).await;
+    let mut c = exe.client();
+    let id = create(&mut c, "alice", true).await;
+    run(&mut c, "alice", &id, sh("echo kept > k.txt")).await;
+    pause(&mut c, "alice", &id).await.expect("pause");
+    assert_eq!(exe.metric("sandpool_sessions"), 0.0);
+    assert_eq!(run(&mut c, "alice", &id, py("open('k.txt').read()")).await, "'kept\\n'");
+    assert_eq!(exe.metric("sandpool_sessions"), 1.0);
+}
+
+#[tokio::test]
+async fn an_idle_session_is_paused_after_the_pause_flag_and_resumes_with_its_files() {
+    let store = tempfile::tempdir().expect("store dir");
+    let exe = executor(store.path(), &["--session-pause-after-idle-ms", "1000"]).await;
+    let mut c = exe.client();
+    let id = create(&mut c, "alice", false).await;
+    run(&mut c, "alice", &id, sh("echo kept > k.txt")).await;
+    // Paused by the reaper once idle (bounded wait, generous for a loaded machine).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while exe.metric("sandpool_sessions") != 0.0 {
+        assert!(std::time::Instant::now() < deadline, "the idle session was not paused");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let e = try_run(&mut c, "alice", &id, py("1"))
+        .await
+        .expect_err("a paused session ran");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    resume(&mut c, "alice", &id).await.expect("resume");
+    assert_eq!(run(&mut c, "alice", &id, sh("cat k.txt")).await, "kept\n");
+}
