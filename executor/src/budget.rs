@@ -13,6 +13,7 @@
 //! A [`Charge`] is one request's share: cloned into the body reader, the request's
 //! handler and the reply, and given back when the last clone is dropped.
 
+use prometheus_client::metrics::counter::Counter;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -21,6 +22,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct ByteBudget {
     sem: Arc<Semaphore>,
     total: u64,
+    /// Counts every refusal (`sandpool_resource_exhausted_total{reason="inflight_bytes"}`).
+    refusals: Counter,
 }
 
 /// Taking more would exceed the budget.
@@ -39,7 +42,18 @@ impl ByteBudget {
         ByteBudget {
             sem: Arc::new(Semaphore::new(usize::try_from(total).unwrap_or(Semaphore::MAX_PERMITS))),
             total,
+            refusals: Counter::default(),
         }
+    }
+
+    /// This budget, counting its refusals in `refusals`.
+    pub fn counting(self, refusals: Counter) -> Self {
+        ByteBudget { refusals, ..self }
+    }
+
+    /// Refusals so far.
+    pub fn refusals(&self) -> u64 {
+        self.refusals.get()
     }
 
     /// The budget's size.
@@ -74,16 +88,19 @@ impl Charge {
         if n == 0 {
             return Ok(());
         }
-        let exhausted = Exhausted {
-            total: self.budget.total,
+        let refused = || {
+            self.budget.refusals.inc();
+            Exhausted {
+                total: self.budget.total,
+            }
         };
-        let n = u32::try_from(n).map_err(|_| exhausted)?;
+        let n = u32::try_from(n).map_err(|_| refused())?;
         let permit = self
             .budget
             .sem
             .clone()
             .try_acquire_many_owned(n)
-            .map_err(|_| exhausted)?;
+            .map_err(|_| refused())?;
         // A poisoned lock only means another clone panicked mid-merge; the permits are still counted.
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         match held.as_mut() {
@@ -118,6 +135,7 @@ mod tests {
         let other = b.charge();
         assert_eq!(other.take(20), Err(Exhausted { total: 100 }));
         assert_eq!(b.in_use(), 90, "a refused take holds nothing");
+        assert_eq!(b.refusals(), 1, "and is counted");
         other.take(10).expect("exactly the rest");
         drop(c);
         assert_eq!(b.in_use(), 100, "a clone still holds the first charge");
@@ -132,5 +150,6 @@ mod tests {
         let b = ByteBudget::new(u64::MAX);
         assert!(b.charge().take(u64::from(u32::MAX) + 1).is_err());
         assert_eq!(b.in_use(), 0);
+        assert_eq!(b.refusals(), 1);
     }
 }

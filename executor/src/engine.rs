@@ -122,6 +122,8 @@ impl Engine {
             tracing::info!("runs share the executor's uid: no shared artifacts (precompiled headers, class archives)");
         }
         let shared = crate::shared::Shared::new(shared_dir, languages.iter());
+        let budget = crate::budget::ByteBudget::new(cfg.inflight_bytes)
+            .counting(metrics.exhausted_counter(crate::metrics::Exhaustion::InflightBytes));
         let mut engine = Engine {
             shared,
             sandbox,
@@ -135,7 +137,7 @@ impl Engine {
             fetch_file_bytes: cfg.fetch_file_bytes,
             fetch_total_bytes: cfg.fetch_total_bytes,
             work_dir_bytes: cfg.work_dir_bytes,
-            budget: crate::budget::ByteBudget::new(cfg.inflight_bytes),
+            budget,
             capture: cfg.capture,
             warm: BTreeMap::new(),
             watchdog,
@@ -429,7 +431,12 @@ impl Engine {
             Ok(_) => self
                 .metrics
                 .tenant_admitted(&ticket.tenant.name, ticket.priority.name(), waited),
-            Err(e) => self.metrics.tenant_refused(&ticket.tenant.name, refusal(e)),
+            Err(e) => {
+                self.metrics.tenant_refused(&ticket.tenant.name, refusal(e));
+                if let AdmissionError::QueueFull { .. } = e {
+                    self.metrics.exhausted(crate::metrics::Exhaustion::QueueFull);
+                }
+            }
         }
         Ok(slot?)
     }
@@ -787,12 +794,14 @@ impl Engine {
     }
 }
 
-/// A refusal's reason, as the `reason` label of `sandpool_tenant_refused_total`.
+/// A refusal's reason, as the `reason` label of `sandpool_tenant_refused_total` (one of
+/// [`crate::metrics::TENANT_REFUSALS`], each exported from the start).
 fn refusal(e: &AdmissionError) -> &'static str {
+    let [queue_full, deadline, draining] = crate::metrics::TENANT_REFUSALS;
     match e {
-        AdmissionError::QueueFull { .. } => "queue_full",
-        AdmissionError::Deadline => "deadline",
-        AdmissionError::Draining => "draining",
+        AdmissionError::QueueFull { .. } => queue_full,
+        AdmissionError::Deadline => deadline,
+        AdmissionError::Draining => draining,
     }
 }
 

@@ -31,6 +31,57 @@ struct HttpLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// Why a request was refused for want of one of the executor's resources (gRPC
+/// RESOURCE_EXHAUSTED, HTTP 429 or 503): the `reason` label of
+/// `sandpool_resource_exhausted_total`. A caller's own limits (a session's calls, CPU time
+/// or full /work; an oversize request) are not the executor's saturation and are not counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exhaustion {
+    /// The admission queue is full (`--queue`).
+    QueueFull,
+    /// The byte budget of requests and replies in flight (`--max-inflight-bytes`).
+    InflightBytes,
+    /// The executor holds its sessions (`--max-sessions`, or no session seat is free).
+    Sessions,
+    /// The sessions hold their memory budget (`--session-memory-bytes`).
+    SessionMemory,
+    /// The caller's tenant holds its sessions (its `max_sessions`).
+    TenantSessions,
+}
+
+impl Exhaustion {
+    /// Every reason, each exported from the start (0 until it happens).
+    pub const ALL: [Exhaustion; 5] = [
+        Exhaustion::QueueFull,
+        Exhaustion::InflightBytes,
+        Exhaustion::Sessions,
+        Exhaustion::SessionMemory,
+        Exhaustion::TenantSessions,
+    ];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Exhaustion::QueueFull => "queue_full",
+            Exhaustion::InflightBytes => "inflight_bytes",
+            Exhaustion::Sessions => "sessions",
+            Exhaustion::SessionMemory => "session_memory",
+            Exhaustion::TenantSessions => "tenant_sessions",
+        }
+    }
+}
+
+/// The `reason` labels of `sandpool_tenant_refused_total` (see `crate::engine`).
+pub const TENANT_REFUSALS: [&str; 3] = ["queue_full", "deadline", "draining"];
+
+/// The phases of `sandpool_phase_duration_seconds`.
+const PHASES: [&str; 3] = ["queue", "compile", "run"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TenantLabels {
     tenant: String,
 }
@@ -99,6 +150,7 @@ pub struct Metrics {
     pub stuck_blocking: Gauge,
     pub stuck_slots: Gauge,
     pub not_serving: Counter,
+    exhausted: Family<ReasonLabels, Counter>,
 }
 
 /// A pipeline phase whose latency is recorded.
@@ -301,7 +353,25 @@ impl Metrics {
             "Times the watchdog turned liveness NOT_SERVING (a stuck run, run slot or blocking-pool work)",
             not_serving.clone(),
         );
+        let exhausted = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "resource_exhausted",
+            "Requests refused for want of an executor resource (RESOURCE_EXHAUSTED, HTTP 429/503), by reason \
+             (queue_full, inflight_bytes, sessions, session_memory, tenant_sessions)",
+            exhausted.clone(),
+        );
+        // Known label values are exported from the start, so a dashboard shows 0, not "no
+        // data", and a rule's series exists before the first refusal.
+        for reason in Exhaustion::ALL {
+            let _ = exhausted.get_or_create(&ReasonLabels { reason: reason.label() });
+        }
+        for phase in PHASES {
+            let _ = phases.get_or_create(&PhaseLabels {
+                phase: phase.to_owned(),
+            });
+        }
         Arc::new(Metrics {
+            exhausted,
             stuck_runs,
             stuck_blocking,
             stuck_slots,
@@ -351,6 +421,39 @@ impl Metrics {
         self.cache_evictions.inc_by(evicted);
         self.cache_entries.set(entries as i64);
         self.cache_bytes.set(bytes as i64);
+    }
+
+    /// Counts a request refused for want of `reason`.
+    pub fn exhausted(&self, reason: Exhaustion) {
+        self.exhausted_counter(reason).inc();
+    }
+
+    /// The counter of `reason`'s refusals, for a component that counts them itself.
+    pub fn exhausted_counter(&self, reason: Exhaustion) -> Counter {
+        self.exhausted
+            .get_or_create(&ReasonLabels { reason: reason.label() })
+            .clone()
+    }
+
+    /// Exports `tenants`' admission series from the start: 0 runs admitted at each priority
+    /// and 0 refused for each reason (a tenant added later gets them when the file reloads).
+    pub fn tenants_known<'a>(&self, tenants: impl IntoIterator<Item = &'a str>) {
+        for tenant in tenants {
+            for priority in crate::tenants::Priority::ALL {
+                let l = TenantPriorityLabels {
+                    tenant: tenant.to_owned(),
+                    priority: priority.name().to_owned(),
+                };
+                let _ = self.tenants.admitted.get_or_create(&l);
+            }
+            for reason in TENANT_REFUSALS {
+                let l = TenantReasonLabels {
+                    tenant: tenant.to_owned(),
+                    reason: reason.to_owned(),
+                };
+                let _ = self.tenants.refused.get_or_create(&l);
+            }
+        }
     }
 
     /// Counts a run of `tenant` given a slot at `priority` after `waited` seconds.
@@ -451,6 +554,53 @@ mod tests {
             count(&m, "interpreter"),
             2,
             "an interpreter's life counts, killed or ended"
+        );
+    }
+
+    #[test]
+    fn known_label_values_are_exported_from_the_start_and_refusals_count_by_reason() {
+        let m = Metrics::new();
+        m.tenants_known(["anonymous"]);
+        let text = m.encode();
+        for reason in [
+            "queue_full",
+            "inflight_bytes",
+            "sessions",
+            "session_memory",
+            "tenant_sessions",
+        ] {
+            assert!(
+                text.contains(&format!("sandpool_resource_exhausted_total{{reason=\"{reason}\"}} 0")),
+                "{text}"
+            );
+        }
+        assert!(
+            text.contains("sandpool_tenant_refused_total{tenant=\"anonymous\",reason=\"queue_full\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandpool_tenant_admitted_total{tenant=\"anonymous\",priority=\"batch\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandpool_phase_duration_seconds_count{phase=\"compile\"} 0"),
+            "{text}"
+        );
+
+        m.exhausted(Exhaustion::Sessions);
+        m.exhausted_counter(Exhaustion::InflightBytes).inc_by(2);
+        let text = m.encode();
+        assert!(
+            text.contains("sandpool_resource_exhausted_total{reason=\"sessions\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandpool_resource_exhausted_total{reason=\"inflight_bytes\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandpool_resource_exhausted_total{reason=\"queue_full\"} 0"),
+            "{text}"
         );
     }
 }

@@ -260,8 +260,19 @@ pub async fn serve_with_http(
     }
     {
         let metrics = engine.metrics().clone();
+        // Each tenant's admission series exist from the start (and from a reload that adds it).
+        let known = |tenants: &crate::tenants::Tenants, metrics: &crate::metrics::Metrics| {
+            let table = tenants.table();
+            let open = tenants.is_open().then_some(crate::tenants::ANONYMOUS);
+            metrics.tenants_known(table.tenants().map(|t| &*t.name).chain(open));
+        };
+        known(&opts.tenants, &metrics);
+        let tenants = Arc::downgrade(&opts.tenants);
         opts.tenants.watch(TENANTS_RELOAD_EVERY, move |ok| {
             if ok {
+                if let Some(tenants) = tenants.upgrade() {
+                    known(&tenants, &metrics);
+                }
                 metrics.tenants_reloads.inc();
             } else {
                 metrics.tenants_reload_errors.inc();

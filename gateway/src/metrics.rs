@@ -31,6 +31,14 @@ struct KindLabels {
     kind: String,
 }
 
+/// The `kind`s of requests (`crate::proxy`).
+pub const KINDS: [&str; 3] = ["session", "stateless", "list"];
+/// The `outcome`s of requests: the status class answered, or `error` when no response came.
+const OUTCOMES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "error"];
+/// The `reason`s of upstream errors: a [`crate::proxy::Failure`], or a refusal that was
+/// retried elsewhere (`status_429`, `status_503`: [`crate::proxy::decide`]).
+pub const UPSTREAM_ERRORS: [&str; 5] = ["connect", "reset", "other", "status_429", "status_503"];
+
 /// The gateway's metrics and their registry.
 #[derive(Debug)]
 pub struct Metrics {
@@ -88,6 +96,20 @@ impl Metrics {
             "From a request's arrival to the end of its response body, by kind",
             duration.clone(),
         );
+        // Known label values are exported from the start, so a dashboard shows 0, not "no
+        // data", and an alert's series exists before the first error.
+        for kind in KINDS {
+            for outcome in OUTCOMES {
+                let _ = requests.get_or_create(&RequestLabels {
+                    kind: kind.into(),
+                    outcome: outcome.into(),
+                });
+            }
+            let _ = duration.get_or_create(&KindLabels { kind: kind.into() });
+        }
+        for reason in UPSTREAM_ERRORS {
+            let _ = upstream_errors.get_or_create(&ReasonLabels { reason: reason.into() });
+        }
         Metrics {
             registry,
             requests,

@@ -432,6 +432,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_upstream_error_reason_is_exported_from_the_start() {
+        let known = crate::metrics::UPSTREAM_ERRORS;
+        for f in [Failure::Connect, Failure::Reset, Failure::Other] {
+            assert!(known.contains(&f.reason()), "{}", f.reason());
+        }
+        // The retried refusals are counted as `status_<code>`.
+        for code in [429u16, 503] {
+            let status = StatusCode::from_u16(code).expect("status");
+            assert_eq!(decide(Ok(status), true, 1), Next::Retry);
+            assert!(known.contains(&format!("status_{code}").as_str()), "{code}");
+        }
+        let text = Metrics::new().text();
+        for reason in known {
+            let series = format!("sandpool_gateway_upstream_errors_total{{reason=\"{reason}\"}} 0");
+            assert!(text.contains(&series), "{text}");
+        }
+        for kind in crate::metrics::KINDS {
+            let series = format!("sandpool_gateway_requests_total{{kind=\"{kind}\",outcome=\"5xx\"}} 0");
+            assert!(text.contains(&series), "{text}");
+        }
+    }
+
+    #[test]
     fn retries_only_what_was_refused_unrun() {
         let s = |c: u16| Ok(StatusCode::from_u16(c).expect("status"));
         assert_eq!(decide(s(429), true, 1), Next::Retry);

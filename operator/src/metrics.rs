@@ -22,6 +22,18 @@ pub struct ErrorLabels {
     pub error: String,
 }
 
+/// The error classes of [`Metrics::reconcile_errors`] (`crate::reconcile::Error::class`),
+/// each exported from the start: a dashboard shows 0, not "no data", and an alert's series
+/// exists before the first failure.
+pub const RECONCILE_ERRORS: [&str; 6] = [
+    "missing_namespace",
+    "conflict",
+    "api",
+    "serialize",
+    "status",
+    "namespace",
+];
+
 /// Labels of [`Metrics::child_writes`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
@@ -82,6 +94,21 @@ impl Collector for PoolReadiness {
     }
 }
 
+/// A family described (`# HELP`, `# TYPE`) even while it has no series: a scrape names every
+/// metric the operator exports, also one that is absent on purpose until it is known.
+#[derive(Debug)]
+struct Described<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Described<M> {
+    fn encode(&self, encoder: prometheus_client::encoding::MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        self.0.metric_type()
+    }
+}
+
 /// Every metric the operator exports.
 #[derive(Clone)]
 pub struct Metrics {
@@ -106,9 +133,15 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        let reconcile_errors = Family::default();
+        for error in RECONCILE_ERRORS {
+            let _ = reconcile_errors.get_or_create(&ErrorLabels {
+                error: error.to_owned(),
+            });
+        }
         Self {
             reconciles: Counter::default(),
-            reconcile_errors: Family::default(),
+            reconcile_errors,
             // Up to 2 minutes: under a fill of 1,000 pools on a loaded API server a reconcile
             // takes tens of seconds, and a p99 in the +Inf bucket says nothing.
             reconcile_duration: Histogram::new([
@@ -156,7 +189,7 @@ impl Metrics {
         r.register(
             "pool_sessions_open",
             "Sessions open on a pool's executor pods, from the custom metrics API (absent when it does not report them)",
-            self.pool_sessions_open.clone(),
+            Described(self.pool_sessions_open.clone()),
         );
         r.register_collector(Box::new(self.pool_ready.clone()));
     }
@@ -219,6 +252,10 @@ mod tests {
             "{text}"
         );
         assert!(
+            text.contains("sandpool_operator_reconcile_errors_total{error=\"conflict\"} 0"),
+            "every error class is exported from the start: {text}"
+        );
+        assert!(
             text.contains("sandpool_operator_reconcile_duration_seconds_count 2"),
             "{text}"
         );
@@ -247,6 +284,15 @@ mod tests {
             encode(&mut text, registry).expect("metrics encode");
             text
         };
+        let out = text(&registry);
+        assert!(
+            out.contains("# TYPE sandpool_operator_pool_sessions_open gauge"),
+            "described: {out}"
+        );
+        assert!(
+            !out.contains("sandpool_operator_pool_sessions_open{"),
+            "with no series: {out}"
+        );
         metrics.set_pool_sessions_open("evals", "agents", Some(310));
         metrics.set_pool_sessions_open("evals", "python", Some(0));
         let out = text(&registry);

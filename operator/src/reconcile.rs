@@ -107,14 +107,16 @@ pub enum Error {
 
 impl Error {
     /// Short class for the errors metric.
+    /// One of [`crate::metrics::RECONCILE_ERRORS`], each exported from the start.
     pub fn class(&self) -> &'static str {
+        let [missing_namespace, conflict, api, serialize, status, namespace] = crate::metrics::RECONCILE_ERRORS;
         match self {
-            Error::MissingNamespace => "missing_namespace",
-            Error::Apply(ApplyError::NotOwned { .. }) => "conflict",
-            Error::Apply(ApplyError::Api { .. }) => "api",
-            Error::Apply(ApplyError::Serialize { .. }) => "serialize",
-            Error::Status(_) => "status",
-            Error::Namespace(..) => "namespace",
+            Error::MissingNamespace => missing_namespace,
+            Error::Apply(ApplyError::NotOwned { .. }) => conflict,
+            Error::Apply(ApplyError::Api { .. }) => api,
+            Error::Apply(ApplyError::Serialize { .. }) => serialize,
+            Error::Status(_) => status,
+            Error::Namespace(..) => namespace,
         }
     }
 }

@@ -497,3 +497,185 @@ async fn the_api_server_rejects_invalid_pools_with_the_documented_messages() {
         "dry runs store nothing"
     );
 }
+
+/// Metric names in `text`: every `sandpool_...` word (PromQL, series selectors, and the
+/// annotations that name metrics).
+fn sandpool_metric_names(text: &str) -> BTreeSet<String> {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("sandpool_") {
+        let preceded = rest[..at].chars().next_back().is_some_and(word);
+        let end = rest[at..].find(|c: char| !word(c)).map_or(rest.len(), |e| at + e);
+        if !preceded {
+            names.insert(rest[at..end].to_owned());
+        }
+        rest = &rest[end..];
+    }
+    names
+}
+
+/// The series names a /metrics text exports: each `# TYPE` with the suffixes its type's
+/// samples carry, and every sample's name.
+fn exported_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let suffixes: &[&str] = match kind {
+                "counter" => &["_total"],
+                "histogram" => &["_bucket", "_sum", "_count"],
+                _ => &[""],
+            };
+            names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+        } else if !line.starts_with('#')
+            && let Some(name) = line.split(['{', ' ']).next().filter(|n| !n.is_empty())
+        {
+            names.insert(name.to_owned());
+        }
+    }
+    names
+}
+
+/// The chart's alert rules, their unit tests and its dashboard name only metrics that a real
+/// executor, gateway and operator export (promtool checks the PromQL: check-manifests.sh),
+/// and the operator reports each pool's readiness, which SandpoolPoolNotReady alerts on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitoring_names_only_metrics_the_components_export() {
+    let Some(cluster) = e2e_cluster::cluster() else {
+        return;
+    };
+    let _serial = OPERATOR_TESTS.lock().await;
+    cluster.ensure_crd().await;
+    let ns = cluster
+        .namespace(
+            "e2e-monitoring",
+            json!({"pod-security.kubernetes.io/enforce": "privileged"}),
+        )
+        .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let operator = Operator::start(&cluster.kubeconfig, Some(&ns.name), &ns.name, "op", dir.path());
+    let pools: Api<SandboxPool> = Api::namespaced(cluster.admin().await, &ns.name);
+    let pool = json!({"apiVersion": "sandpool.dev/v1alpha1", "kind": "SandboxPool",
+                      "metadata": {"name": "python"}, "spec": {"replicas": 1, "languages": ["python"]}});
+    pools
+        .patch("python", &PatchParams::apply("sandpool-e2e"), &Patch::Apply(&pool))
+        .await
+        .expect("pool applies");
+    wait_pool_ready(&cluster, &ns.name, "python", 1, &operator).await;
+    let ready = format!(
+        "sandpool_operator_pool_ready{{namespace=\"{}\",pool=\"python\"}} 1",
+        ns.name
+    );
+    let mut operator_text = String::new();
+    wait_for("the operator to report the pool Ready", TIMEOUT, || {
+        operator_text = operator.metrics().unwrap_or_default();
+        let done = operator_text.contains(&ready);
+        async move { done }
+    })
+    .await;
+
+    // A real executor and gateway, and one real run through them: families whose labels
+    // only a request names (language and verdict, protocol and status code, backend) get
+    // their series; every other family is exported from the start with its known label
+    // values (0 until something happens), so nothing here provokes refusals or errors.
+    let executor = sandpool_tests::Executor::start(sandpool_tests::Options {
+        slots: 1,
+        languages: vec!["python"],
+        http: true,
+        ..Default::default()
+    })
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let gateway_addr = listener.local_addr().expect("addr").to_string();
+    let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let gateway_metrics = metrics_listener.local_addr().expect("addr").to_string();
+    let backend = format!("e0={}", executor.http_addr.as_deref().expect("executor serves HTTP"));
+    let args = <sandpool_gateway::Args as clap::Parser>::parse_from(["sandpool-gateway", "--backend", &backend]);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let gateway = tokio::spawn(sandpool_gateway::run(args, listener, metrics_listener, async move {
+        let _ = stopped.await;
+    }));
+    let run = json!({"code": "print(6 * 7)", "language": "python", "run_timeout": 20}).to_string();
+    let (status, answer) =
+        tokio::task::spawn_blocking(move || sandpool_tests::http(&gateway_addr, "POST", "/run_code", "", &run))
+            .await
+            .expect("run");
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("42"), "{answer}");
+    let scrape = |addr: String| async move {
+        let (status, text) =
+            tokio::task::spawn_blocking(move || sandpool_tests::http(&addr, "GET", "/metrics", "", ""))
+                .await
+                .expect("scrape");
+        assert_eq!(status, 200, "{text}");
+        text
+    };
+    let executor_text = scrape(executor.metrics_addr.clone()).await;
+    let gateway_text = scrape(gateway_metrics).await;
+    let _ = stop.send(());
+    let _ = gateway.await;
+
+    // What the alerts divide and compare exists before anything went wrong: 0, not absent.
+    for (text, series) in [
+        (
+            &executor_text,
+            r#"sandpool_resource_exhausted_total{reason="sessions"} 0"#,
+        ),
+        (
+            &executor_text,
+            r#"sandpool_resource_exhausted_total{reason="inflight_bytes"} 0"#,
+        ),
+        (
+            &executor_text,
+            r#"sandpool_tenant_refused_total{tenant="anonymous",reason="queue_full"} 0"#,
+        ),
+        (
+            &gateway_text,
+            r#"sandpool_gateway_requests_total{kind="stateless",outcome="5xx"} 0"#,
+        ),
+        (
+            &gateway_text,
+            r#"sandpool_gateway_upstream_errors_total{reason="connect"} 0"#,
+        ),
+        (
+            &operator_text,
+            r#"sandpool_operator_reconcile_errors_total{error="api"} 0"#,
+        ),
+    ] {
+        assert!(text.contains(series), "no {series} in:\n{text}");
+    }
+
+    let mut exported = BTreeSet::new();
+    for (component, text) in [
+        ("operator", &operator_text),
+        ("executor", &executor_text),
+        ("gateway", &gateway_text),
+    ] {
+        let names = exported_names(text);
+        assert!(
+            names.iter().any(|n| n.starts_with("sandpool_")),
+            "the {component} exports no sandpool_ metric:\n{text}"
+        );
+        exported.extend(names);
+    }
+    for file in [
+        "charts/sandpool/monitoring/alerts.yaml",
+        "charts/sandpool/monitoring/dashboard.json",
+        "tests/monitoring/alerts-test.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo_root().join(file)).expect("monitoring file reads");
+        let named = sandpool_metric_names(&text);
+        assert!(named.len() >= 10, "{file} names only {named:?}");
+        let unknown: Vec<_> = named.difference(&exported).collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} names metrics no component exports: {unknown:?}\nexported: {exported:?}"
+        );
+    }
+    // The check bites: a misspelt name is not exported.
+    assert!(!exported.contains("sandpool_busy_slot"));
+}

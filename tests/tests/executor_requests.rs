@@ -751,6 +751,12 @@ async fn request_bytes_held_at_once_are_bounded_across_connections_and_apis() {
         Err(s) if s.code() == tonic::Code::ResourceExhausted && s.message().contains("--max-inflight-bytes") => {}
         other => panic!("a call past the budget got {}", code_of(other)),
     }
+    // Both refusals are counted by reason; nothing else was refused.
+    assert_eq!(
+        exe.metric(r#"sandpool_resource_exhausted_total{reason="inflight_bytes"}"#),
+        2.0
+    );
+    assert_eq!(exe.metric("sandpool_resource_exhausted_total"), 2.0);
     let health = tonic_health::pb::health_client::HealthClient::new(exe.channel.clone())
         .check(tonic_health::pb::HealthCheckRequest::default())
         .await

@@ -689,6 +689,11 @@ async fn idle_sessions_hold_no_run_slot_and_are_capped_by_max_sessions() {
         .expect_err("over --max-sessions");
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert!(e.message().contains("--max-sessions"), "{}", e.message());
+    assert_eq!(
+        ex.metric(r#"sandpool_resource_exhausted_total{reason="sessions"}"#),
+        1.0,
+        "the refusal at the cap is counted"
+    );
     assert_eq!(ex.metric("sandpool_sessions"), 3.0);
     assert_eq!(ex.metric("sandpool_session_capacity"), 3.0);
     // Three live interpreters, and the one slot free: stateless work runs at once.

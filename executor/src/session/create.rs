@@ -11,6 +11,7 @@ use super::{SessionError, SessionManager, policy, policy::Totals};
 use crate::admission::{Admit, Ticket};
 use crate::call::Call;
 use crate::error::ExecError;
+use crate::metrics::Exhaustion;
 use crate::limits::Limits;
 use crate::task::blocking;
 use sandpool_proto::v1 as pb;
@@ -116,11 +117,13 @@ impl SessionManager {
         let mut creating = self.creating.lock().map_err(|_| ExecError::Internal("lock".into()))?;
         let max = self.policy().max_sessions;
         if self.count() + creating.values().sum::<usize>() >= max {
+            self.engine.metrics().exhausted(Exhaustion::Sessions);
             return Err(SessionError::Exhausted(format!(
                 "this executor already holds its {max} sessions (--max-sessions); close one or try another executor"
             )));
         }
         if self.over_memory_budget(creating.values().sum()) {
+            self.engine.metrics().exhausted(Exhaustion::SessionMemory);
             return Err(SessionError::Exhausted(format!(
                 "the sessions on this executor hold {} MiB of their {} MiB memory budget (--session-memory-bytes); close one or try another executor",
                 self.memory_held() >> 20,
@@ -131,6 +134,7 @@ impl SessionManager {
         let tenant_max = ticket.tenant.max_sessions.unwrap_or(max);
         let mine = creating.get(&tenant).copied().unwrap_or(0);
         if self.count_of(&tenant) + mine >= tenant_max {
+            self.engine.metrics().exhausted(Exhaustion::TenantSessions);
             return Err(SessionError::Exhausted(format!(
                 "tenant {tenant:?} already holds its {tenant_max} sessions on this executor (its max_sessions); close one or try another executor"
             )));
@@ -197,6 +201,7 @@ impl SessionManager {
             }
             None => {
                 let seat = self.seats.take().ok_or_else(|| {
+                    self.engine.metrics().exhausted(Exhaustion::Sessions);
                     SessionError::Exhausted("no session seat is free on this executor; try another executor".into())
                 })?;
                 (seat, None)
