@@ -12,7 +12,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, controller, watcher};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -36,6 +36,9 @@ pub struct RunConfig {
     pub http_listen: SocketAddr,
     /// Lease namespace and identity; `None` disables leader election (one replica only).
     pub leader: Option<(String, String)>,
+    /// Most pools reconciled at once (kube-runtime's default, 0, is unbounded): a restart or
+    /// a change to every pool then queues all of them at the API server at once.
+    pub max_concurrent_reconciles: u16,
 }
 
 /// Why `run` stopped with an error.
@@ -141,6 +144,7 @@ pub async fn run_with_client(client: Client, config: RunConfig) -> Result<(), Ru
     let owned = child_watch_config();
     let ns = config.namespace.as_deref();
     let mut controller = Controller::new(pools, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(config.max_concurrent_reconciles))
         .owns(api::<Deployment>(&client, ns), owned.clone())
         .owns(api::<Service>(&client, ns), owned.clone())
         .owns(api::<NetworkPolicy>(&client, ns), owned.clone())

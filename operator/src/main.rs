@@ -152,6 +152,11 @@ impl From<ConfigArgs> for OperatorConfig {
     }
 }
 
+/// 16 reconciles at once: 16 requests in flight at most, well inside what one flow may queue
+/// in the API server's `workload-low` priority level (6 queues of 50 by default), where
+/// 1,000 at once overflowed; enough to keep the API server busy, which paces a resync anyway.
+const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 16;
+
 #[derive(Args)]
 struct RunArgs {
     /// Namespace to watch; unset watches all namespaces (needs a ClusterRole).
@@ -169,6 +174,11 @@ struct RunArgs {
     /// This replica's identity in the Lease (defaults to HOSTNAME, then the host name and pid).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Most pools reconciled at once. Each reconcile makes its requests one after another,
+    /// so this bounds the operator's requests in flight (and its memory) when every pool is
+    /// due at once: after a restart, or a change to all of them (docs/scale.md).
+    #[arg(long, env = "SANDPOOL_MAX_CONCURRENT_RECONCILES", default_value_t = DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(1..))]
+    max_concurrent_reconciles: u16,
     /// Log format.
     #[arg(long, env = "SANDPOOL_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -243,6 +253,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         pools: args.config.into(),
         http_listen: args.http_listen,
         leader,
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
     };
     controller::run(config).await?;
     Ok(())
@@ -346,5 +357,41 @@ mod leader_args_tests {
         assert_eq!(identity(None, s("pod-b"), s("laptop"), 7), s("pod-b"));
         assert_eq!(identity(None, None, s("laptop"), 7), s("laptop-7"));
         assert_eq!(identity(None, s(""), None, 7), None);
+    }
+}
+
+#[cfg(test)]
+mod run_args_tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let argv = ["sandpool-operator", "run"].into_iter().chain(args.iter().copied());
+        match Cli::try_parse_from(argv)?.command {
+            Command::Run(args) => Ok(args),
+            _ => unreachable!("parsed `run`"),
+        }
+    }
+
+    #[test]
+    fn concurrent_reconciles_are_capped_by_default_and_by_the_flag() {
+        // The test environment may set the variable; the flag wins over it.
+        if std::env::var_os("SANDPOOL_MAX_CONCURRENT_RECONCILES").is_none() {
+            assert_eq!(run_args(&[]).map(|a| a.max_concurrent_reconciles).ok(), Some(16));
+        }
+        let four = run_args(&["--max-concurrent-reconciles", "4"]);
+        assert_eq!(four.map(|a| a.max_concurrent_reconciles).ok(), Some(4));
+    }
+
+    #[test]
+    fn an_unbounded_or_malformed_reconcile_cap_is_refused_naming_the_flag() {
+        for bad in ["0", "-1", "many", "70000"] {
+            let error = run_args(&[&format!("--max-concurrent-reconciles={bad}")])
+                .err()
+                .unwrap_or_else(|| panic!("{bad} was accepted"));
+            assert!(
+                error.to_string().contains("--max-concurrent-reconciles"),
+                "{bad}: {error}"
+            );
+        }
     }
 }

@@ -200,6 +200,7 @@ async fn run_until_status_with(
             pools: OperatorConfig::default(),
             http_listen: health,
             leader,
+            max_concurrent_reconciles: 16,
         },
     ));
 

@@ -39,11 +39,12 @@ fn everything_in(cluster: &Cluster, namespace: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Cluster-scoped objects of a release (its ClusterRole and binding in cluster-wide mode).
+/// Cluster-scoped objects of a release (its ClusterRole and binding in cluster-wide mode,
+/// the FlowSchema of its leader Lease).
 fn cluster_objects_of(cluster: &Cluster, release: &str) -> BTreeSet<String> {
     let out = cluster.kubectl(&[
         "get",
-        "clusterroles,clusterrolebindings",
+        "clusterroles,clusterrolebindings,flowschemas",
         "-l",
         &format!("app.kubernetes.io/instance={release}"),
         "-o",
@@ -115,9 +116,23 @@ async fn namespaced_install_upgrade_and_uninstall() {
     ] {
         assert!(installed.contains(object), "{object} not installed: {installed:?}");
     }
-    assert!(
-        cluster_objects_of(&cluster, "sp").is_empty(),
-        "namespaced mode makes no ClusterRole"
+    // Namespaced mode makes no ClusterRole; only the FlowSchema of the operator's Lease,
+    // which the API server accepts and finds its priority level for (not Dangling).
+    let flow_schema = format!("{}-sp-operator-leader-election", ns.name);
+    assert_eq!(
+        cluster_objects_of(&cluster, "sp"),
+        BTreeSet::from([format!("flowschema.flowcontrol.apiserver.k8s.io/{flow_schema}")])
+    );
+    let dangling = cluster.kubectl(&[
+        "get",
+        "flowschema",
+        &flow_schema,
+        "-o",
+        "jsonpath={.spec.priorityLevelConfiguration.name} {.status.conditions[?(@.type==\"Dangling\")].status}",
+    ]);
+    assert_eq!(
+        dangling, "leader-election False",
+        "the FlowSchema's priority level exists"
     );
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -125,6 +140,14 @@ async fn namespaced_install_upgrade_and_uninstall() {
     cluster.service_account_kubeconfig(&ns.name, "sp-operator", &kubeconfig);
     let operator = Operator::start(&kubeconfig, Some(&ns.name), &ns.name, "op", dir.path());
     wait_pool_ready(&cluster, &ns.name, "python", 1, &operator).await;
+    // The operator (as the chart's ServiceAccount) took its Lease before it reconciled: the
+    // API server classified those requests by the chart's FlowSchema, into leader-election.
+    let lease_requests = dispatched_requests(&cluster, &flow_schema, "leader-election");
+    assert!(
+        lease_requests > 0.0,
+        "no request dispatched by FlowSchema {flow_schema}; operator log:\n{}",
+        operator.log_text()
+    );
 
     // Upgrade with changed values: two operator replicas, a bigger pool with tenants (the
     // chart's `tenants:` beside `spec:`; the Role must let the operator write their ConfigMap).
@@ -185,6 +208,21 @@ async fn namespaced_install_upgrade_and_uninstall() {
         },
     )
     .await;
+    assert!(cluster_objects_of(&cluster, "sp").is_empty(), "FlowSchema removed");
+}
+
+/// The API server's count of requests it dispatched for `flow_schema` in `priority_level`
+/// (`apiserver_flowcontrol_dispatched_requests_total`, from its own `/metrics`).
+fn dispatched_requests(cluster: &Cluster, flow_schema: &str, priority_level: &str) -> f64 {
+    let metrics = cluster.kubectl(&["get", "--raw", "/metrics"]);
+    let schema = format!("flow_schema=\"{flow_schema}\"");
+    let level = format!("priority_level=\"{priority_level}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_flowcontrol_dispatched_requests_total{"))
+        .filter(|l| l.contains(&schema) && l.contains(&level))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,6 +267,7 @@ async fn cluster_wide_install_reconciles_pools_in_other_namespaces() {
             "clusterrole.rbac.authorization.k8s.io/e2e-cw-system-cw-operator-manage".to_owned(),
             "clusterrolebinding.rbac.authorization.k8s.io/e2e-cw-system-cw-operator".to_owned(),
             "clusterrolebinding.rbac.authorization.k8s.io/e2e-cw-system-cw-operator-manage".to_owned(),
+            "flowschema.flowcontrol.apiserver.k8s.io/e2e-cw-system-cw-operator-leader-election".to_owned(),
         ])
     );
 
@@ -242,7 +281,7 @@ async fn cluster_wide_install_reconciles_pools_in_other_namespaces() {
     cluster.helm(&["uninstall", "cw", "-n", &system.name, "--wait", "--timeout=2m"]);
     assert!(
         cluster_objects_of(&cluster, "cw").is_empty(),
-        "ClusterRole and binding removed"
+        "ClusterRole, binding and FlowSchema removed"
     );
     let pools: Api<SandboxPool> = Api::namespaced(cluster.admin().await, &evals.name);
     wait_for("the chart's pool and its children to go", TIMEOUT, || async {
