@@ -102,6 +102,9 @@ async fn namespaced_install_upgrade_and_uninstall() {
         &ns.name,
         "--set-json",
         &format!("pools={pools}"),
+        // Off by default in namespaced mode (no cluster-scoped permission needed); asked for.
+        "--set",
+        "leaderElection.flowSchema=true",
         "--wait",
         "--timeout=2m",
     ]);
@@ -116,8 +119,8 @@ async fn namespaced_install_upgrade_and_uninstall() {
     ] {
         assert!(installed.contains(object), "{object} not installed: {installed:?}");
     }
-    // Namespaced mode makes no ClusterRole; only the FlowSchema of the operator's Lease,
-    // which the API server accepts and finds its priority level for (not Dangling).
+    // Namespaced mode makes no ClusterRole; only the FlowSchema of the operator's Lease when
+    // asked for, which the API server accepts and finds its priority level for (not Dangling).
     let flow_schema = format!("{}-sp-operator-leader-election", ns.name);
     assert_eq!(
         cluster_objects_of(&cluster, "sp"),
