@@ -11,8 +11,8 @@ use super::{SessionError, SessionManager, policy, policy::Totals};
 use crate::admission::{Admit, Ticket};
 use crate::call::Call;
 use crate::error::ExecError;
-use crate::metrics::Exhaustion;
 use crate::limits::Limits;
+use crate::metrics::Exhaustion;
 use crate::task::blocking;
 use sandpool_proto::v1 as pb;
 use std::sync::atomic::AtomicU64;
@@ -243,6 +243,7 @@ impl SessionManager {
             started_at: SystemTime::now(),
             end_at: Mutex::new(extras.end_after.map(|d| Instant::now() + d.min(totals.lifetime))),
             access_token: if extras.access_token { Some(random_hex()?) } else { None },
+            earlier_tokens: extras.earlier_tokens,
             metadata: extras.metadata,
             template: extras.template,
             home: extras.home,
