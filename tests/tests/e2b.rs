@@ -3,7 +3,7 @@
 //! wrong types, huge, chunked and trickled bodies, unknown ids, wrong access tokens and
 //! another tenant's sandbox. Each gets a 4xx naming what is wrong (or the SDK's "not found"),
 //! never a run, SANDBOX_ERROR or a crash. The unmodified SDKs themselves run in
-//! clients/python/tests/test_e2b.py.
+//! clients/python/tests/test_e2b.py (pause and resume: the last test here, through the SDK too).
 
 use sandpool_tests::{Executor, Options, http};
 use serde_json::{Value, json};
@@ -147,7 +147,8 @@ async fn the_control_plane_takes_the_token_and_names_what_it_refuses() {
         let (code, v) = call(&exe, method, &path, key(A), "{}".into()).await;
         assert_eq!(code, 404, "{method} {path}: {v}");
     }
-    for what in ["pause", "resume", "snapshots", "fork"] {
+    // Pause and resume are served (the last test here).
+    for what in ["snapshots", "fork"] {
         let (code, v) = call(&exe, "POST", &format!("/sandboxes/{first}/{what}"), key(A), "{}".into()).await;
         assert_names(code, &v, 400, what);
         assert!(
@@ -1061,4 +1062,153 @@ async fn a_command_may_grow_past_the_idle_share_and_its_loan_is_taken_back() {
     .await;
     assert_eq!(code, 200, "{v}");
     assert!(v.as_str().unwrap_or_default().contains("alive"), "{v}");
+}
+
+/// The Python with E2B's SDK (the repository's `.venv`, as clients/python's tests use, or
+/// `SANDPOOL_E2B_PYTHON`); a test that needs it fails without it, never skips.
+fn e2b_python() -> String {
+    let py = std::env::var("SANDPOOL_E2B_PYTHON")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../.venv/bin/python").to_owned());
+    let ok = std::process::Command::new(&py)
+        .args(["-c", "import e2b"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{py} cannot import e2b: make the venv (scripts/test.sh) or set SANDPOOL_E2B_PYTHON"
+    );
+    py
+}
+
+/// Pause and resume on connect, raw and through the unmodified E2B SDK: `/home/user` is kept
+/// (files, links as links), the resumed sandbox runs commands again under a fresh access
+/// token (the store keeps only hashes of the old ones, which still work), and E2B's answers
+/// hold (204, 404, 409, 201).
+#[tokio::test]
+async fn a_paused_sandbox_resumes_on_connect_with_its_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store dir");
+    let exe = executor(dir.path(), &["--session-store-dir", &store.display().to_string()]).await;
+    let (id, token) = create(&exe, A, json!({"templateID": "base"})).await;
+    let (code, v) = call(
+        &exe,
+        "POST",
+        &format!("/sandboxes/{id}/pause"),
+        key(A),
+        r#"{"memory":true}"#.into(),
+    )
+    .await;
+    assert_names(code, &v, 400, "memory");
+    let put = "/files?path=/home/user/kept.txt";
+    let (code, v) = call(&exe, "POST", put, data(&id, &token), "kept".into()).await;
+    assert!(code < 300, "{code} {v}");
+    for (k, want) in [(B, 404), (A, 204), (A, 409)] {
+        let (code, v) = call(&exe, "POST", &format!("/sandboxes/{id}/pause"), key(k), "{}".into()).await;
+        assert_eq!(code, want, "pause as {k}: {v}");
+    }
+    let (code, v) = call(&exe, "POST", "/sandboxes/nope-vm/pause", key(A), String::new()).await;
+    assert_eq!(code, 404, "{v}");
+    let (code, v) = call(&exe, "POST", "/v2/sandboxes/nope-vm/connect", key(A), "{}".into()).await;
+    assert_eq!(code, 404, "{v}");
+    let (code, v) = call(
+        &exe,
+        "POST",
+        &format!("/v2/sandboxes/{id}/connect"),
+        key(B),
+        "{}".into(),
+    )
+    .await;
+    assert_eq!(code, 404, "another tenant's paused sandbox: {v}");
+
+    let (code, v) = call(
+        &exe,
+        "POST",
+        &format!("/v2/sandboxes/{id}/connect"),
+        key(A),
+        r#"{"timeout":60}"#.into(),
+    )
+    .await;
+    assert_eq!(code, 201, "resumed: {v}");
+    let fresh = v["envdAccessToken"].as_str().expect("envdAccessToken").to_owned();
+    assert_eq!(fresh.len(), 32, "{v}");
+    assert_ne!(fresh, token, "a fresh token");
+    let get = "/files?path=/home/user/kept.txt";
+    let (code, v) = call(&exe, "GET", get, data(&id, &fresh), String::new()).await;
+    assert_eq!((code, v), (200, Value::String("kept".into())));
+    let (code, v) = call(&exe, "GET", get, data(&id, &token), String::new()).await;
+    assert_eq!(
+        (code, v),
+        (200, Value::String("kept".into())),
+        "the token given before the pause still opens it"
+    );
+    let (code, _) = call(&exe, "GET", get, data(&id, &fresh[..31]), String::new()).await;
+    assert_ne!(code, 200, "a wrong token does not");
+    let (code, v) = call(
+        &exe,
+        "POST",
+        &format!("/v2/sandboxes/{id}/connect"),
+        key(A),
+        "{}".into(),
+    )
+    .await;
+    assert_eq!(
+        (code, v["envdAccessToken"].as_str()),
+        (200, Some(fresh.as_str())),
+        "running: as it is"
+    );
+    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{id}/resume"), key(A), "{}".into()).await;
+    assert_eq!(code, 409, "resume of a running sandbox: {v}");
+
+    // The SDK, unmodified: pause() (mode="full" refused by name), Sandbox.connect(id), and the
+    // sandbox's files and commands after it.
+    let base = format!("http://{}", exe.http_addr.clone().expect("http"));
+    let script = r#"
+import sys
+from e2b import Sandbox, SandboxException
+sbx = Sandbox.create()
+sbx.files.write("/home/user/notes/a.txt", "written before the pause")
+r = sbx.commands.run("ln -s notes/a.txt /home/user/link && chmod 600 /home/user/notes/a.txt")
+assert r.exit_code == 0, r
+try:
+    sbx.pause(mode="full")
+    raise AssertionError("a full pause was taken")
+except SandboxException as e:
+    assert "memory" in str(e), e
+assert sbx.pause() is True
+assert sbx.pause() is False, "already paused"
+again = Sandbox.connect(sbx.sandbox_id, timeout=120)
+assert again.sandbox_id == sbx.sandbox_id
+assert again.files.read("/home/user/notes/a.txt") == "written before the pause"
+r = again.commands.run("cat link; echo; readlink link; stat -c %a notes/a.txt; pwd")
+assert (r.exit_code, r.stdout) == (0, "written before the pause\nnotes/a.txt\n600\n/home/user\n"), r
+assert again.is_running()
+# A handle kept across a pause: sbx.connect() resumes, its token from before still serves.
+assert again.pause() is True
+again.connect()
+assert again.commands.run("cat notes/a.txt").stdout == "written before the pause"
+assert sbx.files.read("/home/user/notes/a.txt") == "written before the pause"
+again.kill()
+print("sdk-ok")
+"#;
+    let py = e2b_python();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("timeout")
+            .args(["180", &py, "-c", script])
+            .env("E2B_API_URL", &base)
+            .env("E2B_SANDBOX_URL", &base)
+            .env("E2B_API_KEY", A)
+            .env_remove("E2B_DEBUG")
+            .env_remove("E2B_DOMAIN")
+            .env_remove("E2B_ACCESS_TOKEN")
+            .output()
+            .expect("running python")
+    })
+    .await
+    .expect("python");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success() && stdout.contains("sdk-ok"), "{stdout}\n{stderr}");
 }

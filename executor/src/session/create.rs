@@ -243,6 +243,7 @@ impl SessionManager {
             started_at: SystemTime::now(),
             end_at: Mutex::new(extras.end_after.map(|d| Instant::now() + d.min(totals.lifetime))),
             access_token: if extras.access_token { Some(random_hex()?) } else { None },
+            earlier_tokens: extras.earlier_tokens,
             metadata: extras.metadata,
             template: extras.template,
             home: extras.home,

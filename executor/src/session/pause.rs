@@ -78,6 +78,33 @@ struct Record {
     metadata: BTreeMap<String, String>,
     home: bool,
     auto_resume: bool,
+    /// It had a data-plane secret (E2B): a resumed one gets a fresh one, since the record is
+    /// not encrypted and so never holds the secret itself. Absent in older records: none.
+    #[serde(default)]
+    access_token: bool,
+    /// SHA-256 (hex) of the secrets given so far, the last [`MAX_EARLIER_TOKENS`]: still taken
+    /// after the resume (an E2B client that kept its handle, `sbx.connect()`).
+    #[serde(default)]
+    token_sha256: Vec<String>,
+}
+
+/// How many earlier data-plane secrets a resumed session still takes.
+const MAX_EARLIER_TOKENS: usize = 8;
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The 32 bytes a hex SHA-256 names; None for anything else.
+fn unhex32(h: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if h.len() != 64 {
+        return None;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 /// Who owns a session, the same on every executor: an authenticated tenant (its caller bytes
@@ -91,10 +118,7 @@ fn stable_owner(ticket: &Ticket, owner: &[u8]) -> Vec<u8> {
 }
 
 fn owner_hash(ticket: &Ticket, owner: &[u8]) -> String {
-    Sha256::digest(stable_owner(ticket, owner))
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(stable_owner(ticket, owner)))
 }
 
 fn store_error(e: StoreError) -> SessionError {
@@ -152,6 +176,11 @@ impl SessionManager {
             ttl,
             store: tokio::sync::OnceCell::new(),
         });
+    }
+
+    /// Whether sessions can be paused here (a store is configured).
+    pub fn has_store(&self) -> bool {
+        self.store.get().is_some()
     }
 
     async fn store(&self) -> Result<(&Arc<Store>, Duration), SessionError> {
@@ -320,6 +349,13 @@ impl SessionManager {
             metadata: s.metadata.clone(),
             home: s.home,
             auto_resume: s.auto_resume,
+            access_token: s.access_token.is_some(),
+            token_sha256: {
+                let mut all: Vec<String> = s.earlier_tokens.iter().map(|h| hex(h)).collect();
+                all.extend(s.access_token.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))));
+                let skip = all.len().saturating_sub(MAX_EARLIER_TOKENS);
+                all.split_off(skip)
+            },
         };
         let record = serde_json::to_value(&record).map_err(|e| ExecError::Internal(format!("record: {e}")))?;
         let opts = PutOptions {
@@ -427,12 +463,13 @@ impl SessionManager {
             file_size: rec.call_file_size,
         };
         let extras = Extras {
-            access_token: false,
+            access_token: rec.access_token,
             metadata: rec.metadata,
             template: rec.template,
             home: rec.home,
             end_after: None,
             auto_resume: rec.auto_resume,
+            earlier_tokens: rec.token_sha256.iter().filter_map(|h| unhex32(h)).collect(),
         };
         let s = self
             .open_as(

@@ -42,6 +42,9 @@ pub struct Extras {
     pub end_after: Option<Duration>,
     /// Its next call while it is paused resumes it ([`super::SessionManager::pause`]).
     pub auto_resume: bool,
+    /// SHA-256 of the data-plane secrets it was given before a pause: a resumed session gets a
+    /// fresh secret and still takes these, so a client that kept the old one goes on.
+    pub earlier_tokens: Vec<[u8; 32]>,
 }
 
 /// What a session's holder may see of it.
@@ -76,6 +79,8 @@ pub(super) struct Session {
     /// An end earlier than the lifetime's (E2B's timeout), set and moved by its holder.
     pub(super) end_at: Mutex<Option<Instant>>,
     pub(super) access_token: Option<String>,
+    /// See [`Extras::earlier_tokens`].
+    pub(super) earlier_tokens: Vec<[u8; 32]>,
     pub(super) metadata: BTreeMap<String, String>,
     pub(super) template: String,
     /// See [`Extras::home`].

@@ -1,7 +1,8 @@
 //! E2B's control plane: create, connect, list, get_info, set_timeout and kill a sandbox,
 //! each a Sandpool session of the caller (its token, or its tenant's).
 //!
-//! What E2B has and a session cannot be (pause and resume, snapshots, fork, internet access,
+//! Pause (files only) and resume on connect go through the session store (docs/sessions.md).
+//! What E2B has and a session cannot be (a full pause, snapshots, fork, internet access,
 //! custom templates, volumes) is refused with a 400 naming the limitation.
 
 use super::{E2b, TEMPLATES, api_error, api_session_error};
@@ -285,6 +286,7 @@ pub async fn create(
         home: true,
         end_after: Some(after),
         auto_resume: false,
+        earlier_tokens: Vec::new(),
     };
     let call = call.map(|c| c.0).unwrap_or_default();
     let owner = call.caller.as_bytes().to_vec();
@@ -361,8 +363,9 @@ fn caller(call: Option<axum::Extension<Call>>) -> Vec<u8> {
     call.map(|c| c.0.caller.into_bytes()).unwrap_or_default()
 }
 
-/// `POST /sandboxes/{id}/connect`, `POST /v2/sandboxes/{id}/connect`: the sandbox, its
-/// end moved to `timeout` from now when given.
+/// `POST /sandboxes/{id}/connect`, `POST /v2/sandboxes/{id}/connect`: the sandbox (200),
+/// resumed first when it is paused (201, with a fresh access token: the store never keeps
+/// the old one), its end moved to `timeout` from now when given.
 pub async fn connect(
     State(e): State<E2b>,
     Path(id): Path<String>,
@@ -372,14 +375,116 @@ pub async fn connect(
     let Some(sessions) = e.sessions.as_ref() else {
         return no_such_sandbox();
     };
-    let auth = caller(call);
-    let info = match timeout_body(&body, false) {
-        Ok(Some(d)) => sessions.set_end(&id, &auth, d),
-        Ok(None) => sessions.info(&id, &auth),
+    let after = match timeout_body(&body, false) {
+        Ok(d) => d,
         Err(r) => return r,
     };
-    match info {
-        Ok(i) => (StatusCode::OK, Json(created(&i))).into_response(),
+    match live_or_resumed(sessions, &id, call.map(|c| c.0).unwrap_or_default(), after).await {
+        Ok((code, i)) => (code, Json(created(&i))).into_response(),
+        Err(e) => api_session_error(e),
+    }
+}
+
+/// `POST /sandboxes/{id}/resume` (E2B's older resume): as connect, but a sandbox already
+/// running is a 409, as E2B answers.
+pub async fn resume(
+    State(e): State<E2b>,
+    Path(id): Path<String>,
+    call: Option<axum::Extension<Call>>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(sessions) = e.sessions.as_ref() else {
+        return no_such_sandbox();
+    };
+    if !sessions.has_store() {
+        return no_store("resume");
+    }
+    let auth = caller(call.clone());
+    if sessions.info(&id, &auth).is_ok() {
+        return api_error(StatusCode::CONFLICT, format!("sandbox {id} is already running"));
+    }
+    connect(State(e.clone()), Path(id), call, body).await
+}
+
+/// `auth`'s sandbox `id`: live as it is (200), or resumed from the session store (201) with
+/// its end `after` from now (E2B's default timeout when none is given).
+async fn live_or_resumed(
+    sessions: &crate::session::SessionManager,
+    id: &str,
+    call: Call,
+    after: Option<Duration>,
+) -> Result<(StatusCode, SessionInfo), crate::session::SessionError> {
+    use crate::session::SessionError;
+    let auth = call.caller.as_bytes().to_vec();
+    let code = match sessions.info(id, &auth) {
+        Ok(i) if after.is_none() => return Ok((StatusCode::OK, i)),
+        Ok(_) => StatusCode::OK,
+        // A session paused by another executor of the pool is only in the store.
+        Err(SessionError::Paused | SessionError::NotFound) if sessions.has_store() => {
+            let req = pb::ResumeSessionRequest {
+                session_id: id.to_owned(),
+            };
+            sessions.resume(req, call).await?;
+            StatusCode::CREATED
+        }
+        Err(e) => return Err(e),
+    };
+    let after = after.unwrap_or(Duration::from_secs(DEFAULT_TIMEOUT_S));
+    Ok((code, sessions.set_end(id, &auth, after)?))
+}
+
+/// What pause and resume answer on an executor without a session store.
+fn no_store(what: &str) -> Response {
+    api_error(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "{what} is not supported by Sandpool on this executor: it has no session store (--session-store-dir, or the pool's spec.sessions; docs/sessions.md)"
+        ),
+    )
+}
+
+/// A pause request (`SandboxPauseRequest`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseBody {
+    memory: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/pause`: a filesystem pause (gRPC PauseSession): `/home/user` is kept,
+/// the interpreter and the sandbox's processes end; connect resumes it. 204, 404 for an
+/// unknown sandbox, 409 for one already paused (the SDK's `pause()` then returns False).
+pub async fn pause(
+    State(e): State<E2b>,
+    Path(id): Path<String>,
+    call: Option<axum::Extension<Call>>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(sessions) = e.sessions.as_ref() else {
+        return no_such_sandbox();
+    };
+    let req: PauseBody = match body.is_empty() {
+        true => PauseBody::default(),
+        false => match parse(&body) {
+            Ok(r) => r,
+            Err(r) => return r,
+        },
+    };
+    // Left out, E2B's default is a full pause; Sandpool keeps files only (docs/compatibility.md).
+    if req.memory == Some(true) {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "memory: a full pause (mode=\"full\", memory and filesystem) is not supported by Sandpool yet; pause with mode=\"filesystem\" (files are kept, the interpreter restarts)",
+        );
+    }
+    if !sessions.has_store() {
+        return no_store("pause");
+    }
+    let req = pb::PauseSessionRequest {
+        session_id: id,
+        mode: pb::PauseMode::Filesystem as i32,
+    };
+    match sessions.pause(req, &caller(call)).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => api_session_error(e),
     }
 }
@@ -506,14 +611,12 @@ pub async fn list(
     resp
 }
 
-/// What E2B offers and a Sandpool session cannot be: pause, resume, snapshots, fork,
+/// What E2B offers and a Sandpool session cannot be: snapshots, fork,
 /// refreshes, logs, metrics and network rules.
 pub async fn unsupported(req: axum::extract::Request) -> Response {
     let path = req.uri().path().to_owned();
     let what = path.rsplit('/').next().unwrap_or_default();
     let what = match what {
-        "pause" => "pause",
-        "resume" => "resume",
         "snapshots" => "snapshots",
         "fork" => "fork",
         "refreshes" => "refreshes (keep-alive beyond set_timeout)",

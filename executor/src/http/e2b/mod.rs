@@ -174,6 +174,8 @@ pub fn control_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S>
         .route("/sandboxes/{id}/timeout", post(control::set_timeout))
         .route("/sandboxes/{id}/connect", post(control::connect))
         .route("/v2/sandboxes/{id}/connect", post(control::connect))
+        .route("/sandboxes/{id}/pause", post(control::pause))
+        .route("/sandboxes/{id}/resume", post(control::resume))
         .route("/sandboxes/{id}/{what}", any(control::unsupported))
         .route("/v2/sandboxes/{id}/{what}", any(control::unsupported))
         .route("/snapshots", any(control::unsupported))
