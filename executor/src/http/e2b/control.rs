@@ -539,10 +539,14 @@ pub async fn kill(State(e): State<E2b>, Path(id): Path<String>, call: Option<axu
     let Some(sessions) = e.sessions.as_ref() else {
         return no_such_sandbox();
     };
-    match sessions
-        .close(pb::CloseSessionRequest { session_id: id }, &caller(call))
-        .await
-    {
+    let req = pb::CloseSessionRequest { session_id: id };
+    // A paused sandbox is killed too (its archive deleted), as E2B does; that path needs the
+    // caller's tenant, which only an authenticated call carries.
+    let closed = match call {
+        Some(c) => sessions.close_as(req, c.0).await,
+        None => sessions.close(req, &[]).await,
+    };
+    match closed {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => api_session_error(e),
     }
