@@ -429,6 +429,14 @@ node_up() {
       --kubeconfig="$STATE/kubelet$N_SUF.kubeconfig" --root-dir="$N_DIR/kubelet/root" \
       --cert-dir="$N_DIR/kubelet/pki" --hostname-override="$N_NAME" --node-ip="$N_IP" \
       --node-labels="sandpool.dev/node=real"
+    # The kubelet's device-plugin socket has a fixed, machine-wide path: each kubelet empties
+    # the directory, then binds it, so two starting together can collide (EADDRINUSE, and the
+    # second exits). The next one starts once this one is registered and has bound it.
+    if ((i < REAL_NODES)); then
+      wait_until 120 "the node $N_NAME to register" kubectl get node "$N_NAME"
+      wait_until 60 "$N_NAME's kubelet to bind its device-plugin socket" \
+        test -S /var/lib/kubelet/device-plugins/kubelet.sock
+    fi
   done
   for ((i = 1; i <= REAL_NODES; i++)); do
     node_vars "$i"
