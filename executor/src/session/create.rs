@@ -94,7 +94,7 @@ impl SessionManager {
         }
         let _creating = self.admit(&ticket)?;
         let s = self
-            .open(kind, language, totals, call_limits, files, auth, &ticket, extras)
+            .open(kind, language, totals, call_limits, files, auth, &ticket, extras, None)
             .await?;
         tracing::info!(session = %&s.id[..8], language = %s.language, seat = s.seat, request_id = %req.request_id, "session created");
         let info = s.info();
@@ -146,26 +146,10 @@ impl SessionManager {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn open(
-        &self,
-        kind: Kind,
-        language: String,
-        totals: Totals,
-        call_limits: Limits,
-        files: Vec<pb::File>,
-        owner: Vec<u8>,
-        ticket: &Ticket,
-        extras: Extras,
-    ) -> Result<Arc<Session>, SessionError> {
-        self.open_as(kind, language, totals, call_limits, files, owner, ticket, extras, None)
-            .await
-    }
-
-    /// [`Self::open`], or with `resumed` (its id and its /work's archive) a paused session
+    /// A new session, or with `resumed` (its id and its /work's archive) a paused session
     /// opened again: the archive extracted in its fresh seat before anything else runs there.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn open_as(
+    pub(super) async fn open(
         &self,
         kind: Kind,
         language: String,

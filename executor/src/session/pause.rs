@@ -472,7 +472,7 @@ impl SessionManager {
             earlier_tokens: rec.token_sha256.iter().filter_map(|h| unhex32(h)).collect(),
         };
         let s = self
-            .open_as(
+            .open(
                 kind,
                 rec.language,
                 totals,
