@@ -159,7 +159,7 @@ impl SessionManager {
         owner: Vec<u8>,
         ticket: &Ticket,
         extras: Extras,
-        resumed: Option<(String, Vec<u8>)>,
+        resumed: Option<(String, super::pause::Stored)>,
     ) -> Result<Arc<Session>, SessionError> {
         let engine = &self.engine;
         // The caps were checked; a seat whose processes outlived their session stays out of use.
@@ -210,7 +210,7 @@ impl SessionManager {
         if let Some(archive) = archive {
             let (w, ok) = make_work(engine, seat.index, Vec::new()).await?;
             let _permit = engine.acquire_as(ticket, None, Admit::Continuing).await?;
-            super::pause::extract(engine, seat.index, &w, archive, totals.memory).await?;
+            super::pause::extract(engine, seat.index, &w, &archive, totals.memory).await?;
             reserve_ok = ok;
             let _ = work.set(w);
         }

@@ -443,8 +443,12 @@ impl SessionManager {
             other => return Err(ExecError::Internal(format!("the paused session's language {other:?}")).into()),
         };
         self.engine.language(&rec.language, "language")?;
-        let mut archive = Vec::with_capacity(meta.size as usize);
-        store.get_into(&key, &mut archive).await.map_err(store_error)?;
+        // Fetched only under the run slot its extraction takes (`create::open`), so resumes
+        // at once hold at most a slot's worth of archives in memory.
+        let archive = Stored {
+            store: store.clone(),
+            key: key.clone(),
+        };
         let _creating: Creating<'_> = self.admit(ticket)?;
         let totals = Totals {
             lifetime: Duration::from_millis(rec.lifetime_ms),
@@ -531,13 +535,33 @@ impl SessionManager {
 }
 
 /// Extracts `archive` into a fresh seat's /work, by `tar` inside the seat.
+/// A paused session's archive in the store, not yet read.
+pub(super) struct Stored {
+    store: Arc<Store>,
+    key: BlobKey,
+}
+
+impl Stored {
+    /// The archive's bytes.
+    async fn fetch(&self) -> Result<Vec<u8>, SessionError> {
+        let mut archive = Vec::new();
+        self.store
+            .get_into(&self.key, &mut archive)
+            .await
+            .map_err(store_error)?;
+        Ok(archive)
+    }
+}
+
+/// Extracts `stored` into `work` by tar inside the seat; call with a run slot held.
 pub(super) async fn extract(
     engine: &Arc<crate::engine::Engine>,
     seat: usize,
     work: &WorkDir,
-    archive: Vec<u8>,
+    stored: &Stored,
     memory: u64,
 ) -> Result<(), SessionError> {
+    let archive = stored.fetch().await?;
     let spec = tar_spec(
         &[
             "--extract",
