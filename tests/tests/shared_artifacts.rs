@@ -186,3 +186,100 @@ async fn runs_cannot_change_the_shared_artifacts_namespaces() {
 async fn runs_cannot_change_the_shared_artifacts_restricted() {
     runs_cannot_change_the_shared_artifacts(Isolation::Restricted).await;
 }
+
+/// Java's class archives and Go's build cache (docs/warm-starts.md), attacked by a run:
+/// writes, truncation, removal, renames, new entries, modes, times and links each fail, and
+/// Go itself, told to use the shared cache for a package it has never seen, stores nothing.
+/// `$d` as in [`ATTACK`].
+const ATTACK_VM: &str = r#"
+ls "$d/java/java.jsa" "$d/java/javac.jsa" "$d/go_test/.gocache/README" >/dev/null || { echo "not built"; exit 3; }
+entry=$(find "$d/go_test/.gocache" -type f -name '*-d' | head -n 1)
+[ -n "$entry" ] || { echo "empty cache"; exit 3; }
+n=0
+try() { if "$@" 2>/dev/null; then echo "allowed: $*"; n=$((n+1)); fi; }
+try sh -c "echo x >> $d/java/java.jsa"
+try sh -c ": > $d/java/javac.jsa"
+try rm -f "$d/java/java.jsa"
+try mv "$d/java/javac.jsa" /tmp/x
+try chmod 777 "$d/java/java.jsa"
+try touch -d 2000-01-01 "$d/java/javac.jsa"
+try ln -s /tmp "$d/java/evil"
+try sh -c "echo x >> $entry"
+try sh -c ": > $entry"
+try rm -f "$entry"
+try mv "$entry" /tmp/y
+try touch "$d/go_test/.gocache/00/evil-d"
+try mkdir "$d/go_test/.gocache/zz"
+try chmod 777 "$d/go_test/.gocache"
+try rm -f "$d/go_test/.gocache/trim.txt"
+# Go writes what it compiles into GOCACHE when it can: it must not be able to here.
+mkdir -p /tmp/p && printf 'package main\nimport "fmt"\nfunc main() { fmt.Println("poison-%s") }\n' $$ > /tmp/p/p.go
+GOCACHE="$d/go_test/.gocache" GO111MODULE=off CGO_ENABLED=0 go build -o /tmp/p/p /tmp/p/p.go 2>/dev/null
+/tmp/p/p >/dev/null || { echo "go build failed"; exit 3; }
+echo "allowed $n"
+"#;
+
+/// Every file under the shared dir's java/ and go_test/: path, size, mode and time, and a
+/// hash of every file's content.
+async fn fingerprint_vm(exe: &Executor, isolation: Isolation) -> String {
+    let d = shared_dir(exe, isolation);
+    let script = format!(
+        "cd {d} && find java go_test -printf '%p %s %m %T@\\n' | sort | sha256sum && find java go_test -type f | sort | xargs cat | sha256sum && find java go_test | wc -l"
+    );
+    let r = exe.run(req("bash", &script, false)).await;
+    assert_eq!(r.verdict, pb::Verdict::Ok as i32, "{}", describe(&r));
+    stdout(&r)
+}
+
+const GO_TEST: &str = "package main\n\nimport (\n    \"testing\"\n    \"github.com/stretchr/testify/assert\"\n)\n\nfunc TestX(t *testing.T) {\n    assert.New(t).Equal(2, 1+1)\n}\n";
+const JAVA: &str = "public class Main {\n    public static void main(String[] a) {\n        System.out.println(java.util.List.of(1, 2).size());\n    }\n}\n";
+
+async fn runs_cannot_change_java_archives_or_go_cache(isolation: Isolation) {
+    let exe = Executor::start(Options {
+        slots: 2,
+        languages: vec!["java", "go_test", "bash"],
+        isolation,
+        ..Default::default()
+    })
+    .await;
+    let limits = Some(pb::Limits {
+        wall_time_ms: 60_000,
+        cpu_time_ms: 60_000,
+        ..Default::default()
+    });
+    let vm = |language: &str, code: &str| pb::ExecuteRequest {
+        limits,
+        ..req(language, code, false)
+    };
+    let java = exe.run(vm("java", JAVA)).await;
+    assert_eq!(stdout(&java), "2\n", "{}", describe(&java));
+    let go = exe.run(vm("go_test", GO_TEST)).await;
+    assert_eq!(go.verdict, pb::Verdict::Ok as i32, "{}", describe(&go));
+    if !shares(&exe, isolation) {
+        return;
+    }
+    assert!(compile_warm(&java), "{}", describe(&java));
+    assert!(go.run.as_ref().is_some_and(|p| p.warm), "{}", describe(&go));
+    let before = fingerprint_vm(&exe, isolation).await;
+    let dir = shared_dir(&exe, isolation);
+    let r = exe.run(vm("bash", &format!("d={dir}\n{ATTACK_VM}"))).await;
+    assert_eq!(stdout(&r), "allowed 0\n", "{}", describe(&r));
+    assert_eq!(fingerprint_vm(&exe, isolation).await, before, "what runs see changed");
+    // And the next runs still use them.
+    let java = exe.run(vm("java", JAVA)).await;
+    assert_eq!(stdout(&java), "2\n", "{}", describe(&java));
+    assert!(compile_warm(&java), "{}", describe(&java));
+    let go = exe.run(vm("go_test", GO_TEST)).await;
+    assert_eq!(go.verdict, pb::Verdict::Ok as i32, "{}", describe(&go));
+    assert!(go.run.as_ref().is_some_and(|p| p.warm), "{}", describe(&go));
+}
+
+#[tokio::test]
+async fn runs_cannot_change_java_archives_or_go_cache_namespaces() {
+    runs_cannot_change_java_archives_or_go_cache(Isolation::Namespaces).await;
+}
+
+#[tokio::test]
+async fn runs_cannot_change_java_archives_or_go_cache_restricted() {
+    runs_cannot_change_java_archives_or_go_cache(Isolation::Restricted).await;
+}
