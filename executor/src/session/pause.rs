@@ -446,15 +446,19 @@ impl SessionManager {
         let resp = {
             let _permit = self.engine.acquire_as(&s.ticket, None, Admit::Continuing).await?;
             self.share(s, crate::sandbox::SeatShare::Grow(s.totals.memory)).await;
-            self.run_python(
-                s,
-                st,
-                Input::Request(request),
-                Vec::new(),
-                limits,
-                Some(Ensured::default()),
-            )
-            .await?
+            let resp = self
+                .run_python(
+                    s,
+                    st,
+                    Input::Request(request),
+                    Vec::new(),
+                    limits,
+                    Some(Ensured::default()),
+                )
+                .await;
+            // Back to what it holds idle, should the pause fail after this and leave it live.
+            self.share(s, crate::sandbox::SeatShare::Hold).await;
+            resp?
         };
         let answer = (resp.verdict == pb::Verdict::Ok as i32)
             .then(|| serde_json::from_str::<SaveAnswer>(&resp.display).ok())
