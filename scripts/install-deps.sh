@@ -11,7 +11,7 @@ APT_PACKAGES=(
   libboost-dev libssl-dev
   # the Python runtime runs import (docs/python-runtime.md; python's `packages` in the table)
   python3-numpy python3-pandas python3-scipy python3-sympy python3-networkx
-  python3-sortedcontainers python3-regex
+  python3-sortedcontainers python3-regex python3-cloudpickle
   # test and CI tooling
   python3-venv python3-pip
   # the Kubernetes test cluster (scripts/cluster.sh): certificates; Go itself is preinstalled

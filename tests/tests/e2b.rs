@@ -1091,15 +1091,6 @@ async fn a_paused_sandbox_resumes_on_connect_with_its_files() {
     std::fs::create_dir_all(&store).expect("store dir");
     let exe = executor(dir.path(), &["--session-store-dir", &store.display().to_string()]).await;
     let (id, token) = create(&exe, A, json!({"templateID": "base"})).await;
-    let (code, v) = call(
-        &exe,
-        "POST",
-        &format!("/sandboxes/{id}/pause"),
-        key(A),
-        r#"{"memory":true}"#.into(),
-    )
-    .await;
-    assert_names(code, &v, 400, "memory");
     let put = "/files?path=/home/user/kept.txt";
     let (code, v) = call(&exe, "POST", put, data(&id, &token), "kept".into()).await;
     assert!(code < 300, "{code} {v}");
@@ -1160,21 +1151,25 @@ async fn a_paused_sandbox_resumes_on_connect_with_its_files() {
     let (code, v) = call(&exe, "POST", &format!("/sandboxes/{id}/resume"), key(A), "{}".into()).await;
     assert_eq!(code, 409, "resume of a running sandbox: {v}");
 
-    // The SDK, unmodified: pause() (mode="full" refused by name), Sandbox.connect(id), and the
-    // sandbox's files and commands after it.
+    // The SDK, unmodified: pause(), Sandbox.connect(id), and the sandbox's files and commands
+    // after it; pause(mode="full") keeps run_code's variables too.
     let base = format!("http://{}", exe.http_addr.clone().expect("http"));
     let script = r#"
 import sys
 from e2b import Sandbox, SandboxException
+from e2b_code_interpreter import Sandbox as CodeSandbox
 sbx = Sandbox.create()
 sbx.files.write("/home/user/notes/a.txt", "written before the pause")
 r = sbx.commands.run("ln -s notes/a.txt /home/user/link && chmod 600 /home/user/notes/a.txt")
 assert r.exit_code == 0, r
-try:
-    sbx.pause(mode="full")
-    raise AssertionError("a full pause was taken")
-except SandboxException as e:
-    assert "memory" in str(e), e
+code = CodeSandbox.create()
+ex = code.run_code("import json as j\nx = 41\ndef inc(v): return v + 1\nf = open('/home/user/o.txt', 'w')")
+assert ex.error is None, ex.error
+assert code.pause(mode="full") is True
+code = CodeSandbox.connect(code.sandbox_id, timeout=120)
+ex = code.run_code("j.dumps([inc(x), 'f' in globals()])")
+assert ex.error is None and ex.text == "'[42, false]'", (ex.error, ex.text)
+code.kill()
 assert sbx.pause() is True
 assert sbx.pause() is False, "already paused"
 again = Sandbox.connect(sbx.sandbox_id, timeout=120)

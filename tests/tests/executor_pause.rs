@@ -277,3 +277,126 @@ async fn an_idle_session_is_paused_after_the_pause_flag_and_resumes_with_its_fil
     resume(&mut c, "alice", &id).await.expect("resume");
     assert_eq!(run(&mut c, "alice", &id, sh("cat k.txt")).await, "kept\n");
 }
+
+async fn pause_full(c: &mut Client, who: &str, id: &str) -> Result<pb::PauseSessionResponse, tonic::Status> {
+    c.pause_session(as_(
+        who,
+        pb::PauseSessionRequest {
+            session_id: id.into(),
+            mode: pb::PauseMode::Full as i32,
+        },
+    ))
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// A session's interpreter state, some of which cannot be kept (an open file, a thread, a
+/// generator).
+const MAKE_STATE: &str = r#"
+import json as j
+import threading
+x = [1, 2, 3]
+def double(v):
+    return [i * 2 for i in v]
+class Point:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+    def total(self):
+        return self.a + self.b + len(x)
+p = Point(3, 4)
+f = open('/work/open.txt', 'w')
+t = threading.Thread(target=lambda: None)
+g = (i for i in range(3))
+"#;
+
+#[tokio::test]
+async fn a_full_pause_keeps_variables_functions_classes_and_imports_on_another_executor() {
+    let store = tempfile::tempdir().expect("store dir");
+    let (a, b) = (executor(store.path(), &[]).await, executor(store.path(), &[]).await);
+    let (mut ca, mut cb) = (a.client(), b.client());
+    let id = create(&mut ca, "alice", false).await;
+    run(&mut ca, "alice", &id, py(MAKE_STATE)).await;
+    run(&mut ca, "alice", &id, sh("echo kept > k.txt; mkdir -p sub")).await;
+    run(&mut ca, "alice", &id, py("import os; os.chdir('sub')")).await;
+    let p = pause_full(&mut ca, "alice", &id).await.expect("pause");
+    assert_eq!(p.mode, pb::PauseMode::Full as i32);
+    let mut lost = p.lost_names.clone();
+    lost.sort();
+    assert_eq!(lost, ["f", "g", "t"], "{p:?}");
+    assert_eq!(a.metric("sandpool_sessions"), 0.0);
+
+    let e = resume(&mut cb, "bob", &id)
+        .await
+        .expect_err("bob resumed alice's session");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    resume(&mut cb, "alice", &id).await.expect("resume on b");
+    let state = "j.dumps([double(x), p.total(), isinstance(p, Point), [n in globals() for n in 'fgt'], os.getcwd(), open('/work/k.txt').read()])";
+    assert_eq!(
+        run(&mut cb, "alice", &id, py(state)).await,
+        r#"'[[2, 4, 6], 10, true, [false, false, false], "/work/sub", "kept\\n"]'"#
+    );
+    // Functions and methods read the session's globals, not copies taken at the pause.
+    run(&mut cb, "alice", &id, py("x.append(4)")).await;
+    assert_eq!(
+        run(&mut cb, "alice", &id, py("(p.total(), double(x)[-1])")).await,
+        "(11, 8)"
+    );
+    // The state was read once: an interpreter started later does not load it again.
+    assert_eq!(
+        run(
+            &mut cb,
+            "alice",
+            &id,
+            sh("ls -A /work/.sandpool | grep -c state || true")
+        )
+        .await
+        .trim(),
+        "0"
+    );
+}
+
+#[tokio::test]
+async fn a_full_pause_leaves_out_what_passes_the_bound_and_keeps_the_rest() {
+    let store = tempfile::tempdir().expect("store dir");
+    let exe = executor(
+        store.path(),
+        &["--work-dir-bytes", "16777216", "--session-memory-bytes", "1073741824"],
+    )
+    .await;
+    let mut c = exe.client();
+    let id = create(&mut c, "alice", false).await;
+    run(&mut c, "alice", &id, py("big = bytes(24 << 20)\nsmall = 'kept'")).await;
+    let p = pause_full(&mut c, "alice", &id).await.expect("pause");
+    assert_eq!(p.lost_names, ["big"], "{p:?}");
+    assert!(p.stored_bytes < 16 << 20, "{p:?}");
+    resume(&mut c, "alice", &id).await.expect("resume");
+    assert_eq!(
+        run(&mut c, "alice", &id, py("(small, 'big' in globals())")).await,
+        "('kept', False)"
+    );
+}
+
+#[tokio::test]
+async fn a_bash_session_is_refused_a_full_pause_naming_mode() {
+    let store = tempfile::tempdir().expect("store dir");
+    let exe = executor(store.path(), &[]).await;
+    let mut c = exe.client();
+    let id = c
+        .create_session(as_(
+            "alice",
+            pb::CreateSessionRequest {
+                language: "bash".into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("create")
+        .into_inner()
+        .session_id;
+    let e = pause_full(&mut c, "alice", &id)
+        .await
+        .expect_err("a full pause of bash");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("mode"), "{e:?}");
+    pause(&mut c, "alice", &id).await.expect("a filesystem pause still");
+}

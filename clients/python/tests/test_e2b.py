@@ -352,8 +352,6 @@ def test_what_sandpool_refuses(sandboxes: Made) -> None:
         within(30, Sandbox.create, volume_mounts={"/data": "some-volume"})
     sbx = sandboxes.create(Sandbox)
     with pytest.raises(SandboxException, match=UNSUPPORTED):
-        within(30, lambda: sbx.pause(mode="full"))  # a files-only pause is served: tests/tests/e2b.rs
-    with pytest.raises(SandboxException, match=UNSUPPORTED):
         within(30, sbx.create_snapshot)
     with pytest.raises(SandboxException, match=UNSUPPORTED):
         within(30, lambda: sbx.list_snapshots().next_items())

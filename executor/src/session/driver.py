@@ -235,6 +235,131 @@ def _op(req):
     return {"error": "invalid_argument", "message": "unknown operation %r" % kind}
 
 
+# Full pause (docs/sessions.md, "Pause and resume"): the namespace's names that can be
+# serialised, written by the driver itself to STATE_OUT (archived beside /work by the
+# executor, which never reads it) and read back from STATE_IN by the next start of this
+# session's driver, wherever it runs.
+STATE_OUT = BASE + "/sandpool-state"
+STATE_IN = BASE + "/state"
+_NOT_STATE = {"__builtins__", "__name__", "__doc__", "__loader__", "__spec__", "__package__",
+              "__annotations__", "__file__", "__cached__"}
+
+
+def _pickle_lib():
+    """cloudpickle (functions and classes of the session by value), else pickle; the
+    library, not a cell's file of the same name in the working directory."""
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if p not in ("", "/work")]
+    try:
+        import cloudpickle as lib
+    except ImportError:
+        import pickle as lib
+    finally:
+        sys.path[:] = saved
+    return lib
+
+
+def _save(req, ns):
+    """Writes what can be kept of `ns` to STATE_OUT, at most `max_bytes` of it (the largest
+    names go first when it would not fit); answers the names that could not be kept."""
+    import pickle
+
+    lib = _pickle_lib()
+    cap = max(0, int(req.get("max_bytes", 0) or 0))
+    modules, values, lost = {}, {}, []
+    for name, value in list(ns.items()):
+        if name in _NOT_STATE or not isinstance(name, str):
+            continue
+        if isinstance(value, types.ModuleType):
+            # Re-imported on resume: only its name is kept.
+            if getattr(value, "__name__", None) in sys.modules:
+                modules[name] = value.__name__
+            else:
+                lost.append(name)
+            continue
+        try:
+            values[name] = lib.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:
+            lost.append(name)
+    total = 0
+    for name in sorted(values, key=lambda k: len(values[k])):
+        total += len(values[name])
+        if total > cap:
+            lost.append(name)
+            del values[name]
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = ""
+    state = {"v": 1, "cwd": cwd, "modules": modules, "values": values}
+    try:
+        with open(STATE_OUT + ".tmp", "wb") as f:
+            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.rename(STATE_OUT + ".tmp", STATE_OUT)
+    except OSError as e:
+        try:
+            os.unlink(STATE_OUT + ".tmp")
+        except OSError:
+            pass
+        return {"saved": False, "not_kept": sorted(set(lost) | set(values) | set(modules)), "error": str(e)}
+    return {"saved": True, "not_kept": sorted(lost)}
+
+
+def _rebind(f, ns):
+    """A function loaded by value has globals of its own: it gets the session's back."""
+    g = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__, f.__closure__)
+    g.__kwdefaults__ = f.__kwdefaults__
+    g.__dict__.update(f.__dict__)
+    g.__qualname__, g.__doc__, g.__module__ = f.__qualname__, f.__doc__, f.__module__
+    g.__annotations__ = f.__annotations__
+    return g
+
+
+def _restore(ns):
+    """Loads STATE_IN (a full resume's) into `ns` once, then removes it; a name that does not
+    load is left out."""
+    import importlib
+    import pickle
+
+    try:
+        with _open_regular(STATE_IN) as f:
+            state = pickle.load(f)
+    except FileNotFoundError:
+        return
+    except BaseException:
+        state = None
+    finally:
+        try:
+            os.unlink(STATE_IN)
+        except OSError:
+            pass
+    if not isinstance(state, dict):
+        return
+    for name, mod in dict(state.get("modules") or {}).items():
+        try:
+            ns[name] = importlib.import_module(mod)
+        except BaseException:
+            pass
+    _pickle_lib()
+    for name, data in dict(state.get("values") or {}).items():
+        try:
+            ns[name] = pickle.loads(data)
+        except BaseException:
+            pass
+    for name, value in list(ns.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == "__main__" and value.__globals__ is not ns:
+            ns[name] = _rebind(value, ns)
+        elif isinstance(value, type) and value.__module__ == "__main__":
+            for k, v in list(vars(value).items()):
+                if isinstance(v, types.FunctionType) and v.__globals__ is not ns:
+                    setattr(value, k, _rebind(v, ns))
+    try:
+        if state.get("cwd"):
+            os.chdir(state["cwd"])
+    except OSError:
+        pass
+
+
 class _Live:
     """Copies a cell's output, as it is written, from its scratch files to
     /work/.sandpool/live/<id>/ (at most `cap` bytes each), for the executor to stream (E2B's
@@ -275,11 +400,11 @@ class _Live:
 
 
 def _call(n, req, ns):
-    if req.get("kind") in ("spawn", "procs", "signal", "input", "close_stdin"):
+    if req.get("kind") in ("spawn", "procs", "signal", "input", "close_stdin", "save"):
         meta = {"n": n, "status": "ok", "display": "", "exit_code": 0, "error": ""}
         _set_cpu_limit(float(req.get("cpu_seconds", 0)))
         try:
-            meta["display"] = json.dumps(_op(req))
+            meta["display"] = json.dumps(_save(req, ns) if req.get("kind") == "save" else _op(req))
         except Exception as e:
             meta["display"] = json.dumps({"error": "internal", "message": "%s: %s" % (type(e).__name__, e)})
         try:
@@ -466,6 +591,10 @@ def main():
     ns = sys.modules["__main__"].__dict__
     if _CWD_ENTRY is not None:
         sys.path.insert(0, _CWD_ENTRY)
+    try:
+        _restore(ns)
+    except BaseException:
+        pass
     n = int(os.environ.get("SANDPOOL_FIRST_CALL", "1"))
     waiter = _Waiter()
     try:

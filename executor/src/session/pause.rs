@@ -7,8 +7,10 @@
 //! sandbox's stdout to the store, and from the store to the sandbox's stdin. The record is
 //! the executor's own (who may resume it, the limits, the counters).
 
+use super::call::Input;
 use super::caps::Creating;
-use super::record::{Extras, Kind, Session};
+use super::record::{Extras, Kind, Session, State};
+use super::startup::Ensured;
 use super::{SessionError, SessionManager, policy::Totals};
 use crate::admission::{Admit, Ticket};
 use crate::call::Call;
@@ -86,6 +88,38 @@ struct Record {
     /// after the resume (an E2B client that kept its handle, `sbx.connect()`).
     #[serde(default)]
     token_sha256: Vec<String>,
+}
+
+/// The archive's member holding a full pause's interpreter state (the driver's
+/// `STATE_OUT`): /work's members all start with `./`, so none is this one.
+const STATE_MEMBER: &str = "sandpool-state";
+/// Extraction puts it at the driver's `STATE_IN` (the transform leaves link targets alone).
+const STATE_EXTRACT: &str = "--transform=s,^sandpool-state$,.sandpool/state,SH";
+/// Names reported as not kept, at most; and their length.
+const MAX_NOT_KEPT: usize = 1000;
+const MAX_NAME_CHARS: usize = 200;
+
+fn record_mode(mode: pb::PauseMode) -> Mode {
+    match mode {
+        pb::PauseMode::Full => Mode::Full,
+        _ => Mode::Filesystem,
+    }
+}
+
+/// What a full pause's interpreter said it saved (its own answer: bounded, never trusted
+/// for more than a list of names to report back to the session's owner).
+#[derive(Debug, Default)]
+struct Saved {
+    written: bool,
+    not_kept: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct SaveAnswer {
+    #[serde(default)]
+    saved: bool,
+    #[serde(default)]
+    not_kept: Vec<String>,
 }
 
 /// How many earlier data-plane secrets a resumed session still takes.
@@ -226,12 +260,17 @@ impl SessionManager {
         let _in_progress = self.engine.admission().request();
         let mode = match pb::PauseMode::try_from(req.mode) {
             Ok(pb::PauseMode::Unspecified | pb::PauseMode::Filesystem) => pb::PauseMode::Filesystem,
-            Ok(pb::PauseMode::Full) => {
-                return Err(ExecError::invalid("mode", "FULL is not served yet: pause in FILESYSTEM mode").into());
-            }
+            Ok(pb::PauseMode::Full) => pb::PauseMode::Full,
             Err(_) => return Err(ExecError::invalid("mode", format!("unknown pause mode {}", req.mode)).into()),
         };
         let s = self.find(&req.session_id, auth)?;
+        if mode == pb::PauseMode::Full && s.kind != Kind::Python {
+            return Err(ExecError::invalid(
+                "mode",
+                "FULL keeps a Python interpreter's state; a bash session pauses in FILESYSTEM mode",
+            )
+            .into());
+        }
         self.pause_live(&s, mode).await
     }
 
@@ -288,9 +327,13 @@ impl SessionManager {
             return Err(self.not_live(&s.id, auth));
         }
         let mut st = st;
-        // A seat runs one sandboxed run at a time: the interpreter goes first (its state is
-        // not kept in this mode). A pause that fails after this leaves the session live, its
-        // next call starting a fresh interpreter.
+        // Full mode: the interpreter writes what it can keep into .sandpool (archived below).
+        let saved = match mode {
+            pb::PauseMode::Full => Some(self.save_state(s, &mut st).await?),
+            _ => None,
+        };
+        // A seat runs one sandboxed run at a time: the interpreter goes first. A pause that
+        // fails after this leaves the session live, its next call starting a fresh interpreter.
         if let Some(r) = st.repl.take() {
             let _ = r.kill().await;
         }
@@ -298,21 +341,21 @@ impl SessionManager {
         let archive = {
             let _permit = self.engine.acquire_as(&s.ticket, None, Admit::Continuing).await?;
             let limit = self.engine.work_dir_bytes().saturating_mul(2) + TAR_HEADROOM;
-            // Links stay links; the session's own directory (requests, replies, the reserve) stays out.
-            let spec = tar_spec(
-                &[
-                    "--create",
-                    "--file=-",
-                    "--directory=/work",
-                    "--exclude=./.sandpool",
-                    "--numeric-owner",
-                    ".",
-                ],
-                Vec::new(),
-                s.totals.memory,
-                limit,
-                0,
-            );
+            // Links stay links; the session's own directory (requests, replies, the reserve)
+            // stays out, but for the interpreter's state in full mode: a member named without
+            // `./`, so never one of /work's (see STATE_MEMBER).
+            let mut args = vec![
+                "--create",
+                "--file=-",
+                "--directory=/work",
+                "--exclude=./.sandpool",
+                "--numeric-owner",
+                ".",
+            ];
+            if saved.as_ref().is_some_and(|s| s.written) {
+                args.extend(["--directory=/work/.sandpool", STATE_MEMBER]);
+            }
+            let spec = tar_spec(&args, Vec::new(), s.totals.memory, limit, 0);
             let r = self.engine.run_phase_in(s.seat, &work, &spec, Phase::Run).await;
             if r.result.stdout_truncated {
                 return Err(SessionError::Exhausted(format!(
@@ -330,7 +373,7 @@ impl SessionManager {
             tenant: s.tenant.to_string(),
             owner_sha256: owner_hash(&s.ticket, &s.owner),
             language: s.language.clone(),
-            mode: Mode::Filesystem,
+            mode: record_mode(mode),
             lifetime_ms: ms(s.totals.lifetime),
             idle_ms: ms(s.totals.idle),
             max_calls: s.totals.calls,
@@ -359,7 +402,7 @@ impl SessionManager {
         };
         let record = serde_json::to_value(&record).map_err(|e| ExecError::Internal(format!("record: {e}")))?;
         let opts = PutOptions {
-            mode: Mode::Filesystem,
+            mode: record_mode(mode),
             ttl,
             session: Some(s.id.clone()),
             record: Some(record),
@@ -382,7 +425,58 @@ impl SessionManager {
         Ok(pb::PauseSessionResponse {
             mode: mode as i32,
             stored_bytes: meta.size,
-            lost_names: Vec::new(),
+            lost_names: saved.map(|s| s.not_kept).unwrap_or_default(),
+        })
+    }
+
+    /// Asks the session's interpreter to write what it can keep of its state (full mode).
+    /// No live interpreter: nothing to keep. An interpreter that does not answer loses it all
+    /// (`*`), /work is still paused.
+    async fn save_state(&self, s: &Arc<Session>, st: &mut State) -> Result<Saved, SessionError> {
+        if st.abandoned || !st.repl.as_ref().is_some_and(|r| r.alive()) {
+            return Ok(Saved::default());
+        }
+        let limits = Limits {
+            wall: TAR_WALL,
+            cpu: TAR_WALL,
+            output: s.call_limits.output.max(1 << 20),
+            ..s.call_limits
+        };
+        let request = serde_json::json!({"kind": "save", "max_bytes": self.engine.work_dir_bytes()});
+        let resp = {
+            let _permit = self.engine.acquire_as(&s.ticket, None, Admit::Continuing).await?;
+            self.share(s, crate::sandbox::SeatShare::Grow(s.totals.memory)).await;
+            let resp = self
+                .run_python(
+                    s,
+                    st,
+                    Input::Request(request),
+                    Vec::new(),
+                    limits,
+                    Some(Ensured::default()),
+                )
+                .await;
+            // Back to what it holds idle, should the pause fail after this and leave it live.
+            self.share(s, crate::sandbox::SeatShare::Hold).await;
+            resp?
+        };
+        let answer = (resp.verdict == pb::Verdict::Ok as i32)
+            .then(|| serde_json::from_str::<SaveAnswer>(&resp.display).ok())
+            .flatten();
+        Ok(match answer {
+            Some(a) => Saved {
+                written: a.saved,
+                not_kept: a
+                    .not_kept
+                    .into_iter()
+                    .take(MAX_NOT_KEPT)
+                    .map(|n| n.chars().take(MAX_NAME_CHARS).collect())
+                    .collect(),
+            },
+            None => Saved {
+                written: false,
+                not_kept: vec!["*".into()],
+            },
         })
     }
 
@@ -570,6 +664,8 @@ pub(super) async fn extract(
             "--no-same-owner",
             "--preserve-permissions",
             "--exclude=./.sandpool",
+            // A full pause's interpreter state, where the next driver start reads it.
+            STATE_EXTRACT,
         ],
         archive,
         memory,

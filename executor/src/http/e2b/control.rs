@@ -450,8 +450,9 @@ pub struct PauseBody {
     memory: Option<bool>,
 }
 
-/// `POST /sandboxes/{id}/pause`: a filesystem pause (gRPC PauseSession): `/home/user` is kept,
-/// the interpreter and the sandbox's processes end; connect resumes it. 204, 404 for an
+/// `POST /sandboxes/{id}/pause`: a filesystem pause (gRPC PauseSession), or with `memory: true`
+/// a full one: `/home/user` is kept (and the interpreter's variables in full mode), the
+/// interpreter and the sandbox's processes end; connect resumes it. 204, 404 for an
 /// unknown sandbox, 409 for one already paused (the SDK's `pause()` then returns False).
 pub async fn pause(
     State(e): State<E2b>,
@@ -469,19 +470,18 @@ pub async fn pause(
             Err(r) => return r,
         },
     };
-    // Left out, E2B's default is a full pause; Sandpool keeps files only (docs/compatibility.md).
-    if req.memory == Some(true) {
-        return api_error(
-            StatusCode::BAD_REQUEST,
-            "memory: a full pause (mode=\"full\", memory and filesystem) is not supported by Sandpool yet; pause with mode=\"filesystem\" (files are kept, the interpreter restarts)",
-        );
-    }
+    // `memory: true` (the SDK's mode="full") also keeps the interpreter's variables; left out,
+    // E2B's default is a full pause, Sandpool's a filesystem one (docs/compatibility.md).
+    let mode = match req.memory {
+        Some(true) => pb::PauseMode::Full,
+        _ => pb::PauseMode::Filesystem,
+    };
     if !sessions.has_store() {
         return no_store("pause");
     }
     let req = pb::PauseSessionRequest {
         session_id: id,
-        mode: pb::PauseMode::Filesystem as i32,
+        mode: mode as i32,
     };
     match sessions.pause(req, &caller(call)).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
