@@ -91,7 +91,9 @@ pub(super) fn volumes(pool: &ResolvedPool) -> Vec<Volume> {
             name: STORE_VOLUME.to_owned(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
                 claim_name: claim_name.clone(),
-                read_only: Some(false),
+                // Unset, not false: the API server drops a false, and a field it drops would
+                // make every reconcile look like a change.
+                read_only: None,
             }),
             ..Default::default()
         }),
@@ -120,7 +122,7 @@ pub(super) fn volume_mounts(pool: &ResolvedPool) -> Vec<VolumeMount> {
     let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
         name: name.to_owned(),
         mount_path: path.to_owned(),
-        read_only: Some(read_only),
+        read_only: read_only.then_some(true),
         ..Default::default()
     };
     let mut mounts = Vec::new();

@@ -55,11 +55,11 @@ fn a_pvc_store_is_mounted_into_every_pod_and_named_to_the_executor() {
     let (volumes, mounts) = store_volumes(&pod(sessions));
     assert_eq!(
         volumes,
-        json!([{"name": "session-store", "persistentVolumeClaim": {"claimName": "sessions", "readOnly": false}}])
+        json!([{"name": "session-store", "persistentVolumeClaim": {"claimName": "sessions"}}])
     );
     assert_eq!(
         mounts,
-        json!([{"name": "session-store", "mountPath": "/var/lib/sandpool-session-store", "readOnly": false}])
+        json!([{"name": "session-store", "mountPath": "/var/lib/sandpool-session-store"}])
     );
 }
 
