@@ -17,6 +17,12 @@ pub struct ExecutorArgs {
     /// privileges cannot provide it, saying why.
     #[arg(long, env = "SANDPOOL_ISOLATION", default_value = "namespaces")]
     pub isolation: IsolationMode,
+    /// Network isolation in `namespaces` mode: `namespace` (a network namespace per run),
+    /// `seccomp` (none: a socket filter allowing only unix sockets, and Landlock scoping of
+    /// abstract unix sockets and signals; needs Landlock ABI 6), or `auto` (`seccomp` where
+    /// the kernel has it). The executor logs at start which one it uses.
+    #[arg(long, env = "SANDPOOL_NETWORK_ISOLATION", default_value = "auto")]
+    pub network_isolation: sandpool_sandbox::NetworkIsolation,
     /// Warm starts: runs of languages whose table entry has `warm` fork from a
     /// per-slot pre-initialised interpreter (docs/warm-starts.md); requests may opt out
     /// (`cold_start`), and `false` starts every run cold.
@@ -463,6 +469,7 @@ impl ExecutorArgs {
         let slots = self.slots.unwrap_or_else(cpus).max(1);
         SandboxConfig {
             mode: self.isolation,
+            network: self.network_isolation,
             work_root: self.work_root.clone(),
             ro_paths: self.ro_paths.iter().map(PathBuf::from).collect(),
             slots,

@@ -781,6 +781,7 @@ impl Engine {
             isolation: Some(pb::Isolation {
                 mode: self.sandbox.mode().name().to_owned(),
                 features,
+                network: self.sandbox.network_isolation().name().to_owned(),
             }),
             default_limits: Some(crate::limits::to_proto(self.policy.run_defaults)),
             max_limits: Some(crate::limits::to_proto(self.policy.max)),
