@@ -173,6 +173,11 @@ pub struct ExecutorArgs {
     /// call, ms; 0: never (idle sessions end at their idle timeout).
     #[arg(long, env = "SANDPOOL_SESSION_PAUSE_AFTER_IDLE_MS", default_value_t = 0)]
     pub session_pause_after_idle_ms: u64,
+    /// On SIGTERM, pause every live session into the session store (filesystem mode) within
+    /// the drain timeout, before exiting: its next call on any executor sharing the store
+    /// resumes it. false: sessions end with the executor.
+    #[arg(long, env = "SANDPOOL_SESSION_PAUSE_ON_DRAIN", default_value_t = true, action = clap::ArgAction::Set)]
+    pub session_pause_on_drain: bool,
     /// The longest idle timeout a session may ask for, ms.
     #[arg(long, env = "SANDPOOL_MAX_SESSION_IDLE_TIMEOUT_MS", default_value_t = 3600 * 1000)]
     pub max_session_idle_timeout_ms: u64,
@@ -288,7 +293,8 @@ pub struct ServerArgs {
     /// Largest decoded request, bytes; larger ones get RESOURCE_EXHAUSTED.
     #[arg(long, env = "SANDPOOL_MAX_REQUEST_BYTES", default_value_t = 64 * MIB as usize)]
     pub max_request_bytes: usize,
-    /// On SIGTERM, how long in-flight runs may take before the executor exits anyway
+    /// On SIGTERM, how long pausing the live sessions (--session-pause-on-drain) and the
+    /// in-flight runs may take, together, before the executor exits anyway
     /// (default: a whole request at the ceilings, compile and run, plus 10 s: 2 x --max-wall-time-ms + 10 s).
     /// The pod's terminationGracePeriodSeconds must be longer.
     #[arg(long, env = "SANDPOOL_DRAIN_TIMEOUT_MS")]
@@ -552,6 +558,7 @@ impl ExecutorArgs {
             idle: ms(self.session_idle_timeout_ms),
             max_idle: ms(self.max_session_idle_timeout_ms),
             pause_after_idle: (self.session_pause_after_idle_ms > 0).then(|| ms(self.session_pause_after_idle_ms)),
+            pause_on_drain: self.session_pause_on_drain,
             calls: self.session_calls,
             max_calls: self.max_session_calls,
             cpu: ms(self.session_cpu_time_ms),

@@ -35,12 +35,14 @@
 //! - [`startup`]: the interpreter's start-up; [`repl`]: the interpreter and its driver;
 //!   [`spares`]: interpreters started ahead of demand;
 //! - [`files`]: /work, the request's files and the session's own directory;
-//! - [`pause`]: pause into the session store, resume from it;
+//! - [`pause`]: pause into the session store, resume from it; [`drain`]: pause every
+//!   session at shutdown, and resume one on its next call on any executor;
 //! - [`reap`]: close, timeouts, shutdown; [`error`]: why a call was refused.
 
 mod call;
 mod caps;
 mod create;
+mod drain;
 mod error;
 mod files;
 mod pause;
@@ -57,6 +59,7 @@ mod spares;
 mod startup;
 
 pub use call::MAX_BACKGROUND;
+pub use drain::{DrainReport, EXECUTOR_ADDRESS_HEADER, EXECUTOR_HEADER};
 pub use error::SessionError;
 pub(crate) use files::write_state;
 pub use policy::{SessionPolicy, Totals};

@@ -50,7 +50,13 @@ pub(super) struct Paused {
     owner: Vec<u8>,
     ticket: Ticket,
     auto_resume: bool,
+    /// Paused by this executor's drain: its calls here are told to retry elsewhere.
+    drained: bool,
 }
+
+/// How long a resume's claim on a paused session holds before another executor may take it
+/// over (its taker died mid-resume): past any extraction ([`TAR_WALL`]).
+const CLAIM_STALE: Duration = Duration::from_secs(600);
 
 /// What the store keeps beside a paused session's archive: the executor's, never the session's.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -88,6 +94,10 @@ struct Record {
     /// after the resume (an E2B client that kept its handle, `sbx.connect()`).
     #[serde(default)]
     token_sha256: Vec<String>,
+    /// Paused by its executor's drain (docs/sessions.md, "Surviving the pod"): its next call
+    /// on any executor resumes it, whatever `auto_resume` says.
+    #[serde(default)]
+    drained: bool,
 }
 
 /// The archive's member holding a full pause's interpreter state (the driver's
@@ -236,6 +246,7 @@ impl SessionManager {
     /// one this executor paused, else NOT_FOUND.
     pub(super) fn not_live(&self, id: &str, auth: &[u8]) -> SessionError {
         match self.paused_entry(id, auth) {
+            Some(p) if p.drained => super::drain::drained_here(),
             Some(_) => SessionError::Paused,
             None => SessionError::NotFound,
         }
@@ -249,6 +260,27 @@ impl SessionManager {
     /// Whether `auth`'s paused session `id` asked to be resumed by its next call.
     pub(super) fn auto_resumes(&self, id: &str, auth: &[u8]) -> Option<Ticket> {
         self.paused_entry(id, auth).filter(|p| p.auto_resume).map(|p| p.ticket)
+    }
+
+    /// Whether this executor paused `id` (whoever asks).
+    pub(super) fn paused_here(&self, id: &str) -> bool {
+        self.paused.lock().is_ok_and(|p| p.contains_key(id))
+    }
+
+    /// Whether the store holds `id` of `ticket`'s tenant paused so that its next call resumes
+    /// it (by a drain, or with `auto_resume`); false when it holds none.
+    pub(super) async fn resumes_implicitly(&self, id: &str, ticket: &Ticket) -> Result<bool, SessionError> {
+        let (store, _) = self.store().await?;
+        let Ok(key) = BlobKey::paused(&ticket.tenant.name, id) else {
+            return Ok(false);
+        };
+        let meta = match store.head(&key).await {
+            Ok(m) => m,
+            Err(StoreError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(store_error(e)),
+        };
+        let rec: Option<Record> = meta.record.and_then(|r| serde_json::from_value(r).ok());
+        Ok(rec.is_some_and(|r| r.drained || r.auto_resume))
     }
 
     /// Pauses a session (see the module's doc).
@@ -309,7 +341,7 @@ impl SessionManager {
         }
     }
 
-    async fn pause_live(
+    pub(super) async fn pause_live(
         &self,
         s: &Arc<Session>,
         mode: pb::PauseMode,
@@ -393,6 +425,7 @@ impl SessionManager {
             home: s.home,
             auto_resume: s.auto_resume,
             access_token: s.access_token.is_some(),
+            drained: self.engine.admission().is_draining(),
             token_sha256: {
                 let mut all: Vec<String> = s.earlier_tokens.iter().map(|h| hex(h)).collect();
                 all.extend(s.access_token.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))));
@@ -415,6 +448,7 @@ impl SessionManager {
                     owner: s.owner.clone(),
                     ticket: s.ticket.clone(),
                     auto_resume: s.auto_resume,
+                    drained: self.engine.admission().is_draining(),
                 },
             );
         }
@@ -544,6 +578,14 @@ impl SessionManager {
             key: key.clone(),
         };
         let _creating: Creating<'_> = self.admit(ticket)?;
+        // Exactly one executor resumes it: the loser is told to retry (and finds it live on
+        // the winner, through the gateway).
+        store.claim(&key, CLAIM_STALE).await.map_err(|e| match e {
+            StoreError::Claimed(_) => {
+                SessionError::Retry(format!("session {id} is being resumed by another executor: retry"))
+            }
+            e => store_error(e),
+        })?;
         let totals = Totals {
             lifetime: Duration::from_millis(rec.lifetime_ms),
             idle: Duration::from_millis(rec.idle_ms),
@@ -569,7 +611,7 @@ impl SessionManager {
             auto_resume: rec.auto_resume,
             earlier_tokens: rec.token_sha256.iter().filter_map(|h| unhex32(h)).collect(),
         };
-        let s = self
+        let opened = self
             .open(
                 kind,
                 rec.language,
@@ -581,7 +623,17 @@ impl SessionManager {
                 extras,
                 Some((id.to_owned(), archive)),
             )
-            .await?;
+            .await;
+        let s = match opened {
+            Ok(s) => s,
+            Err(e) => {
+                // Left paused, for the next taker.
+                if let Err(r) = store.release(&key).await {
+                    tracing::warn!(session = %&id[..8.min(id.len())], error = %r, "giving back a resume's claim failed");
+                }
+                return Err(e);
+            }
+        };
         {
             let mut st = s.state.lock().await;
             st.calls = rec.calls;

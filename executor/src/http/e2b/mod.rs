@@ -293,6 +293,7 @@ pub fn api_session_error(e: SessionError) -> Response {
         SessionError::NotFound => api_error(StatusCode::NOT_FOUND, "sandbox not found (unknown, killed or expired)"),
         SessionError::Exhausted(m) => api_error(StatusCode::TOO_MANY_REQUESTS, m),
         SessionError::Reset(_) | SessionError::Paused => api_error(StatusCode::CONFLICT, e.to_string()),
+        SessionError::Retry(m) => api_error(StatusCode::SERVICE_UNAVAILABLE, m),
         SessionError::Exec(e) => api_exec_error(e),
     }
 }
