@@ -35,7 +35,7 @@
 //! - [`startup`]: the interpreter's start-up; [`repl`]: the interpreter and its driver;
 //!   [`spares`]: interpreters started ahead of demand;
 //! - [`files`]: /work, the request's files and the session's own directory;
-//! - [`pause`]: pause into the session store, resume from it;
+//! - [`pause`]: pause into the session store, resume from it; [`snapshot`]: snapshots and forks;
 //! - [`reap`]: close, timeouts, shutdown; [`error`]: why a call was refused.
 
 mod call;
@@ -53,6 +53,7 @@ mod registry;
 pub mod repl;
 mod seats;
 mod shell;
+mod snapshot;
 mod spares;
 mod startup;
 
@@ -63,6 +64,7 @@ pub use policy::{SessionPolicy, Totals};
 pub use record::{Extras, SessionInfo};
 pub(crate) use registry::random_hex;
 pub use seats::seat_cpu_weight;
+pub use snapshot::{MAX_FORK, SNAPSHOT_PREFIX};
 
 use crate::engine::Engine;
 use reap::reaper;
