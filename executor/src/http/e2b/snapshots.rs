@@ -56,7 +56,7 @@ pub async fn create(
     if !sessions.has_store() {
         return api_error(
             StatusCode::BAD_REQUEST,
-            "create_snapshot is not supported by Sandpool on this executor: it has no session store (--session-store-dir, or the pool's spec.sessions; docs/sessions.md)",
+            "snapshots (create_snapshot) are not supported by Sandpool on this executor: it has no session store (--session-store-dir, or the pool's spec.sessions; docs/sessions.md)",
         );
     }
     let who = caller(&call).caller.into_bytes();
