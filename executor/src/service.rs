@@ -288,4 +288,39 @@ impl pb::executor_server::Executor for ExecutorService {
             .map_err(session_status)?;
         Ok(self.served(resp))
     }
+
+    async fn snapshot_session(
+        &self,
+        req: Request<pb::SnapshotSessionRequest>,
+    ) -> Result<Response<pb::SnapshotSessionResponse>, Status> {
+        let who = call(&req).caller.into_bytes();
+        let resp = self
+            .sessions
+            .snapshot(req.into_inner(), &who)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        req: Request<pb::DeleteSnapshotRequest>,
+    ) -> Result<Response<pb::DeleteSnapshotResponse>, Status> {
+        let c = call(&req);
+        let resp = self
+            .sessions
+            .delete_snapshot(req.into_inner(), c)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn fork_session(
+        &self,
+        req: Request<pb::ForkSessionRequest>,
+    ) -> Result<Response<pb::ForkSessionResponse>, Status> {
+        let c = call(&req);
+        let resp = self.sessions.fork(req.into_inner(), c).await.map_err(session_status)?;
+        Ok(Response::new(resp))
+    }
 }

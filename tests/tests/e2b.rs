@@ -147,18 +147,16 @@ async fn the_control_plane_takes_the_token_and_names_what_it_refuses() {
         let (code, v) = call(&exe, method, &path, key(A), "{}".into()).await;
         assert_eq!(code, 404, "{method} {path}: {v}");
     }
-    // Pause and resume are served (the last test here).
-    for what in ["snapshots", "fork"] {
-        let (code, v) = call(&exe, "POST", &format!("/sandboxes/{first}/{what}"), key(A), "{}".into()).await;
-        assert_names(code, &v, 400, what);
-        assert!(
-            v["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("not supported by Sandpool"),
-            "{v}"
-        );
-    }
+    // Pause, resume and snapshots are served (the last tests here).
+    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{first}/fork"), key(A), "{}".into()).await;
+    assert_names(code, &v, 400, "fork");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not supported by Sandpool"),
+        "{v}"
+    );
     let (code, v) = call(&exe, "GET", "/snapshots?sandboxID=x", key(A), String::new()).await;
     assert_names(code, &v, 400, "snapshots");
     let (code, v) = call(
@@ -1184,6 +1182,79 @@ again.connect()
 assert again.commands.run("cat notes/a.txt").stdout == "written before the pause"
 assert sbx.files.read("/home/user/notes/a.txt") == "written before the pause"
 again.kill()
+print("sdk-ok")
+"#;
+    let py = e2b_python();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("timeout")
+            .args(["180", &py, "-c", script])
+            .env("E2B_API_URL", &base)
+            .env("E2B_SANDBOX_URL", &base)
+            .env("E2B_API_KEY", A)
+            .env_remove("E2B_DEBUG")
+            .env_remove("E2B_DOMAIN")
+            .env_remove("E2B_ACCESS_TOKEN")
+            .output()
+            .expect("running python")
+    })
+    .await
+    .expect("python");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success() && stdout.contains("sdk-ok"), "{stdout}\n{stderr}");
+}
+
+/// Snapshots through the unmodified E2B SDK: `create_snapshot()` on a running sandbox (which
+/// goes on), `Sandbox.create(snapshot_id)` starting a new sandbox with its files, another
+/// tenant refused (404 raw), and `delete_snapshot`.
+#[tokio::test]
+async fn a_snapshot_starts_new_sandboxes_with_its_files_through_the_sdk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store dir");
+    let exe = executor(dir.path(), &["--session-store-dir", &store.display().to_string()]).await;
+    let (id, _) = create(&exe, A, json!({"templateID": "base"})).await;
+    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{id}/snapshots"), key(B), "{}".into()).await;
+    assert_eq!(code, 404, "another tenant's sandbox: {v}");
+    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{id}/snapshots"), key(A), "{}".into()).await;
+    assert_eq!(code, 201, "{v}");
+    let snap = v["snapshotID"].as_str().expect("snapshotID").to_owned();
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/sandboxes",
+        key(B),
+        json!({"templateID": snap}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 404, "another tenant's snapshot: {v}");
+
+    let base = format!("http://{}", exe.http_addr.clone().expect("http"));
+    let script = r#"
+from e2b import Sandbox
+sbx = Sandbox.create()
+sbx.files.write("/home/user/notes/a.txt", "before the snapshot")
+info = sbx.create_snapshot()
+assert info.snapshot_id, info
+# The sandbox goes on.
+sbx.files.write("/home/user/notes/b.txt", "after")
+assert sbx.commands.run("cat notes/a.txt").stdout == "before the snapshot"
+copy = Sandbox.create(info.snapshot_id)
+assert copy.sandbox_id != sbx.sandbox_id
+r = copy.commands.run("cat notes/a.txt; ls notes; pwd")
+assert (r.exit_code, r.stdout) == (0, "before the snapshota.txt\n/home/user\n"), r
+copy.files.write("/home/user/notes/a.txt", "changed in the copy")
+assert sbx.files.read("/home/user/notes/a.txt") == "before the snapshot"
+assert Sandbox.delete_snapshot(info.snapshot_id) is True
+try:
+    Sandbox.create(info.snapshot_id)
+    raise AssertionError("a deleted snapshot started a sandbox")
+except Exception as e:
+    assert "not found" in str(e).lower(), e
+copy.kill()
+sbx.kill()
 print("sdk-ok")
 "#;
     let py = e2b_python();

@@ -37,6 +37,7 @@
 //! - [`files`]: /work, the request's files and the session's own directory;
 //! - [`pause`]: pause into the session store, resume from it; [`drain`]: pause every
 //!   session at shutdown, and resume one on its next call on any executor;
+//!   [`snapshot`]: snapshots and forks;
 //! - [`reap`]: close, timeouts, shutdown; [`error`]: why a call was refused.
 
 mod call;
@@ -55,6 +56,7 @@ mod registry;
 pub mod repl;
 mod seats;
 mod shell;
+mod snapshot;
 mod spares;
 mod startup;
 
@@ -66,6 +68,7 @@ pub use policy::{SessionPolicy, Totals};
 pub use record::{Extras, SessionInfo};
 pub(crate) use registry::random_hex;
 pub use seats::seat_cpu_weight;
+pub use snapshot::{MAX_FORK, SNAPSHOT_PREFIX};
 
 use crate::engine::Engine;
 use reap::reaper;

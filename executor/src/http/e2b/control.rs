@@ -216,7 +216,16 @@ pub async fn create(
         Ok(r) => r,
         Err(r) => return r,
     };
-    let Some(&(template, language)) = TEMPLATES.iter().find(|(t, _)| *t == req.template_id) else {
+    // A snapshot's id starts a sandbox from it (`Sandbox.create(snapshot_id)`), its language the snapshot's.
+    let snapshot = req
+        .template_id
+        .starts_with(crate::session::SNAPSHOT_PREFIX)
+        .then(|| req.template_id.clone());
+    let found = match &snapshot {
+        Some(_) => Some(&("", "")),
+        None => TEMPLATES.iter().find(|(t, _)| *t == req.template_id),
+    };
+    let Some(&(template, language)) = found else {
         let known: Vec<&str> = TEMPLATES.iter().map(|(t, _)| *t).collect();
         return api_error(
             StatusCode::BAD_REQUEST,
@@ -277,12 +286,13 @@ pub async fn create(
             ..Default::default()
         }),
         call_limits: Some(crate::limits::to_proto(call_limits)),
+        from_snapshot: snapshot.clone().unwrap_or_default(),
         ..Default::default()
     };
     let extras = Extras {
         access_token: true,
         metadata: req.metadata.unwrap_or_default(),
-        template: template.into(),
+        template: snapshot.unwrap_or_else(|| template.into()),
         home: true,
         end_after: Some(after),
         auto_resume: false,
@@ -296,7 +306,7 @@ pub async fn create(
     };
     let envs = req.env_vars.unwrap_or_default();
     if !envs.is_empty()
-        && let Err(r) = set_envs(&sessions, &info, &owner, language, &envs).await
+        && let Err(r) = set_envs(&sessions, &info, &owner, &info.language, &envs).await
     {
         let _ = sessions
             .close(

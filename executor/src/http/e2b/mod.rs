@@ -17,6 +17,7 @@ pub mod connect;
 pub mod control;
 pub mod envd;
 pub mod interpreter;
+pub mod snapshots;
 
 use crate::engine::Engine;
 use crate::error::ExecError;
@@ -176,6 +177,8 @@ pub fn control_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S>
         .route("/v2/sandboxes/{id}/connect", post(control::connect))
         .route("/sandboxes/{id}/pause", post(control::pause))
         .route("/sandboxes/{id}/resume", post(control::resume))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/templates/{id}", axum::routing::delete(snapshots::delete))
         .route("/sandboxes/{id}/{what}", any(control::unsupported))
         .route("/v2/sandboxes/{id}/{what}", any(control::unsupported))
         .route("/snapshots", any(control::unsupported))
@@ -417,6 +420,7 @@ pub fn is_e2b_path(path: &str) -> bool {
         || path.starts_with("/v2/sandboxes/")
         || path == "/snapshots"
         || path.starts_with("/snapshots/")
+        || path.starts_with("/templates/")
         || is_data_path(path)
 }
 
