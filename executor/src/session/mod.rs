@@ -35,7 +35,8 @@
 //! - [`startup`]: the interpreter's start-up; [`repl`]: the interpreter and its driver;
 //!   [`spares`]: interpreters started ahead of demand;
 //! - [`files`]: /work, the request's files and the session's own directory;
-//! - [`pause`]: pause into the session store, resume from it;
+//! - [`pause`]: pause into the session store, resume from it; [`lifecycle`]: paused at
+//!   the end instead of ended, and paused sessions listed;
 //! - [`reap`]: close, timeouts, shutdown; [`error`]: why a call was refused.
 
 mod call;
@@ -43,6 +44,7 @@ mod caps;
 mod create;
 mod error;
 mod files;
+mod lifecycle;
 mod pause;
 pub mod policy;
 mod procs;

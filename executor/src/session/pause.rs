@@ -8,7 +8,7 @@
 //! the executor's own (who may resume it, the limits, the counters).
 
 use super::caps::Creating;
-use super::record::{Extras, Kind, Session};
+use super::record::{Extras, Kind, Session, SessionInfo};
 use super::{SessionError, SessionManager, policy::Totals};
 use crate::admission::{Admit, Ticket};
 use crate::call::Call;
@@ -48,11 +48,14 @@ pub(super) struct Paused {
     owner: Vec<u8>,
     ticket: Ticket,
     auto_resume: bool,
+    /// SHA-256 of its data-plane secrets ([`Record::token_sha256`]): a data-plane call that
+    /// carries one resumes it when `auto_resume` ([`SessionManager::resume_by_access`]).
+    tokens: Vec<[u8; 32]>,
 }
 
 /// What the store keeps beside a paused session's archive: the executor's, never the session's.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Record {
+pub(super) struct Record {
     v: u32,
     id: String,
     tenant: String,
@@ -86,6 +89,63 @@ struct Record {
     /// after the resume (an E2B client that kept its handle, `sbx.connect()`).
     #[serde(default)]
     token_sha256: Vec<String>,
+    /// [`Extras::pause_on_timeout`] (E2B's `autoPause`), kept for its next end.
+    #[serde(default)]
+    pause_on_timeout: Option<Mode>,
+    /// [`Extras::end_after`], milliseconds: the end a resumed session gets again.
+    #[serde(default)]
+    end_after_ms: Option<u64>,
+}
+
+impl Record {
+    /// The record beside a stored blob, when this executor reads it.
+    pub(super) fn of(meta: &sandpool_store::Meta) -> Option<Record> {
+        let r: Record = serde_json::from_value(meta.record.clone()?).ok()?;
+        (r.v == RECORD_VERSION).then_some(r)
+    }
+
+    /// Whether it is session `id` of `auth` (of `ticket`'s tenant).
+    pub(super) fn owned(&self, id: &str, ticket: &Ticket, auth: &[u8]) -> bool {
+        self.id == id && bool::from(self.owner_sha256.as_bytes().ct_eq(owner_hash(ticket, auth).as_bytes()))
+    }
+
+    /// What its holder sees of the paused session `meta` keeps: started when it was paused,
+    /// ending when the store lets it go.
+    pub(super) fn info(&self, meta: &sandpool_store::Meta) -> SessionInfo {
+        SessionInfo {
+            id: self.id.clone(),
+            language: self.language.clone(),
+            template: self.template.clone(),
+            metadata: self.metadata.clone(),
+            access_token: None,
+            started_at: meta.created(),
+            end_at: meta.created() + Duration::from_secs(meta.ttl_secs),
+            totals: Totals {
+                lifetime: Duration::from_millis(self.lifetime_ms),
+                idle: Duration::from_millis(self.idle_ms),
+                calls: self.max_calls,
+                memory: self.memory,
+                cpu: Duration::from_millis(self.cpu_ms),
+                disk: self.disk,
+            },
+            paused: true,
+        }
+    }
+}
+
+/// The store's name for a pause mode, and back.
+fn store_mode(m: pb::PauseMode) -> Mode {
+    match m {
+        pb::PauseMode::Full => Mode::Full,
+        _ => Mode::Filesystem,
+    }
+}
+
+fn proto_mode(m: Mode) -> pb::PauseMode {
+    match m {
+        Mode::Full => pb::PauseMode::Full,
+        Mode::Filesystem => pb::PauseMode::Filesystem,
+    }
 }
 
 /// How many earlier data-plane secrets a resumed session still takes.
@@ -117,11 +177,11 @@ fn stable_owner(ticket: &Ticket, owner: &[u8]) -> Vec<u8> {
     }
 }
 
-fn owner_hash(ticket: &Ticket, owner: &[u8]) -> String {
+pub(super) fn owner_hash(ticket: &Ticket, owner: &[u8]) -> String {
     hex(&Sha256::digest(stable_owner(ticket, owner)))
 }
 
-fn store_error(e: StoreError) -> SessionError {
+pub(super) fn store_error(e: StoreError) -> SessionError {
     match e {
         StoreError::NotFound(_) => SessionError::NotFound,
         StoreError::BlobTooLarge { .. } | StoreError::QuotaExceeded { .. } => SessionError::Exhausted(e.to_string()),
@@ -183,7 +243,7 @@ impl SessionManager {
         self.store.get().is_some()
     }
 
-    async fn store(&self) -> Result<(&Arc<Store>, Duration), SessionError> {
+    pub(super) async fn store(&self) -> Result<(&Arc<Store>, Duration), SessionError> {
         let slot = self.store.get().ok_or_else(|| {
             ExecError::Unavailable(
                 "sessions".into(),
@@ -215,6 +275,30 @@ impl SessionManager {
     /// Whether `auth`'s paused session `id` asked to be resumed by its next call.
     pub(super) fn auto_resumes(&self, id: &str, auth: &[u8]) -> Option<Ticket> {
         self.paused_entry(id, auth).filter(|p| p.auto_resume).map(|p| p.ticket)
+    }
+
+    /// Resumes this executor's paused session `id` that asked for auto-resume, for a
+    /// data-plane call carrying one of its secrets (E2B's traffic resume); then answers as
+    /// [`Self::by_access`]. Any other id or secret: NOT_FOUND.
+    pub async fn resume_by_access(
+        &self,
+        id: &str,
+        token: &[u8],
+    ) -> Result<(Vec<u8>, Arc<crate::tenants::Tenant>), SessionError> {
+        let p = self
+            .paused
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).cloned())
+            .filter(|p| p.auto_resume)
+            .ok_or(SessionError::NotFound)?;
+        let h = Sha256::digest(token);
+        if !p.tokens.iter().any(|t| bool::from(t.as_slice().ct_eq(h.as_slice()))) {
+            return Err(SessionError::NotFound);
+        }
+        let _in_progress = self.engine.admission().request();
+        self.resume_as(id, &p.owner, &p.ticket).await?;
+        self.by_access(id, token)
     }
 
     /// Pauses a session (see the module's doc).
@@ -270,7 +354,7 @@ impl SessionManager {
         }
     }
 
-    async fn pause_live(
+    pub(super) async fn pause_live(
         &self,
         s: &Arc<Session>,
         mode: pb::PauseMode,
@@ -356,7 +440,10 @@ impl SessionManager {
                 let skip = all.len().saturating_sub(MAX_EARLIER_TOKENS);
                 all.split_off(skip)
             },
+            pause_on_timeout: s.pause_on_timeout.map(store_mode),
+            end_after_ms: s.end_after.map(ms),
         };
+        let tokens: Vec<[u8; 32]> = record.token_sha256.iter().filter_map(|h| unhex32(h)).collect();
         let record = serde_json::to_value(&record).map_err(|e| ExecError::Internal(format!("record: {e}")))?;
         let opts = PutOptions {
             mode: Mode::Filesystem,
@@ -372,6 +459,7 @@ impl SessionManager {
                     owner: s.owner.clone(),
                     ticket: s.ticket.clone(),
                     auto_resume: s.auto_resume,
+                    tokens,
                 },
             );
         }
@@ -471,9 +559,10 @@ impl SessionManager {
             metadata: rec.metadata,
             template: rec.template,
             home: rec.home,
-            end_after: None,
+            end_after: rec.end_after_ms.map(Duration::from_millis),
             auto_resume: rec.auto_resume,
             earlier_tokens: rec.token_sha256.iter().filter_map(|h| unhex32(h)).collect(),
+            pause_on_timeout: rec.pause_on_timeout.map(proto_mode),
         };
         let s = self
             .open(
