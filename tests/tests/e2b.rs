@@ -103,9 +103,9 @@ async fn the_control_plane_takes_the_token_and_names_what_it_refuses() {
             "internet",
         ),
         (
-            json!({"templateID": "base", "autoPause": true}).to_string(),
+            json!({"templateID": "base", "autoPause": true, "autoPauseMemory": true}).to_string(),
             400,
-            "autoPause",
+            "autoPauseMemory",
         ),
         (
             json!({"templateID": "base", "autoResume": {"enabled": true}}).to_string(),

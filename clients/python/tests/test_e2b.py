@@ -347,7 +347,7 @@ def test_what_sandpool_refuses(sandboxes: Made) -> None:
     with pytest.raises(SandboxException, match="(?i)internet"):
         within(30, Sandbox.create, allow_internet_access=True)
     with pytest.raises(SandboxException, match=UNSUPPORTED):
-        within(30, Sandbox.create, lifecycle={"on_timeout": "pause", "auto_resume": True})
+        within(30, Sandbox.create, lifecycle={"on_timeout": {"action": "pause", "mode": "full"}})  # files-only auto-pause is served: tests/tests/e2b.rs
     with pytest.raises(SandboxException, match=UNSUPPORTED):
         within(30, Sandbox.create, volume_mounts={"/data": "some-volume"})
     sbx = sandboxes.create(Sandbox)
