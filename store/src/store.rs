@@ -402,6 +402,35 @@ impl Store {
         Ok(deleted)
     }
 
+    /// `tenant`'s blobs of `kind` whose TTL has not passed at `now`: their ids and metadata.
+    /// Lists the tenant's directory and reads each metadata object (a listing's cost, not a
+    /// call's); a blob deleted meanwhile is left out.
+    pub async fn list(&self, tenant: &str, kind: Kind, now: SystemTime) -> Result<Vec<(String, Meta)>, StoreError> {
+        check_tenant(tenant)?;
+        let dir = self.path(&format!("{tenant}/{}", kind.dir()), "")?;
+        let metas: Vec<Path> = self
+            .backend
+            .list(Some(&dir))
+            .map_ok(|o| o.location)
+            .try_filter(|p| futures::future::ready(p.as_ref().ends_with(META)))
+            .try_collect()
+            .await?;
+        futures::stream::iter(metas)
+            .map(|p| async move {
+                let rel = rel_of(&self.prefix, &p, META);
+                let id = rel.rsplit('/').next().unwrap_or_default().to_owned();
+                match self.meta_at(&p, &rel).await {
+                    Ok(m) if !m.expired(now) && check_id("id", &id).is_ok() => Ok(Some((id, m))),
+                    Ok(_) | Err(StoreError::NotFound(_)) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_filter_map(|r| futures::future::ready(Ok(r)))
+            .try_collect()
+            .await
+    }
+
     /// Bytes `tenant`'s blobs hold in the store (not counting its puts in flight).
     pub async fn usage(&self, tenant: &str) -> Result<u64, StoreError> {
         check_tenant(tenant)?;

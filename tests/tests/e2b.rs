@@ -103,14 +103,9 @@ async fn the_control_plane_takes_the_token_and_names_what_it_refuses() {
             "internet",
         ),
         (
-            json!({"templateID": "base", "autoPause": true}).to_string(),
-            400,
-            "pause",
-        ),
-        (
             json!({"templateID": "base", "autoResume": {"enabled": true}}).to_string(),
             400,
-            "resume",
+            "autoResume",
         ),
         (
             json!({"templateID": "base", "volumeMounts": [{"name": "v"}]}).to_string(),
@@ -1277,4 +1272,151 @@ print("sdk-ok")
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success() && stdout.contains("sdk-ok"), "{stdout}\n{stderr}");
+}
+
+/// E2B's lifecycle through the unmodified SDK: a sandbox created with `on_timeout: pause`
+/// is paused (not killed) when its timeout passes, listed as paused (with its metadata
+/// filter, never to another tenant), `get_info` says paused, its next call resumes it
+/// (`auto_resume`) or `connect` does, with its files; without a lifecycle it is killed as
+/// before; combinations E2B refuses get a 400 naming the field.
+#[tokio::test]
+async fn a_sandbox_with_lifecycle_pause_is_paused_at_its_timeout_and_resumed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store dir");
+    let exe = executor(dir.path(), &["--session-store-dir", &store.display().to_string()]).await;
+    for (body, field) in [
+        (
+            json!({"templateID": "base", "autoPause": true, "autoPauseMemory": false, "autoResume": {"enabled": true}}),
+            "autoResume",
+        ),
+        (
+            json!({"templateID": "base", "autoPause": false, "autoResume": {"enabled": true}}),
+            "autoResume",
+        ),
+        (
+            json!({"templateID": "base", "autoPause": true, "autoResume": {"enabled": "yes"}}),
+            "autoResume.enabled",
+        ),
+    ] {
+        let (code, v) = call(&exe, "POST", "/v2/sandboxes", key(A), body.to_string()).await;
+        assert_names(code, &v, 400, field);
+    }
+    let base = format!("http://{}", exe.http_addr.clone().expect("http"));
+    let script = r#"
+import sys, time
+from e2b import Sandbox, SandboxQuery, SandboxState
+from e2b_code_interpreter import Sandbox as CodeSandbox
+
+def wait_state(sid, want, within=60):
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if Sandbox.get_info(sid).state == want:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{sid} not {want} in {within}s: {Sandbox.get_info(sid)}")
+
+def listed(state, meta):
+    q = SandboxQuery(state=[state], metadata=meta)
+    return [s.sandbox_id for s in Sandbox.list(query=q).next_items()]
+
+# Paused at its timeout; the next call resumes it (auto_resume), files kept.
+sbx = CodeSandbox.create(timeout=5, metadata={"run": "auto"},
+                         lifecycle={"on_timeout": "pause", "auto_resume": True})
+sbx.files.write("/home/user/kept.txt", "kept across the timeout")
+wait_state(sbx.sandbox_id, SandboxState.PAUSED)
+assert listed(SandboxState.PAUSED, {"run": "auto"}) == [sbx.sandbox_id]
+assert listed(SandboxState.PAUSED, {"run": "other"}) == []
+assert sbx.sandbox_id not in listed(SandboxState.RUNNING, {"run": "auto"})
+assert sbx.sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()]
+ex = sbx.run_code("print(open('/home/user/kept.txt').read())")
+assert ex.logs.stdout == ["kept across the timeout\n"], ex
+r = sbx.commands.run("cat /home/user/kept.txt")
+assert r.stdout == "kept across the timeout", r
+sbx.kill()
+
+# Paused at its timeout, filesystem mode: connect resumes it.
+fs = Sandbox.create(timeout=3, lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
+fs.files.write("/home/user/f.txt", "fs")
+wait_state(fs.sandbox_id, SandboxState.PAUSED)
+print("paused-id", fs.sandbox_id, flush=True)
+again = Sandbox.connect(fs.sandbox_id, timeout=120)
+assert again.commands.run("cat /home/user/f.txt").stdout == "fs"
+again.kill()
+
+# Without a lifecycle: killed at its timeout, as before.
+gone = Sandbox.create(timeout=3)
+deadline = time.time() + 60
+while gone.is_running() and time.time() < deadline:
+    time.sleep(0.5)
+assert not gone.is_running()
+assert gone.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()]
+
+# One left paused, for the other tenant to look for.
+left = Sandbox.create(timeout=3, metadata={"run": "left"}, lifecycle={"on_timeout": "pause"})
+wait_state(left.sandbox_id, SandboxState.PAUSED)
+print("left-id", left.sandbox_id, flush=True)
+print("sdk-ok")
+"#;
+    let py = e2b_python();
+    let run = |key: &'static str, script: String| {
+        let (py, base) = (py.clone(), base.clone());
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("timeout")
+                .args(["240", &py, "-c", &script])
+                .env("E2B_API_URL", &base)
+                .env("E2B_SANDBOX_URL", &base)
+                .env("E2B_API_KEY", key)
+                .env_remove("E2B_DEBUG")
+                .env_remove("E2B_DOMAIN")
+                .env_remove("E2B_ACCESS_TOKEN")
+                .output()
+                .expect("running python")
+        })
+    };
+    let out = run(A, script.to_owned()).await.expect("python");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success() && stdout.contains("sdk-ok"), "{stdout}\n{stderr}");
+    let left = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("left-id "))
+        .expect("left-id")
+        .to_owned();
+    // Another tenant sees none of it, listed, described or connected.
+    let other = format!(
+        r#"
+from e2b import Sandbox, SandboxQuery, SandboxState, NotFoundException
+assert Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items() == []
+assert Sandbox.list().next_items() == []
+for f in (Sandbox.get_info, Sandbox.connect):
+    try:
+        f("{left}")
+        raise AssertionError(f"{{f}} reached another tenant's paused sandbox")
+    except NotFoundException:
+        pass
+print("other-ok")
+"#
+    );
+    let out = run(B, other).await.expect("python");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("other-ok"),
+        "{stdout}\n{stderr}"
+    );
+    let (code, v) = call(&exe, "GET", "/v2/sandboxes?state=paused", key(A), String::new()).await;
+    assert_eq!(code, 200, "{v}");
+    let ids: Vec<&str> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["sandboxID"].as_str())
+        .collect();
+    assert_eq!(ids, [left.as_str()], "{v}");
+    assert_eq!(v[0]["state"], "paused", "{v}");
 }

@@ -233,6 +233,8 @@ impl SessionManager {
             created: Instant::now(),
             started_at: SystemTime::now(),
             end_at: Mutex::new(extras.end_after.map(|d| Instant::now() + d.min(totals.lifetime))),
+            end_after: extras.end_after,
+            pause_on_timeout: extras.pause_on_timeout,
             access_token: if extras.access_token { Some(random_hex()?) } else { None },
             earlier_tokens: extras.earlier_tokens,
             metadata: extras.metadata,

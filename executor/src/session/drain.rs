@@ -4,7 +4,7 @@
 //! whatever its `auto_resume`. Of two executors resuming one session at once, the store's
 //! claim lets exactly one win; the other answers UNAVAILABLE, and the retry finds it.
 
-use super::record::Session;
+use super::record::{Kind, Session};
 use super::{SessionError, SessionManager};
 use crate::call::Call;
 use sandpool_proto::v1 as pb;
@@ -12,9 +12,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
-/// The mode a drain pauses in: the most complete one sessions support (one place to switch
-/// when a fuller mode is served).
-pub(super) const DRAIN_MODE: pb::PauseMode = pb::PauseMode::Filesystem;
+/// The mode a pause the session did not ask for (a drain, an idle pause) takes: the most
+/// complete one its kind supports, so that it goes on as it was (a Python interpreter's
+/// names kept; a bash session has files only).
+pub(super) fn keep_most(kind: Kind) -> pb::PauseMode {
+    match kind {
+        Kind::Python => pb::PauseMode::Full,
+        Kind::Bash => pb::PauseMode::Filesystem,
+    }
+}
 
 /// What a drain did with the live sessions.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +84,7 @@ impl SessionManager {
                 let ours = !s.pausing.swap(true, Ordering::Relaxed);
                 let outcome = match tokio::time::timeout_at(deadline, async {
                     match ours {
-                        true => self.pause_live(s, DRAIN_MODE).await.map(|p| p.stored_bytes),
+                        true => self.pause_live(s, keep_most(s.kind)).await.map(|p| p.stored_bytes),
                         false => {
                             let mut closed = s.closed.subscribe();
                             let _ = closed.wait_for(|c| *c).await;

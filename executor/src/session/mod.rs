@@ -37,7 +37,8 @@
 //! - [`files`]: /work, the request's files and the session's own directory;
 //! - [`pause`]: pause into the session store, resume from it; [`drain`]: pause every
 //!   session at shutdown, and resume one on its next call on any executor;
-//!   [`snapshot`]: snapshots and forks;
+//!   [`snapshot`]: snapshots and forks; [`lifecycle`]: paused at the end instead of ended,
+//!   and paused sessions listed;
 //! - [`reap`]: close, timeouts, shutdown; [`error`]: why a call was refused.
 
 mod call;
@@ -46,6 +47,7 @@ mod create;
 mod drain;
 mod error;
 mod files;
+mod lifecycle;
 mod pause;
 pub mod policy;
 mod procs;

@@ -9,7 +9,7 @@
 
 use super::call::Input;
 use super::caps::Creating;
-use super::record::{Extras, Kind, Session, State};
+use super::record::{Extras, Kind, Session, SessionInfo, State};
 use super::startup::Ensured;
 use super::{SessionError, SessionManager, policy::Totals};
 use crate::admission::{Admit, Ticket};
@@ -52,6 +52,9 @@ pub(super) struct Paused {
     auto_resume: bool,
     /// Paused by this executor's drain: its calls here are told to retry elsewhere.
     drained: bool,
+    /// SHA-256 of its data-plane secrets ([`Record::token_sha256`]): a data-plane call that
+    /// carries one resumes it when `auto_resume` ([`SessionManager::resume_by_access`]).
+    tokens: Vec<[u8; 32]>,
 }
 
 /// How long a resume's claim on a paused session holds before another executor may take it
@@ -98,6 +101,41 @@ pub(super) struct Record {
     /// on any executor resumes it, whatever `auto_resume` says.
     #[serde(default)]
     drained: bool,
+    /// [`Extras::pause_on_timeout`] (E2B's `autoPause`), kept for its next end.
+    #[serde(default)]
+    pause_on_timeout: Option<Mode>,
+    /// [`Extras::end_after`], milliseconds: the end a resumed session gets again.
+    #[serde(default)]
+    end_after_ms: Option<u64>,
+}
+
+impl Record {
+    /// The record beside a stored blob, when this executor reads it.
+    pub(super) fn of(meta: &sandpool_store::Meta) -> Option<Record> {
+        let r: Record = serde_json::from_value(meta.record.clone()?).ok()?;
+        (r.v == RECORD_VERSION).then_some(r)
+    }
+
+    /// Whether it is session `id` of `auth` (of `ticket`'s tenant).
+    pub(super) fn owned_by(&self, id: &str, ticket: &Ticket, auth: &[u8]) -> bool {
+        self.id == id && bool::from(self.owner_sha256.as_bytes().ct_eq(owner_hash(ticket, auth).as_bytes()))
+    }
+
+    /// What its holder sees of the paused session `meta` keeps: started when it was paused,
+    /// ending when the store lets it go.
+    pub(super) fn info(&self, meta: &sandpool_store::Meta) -> SessionInfo {
+        SessionInfo {
+            id: self.id.clone(),
+            language: self.language.clone(),
+            template: self.template.clone(),
+            metadata: self.metadata.clone(),
+            access_token: None,
+            started_at: meta.created(),
+            end_at: meta.created() + Duration::from_secs(meta.ttl_secs),
+            totals: self.totals(),
+            paused: true,
+        }
+    }
 }
 
 /// The archive's member holding a full pause's interpreter state (the driver's
@@ -186,6 +224,14 @@ impl Record {
     }
 }
 
+/// The proto's name for a stored pause mode.
+fn proto_mode(m: Mode) -> pb::PauseMode {
+    match m {
+        Mode::Full => pb::PauseMode::Full,
+        Mode::Filesystem => pb::PauseMode::Filesystem,
+    }
+}
+
 /// How many earlier data-plane secrets a resumed session still takes.
 const MAX_EARLIER_TOKENS: usize = 8;
 
@@ -215,7 +261,7 @@ fn stable_owner(ticket: &Ticket, owner: &[u8]) -> Vec<u8> {
     }
 }
 
-fn owner_hash(ticket: &Ticket, owner: &[u8]) -> String {
+pub(super) fn owner_hash(ticket: &Ticket, owner: &[u8]) -> String {
     hex(&Sha256::digest(stable_owner(ticket, owner)))
 }
 
@@ -337,6 +383,30 @@ impl SessionManager {
         Ok(rec.is_some_and(|r| r.drained || r.auto_resume))
     }
 
+    /// Resumes this executor's paused session `id` that asked for auto-resume, for a
+    /// data-plane call carrying one of its secrets (E2B's traffic resume); then answers as
+    /// [`Self::by_access`]. Any other id or secret: NOT_FOUND.
+    pub async fn resume_by_access(
+        &self,
+        id: &str,
+        token: &[u8],
+    ) -> Result<(Vec<u8>, Arc<crate::tenants::Tenant>), SessionError> {
+        let p = self
+            .paused
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).cloned())
+            .filter(|p| p.auto_resume)
+            .ok_or(SessionError::NotFound)?;
+        let h = Sha256::digest(token);
+        if !p.tokens.iter().any(|t| bool::from(t.as_slice().ct_eq(h.as_slice()))) {
+            return Err(SessionError::NotFound);
+        }
+        let _in_progress = self.engine.admission().request();
+        self.resume_as(id, &p.owner, &p.ticket).await?;
+        self.by_access(id, token)
+    }
+
     /// Pauses a session (see the module's doc).
     pub async fn pause(
         &self,
@@ -383,7 +453,7 @@ impl SessionManager {
         for s in due {
             let m = self.clone();
             tokio::spawn(async move {
-                match m.pause_live(&s, pb::PauseMode::Filesystem).await {
+                match m.pause_live(&s, super::drain::keep_most(s.kind)).await {
                     Ok(p) => tracing::info!(session = %&s.id[..8], bytes = p.stored_bytes, "idle session paused"),
                     Err(e) => {
                         tracing::warn!(session = %&s.id[..8], error = %e, "pausing an idle session failed");
@@ -415,6 +485,7 @@ impl SessionManager {
         let mut st = st;
         let (archive, saved) = self.archive(s, &mut st, mode).await?;
         let record = record(s, &st, record_mode(mode), self.engine.admission().is_draining());
+        let tokens: Vec<[u8; 32]> = record.token_sha256.iter().filter_map(|h| unhex32(h)).collect();
         let record = serde_json::to_value(&record).map_err(|e| ExecError::Internal(format!("record: {e}")))?;
         let opts = PutOptions {
             mode: record_mode(mode),
@@ -431,6 +502,7 @@ impl SessionManager {
                     ticket: s.ticket.clone(),
                     auto_resume: s.auto_resume,
                     drained: self.engine.admission().is_draining(),
+                    tokens,
                 },
             );
         }
@@ -609,9 +681,10 @@ impl SessionManager {
             metadata: rec.metadata,
             template: rec.template,
             home: rec.home,
-            end_after: None,
+            end_after: rec.end_after_ms.map(Duration::from_millis),
             auto_resume: rec.auto_resume,
             earlier_tokens: rec.token_sha256.iter().filter_map(|h| unhex32(h)).collect(),
+            pause_on_timeout: rec.pause_on_timeout.map(proto_mode),
         };
         let opened = self
             .open(
@@ -711,6 +784,8 @@ pub(super) fn record(s: &Session, st: &State, mode: Mode, drained: bool) -> Reco
         auto_resume: s.auto_resume,
         access_token: s.access_token.is_some(),
         drained,
+        pause_on_timeout: s.pause_on_timeout.map(record_mode),
+        end_after_ms: s.end_after.map(ms),
         token_sha256: {
             let mut all: Vec<String> = s.earlier_tokens.iter().map(|h| hex(h)).collect();
             all.extend(s.access_token.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))));

@@ -384,7 +384,25 @@ pub async fn sandbox_first(
     mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match sandbox(e.sessions.as_ref(), req.headers()) {
+    let found = match sandbox(e.sessions.as_ref(), req.headers()) {
+        // A sandbox paused at its timeout with autoResume is resumed by its next call.
+        Err(Refused::NotFound(id)) => match e.sessions.as_ref() {
+            Some(sessions) => {
+                let token = req
+                    .headers()
+                    .get("x-access-token")
+                    .map(|v| v.as_bytes())
+                    .unwrap_or_default();
+                match sessions.resume_by_access(&id, token).await {
+                    Ok((owner, tenant)) => Ok(Sandbox { id, owner, tenant }),
+                    Err(_) => Err(Refused::NotFound(id)),
+                }
+            }
+            None => Err(Refused::NotFound(id)),
+        },
+        other => other,
+    };
+    match found {
         Ok(s) => {
             req.extensions_mut().insert(Arc::new(s));
             next.run(req).await
