@@ -30,6 +30,7 @@ credentials from `scripts/s3.sh env`, read here); the bench writes a key file (S
 """
 
 import argparse
+import atexit
 import concurrent.futures
 import json
 import os
@@ -46,10 +47,37 @@ import time
 import urllib.request
 
 import grpc
-from sandpool.v1 import executor_pb2 as pb
-from sandpool.v1 import executor_pb2_grpc as pb_grpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def stubs():
+    """Stubs compiled from this checkout's proto (the executor's API, ForkSession included),
+    as bench/fork.py does; the installed client's where grpc_tools is missing."""
+    try:
+        import grpc_tools
+        from grpc_tools import protoc
+    except ImportError:
+        from sandpool.v1 import executor_pb2, executor_pb2_grpc
+
+        return executor_pb2, executor_pb2_grpc
+    out = tempfile.mkdtemp(prefix="sandpool-bench-stubs-")
+    atexit.register(shutil.rmtree, out, True)
+    proto = os.path.join(ROOT, "proto")
+    v1 = os.path.join(proto, "sandpool", "v1")
+    inc = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+    argv = ["protoc", f"-I{proto}", f"-I{inc}", f"--python_out={out}", f"--grpc_python_out={out}"]
+    if protoc.main(argv + [os.path.join(v1, f) for f in os.listdir(v1) if f.endswith(".proto")]) != 0:
+        sys.exit("protoc failed on proto/sandpool/v1")
+    for d in ("sandpool", "sandpool/v1"):  # regular packages, ahead of the installed client's
+        open(os.path.join(out, d, "__init__.py"), "a").close()
+    sys.path.insert(0, out)
+    from sandpool.v1 import executor_pb2, executor_pb2_grpc
+
+    return executor_pb2, executor_pb2_grpc
+
+
+pb, pb_grpc = stubs()
 
 # Published figures of the anchors, with where they are published (never invented here).
 ANCHORS = {
@@ -276,7 +304,9 @@ def fork(ex, a):
         t = time.perf_counter()
         r = ex.stub.ForkSession(pb.ForkSessionRequest(session_id=s.session_id, n=16))
         times.append(ms(t))
-        ids = [getattr(x, "session_id", x) for x in getattr(r, "sessions", getattr(r, "session_ids", []))]
+        ids = [x.session_id for x in r.sessions]
+        if len(ids) != 16:
+            raise RuntimeError(f"ForkSession answered {len(ids)} sessions")
         for sid in ids + [s.session_id]:
             ex.stub.CloseSession(pb.CloseSessionRequest(session_id=sid))
     return {"p50": pct(times, 0.5), "p99": pct(times, 0.99)}
@@ -295,7 +325,7 @@ def churn(a, ex, store_name):
     def make(i):
         while i % 8 == 0 and ex.live_sessions() > cap:
             time.sleep(0.2)
-        # Auto-pause is filesystem mode: what a call checks lives in /work.
+        # What a call checks lives in /work (an idle pause keeps it in either mode).
         files = work_file(a.work_kib) + [pb.File(path="id", content=str(i).encode())]
         s = ex.stub.CreateSession(pb.CreateSessionRequest(language="python", auto_resume=True, files=files), timeout=120)
         call(ex, s.session_id, "open('id').read()", repr(str(i)))

@@ -17,6 +17,12 @@ pub struct ExecutorArgs {
     /// privileges cannot provide it, saying why.
     #[arg(long, env = "SANDPOOL_ISOLATION", default_value = "namespaces")]
     pub isolation: IsolationMode,
+    /// Network isolation in `namespaces` mode: `namespace` (a network namespace per run),
+    /// `seccomp` (none: a socket filter allowing only unix sockets, and Landlock scoping of
+    /// abstract unix sockets and signals; needs Landlock ABI 6), or `auto` (`seccomp` where
+    /// the kernel has it). The executor logs at start which one it uses.
+    #[arg(long, env = "SANDPOOL_NETWORK_ISOLATION", default_value = "auto")]
+    pub network_isolation: sandpool_sandbox::NetworkIsolation,
     /// Warm starts: runs of languages whose table entry has `warm` fork from a
     /// per-slot pre-initialised interpreter (docs/warm-starts.md); requests may opt out
     /// (`cold_start`), and `false` starts every run cold.
@@ -167,6 +173,11 @@ pub struct ExecutorArgs {
     /// call, ms; 0: never (idle sessions end at their idle timeout).
     #[arg(long, env = "SANDPOOL_SESSION_PAUSE_AFTER_IDLE_MS", default_value_t = 0)]
     pub session_pause_after_idle_ms: u64,
+    /// On SIGTERM, pause every live session into the session store (filesystem mode) within
+    /// the drain timeout, before exiting: its next call on any executor sharing the store
+    /// resumes it. false: sessions end with the executor.
+    #[arg(long, env = "SANDPOOL_SESSION_PAUSE_ON_DRAIN", default_value_t = true, action = clap::ArgAction::Set)]
+    pub session_pause_on_drain: bool,
     /// The longest idle timeout a session may ask for, ms.
     #[arg(long, env = "SANDPOOL_MAX_SESSION_IDLE_TIMEOUT_MS", default_value_t = 3600 * 1000)]
     pub max_session_idle_timeout_ms: u64,
@@ -282,7 +293,8 @@ pub struct ServerArgs {
     /// Largest decoded request, bytes; larger ones get RESOURCE_EXHAUSTED.
     #[arg(long, env = "SANDPOOL_MAX_REQUEST_BYTES", default_value_t = 64 * MIB as usize)]
     pub max_request_bytes: usize,
-    /// On SIGTERM, how long in-flight runs may take before the executor exits anyway
+    /// On SIGTERM, how long pausing the live sessions (--session-pause-on-drain) and the
+    /// in-flight runs may take, together, before the executor exits anyway
     /// (default: a whole request at the ceilings, compile and run, plus 10 s: 2 x --max-wall-time-ms + 10 s).
     /// The pod's terminationGracePeriodSeconds must be longer.
     #[arg(long, env = "SANDPOOL_DRAIN_TIMEOUT_MS")]
@@ -463,6 +475,7 @@ impl ExecutorArgs {
         let slots = self.slots.unwrap_or_else(cpus).max(1);
         SandboxConfig {
             mode: self.isolation,
+            network: self.network_isolation,
             work_root: self.work_root.clone(),
             ro_paths: self.ro_paths.iter().map(PathBuf::from).collect(),
             slots,
@@ -545,6 +558,7 @@ impl ExecutorArgs {
             idle: ms(self.session_idle_timeout_ms),
             max_idle: ms(self.max_session_idle_timeout_ms),
             pause_after_idle: (self.session_pause_after_idle_ms > 0).then(|| ms(self.session_pause_after_idle_ms)),
+            pause_on_drain: self.session_pause_on_drain,
             calls: self.session_calls,
             max_calls: self.max_session_calls,
             cpu: ms(self.session_cpu_time_ms),

@@ -151,7 +151,16 @@ pub struct Metrics {
     pub stuck_slots: Gauge,
     pub not_serving: Counter,
     exhausted: Family<ReasonLabels, Counter>,
+    session_drain: Family<OutcomeLabels, Counter>,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// What a drain did with a live session (`sandpool_session_drain_total{outcome}`).
+const DRAIN_OUTCOMES: [&str; 3] = ["paused", "failed", "timed_out"];
 
 /// A pipeline phase whose latency is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,6 +374,16 @@ impl Metrics {
         for reason in Exhaustion::ALL {
             let _ = exhausted.get_or_create(&ReasonLabels { reason: reason.label() });
         }
+        let session_drain = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "session_drain",
+            "Live sessions at shutdown, by what the drain did with each: paused (resumed by its next call on \
+             any executor), failed or timed_out (lost)",
+            session_drain.clone(),
+        );
+        for outcome in DRAIN_OUTCOMES {
+            let _ = session_drain.get_or_create(&OutcomeLabels { outcome });
+        }
         for phase in PHASES {
             let _ = phases.get_or_create(&PhaseLabels {
                 phase: phase.to_owned(),
@@ -372,6 +391,7 @@ impl Metrics {
         }
         Arc::new(Metrics {
             exhausted,
+            session_drain,
             stuck_runs,
             stuck_blocking,
             stuck_slots,
@@ -421,6 +441,11 @@ impl Metrics {
         self.cache_evictions.inc_by(evicted);
         self.cache_entries.set(entries as i64);
         self.cache_bytes.set(bytes as i64);
+    }
+
+    /// Counts one live session a drain `outcome` ("paused", "failed", "timed_out").
+    pub fn session_drained(&self, outcome: &'static str) {
+        self.session_drain.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
     /// Counts a request refused for want of `reason`.

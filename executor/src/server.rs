@@ -354,15 +354,32 @@ pub async fn serve_with_http(
         );
     tokio::pin!(server);
     let admission = engine.admission().clone();
+    let drain = async {
+        let _ = drained_rx.await;
+        // Admission drained first (no new run or session starts), then every live
+        // session paused into the store (each waits for its call in progress), then the
+        // other runs; all within the one drain timeout.
+        let deadline = tokio::time::Instant::now() + opts.drain_timeout;
+        if sessions.policy().pause_on_drain {
+            sessions.pause_for_drain(deadline).await;
+        }
+        tokio::time::timeout_at(deadline, runs_finished(&admission))
+            .await
+            .is_ok()
+    };
+    tokio::pin!(drain);
     tokio::select! {
-        r = &mut server => if let Err(e) = r {
-            sessions.close_all().await;
-            return Err(e.into());
+        r = &mut server => match r {
+            Err(e) => {
+                sessions.close_all().await;
+                return Err(e.into());
+            }
+            // Every client gone before the drain ended: the sessions are still paused.
+            Ok(()) => {
+                drain.await;
+            }
         },
-        idle = async {
-            let _ = drained_rx.await;
-            tokio::time::timeout(opts.drain_timeout, runs_finished(&admission)).await.is_ok()
-        } => {
+        idle = &mut drain => {
             if idle {
                 // The server's own graceful shutdown also waits for every client to close its
                 // connection, and an idle pooled connection may never do so: once no run is

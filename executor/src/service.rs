@@ -29,12 +29,31 @@ impl ExecutorService {
     }
 }
 
+impl ExecutorService {
+    /// A session call's response, naming the executor that served it (a session a drain
+    /// paused elsewhere may answer from here: the gateway and clients follow it).
+    fn served<T>(&self, resp: T) -> Response<T> {
+        let mut r = Response::new(resp);
+        let (name, addr) = self.sessions.served_by();
+        for (k, v) in [
+            (crate::session::EXECUTOR_HEADER, name),
+            (crate::session::EXECUTOR_ADDRESS_HEADER, addr),
+        ] {
+            if let Ok(v) = v.parse() {
+                r.metadata_mut().insert(k, v);
+            }
+        }
+        r
+    }
+}
+
 /// Maps a session error to its gRPC status.
 pub fn session_status(e: SessionError) -> Status {
     match e {
         SessionError::NotFound => Status::not_found(e.to_string()),
         SessionError::Exhausted(m) => Status::resource_exhausted(m),
         SessionError::Reset(_) | SessionError::Paused => Status::failed_precondition(e.to_string()),
+        SessionError::Retry(m) => Status::unavailable(m),
         SessionError::Exec(e) => status(e),
     }
 }
@@ -179,39 +198,56 @@ impl pb::executor_server::Executor for ExecutorService {
         &self,
         req: Request<pb::RunInSessionRequest>,
     ) -> Result<Response<pb::RunInSessionResponse>, Status> {
-        let who = call(&req).caller.into_bytes();
-        let resp = self
-            .sessions
-            .run(req.into_inner(), &who)
+        let c = call(&req);
+        let req = req.into_inner();
+        // Paused by a drain on another executor: resumed here first.
+        self.sessions
+            .resume_implicit(&req.session_id, &c)
             .await
             .map_err(session_status)?;
-        Ok(Response::new(resp))
+        let resp = self
+            .sessions
+            .run(req, c.caller.as_bytes())
+            .await
+            .map_err(session_status)?;
+        Ok(self.served(resp))
     }
 
     async fn put_session_files(
         &self,
         req: Request<pb::PutSessionFilesRequest>,
     ) -> Result<Response<pb::PutSessionFilesResponse>, Status> {
-        let who = call(&req).caller.into_bytes();
-        let resp = self
-            .sessions
-            .put_files(req.into_inner(), &who)
+        let c = call(&req);
+        let req = req.into_inner();
+        self.sessions
+            .resume_implicit(&req.session_id, &c)
             .await
             .map_err(session_status)?;
-        Ok(Response::new(resp))
+        let resp = self
+            .sessions
+            .put_files(req, c.caller.as_bytes())
+            .await
+            .map_err(session_status)?;
+        Ok(self.served(resp))
     }
 
     async fn get_session_files(
         &self,
         req: Request<pb::GetSessionFilesRequest>,
     ) -> Result<Response<pb::GetSessionFilesResponse>, Status> {
-        let Call { caller, charge, .. } = call(&req);
-        let resp = self
-            .sessions
-            .get_files(req.into_inner(), caller.as_bytes(), charge)
+        let c = call(&req);
+        let req = req.into_inner();
+        self.sessions
+            .resume_implicit(&req.session_id, &c)
             .await
             .map_err(session_status)?;
-        Ok(Response::new(resp))
+        let Call { caller, charge, .. } = c;
+        let resp = self
+            .sessions
+            .get_files(req, caller.as_bytes(), charge)
+            .await
+            .map_err(session_status)?;
+        Ok(self.served(resp))
     }
 
     async fn close_session(
@@ -250,6 +286,41 @@ impl pb::executor_server::Executor for ExecutorService {
             .resume(req.into_inner(), c)
             .await
             .map_err(session_status)?;
+        Ok(self.served(resp))
+    }
+
+    async fn snapshot_session(
+        &self,
+        req: Request<pb::SnapshotSessionRequest>,
+    ) -> Result<Response<pb::SnapshotSessionResponse>, Status> {
+        let who = call(&req).caller.into_bytes();
+        let resp = self
+            .sessions
+            .snapshot(req.into_inner(), &who)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        req: Request<pb::DeleteSnapshotRequest>,
+    ) -> Result<Response<pb::DeleteSnapshotResponse>, Status> {
+        let c = call(&req);
+        let resp = self
+            .sessions
+            .delete_snapshot(req.into_inner(), c)
+            .await
+            .map_err(session_status)?;
+        Ok(Response::new(resp))
+    }
+
+    async fn fork_session(
+        &self,
+        req: Request<pb::ForkSessionRequest>,
+    ) -> Result<Response<pb::ForkSessionResponse>, Status> {
+        let c = call(&req);
+        let resp = self.sessions.fork(req.into_inner(), c).await.map_err(session_status)?;
         Ok(Response::new(resp))
     }
 }

@@ -45,8 +45,17 @@ fn cursor(v: &Value) -> Option<String> {
 /// One page of the executors' pages (each the first `limit` sandboxes after the client's
 /// cursor, `more` when any executor had more): oldest first, then by id, as an executor
 /// orders them; and the next page's cursor when there is more.
+///
+/// Executors sharing a session store each list its paused sandboxes: a sandbox is shown
+/// once, running where one executor runs it.
 pub fn page(lists: Vec<Vec<Value>>, limit: usize, more: bool) -> (Vec<Value>, Option<String>) {
     let mut all: Vec<Value> = lists.into_iter().flatten().collect();
+    let running: std::collections::HashSet<String> = all
+        .iter()
+        .filter(|v| v["state"] != "paused")
+        .filter_map(|v| v["sandboxID"].as_str().map(str::to_owned))
+        .collect();
+    all.retain(|v| v["state"] != "paused" || !v["sandboxID"].as_str().is_some_and(|id| running.contains(id)));
     let key = |v: &Value| {
         (
             v["startedAt"].as_str().unwrap_or_default().to_owned(),
@@ -54,6 +63,7 @@ pub fn page(lists: Vec<Vec<Value>>, limit: usize, more: bool) -> (Vec<Value>, Op
         )
     };
     all.sort_by_key(key);
+    all.dedup_by(|a, b| a["sandboxID"] == b["sandboxID"]);
     let more = more || all.len() > limit;
     all.truncate(limit);
     let next = if more { all.last().and_then(cursor) } else { None };
@@ -84,6 +94,23 @@ mod tests {
         // An executor that says it has more makes a next page, even when this one is short.
         let (_, next) = page(vec![a[..1].to_vec()], 2, true);
         assert_eq!(next.as_deref(), Some("2026-01-01T00:00:01.000Z_a1-x"));
+    }
+
+    #[test]
+    fn a_paused_sandbox_every_executor_lists_is_shown_once() {
+        let s = |id: &str, t: &str, state: &str| json!({"sandboxID": id, "startedAt": t, "state": state});
+        let paused = s("p1-x", "2026-01-01T00:00:01.000Z", "paused");
+        let a = vec![paused.clone(), s("a1-x", "2026-01-01T00:00:02.000Z", "running")];
+        let b = vec![paused.clone(), s("r1-y", "2026-01-01T00:00:03.000Z", "paused")];
+        // r1-y was resumed on a third executor meanwhile: running there, paused in the store.
+        let c = vec![s("r1-y", "2026-01-01T00:00:04.000Z", "running")];
+        let (p, next) = page(vec![a, b, c], 10, false);
+        let shown: Vec<(&str, &str)> = p
+            .iter()
+            .filter_map(|v| Some((v["sandboxID"].as_str()?, v["state"].as_str()?)))
+            .collect();
+        assert_eq!(shown, [("p1-x", "paused"), ("a1-x", "running"), ("r1-y", "running")]);
+        assert_eq!(next, None);
     }
 
     #[test]

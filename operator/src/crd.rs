@@ -375,6 +375,92 @@ pub struct Sessions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 64))]
     pub spares: Option<i32>,
+    /// Pause a session (filesystem mode) once it has had no call for this long
+    /// (`--session-pause-after-idle-ms`, a Go duration such as `2m`); unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = DURATION_PATTERN))]
+    pub pause_after_idle: Option<String>,
+    /// Where paused sessions are kept (docs/sessions.md, "The session store"). Unset: a
+    /// directory in the pod's own work root, which is lost with the pod (sessions paused
+    /// there cannot be resumed by another pod, nor survive this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<SessionStore>,
+    /// The executor pods' `terminationGracePeriodSeconds`, instead of the one the operator
+    /// works out from the sessions' number and size (docs/operator.md, "Grace period"); the
+    /// executor's drain timeout is this less 10 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 15, max = 86400))]
+    pub drain_grace_period_seconds: Option<i64>,
+}
+
+/// The session store of a pool: a PVC every executor pod mounts, or S3-compatible object
+/// storage. Its bounds and TTL apply to either.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!(has(self.pvc) && has(self.s3))").message("sessions.store: set pvc or s3, not both").reason(Reason::FieldValueForbidden),
+    validation = Rule::new("!has(self.s3) || has(self.encryptionKeySecret)").message("sessions.store.encryptionKeySecret is required with s3: the bucket is shared, so the executor seals every blob (XChaCha20-Poly1305) and refuses to start without a key").reason(Reason::FieldValueRequired)
+)]
+pub struct SessionStore {
+    /// A PersistentVolumeClaim in the pool's namespace mounted into every executor pod;
+    /// executors resume each other's sessions only if it is shared (ReadWriteMany).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<PvcStore>,
+    /// S3-compatible object storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Store>,
+    /// The 32-byte key blobs are sealed with (raw, or 64 hex digits), from a Secret in the
+    /// pool's namespace (`--session-store-key-file`). Required with `s3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key_secret: Option<SecretKeyRef>,
+    /// Largest paused session or snapshot (`--session-store-blob-bytes`; executor default 1Gi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
+    pub max_blob_size: Option<String>,
+    /// What one tenant's paused sessions and snapshots may hold in the store in all
+    /// (`--session-store-tenant-bytes`; executor default 10Gi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = QUANTITY_PATTERN))]
+    pub tenant_quota: Option<String>,
+    /// How long a paused session or snapshot is kept unless its caller says otherwise
+    /// (`--session-store-ttl-secs`, a Go duration; executor default 168h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = DURATION_PATTERN))]
+    pub ttl: Option<String>,
+}
+
+/// A PVC session store.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PvcStore {
+    /// The claim's name, in the pool's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub claim_name: String,
+}
+
+/// An S3-compatible session store.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Store {
+    /// The bucket (it must exist).
+    #[schemars(length(min = 3, max = 63))]
+    pub bucket: String,
+    /// `http(s)://host:port` of the service; unset: AWS's for the region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://[^\s/]+(/.*)?$"))]
+    pub endpoint: Option<String>,
+    /// The region (default `us-east-1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub region: Option<String>,
+    /// Keys below this prefix in the bucket (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub prefix: Option<String>,
+    /// A Secret in the pool's namespace with keys `access_key_id` and `secret_access_key`,
+    /// mounted as files for the executor (`--session-store-s3-credentials-dir`).
+    #[schemars(length(min = 1, max = 253))]
+    pub credentials_secret: String,
 }
 
 /// The executor's result cache (`--result-cache-*`). Per pod: pods do not share it.

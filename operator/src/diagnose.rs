@@ -37,6 +37,9 @@ pub const UNSCHEDULABLE: &str = "Unschedulable";
 /// The executor runs and started, but its readiness probe keeps failing (the kubelet's
 /// Event reason, whose message is the probe's answer).
 pub const UNHEALTHY: &str = "Unhealthy";
+/// The kubelet cannot mount a pod's volumes (a missing Secret or ConfigMap it names, a
+/// claim it cannot attach): its Event reason, whose message names the volume and why.
+pub const FAILED_MOUNT: &str = "FailedMount";
 /// The Deployment gave up waiting for its rollout (`progressDeadlineSeconds`).
 pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 
@@ -61,7 +64,8 @@ pub const MAX_MESSAGE_CHARS: usize = 2000;
 pub struct Observed {
     /// The pool's pods (any ReplicaSet's).
     pub pods: Vec<Pod>,
-    /// core/v1 Events with reason `Unhealthy` (probe failures), about any object.
+    /// core/v1 Events with reason `Unhealthy` (probe failures) or `FailedMount` (read only
+    /// when [`wants_mount_events`]), about any object.
     pub probe_events: Vec<Event>,
 }
 
@@ -82,6 +86,67 @@ pub fn wants_probe_events(pods: &[Pod]) -> bool {
                 .is_some_and(|t| t.exit_code == 0);
             !c.ready && ((running && c.started == Some(true)) || (c.restart_count > 0 && stopped_cleanly))
         })
+}
+
+/// Whether a pod is scheduled but its container not created yet (`ContainerCreating`, or no
+/// container status at all): where a volume the kubelet cannot mount holds it, which only
+/// the kubelet's `FailedMount` Events say.
+pub fn wants_mount_events(pods: &[Pod]) -> bool {
+    pods.iter().any(creating)
+}
+
+fn creating(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let scheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "PodScheduled" && c.status == "True");
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    let waiting_to_create = containers.is_empty()
+        || containers.iter().all(|c| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .is_some_and(|w| w.reason.as_deref() == Some("ContainerCreating"))
+        });
+    pod.metadata.deletion_timestamp.is_none()
+        && status.phase.as_deref() == Some("Pending")
+        && scheduled
+        && waiting_to_create
+}
+
+/// The newest fresh `FailedMount` Event about `pod`, for a pod still being created.
+fn failed_mount(pod: &Pod, events: &[Event], now: &Time) -> Option<Finding> {
+    if !creating(pod) {
+        return None;
+    }
+    let name = pod.metadata.name.as_deref()?;
+    let now = now.0.as_second();
+    let (_, message) = events
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(FAILED_MOUNT)
+                && e.involved_object.kind.as_deref() == Some("Pod")
+                && e.involved_object.name.as_deref() == Some(name)
+        })
+        .filter_map(|e| {
+            let last = e
+                .last_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second())
+                .or_else(|| e.event_time.as_ref().map(|t| t.0.as_second()))?;
+            (now.saturating_sub(last) <= PROBE_EVENT_FRESH_SECONDS)
+                .then(|| (last, e.message.as_deref().unwrap_or_default()))
+        })
+        .max_by_key(|(last, _)| *last)?;
+    Some(finding(
+        FAILED_MOUNT,
+        format!("pod {name} cannot mount its volumes: {}", clean(message)),
+        0,
+    ))
 }
 
 /// What the pool's conditions say is wrong.
@@ -135,7 +200,7 @@ pub fn diagnose(deployment: &Deployment, observed: &Observed, now: &Time) -> Opt
             continue;
         }
         let probes = ProbeFailures::of(pod, &observed.probe_events, now);
-        findings.extend(pod_finding(pod, &probes));
+        findings.extend(pod_finding(pod, &probes).or_else(|| failed_mount(pod, &observed.probe_events, now)));
     }
     choose(findings)
 }

@@ -299,7 +299,7 @@ fn progressing_reason(status: Option<&SandboxPoolStatus>) -> Option<&str> {
 
 /// The pool's executor pods (the Deployment's selector), and when one may be failing a
 /// probe, the kubelet's `Unhealthy` Events in the namespace (the probe's answer is nowhere
-/// else). A failure to list either is logged, not fatal: the status then says what the
+/// else), and when one is still being created, its `FailedMount` Events (a missing Secret). A failure to list either is logged, not fatal: the status then says what the
 /// Deployment and the pods say.
 async fn observe_pods(ctx: &Context, namespace: &str, pool: &str) -> Observed {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
@@ -313,21 +313,23 @@ async fn observe_pods(ctx: &Context, namespace: &str, pool: &str) -> Observed {
             return Observed::default();
         }
     };
-    let probe_events = if diagnose::wants_probe_events(&pods) {
+    let mut probe_events = Vec::new();
+    let wanted = [
+        (diagnose::wants_probe_events(&pods), diagnose::UNHEALTHY),
+        (diagnose::wants_mount_events(&pods), diagnose::FAILED_MOUNT),
+    ];
+    for reason in wanted.into_iter().filter_map(|(want, reason)| want.then_some(reason)) {
         let events: Api<CoreEvent> = Api::namespaced(ctx.client.clone(), namespace);
         match events
-            .list(&ListParams::default().fields(&format!("reason={}", diagnose::UNHEALTHY)))
+            .list(&ListParams::default().fields(&format!("reason={reason}")))
             .await
         {
-            Ok(list) => list.items,
+            Ok(list) => probe_events.extend(list.items),
             Err(error) => {
-                tracing::warn!(error = %crate::error_chain(&error), "cannot list probe Events");
-                Vec::new()
+                tracing::warn!(error = %crate::error_chain(&error), reason, "cannot list the kubelet's Events");
             }
         }
-    } else {
-        Vec::new()
-    };
+    }
     Observed { pods, probe_events }
 }
 

@@ -108,7 +108,7 @@ pub fn gateway_status(resolved: &ResolvedPool, deployment: &Deployment, cluster_
 /// counts are added by the reconcile ([`set_live_sessions`]), which reads them from the
 /// custom metrics API: the operator does not reach the pods.
 pub fn sessions_status(resolved: &ResolvedPool, ready_replicas: i32) -> Option<SessionsStatus> {
-    let s = resolved.sessions?;
+    let s = resolved.sessions.as_ref()?;
     Some(SessionsStatus {
         max_per_pod: i32::try_from(s.max_per_pod).unwrap_or(i32::MAX),
         capacity: i64::from(s.max_per_pod) * i64::from(ready_replicas.max(0)),

@@ -52,9 +52,54 @@ impl std::str::FromStr for IsolationMode {
 }
 
 /// Sandbox settings, from the executor's flags.
+/// How namespaces mode keeps a run off the network (`--network-isolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkIsolation {
+    /// `seccomp` where Landlock scopes abstract unix sockets (ABI 6+), else `namespace`.
+    Auto,
+    /// A fresh network namespace per run, with only loopback.
+    Namespace,
+    /// No network namespace: seccomp refuses every socket family but `AF_UNIX`, and
+    /// Landlock scopes abstract unix sockets and signals to the run (needs ABI 6+).
+    Seccomp,
+}
+
+impl NetworkIsolation {
+    pub fn name(self) -> &'static str {
+        match self {
+            NetworkIsolation::Auto => "auto",
+            NetworkIsolation::Namespace => "namespace",
+            NetworkIsolation::Seccomp => "seccomp",
+        }
+    }
+}
+
+impl std::fmt::Display for NetworkIsolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for NetworkIsolation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            NetworkIsolation::Auto,
+            NetworkIsolation::Namespace,
+            NetworkIsolation::Seccomp,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s)
+        .ok_or_else(|| format!("unknown network isolation {s:?}: auto, namespace or seccomp"))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
     pub mode: IsolationMode,
+    /// Namespaces mode's network isolation (restricted mode never has a network namespace).
+    pub network: NetworkIsolation,
     /// Where work dirs and the root template live (root-owned, private).
     pub work_root: PathBuf,
     /// Host paths the sandbox sees read-only.

@@ -39,7 +39,7 @@ pub fn set_fd_limit(pid: u32, n: u64) -> std::io::Result<()> {
 /// to an unprivileged pod, and more (see `sandpool-pod-seccomp`). Needs
 /// `no_new_privs` or `CAP_SYS_ADMIN`; threads started afterwards inherit them.
 pub fn install_run_filters(extra: &[seccompiler::BpfProgram]) -> std::io::Result<()> {
-    let base = crate::seccomp::build_filters().map_err(std::io::Error::other)?;
+    let base = crate::seccomp::build_filters(false).map_err(std::io::Error::other)?;
     let filters: Vec<_> = base.iter().chain(extra).map(crate::seccomp::to_kernel).collect();
     raw::install_filters(&filters)
         .map(drop)

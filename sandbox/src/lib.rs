@@ -46,7 +46,9 @@ mod workdir;
 mod workroot;
 mod zygote;
 
-pub use config::{DEFAULT_RO_PATHS, IsolationMode, SHARED_PATH, SandboxConfig, SeatMemory, cgroup_name};
+pub use config::{
+    DEFAULT_RO_PATHS, IsolationMode, NetworkIsolation, SHARED_PATH, SandboxConfig, SeatMemory, cgroup_name,
+};
 pub use error::SandboxError;
 pub use limits::Limits;
 pub use probe::{Feature, Features};

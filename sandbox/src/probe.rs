@@ -169,7 +169,7 @@ pub(crate) fn probe() -> Features {
         feature(
             "landlock",
             if landlock > 0 {
-                Ok(format!("ABI {landlock} (not used by namespaces mode)"))
+                Ok(format!("ABI {landlock}"))
             } else {
                 Err("not enabled".into())
             },

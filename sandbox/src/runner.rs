@@ -25,6 +25,13 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     /// What the kernel offers and which protections are in use.
     fn features(&self) -> &Features;
 
+    /// How runs are kept off the network: `namespace` (a network namespace per run) or
+    /// `seccomp` (no namespace: a socket filter and Landlock scoping; restricted mode's
+    /// filter refuses even unix sockets). Never `auto`.
+    fn network_isolation(&self) -> crate::NetworkIsolation {
+        crate::NetworkIsolation::Seccomp
+    }
+
     /// Number of run slots.
     fn slots(&self) -> usize;
 

@@ -121,7 +121,13 @@ pub struct SeccompError(String);
 /// before), cost each run about 0.15 ms before `execve`. The tree needs a
 /// handful of comparisons per number. The rules are those the tests check
 /// against a reference built with seccompiler.
-pub fn build_filters() -> Result<Vec<BpfProgram>, SeccompError> {
+///
+/// `unix_only`: the run has no network namespace of its own (`--network-isolation
+/// seccomp`): `socket(2)` and `socketpair(2)` are refused for every family but
+/// `AF_UNIX`, so nothing reaches the host's network stack (inet, inet6, packet, raw,
+/// netlink, vsock, ...); io_uring, which could make sockets behind the filter's back, is
+/// refused in both variants.
+pub fn build_filters(unix_only: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let mut asm = Asm::default();
     let [kill, allow, eperm, enosys, ioctl, clone, socket] = [(); 7].map(|_| asm.label());
     let mut leaves: Vec<(u32, Label)> = DENIED.iter().map(|(_, nr)| (*nr as u32, eperm)).collect();
@@ -131,6 +137,10 @@ pub fn build_filters() -> Result<Vec<BpfProgram>, SeccompError> {
     leaves.push((libc::SYS_ioctl as u32, ioctl));
     leaves.push((libc::SYS_clone as u32, clone));
     leaves.push((libc::SYS_socket as u32, socket));
+    if unix_only {
+        // Its family is the same first argument: the same check as socket's.
+        leaves.push((libc::SYS_socketpair as u32, socket));
+    }
     leaves.sort_unstable_by_key(|(nr, _)| *nr);
     if leaves.windows(2).any(|w| w[0].0 == w[1].0) {
         return Err(SeccompError("a system call is listed twice".into()));
@@ -157,9 +167,14 @@ pub fn build_filters() -> Result<Vec<BpfProgram>, SeccompError> {
     asm.push(Ins::Jset(NAMESPACE_MASK, Some(eperm), Some(allow)));
     asm.mark(socket);
     asm.push(Ins::Ld(arg_lo(0)));
-    asm.push(Ins::Jeq(libc::AF_NETLINK as u32, None, Some(allow)));
-    asm.push(Ins::Ld(arg_lo(2)));
-    asm.push(Ins::Jeq(NETLINK_KOBJECT_UEVENT as u32, Some(eperm), Some(allow)));
+    if unix_only {
+        // The kernel reads the family as 32 bits, so the upper ones are ignored here too.
+        asm.push(Ins::Jeq(libc::AF_UNIX as u32, Some(allow), Some(eperm)));
+    } else {
+        asm.push(Ins::Jeq(libc::AF_NETLINK as u32, None, Some(allow)));
+        asm.push(Ins::Ld(arg_lo(2)));
+        asm.push(Ins::Jeq(NETLINK_KOBJECT_UEVENT as u32, Some(eperm), Some(allow)));
+    }
 
     for (label, ret) in [
         (kill, SECCOMP_RET_KILL_PROCESS),
@@ -293,8 +308,12 @@ mod tests {
     }
 
     fn verdict_as(nr: i64, arch: u32, args: [u64; 6]) -> u32 {
+        verdict_of(false, nr, arch, args)
+    }
+
+    fn verdict_of(unix_only: bool, nr: i64, arch: u32, args: [u64; 6]) -> u32 {
         let d = data(nr, arch, args);
-        let filters = build_filters().unwrap();
+        let filters = build_filters(unix_only).unwrap();
         filters
             .iter()
             .map(|p| run(&to_kernel(p), &d))
@@ -304,7 +323,7 @@ mod tests {
 
     /// The same rules as seccompiler builds them (three filters, linear
     /// lists): the reference the tree-shaped filter must agree with.
-    fn reference_filters() -> Vec<Vec<libc::sock_filter>> {
+    fn reference_filters(unix_only: bool) -> Vec<Vec<libc::sock_filter>> {
         use seccompiler::{
             SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond, SeccompFilter,
             SeccompRule, TargetArch,
@@ -336,16 +355,23 @@ mod tests {
             .map(|&f| SeccompRule::new(vec![Cond::new(0, Len::Qword, Op::MaskedEq(f), f).unwrap()]).unwrap())
             .collect();
         denied.insert(libc::SYS_clone, clone_rules);
-        denied.insert(
-            libc::SYS_socket,
-            vec![
-                SeccompRule::new(vec![
-                    Cond::new(0, Len::Dword, Op::Eq, libc::AF_NETLINK as u64).unwrap(),
-                    Cond::new(2, Len::Dword, Op::Eq, NETLINK_KOBJECT_UEVENT).unwrap(),
-                ])
-                .unwrap(),
-            ],
-        );
+        let not_unix =
+            || SeccompRule::new(vec![Cond::new(0, Len::Dword, Op::Ne, libc::AF_UNIX as u64).unwrap()]).unwrap();
+        if unix_only {
+            denied.insert(libc::SYS_socket, vec![not_unix()]);
+            denied.insert(libc::SYS_socketpair, vec![not_unix()]);
+        } else {
+            denied.insert(
+                libc::SYS_socket,
+                vec![
+                    SeccompRule::new(vec![
+                        Cond::new(0, Len::Dword, Op::Eq, libc::AF_NETLINK as u64).unwrap(),
+                        Cond::new(2, Len::Dword, Op::Eq, NETLINK_KOBJECT_UEVENT).unwrap(),
+                    ])
+                    .unwrap(),
+                ],
+            );
+        }
         let eperm = SeccompAction::Errno(libc::EPERM as u32);
         let deny: BpfProgram = SeccompFilter::new(denied, SeccompAction::Allow, eperm, ARCH)
             .unwrap()
@@ -367,9 +393,18 @@ mod tests {
     /// around it, gets from the one tree-shaped filter what seccompiler's three gave.
     #[test]
     fn the_tree_filter_agrees_with_the_reference_on_every_call() {
-        let ours: Vec<_> = build_filters().unwrap().iter().map(to_kernel).collect();
+        agrees_with_the_reference(false);
+    }
+
+    #[test]
+    fn the_unix_only_tree_filter_agrees_with_the_reference_on_every_call() {
+        agrees_with_the_reference(true);
+    }
+
+    fn agrees_with_the_reference(unix_only: bool) {
+        let ours: Vec<_> = build_filters(unix_only).unwrap().iter().map(to_kernel).collect();
         assert_eq!(ours.len(), 1, "one filter to install");
-        let reference = reference_filters();
+        let reference = reference_filters(unix_only);
         let most_severe = |filters: &[Vec<libc::sock_filter>], d: &[u8]| {
             filters
                 .iter()
@@ -387,7 +422,16 @@ mod tests {
             args.push([!f, 0, 0, 0, 0, 0]);
         }
         let netlink = libc::AF_NETLINK as u64;
-        for family in [netlink, netlink | (1 << 32), libc::AF_UNIX as u64, libc::AF_INET as u64] {
+        for family in [
+            netlink,
+            netlink | (1 << 32),
+            libc::AF_UNIX as u64,
+            libc::AF_UNIX as u64 | (1 << 32),
+            libc::AF_INET as u64,
+            libc::AF_INET6 as u64,
+            libc::AF_PACKET as u64,
+            libc::AF_VSOCK as u64,
+        ] {
             for proto in [0, NETLINK_KOBJECT_UEVENT, NETLINK_KOBJECT_UEVENT | (1 << 32), 16] {
                 args.push([family, libc::SOCK_DGRAM as u64, proto, 0, 0, 0]);
             }
@@ -522,6 +566,47 @@ mod tests {
             [libc::AF_UNIX as u64, dgram, NETLINK_KOBJECT_UEVENT, 0, 0, 0],
         ] {
             assert_eq!(verdict(libc::SYS_socket, args), ALLOW, "{args:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod unix_only_tests {
+    use super::*;
+    use cbpf::{data, run};
+
+    fn verdict(nr: i64, args: [u64; 6]) -> u32 {
+        let d = data(nr, AUDIT_ARCH, args);
+        run(&to_kernel(&build_filters(true).unwrap()[0]), &d)
+    }
+
+    /// Without a network namespace, every family the kernel has but `AF_UNIX` is refused,
+    /// by `socket` and `socketpair` alike, whatever the type, protocol and upper bits.
+    #[test]
+    fn every_socket_family_but_unix_is_refused() {
+        let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        for family in (0..64u64).filter(|f| *f != libc::AF_UNIX as u64) {
+            for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+                for (ty, proto) in [(libc::SOCK_STREAM, 0), (libc::SOCK_DGRAM, 0), (libc::SOCK_RAW, 255)] {
+                    let args = [family, ty as u64, proto, 0, 0, 0];
+                    assert_eq!(verdict(nr, args), eperm, "nr {nr} family {family}");
+                    let high = [family | (1 << 32), ty as u64, proto, 0, 0, 0];
+                    assert_eq!(verdict(nr, high), eperm, "nr {nr} family {family} (upper bits)");
+                }
+            }
+        }
+        for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+            let unix = [libc::AF_UNIX as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0];
+            assert_eq!(verdict(nr, unix), SECCOMP_RET_ALLOW);
+        }
+        // The other ways to a socket stay refused.
+        for nr in [
+            libc::SYS_io_uring_setup,
+            libc::SYS_bpf,
+            libc::SYS_unshare,
+            libc::SYS_setns,
+        ] {
+            assert_eq!(verdict(nr, [0; 6]), eperm, "nr {nr}");
         }
     }
 }

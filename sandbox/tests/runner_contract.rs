@@ -46,6 +46,7 @@ impl Harness {
             .expect("tempdir");
         let cfg = SandboxConfig {
             mode,
+            network: sandpool_sandbox::NetworkIsolation::Auto,
             work_root: work_root.path().to_owned(),
             ro_paths: DEFAULT_RO_PATHS.iter().map(Into::into).collect(),
             slots: 2,

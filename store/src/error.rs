@@ -13,6 +13,10 @@ pub enum StoreError {
     /// No blob under this key.
     #[error("no stored blob {0}")]
     NotFound(String),
+    /// Another taker holds the blob's claim ([`crate::Store::claim`]): it is being resumed
+    /// elsewhere.
+    #[error("blob {0} is claimed by another executor")]
+    Claimed(String),
     /// The blob is larger than one blob may be.
     #[error("blob {key} is over the store's limit of {limit} bytes per blob (--session-store-blob-bytes)")]
     BlobTooLarge { key: String, limit: u64 },

@@ -34,6 +34,8 @@ const CONCURRENCY: usize = 8;
 
 const BLOB: &str = ".blob";
 const META: &str = ".meta";
+/// Beside a blob being taken ([`Store::claim`]).
+const CLAIM: &str = ".claim";
 
 /// What a sweep removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -303,6 +305,46 @@ impl Store {
         Ok(meta)
     }
 
+    /// Claims the blob under `key` for this taker alone: a create-if-absent of a `.claim`
+    /// object beside it (an `O_EXCL` link on a directory, `If-None-Match: *` on S3), so of two
+    /// executors resuming one paused session at once exactly one wins; the other gets
+    /// [`StoreError::Claimed`]. The claim goes with the blob ([`Store::delete`]) or is given
+    /// back ([`Store::release`]); one older than `stale` (a taker that died) is taken over.
+    pub async fn claim(&self, key: &BlobKey, stale: Duration) -> Result<(), StoreError> {
+        let path = self.path(&key.rel(), CLAIM)?;
+        let create = || {
+            let opts = object_store::PutOptions::from(object_store::PutMode::Create);
+            self.backend.put_opts(&path, PutPayload::from_static(b"claimed"), opts)
+        };
+        match create().await {
+            Ok(_) => return Ok(()),
+            Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let held = match self.backend.head(&path).await {
+            Ok(m) => m,
+            // Given back in between: try once more.
+            Err(object_store::Error::NotFound { .. }) => {
+                return create().await.map(drop).map_err(|e| claimed(e, key));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let age = SystemTime::now()
+            .duration_since(SystemTime::from(held.last_modified))
+            .unwrap_or_default();
+        if age < stale {
+            return Err(StoreError::Claimed(key.to_string()));
+        }
+        tracing::warn!(%key, age_s = age.as_secs(), "taking over a stale claim");
+        gone_ok(self.backend.delete(&path).await)?;
+        create().await.map(drop).map_err(|e| claimed(e, key))
+    }
+
+    /// Gives back a claim ([`Store::claim`]) whose taker did not take the blob.
+    pub async fn release(&self, key: &BlobKey) -> Result<(), StoreError> {
+        gone_ok(self.backend.delete(&self.path(&key.rel(), CLAIM)?).await)
+    }
+
     /// Deletes the blob under `key`; false if there was none.
     pub async fn delete(&self, key: &BlobKey) -> Result<bool, StoreError> {
         self.delete_rel(&key.rel()).await.map(|freed| freed.is_some())
@@ -316,6 +358,7 @@ impl Store {
         // S3 answers a delete of a missing object with success: existence comes from the heads.
         gone_ok(self.backend.delete(&meta).await)?;
         gone_ok(self.backend.delete(&blob).await)?;
+        gone_ok(self.backend.delete(&self.path(rel, CLAIM)?).await)?;
         Ok((had_meta || size.is_some()).then_some(size.unwrap_or(0)))
     }
 
@@ -357,6 +400,35 @@ impl Store {
             deleted += usize::from(self.delete_rel(&rel).await?.is_some());
         }
         Ok(deleted)
+    }
+
+    /// `tenant`'s blobs of `kind` whose TTL has not passed at `now`: their ids and metadata.
+    /// Lists the tenant's directory and reads each metadata object (a listing's cost, not a
+    /// call's); a blob deleted meanwhile is left out.
+    pub async fn list(&self, tenant: &str, kind: Kind, now: SystemTime) -> Result<Vec<(String, Meta)>, StoreError> {
+        check_tenant(tenant)?;
+        let dir = self.path(&format!("{tenant}/{}", kind.dir()), "")?;
+        let metas: Vec<Path> = self
+            .backend
+            .list(Some(&dir))
+            .map_ok(|o| o.location)
+            .try_filter(|p| futures::future::ready(p.as_ref().ends_with(META)))
+            .try_collect()
+            .await?;
+        futures::stream::iter(metas)
+            .map(|p| async move {
+                let rel = rel_of(&self.prefix, &p, META);
+                let id = rel.rsplit('/').next().unwrap_or_default().to_owned();
+                match self.meta_at(&p, &rel).await {
+                    Ok(m) if !m.expired(now) && check_id("id", &id).is_ok() => Ok(Some((id, m))),
+                    Ok(_) | Err(StoreError::NotFound(_)) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_filter_map(|r| futures::future::ready(Ok(r)))
+            .try_collect()
+            .await
     }
 
     /// Bytes `tenant`'s blobs hold in the store (not counting its puts in flight).
@@ -476,6 +548,14 @@ fn rel_of(prefix: &str, p: &Path, suffix: &str) -> String {
         s.strip_prefix(prefix).and_then(|s| s.strip_prefix('/')).unwrap_or(s)
     };
     s.strip_suffix(suffix).unwrap_or(s).to_owned()
+}
+
+/// A claim's create that lost: [`StoreError::Claimed`].
+fn claimed(e: object_store::Error, key: &BlobKey) -> StoreError {
+    match e {
+        object_store::Error::AlreadyExists { .. } => StoreError::Claimed(key.to_string()),
+        e => e.into(),
+    }
 }
 
 fn not_found(e: object_store::Error, key: &impl ToString) -> StoreError {

@@ -515,3 +515,49 @@ async fn local_keys_cannot_leave_the_store_directory() {
     assert_eq!(beside, ["store"], "{beside:?}");
     assert!(!dir.path().join("escaped").exists());
 }
+
+/// Of many takers claiming one blob at once, exactly one wins; the claim goes with the blob,
+/// is given back on release, and a stale one is taken over.
+async fn claims(which: Which) {
+    let dir = tmp();
+    let Some(cfg) = config(which, dir.path(), "claims") else {
+        return;
+    };
+    let store = Arc::new(Store::open(cfg).await.expect("open"));
+    let key = BlobKey::paused("team-a", "s1").expect("key");
+    store.put(&key, opts(HOUR), &data(1000, 1)[..]).await.expect("put");
+    let takers = (0..8).map(|_| {
+        let (store, key) = (store.clone(), key.clone());
+        tokio::spawn(async move { store.claim(&key, HOUR).await })
+    });
+    let results = futures::future::join_all(takers).await;
+    let won = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
+    let lost = results
+        .iter()
+        .filter(|r| matches!(r, Ok(Err(StoreError::Claimed(_)))))
+        .count();
+    assert_eq!((won, lost), (1, 7), "{results:?}");
+    // Released: the next taker wins.
+    store.release(&key).await.expect("release");
+    store.claim(&key, HOUR).await.expect("claim after release");
+    assert!(matches!(store.claim(&key, HOUR).await, Err(StoreError::Claimed(_))));
+    // Stale (older than zero): taken over.
+    store
+        .claim(&key, Duration::ZERO)
+        .await
+        .expect("take over a stale claim");
+    // Deleted with its blob: a new put of the key is claimable again.
+    assert!(store.delete(&key).await.expect("delete"));
+    store.put(&key, opts(HOUR), &data(10, 2)[..]).await.expect("put again");
+    store.claim(&key, HOUR).await.expect("claim after delete");
+}
+
+#[tokio::test]
+async fn local_claims_are_won_by_exactly_one_taker() {
+    claims(Which::Local).await;
+}
+
+#[tokio::test]
+async fn s3_claims_are_won_by_exactly_one_taker() {
+    claims(Which::S3).await;
+}

@@ -103,14 +103,9 @@ async fn the_control_plane_takes_the_token_and_names_what_it_refuses() {
             "internet",
         ),
         (
-            json!({"templateID": "base", "autoPause": true}).to_string(),
-            400,
-            "pause",
-        ),
-        (
             json!({"templateID": "base", "autoResume": {"enabled": true}}).to_string(),
             400,
-            "resume",
+            "autoResume",
         ),
         (
             json!({"templateID": "base", "volumeMounts": [{"name": "v"}]}).to_string(),
@@ -147,18 +142,16 @@ async fn the_control_plane_takes_the_token_and_names_what_it_refuses() {
         let (code, v) = call(&exe, method, &path, key(A), "{}".into()).await;
         assert_eq!(code, 404, "{method} {path}: {v}");
     }
-    // Pause and resume are served (the last test here).
-    for what in ["snapshots", "fork"] {
-        let (code, v) = call(&exe, "POST", &format!("/sandboxes/{first}/{what}"), key(A), "{}".into()).await;
-        assert_names(code, &v, 400, what);
-        assert!(
-            v["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("not supported by Sandpool"),
-            "{v}"
-        );
-    }
+    // Pause, resume and snapshots are served (the last tests here).
+    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{first}/fork"), key(A), "{}".into()).await;
+    assert_names(code, &v, 400, "fork");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not supported by Sandpool"),
+        "{v}"
+    );
     let (code, v) = call(&exe, "GET", "/snapshots?sandboxID=x", key(A), String::new()).await;
     assert_names(code, &v, 400, "snapshots");
     let (code, v) = call(
@@ -1206,4 +1199,224 @@ print("sdk-ok")
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success() && stdout.contains("sdk-ok"), "{stdout}\n{stderr}");
+}
+
+/// Snapshots through the unmodified E2B SDK: `create_snapshot()` on a running sandbox (which
+/// goes on), `Sandbox.create(snapshot_id)` starting a new sandbox with its files, another
+/// tenant refused (404 raw), and `delete_snapshot`.
+#[tokio::test]
+async fn a_snapshot_starts_new_sandboxes_with_its_files_through_the_sdk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store dir");
+    let exe = executor(dir.path(), &["--session-store-dir", &store.display().to_string()]).await;
+    let (id, _) = create(&exe, A, json!({"templateID": "base"})).await;
+    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{id}/snapshots"), key(B), "{}".into()).await;
+    assert_eq!(code, 404, "another tenant's sandbox: {v}");
+    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{id}/snapshots"), key(A), "{}".into()).await;
+    assert_eq!(code, 201, "{v}");
+    let snap = v["snapshotID"].as_str().expect("snapshotID").to_owned();
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/sandboxes",
+        key(B),
+        json!({"templateID": snap}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 404, "another tenant's snapshot: {v}");
+
+    let base = format!("http://{}", exe.http_addr.clone().expect("http"));
+    let script = r#"
+from e2b import Sandbox
+sbx = Sandbox.create()
+sbx.files.write("/home/user/notes/a.txt", "before the snapshot")
+info = sbx.create_snapshot()
+assert info.snapshot_id, info
+# The sandbox goes on.
+sbx.files.write("/home/user/notes/b.txt", "after")
+assert sbx.commands.run("cat notes/a.txt").stdout == "before the snapshot"
+copy = Sandbox.create(info.snapshot_id)
+assert copy.sandbox_id != sbx.sandbox_id
+r = copy.commands.run("cat notes/a.txt; ls notes; pwd")
+assert (r.exit_code, r.stdout) == (0, "before the snapshota.txt\n/home/user\n"), r
+copy.files.write("/home/user/notes/a.txt", "changed in the copy")
+assert sbx.files.read("/home/user/notes/a.txt") == "before the snapshot"
+assert Sandbox.delete_snapshot(info.snapshot_id) is True
+try:
+    Sandbox.create(info.snapshot_id)
+    raise AssertionError("a deleted snapshot started a sandbox")
+except Exception as e:
+    assert "not found" in str(e).lower(), e
+copy.kill()
+sbx.kill()
+print("sdk-ok")
+"#;
+    let py = e2b_python();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("timeout")
+            .args(["180", &py, "-c", script])
+            .env("E2B_API_URL", &base)
+            .env("E2B_SANDBOX_URL", &base)
+            .env("E2B_API_KEY", A)
+            .env_remove("E2B_DEBUG")
+            .env_remove("E2B_DOMAIN")
+            .env_remove("E2B_ACCESS_TOKEN")
+            .output()
+            .expect("running python")
+    })
+    .await
+    .expect("python");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success() && stdout.contains("sdk-ok"), "{stdout}\n{stderr}");
+}
+
+/// E2B's lifecycle through the unmodified SDK: a sandbox created with `on_timeout: pause`
+/// is paused (not killed) when its timeout passes, listed as paused (with its metadata
+/// filter, never to another tenant), `get_info` says paused, its next call resumes it
+/// (`auto_resume`) or `connect` does, with its files; without a lifecycle it is killed as
+/// before; combinations E2B refuses get a 400 naming the field.
+#[tokio::test]
+async fn a_sandbox_with_lifecycle_pause_is_paused_at_its_timeout_and_resumed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store dir");
+    let exe = executor(dir.path(), &["--session-store-dir", &store.display().to_string()]).await;
+    for (body, field) in [
+        (
+            json!({"templateID": "base", "autoPause": true, "autoPauseMemory": false, "autoResume": {"enabled": true}}),
+            "autoResume",
+        ),
+        (
+            json!({"templateID": "base", "autoPause": false, "autoResume": {"enabled": true}}),
+            "autoResume",
+        ),
+        (
+            json!({"templateID": "base", "autoPause": true, "autoResume": {"enabled": "yes"}}),
+            "autoResume.enabled",
+        ),
+    ] {
+        let (code, v) = call(&exe, "POST", "/v2/sandboxes", key(A), body.to_string()).await;
+        assert_names(code, &v, 400, field);
+    }
+    let base = format!("http://{}", exe.http_addr.clone().expect("http"));
+    let script = r#"
+import sys, time
+from e2b import Sandbox, SandboxQuery, SandboxState
+from e2b_code_interpreter import Sandbox as CodeSandbox
+
+def wait_state(sid, want, within=60):
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if Sandbox.get_info(sid).state == want:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{sid} not {want} in {within}s: {Sandbox.get_info(sid)}")
+
+def listed(state, meta):
+    q = SandboxQuery(state=[state], metadata=meta)
+    return [s.sandbox_id for s in Sandbox.list(query=q).next_items()]
+
+# Paused at its timeout; the next call resumes it (auto_resume), files kept.
+sbx = CodeSandbox.create(timeout=5, metadata={"run": "auto"},
+                         lifecycle={"on_timeout": "pause", "auto_resume": True})
+sbx.files.write("/home/user/kept.txt", "kept across the timeout")
+wait_state(sbx.sandbox_id, SandboxState.PAUSED)
+assert listed(SandboxState.PAUSED, {"run": "auto"}) == [sbx.sandbox_id]
+assert listed(SandboxState.PAUSED, {"run": "other"}) == []
+assert sbx.sandbox_id not in listed(SandboxState.RUNNING, {"run": "auto"})
+assert sbx.sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()]
+ex = sbx.run_code("print(open('/home/user/kept.txt').read())")
+assert ex.logs.stdout == ["kept across the timeout\n"], ex
+r = sbx.commands.run("cat /home/user/kept.txt")
+assert r.stdout == "kept across the timeout", r
+sbx.kill()
+
+# Paused at its timeout, filesystem mode: connect resumes it.
+fs = Sandbox.create(timeout=3, lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
+fs.files.write("/home/user/f.txt", "fs")
+wait_state(fs.sandbox_id, SandboxState.PAUSED)
+print("paused-id", fs.sandbox_id, flush=True)
+again = Sandbox.connect(fs.sandbox_id, timeout=120)
+assert again.commands.run("cat /home/user/f.txt").stdout == "fs"
+again.kill()
+
+# Without a lifecycle: killed at its timeout, as before.
+gone = Sandbox.create(timeout=3)
+deadline = time.time() + 60
+while gone.is_running() and time.time() < deadline:
+    time.sleep(0.5)
+assert not gone.is_running()
+assert gone.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()]
+
+# One left paused, for the other tenant to look for.
+left = Sandbox.create(timeout=3, metadata={"run": "left"}, lifecycle={"on_timeout": "pause"})
+wait_state(left.sandbox_id, SandboxState.PAUSED)
+print("left-id", left.sandbox_id, flush=True)
+print("sdk-ok")
+"#;
+    let py = e2b_python();
+    let run = |key: &'static str, script: String| {
+        let (py, base) = (py.clone(), base.clone());
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("timeout")
+                .args(["240", &py, "-c", &script])
+                .env("E2B_API_URL", &base)
+                .env("E2B_SANDBOX_URL", &base)
+                .env("E2B_API_KEY", key)
+                .env_remove("E2B_DEBUG")
+                .env_remove("E2B_DOMAIN")
+                .env_remove("E2B_ACCESS_TOKEN")
+                .output()
+                .expect("running python")
+        })
+    };
+    let out = run(A, script.to_owned()).await.expect("python");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success() && stdout.contains("sdk-ok"), "{stdout}\n{stderr}");
+    let left = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("left-id "))
+        .expect("left-id")
+        .to_owned();
+    // Another tenant sees none of it, listed, described or connected.
+    let other = format!(
+        r#"
+from e2b import Sandbox, SandboxQuery, SandboxState, NotFoundException
+assert Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items() == []
+assert Sandbox.list().next_items() == []
+for f in (Sandbox.get_info, Sandbox.connect):
+    try:
+        f("{left}")
+        raise AssertionError(f"{{f}} reached another tenant's paused sandbox")
+    except NotFoundException:
+        pass
+print("other-ok")
+"#
+    );
+    let out = run(B, other).await.expect("python");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("other-ok"),
+        "{stdout}\n{stderr}"
+    );
+    let (code, v) = call(&exe, "GET", "/v2/sandboxes?state=paused", key(A), String::new()).await;
+    assert_eq!(code, 200, "{v}");
+    let ids: Vec<&str> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["sandboxID"].as_str())
+        .collect();
+    assert_eq!(ids, [left.as_str()], "{v}");
+    assert_eq!(v[0]["state"], "paused", "{v}");
 }

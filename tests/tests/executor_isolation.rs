@@ -26,7 +26,17 @@ in_each_mode!(
     symlink_planted_under_a_fetch_files_name_does_not_leak,
     nothing_is_left_behind_after_the_response,
     a_cancelled_run_leaves_no_process_behind,
+    no_socket_family_but_unix_and_no_host_abstract_socket,
 );
+
+/// Whether namespaces mode's runs get a network namespace (`--network-isolation namespace`,
+/// or `auto` before Landlock ABI 6) or none (`seccomp`). Both are tested: run the suite
+/// again with `SANDPOOL_NETWORK_ISOLATION=namespace` (and `=seccomp`), which the executor reads.
+async fn has_netns(exe: &Executor) -> bool {
+    let iso = exe.capabilities().await.isolation.expect("isolation");
+    println!("network isolation: {}", iso.network);
+    iso.network == "namespace"
+}
 
 async fn executor(isolation: Isolation) -> Executor {
     Executor::start(Options {
@@ -84,6 +94,12 @@ except OSError as e:
             "runs share the pod's network interfaces; seccomp allows unix sockets only",
         )
         .await;
+    } else if !has_netns(&exe).await {
+        exe.not_promised(
+            "net_namespace",
+            "no network namespace: the socket filter refuses IP sockets",
+        )
+        .await;
     } else {
         // Only loopback exists: one interface line in /proc/net/dev.
         assert!(out.contains("interfaces 1"), "{}", describe(&r));
@@ -104,6 +120,10 @@ async fn loopback_works_inside_one_run(mode: Isolation) {
         // ports: IP sockets are refused altogether (EPERM).
         assert_eq!(stdout(&r).trim(), "refused 1", "{}", describe(&r));
         exe.not_promised("private_network", "no loopback of a run's own").await;
+    } else if !has_netns(&exe).await {
+        // No network namespace: the host's loopback is the executor's, refused like any IP socket.
+        assert_eq!(stdout(&r).trim(), "refused 1", "{}", describe(&r));
+        exe.not_promised("net_namespace", "no loopback of a run's own").await;
     } else {
         assert_eq!(stdout(&r).trim(), "ping", "{}", describe(&r));
     }
@@ -122,6 +142,11 @@ async fn each_run_gets_a_fresh_network_namespace(mode: Isolation) {
         // No run can open an IP socket (loopback_works_inside_one_run::restricted), so none leaves one behind.
         exe.not_promised("private_network", "no network namespace per run")
             .await;
+        return;
+    }
+    if !has_netns(&exe).await {
+        // No run can open an IP socket (loopback_works_inside_one_run), so none leaves one behind.
+        exe.not_promised("net_namespace", "no network namespace per run").await;
         return;
     }
     // Closing the accepted side first leaves it in TIME_WAIT for a minute:
@@ -669,4 +694,95 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         out.push(p);
     }
     out
+}
+
+/// Every socket family but unix is refused or reaches nothing (inet, inet6, packet, raw,
+/// netlink, vsock, ...), and an abstract unix socket the host (this test) listens on is
+/// out of reach: in its own network namespace, or outside its Landlock domain.
+async fn no_socket_family_but_unix_and_no_host_abstract_socket(mode: Isolation) {
+    let exe = executor(mode).await;
+    let name = format!("sandpool-host-{}-{}", std::process::id(), mode.name());
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract name");
+    let host = std::os::unix::net::UnixListener::bind_addr(&addr).expect("bind the host's abstract socket");
+    host.set_nonblocking(true).expect("nonblocking");
+    let code = format!(
+        r#"
+import socket
+name = {name:?}
+tried = [("inet", socket.AF_INET, socket.SOCK_STREAM, 0), ("inet6", socket.AF_INET6, socket.SOCK_DGRAM, 0),
+         ("packet", socket.AF_PACKET, socket.SOCK_RAW, 0x300), ("raw", socket.AF_INET, socket.SOCK_RAW, 1),
+         ("netlink", socket.AF_NETLINK, socket.SOCK_RAW, 0), ("uevent", socket.AF_NETLINK, socket.SOCK_DGRAM, 15),
+         ("vsock", 40, socket.SOCK_STREAM, 0), ("bluetooth", 31, socket.SOCK_STREAM, 0)]
+for label, fam, ty, proto in tried:
+    try:
+        s = socket.socket(fam, ty, proto)
+    except OSError as e:
+        print(label, "refused"); continue
+    # Made in the run's own namespace: it must reach nothing outside.
+    try:
+        if label == "inet": s.settimeout(2); s.connect(("10.0.0.1", 80))
+        elif label == "netlink": s.bind((0, 0)); print(label, "bound own namespace")
+        elif label == "packet": print(label, "made", len(open("/proc/net/dev").read().splitlines()) - 2, "interfaces")
+        else: print(label, "made")
+        if label == "inet": print(label, "CONNECTED")
+    except OSError as e:
+        print(label, "blocked")
+try:
+    u = socket.socket(socket.AF_UNIX); u.connect("\0" + name); print("host abstract CONNECTED")
+except OSError as e:
+    print("host abstract refused", e.errno)
+a, b = socket.socketpair(); a.send(b"x"); print("socketpair", b.recv(1).decode())
+"#
+    );
+    // Warm (forked by the slot's zygote) and cold (the init's program): each enters its domain.
+    for cold_start in [false, true] {
+        let r = exe
+            .run(pb::ExecuteRequest {
+                cold_start,
+                ..request("python", &code, "")
+            })
+            .await;
+        assert_eq!(r.run.as_ref().map(|p| p.warm), Some(!cold_start), "{}", describe(&r));
+        check_no_socket_family(&exe, mode, &host, &r).await;
+    }
+}
+
+async fn check_no_socket_family(
+    exe: &Executor,
+    mode: Isolation,
+    host: &std::os::unix::net::UnixListener,
+    r: &pb::ExecuteResponse,
+) {
+    let out = stdout(r);
+    assert!(!out.contains("CONNECTED"), "{}", describe(r));
+    assert!(out.contains("host abstract refused"), "{}", describe(r));
+    assert!(out.contains("socketpair x"), "{}", describe(r));
+    assert!(
+        matches!(host.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a run reached the host's abstract socket"
+    );
+    if mode == Isolation::Restricted || !has_netns(exe).await {
+        // No network namespace: every family but unix is refused outright.
+        for label in [
+            "inet",
+            "inet6",
+            "packet",
+            "raw",
+            "netlink",
+            "uevent",
+            "vsock",
+            "bluetooth",
+        ] {
+            assert!(out.contains(&format!("{label} refused")), "{label}: {}", describe(r));
+        }
+    } else {
+        // In the run's own namespace: only loopback, and no host device events.
+        assert!(out.contains("uevent refused"), "{}", describe(r));
+        assert!(
+            !out.contains("packet made") || out.contains("packet made 1 interfaces"),
+            "{}",
+            describe(r)
+        );
+    }
 }

@@ -1376,3 +1376,149 @@ async fn restricted_pools_with_sessions_are_refused_with_a_reason() {
     setup.wait_ready("named", 1, &operator).await;
     drop(operator);
 }
+
+/// The executor Deployment's pod spec of pool `name`, once the operator has made it.
+async fn pod_spec_of(setup: &Setup, name: &str) -> Value {
+    let deployments = setup.api::<Deployment>();
+    wait_for(&format!("Deployment {name}"), TIMEOUT, || async {
+        deployments.get_opt(name).await.ok().flatten().is_some()
+    })
+    .await;
+    let d = deployments.get(name).await.expect("Deployment reads");
+    serde_json::to_value(d).expect("serializes")["spec"]["template"]["spec"].clone()
+}
+
+/// `spec.sessions.store`: a PVC store and an S3 store render their flags and volumes on the
+/// executor Deployment the API server keeps; a missing PVC leaves the pods unschedulable and
+/// a missing Secret keeps them in ContainerCreating, each named in the pool's Ready condition
+/// and a Warning Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_stores_render_on_the_executors_and_missing_references_are_named() {
+    let Some(setup) = Setup::new("e2e-session-store", privileged()).await else {
+        return;
+    };
+    let operator = setup.operator("op-a");
+    let mut pvc = pool_spec(1);
+    pvc["sessions"] = json!({"maxPerPod": 8, "pauseAfterIdle": "2m",
+        "store": {"pvc": {"claimName": "sessions"}, "ttl": "24h"}});
+    setup.create_pool("pvc", pvc).await;
+    let mut s3 = pool_spec(1);
+    s3["sessions"] = json!({"maxPerPod": 8, "store": {
+        "s3": {"bucket": "agents", "endpoint": "http://s3.storage:8333", "credentialsSecret": "s3-creds"},
+        "encryptionKeySecret": {"name": "store-key", "key": "key"}}});
+    setup.create_pool("s3", s3).await;
+
+    let pod = pod_spec_of(&setup, "pvc").await;
+    let args = pod["containers"][0]["args"].clone();
+    let args: Vec<&str> = args
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for flag in [
+        "--session-pause-after-idle-ms=120000",
+        "--session-store-dir=/var/lib/sandpool-session-store",
+        "--session-store-ttl-secs=86400",
+        "--drain-timeout-ms=45480",
+    ] {
+        assert!(args.contains(&flag), "{flag} not in {args:?}");
+    }
+    assert_eq!(pod["terminationGracePeriodSeconds"], 56);
+    let volumes = pod["volumes"].as_array().expect("volumes").clone();
+    assert!(
+        volumes.contains(&json!({"name": "session-store", "persistentVolumeClaim": {"claimName": "sessions"}})),
+        "{volumes:?}"
+    );
+
+    let pod = pod_spec_of(&setup, "s3").await;
+    let args = pod["containers"][0]["args"].clone();
+    let args: Vec<&str> = args
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for flag in [
+        "--session-store-s3-bucket=agents",
+        "--session-store-s3-endpoint=http://s3.storage:8333",
+        "--session-store-s3-credentials-dir=/etc/sandpool/session-store-s3",
+        "--session-store-key-file=/etc/sandpool/session-store-key/key",
+    ] {
+        assert!(args.contains(&flag), "{flag} not in {args:?}");
+    }
+    let mounts = pod["containers"][0]["volumeMounts"].as_array().expect("mounts").clone();
+    assert!(
+        mounts.contains(
+            &json!({"name": "session-store-s3", "mountPath": "/etc/sandpool/session-store-s3", "readOnly": true})
+        ),
+        "{mounts:?}"
+    );
+
+    // No claim "sessions": the scheduler (real) cannot place the PVC pool's pod.
+    let pools = setup.api::<SandboxPool>();
+    wait_for("the PVC pool to name its missing claim", TIMEOUT, || async {
+        pools.get("pvc").await.is_ok_and(|p| {
+            condition(&p, "Ready").is_some_and(|c| {
+                c.status == "False" && c.reason == "Unschedulable" && c.message.contains("\"sessions\" not found")
+            })
+        })
+    })
+    .await;
+
+    // No Secret "s3-creds": kwok runs no kubelet, so the S3 pool's pod is made to look as a
+    // real node leaves it (ContainerCreating, and the kubelet's FailedMount Event).
+    let pods: Api<Pod> = setup.api();
+    let victim = pods
+        .list(&ListParams::default().labels("sandpool.dev/pool=s3"))
+        .await
+        .expect("pods list")
+        .items
+        .first()
+        .expect("a pod")
+        .name_any();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let missing = "MountVolume.SetUp failed for volume \"session-store-s3\" : secret \"s3-creds\" not found";
+    let event: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": format!("{victim}.mount")},
+        "involvedObject": {"kind": "Pod", "name": victim, "namespace": setup.ns.name},
+        "reason": "FailedMount", "type": "Warning", "message": missing,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "source": {"component": "kubelet"},
+    }))
+    .expect("event");
+    setup
+        .api::<k8s_openapi::api::core::v1::Event>()
+        .create(&PostParams::default(), &event)
+        .await
+        .expect("Event creates");
+    let creating = json!({"status": {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True"},
+                       {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
+        "containerStatuses": [{"name": "executor", "image": "ghcr.io/sandpool/executor:0.1.0", "imageID": "",
+            "ready": false, "started": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    }});
+    setup.cluster.kubectl(&[
+        "patch",
+        "pod",
+        &victim,
+        "-n",
+        &setup.ns.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &creating.to_string(),
+    ]);
+    wait_for("the S3 pool to name its missing Secret", TIMEOUT, || async {
+        pools.get("s3").await.is_ok_and(|p| {
+            condition(&p, "Ready").is_some_and(|c| {
+                c.status == "False" && c.reason == "FailedMount" && c.message.contains("secret \"s3-creds\" not found")
+            })
+        })
+    })
+    .await;
+    wait_for_warning(&setup, "s3", "FailedMount", "s3-creds").await;
+    drop(operator);
+}

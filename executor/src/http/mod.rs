@@ -367,11 +367,23 @@ pub fn router(judge: Judge, opts: Arc<HttpOptions>) -> Router {
         // Layers run outside in: the token is checked before the body is read.
         .layer(middleware::from_fn_with_state(opts.clone(), read_body_in_time))
         .layer(middleware::from_fn_with_state(opts.clone(), require_token));
+    // Every answer names the executor that gave it: a gateway follows a session that a
+    // drain moved to another executor than its id names (docs/gateway.md).
+    let served_by = http::HeaderValue::from_str(judge.engine().name()).ok();
     Router::new()
         .route("/v1/ping", get(ping))
         .merge(api)
         .merge(data)
         .merge(contexts)
+        .layer(middleware::map_response(move |mut r: Response| {
+            let v = served_by.clone();
+            async move {
+                if let Some(v) = v {
+                    r.headers_mut().insert(crate::session::EXECUTOR_HEADER, v);
+                }
+                r
+            }
+        }))
         .layer(DefaultBodyLimit::max(opts.max_body_bytes))
         .layer(middleware::from_fn_with_state(judge.clone(), by_protocol))
         .with_state(judge)

@@ -56,6 +56,11 @@ impl SessionManager {
             )
             .into());
         }
+        if !req.from_snapshot.is_empty() {
+            let s = self.create_from_snapshot(&req, &ticket, auth, extras).await?;
+            tracing::info!(session = %&s.id[..8], snapshot = %req.from_snapshot, seat = s.seat, request_id = %req.request_id, "session created from a snapshot");
+            return Ok((self.created(&s), s.info()));
+        }
         let (lang, version) = engine.language(&req.language, "language")?;
         let kind = match lang.name.as_str() {
             "python" => Kind::Python,
@@ -146,8 +151,9 @@ impl SessionManager {
         })
     }
 
-    /// A new session, or with `resumed` (its id and its /work's archive) a paused session
-    /// opened again: the archive extracted in its fresh seat before anything else runs there.
+    /// A new session, or with `resumed` (an archive of /work, and the id of the paused session
+    /// it opens again, or none for a new session from a snapshot or a fork) one whose archive
+    /// is extracted in its fresh seat before anything else runs there.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn open(
         &self,
@@ -159,14 +165,15 @@ impl SessionManager {
         owner: Vec<u8>,
         ticket: &Ticket,
         extras: Extras,
-        resumed: Option<(String, super::pause::Stored)>,
+        resumed: Option<(Option<String>, super::pause::Stored)>,
     ) -> Result<Arc<Session>, SessionError> {
         let engine = &self.engine;
         // The caps were checked; a seat whose processes outlived their session stays out of use.
         // Before a spare is taken: a spare dropped on an error here would free its seat
         // before its processes are gone.
         let (id, archive) = match resumed {
-            Some((id, archive)) => (id, Some(archive)),
+            Some((Some(id), archive)) => (id, Some(archive)),
+            Some((None, archive)) => (new_id(engine.name())?, Some(archive)),
             None => (new_id(engine.name())?, None),
         };
         let work = tokio::sync::OnceCell::new();
@@ -226,6 +233,8 @@ impl SessionManager {
             created: Instant::now(),
             started_at: SystemTime::now(),
             end_at: Mutex::new(extras.end_after.map(|d| Instant::now() + d.min(totals.lifetime))),
+            end_after: extras.end_after,
+            pause_on_timeout: extras.pause_on_timeout,
             access_token: if extras.access_token { Some(random_hex()?) } else { None },
             earlier_tokens: extras.earlier_tokens,
             metadata: extras.metadata,

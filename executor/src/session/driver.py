@@ -316,23 +316,27 @@ def _rebind(f, ns):
 
 
 def _restore(ns):
-    """Loads STATE_IN (a full resume's) into `ns` once, then removes it; a name that does not
-    load is left out."""
+    """Loads STATE_IN (a full resume's), else STATE_OUT, into `ns` once, then removes it; a
+    name that does not load is left out."""
     import importlib
     import pickle
 
-    try:
-        with _open_regular(STATE_IN) as f:
-            state = pickle.load(f)
-    except FileNotFoundError:
-        return
-    except BaseException:
-        state = None
-    finally:
+    # STATE_OUT too: the session's own save that it went on from (a snapshot's or a fork's
+    # source, or a pause that failed after saving), so its interpreter keeps its names.
+    state = None
+    for path in (STATE_IN, STATE_OUT):
         try:
-            os.unlink(STATE_IN)
+            with _open_regular(path) as f:
+                state = pickle.load(f)
+        except FileNotFoundError:
+            continue
+        except BaseException:
+            state = None
+        try:
+            os.unlink(path)
         except OSError:
             pass
+        break
     if not isinstance(state, dict):
         return
     for name, mod in dict(state.get("modules") or {}).items():

@@ -19,6 +19,10 @@ pub enum SessionError {
     /// fresh interpreter (gRPC FAILED_PRECONDITION, E2B the cell's error).
     #[error("session reset: {0}")]
     Reset(String),
+    /// Not served here now, but a retry is (gRPC UNAVAILABLE, HTTP 503): the session was
+    /// paused by this executor's drain, or another executor is resuming it.
+    #[error("{0}")]
+    Retry(String),
     #[error(transparent)]
     Exec(#[from] ExecError),
 }

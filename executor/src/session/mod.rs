@@ -35,14 +35,19 @@
 //! - [`startup`]: the interpreter's start-up; [`repl`]: the interpreter and its driver;
 //!   [`spares`]: interpreters started ahead of demand;
 //! - [`files`]: /work, the request's files and the session's own directory;
-//! - [`pause`]: pause into the session store, resume from it;
+//! - [`pause`]: pause into the session store, resume from it; [`drain`]: pause every
+//!   session at shutdown, and resume one on its next call on any executor;
+//!   [`snapshot`]: snapshots and forks; [`lifecycle`]: paused at the end instead of ended,
+//!   and paused sessions listed;
 //! - [`reap`]: close, timeouts, shutdown; [`error`]: why a call was refused.
 
 mod call;
 mod caps;
 mod create;
+mod drain;
 mod error;
 mod files;
+mod lifecycle;
 mod pause;
 pub mod policy;
 mod procs;
@@ -53,16 +58,19 @@ mod registry;
 pub mod repl;
 mod seats;
 mod shell;
+mod snapshot;
 mod spares;
 mod startup;
 
 pub use call::MAX_BACKGROUND;
+pub use drain::{DrainReport, EXECUTOR_ADDRESS_HEADER, EXECUTOR_HEADER};
 pub use error::SessionError;
 pub(crate) use files::write_state;
 pub use policy::{SessionPolicy, Totals};
 pub use record::{Extras, SessionInfo};
 pub(crate) use registry::random_hex;
 pub use seats::seat_cpu_weight;
+pub use snapshot::{MAX_FORK, SNAPSHOT_PREFIX};
 
 use crate::engine::Engine;
 use reap::reaper;

@@ -9,7 +9,7 @@
 
 use super::call::Input;
 use super::caps::Creating;
-use super::record::{Extras, Kind, Session, State};
+use super::record::{Extras, Kind, Session, SessionInfo, State};
 use super::startup::Ensured;
 use super::{SessionError, SessionManager, policy::Totals};
 use crate::admission::{Admit, Ticket};
@@ -50,18 +50,27 @@ pub(super) struct Paused {
     owner: Vec<u8>,
     ticket: Ticket,
     auto_resume: bool,
+    /// Paused by this executor's drain: its calls here are told to retry elsewhere.
+    drained: bool,
+    /// SHA-256 of its data-plane secrets ([`Record::token_sha256`]): a data-plane call that
+    /// carries one resumes it when `auto_resume` ([`SessionManager::resume_by_access`]).
+    tokens: Vec<[u8; 32]>,
 }
+
+/// How long a resume's claim on a paused session holds before another executor may take it
+/// over (its taker died mid-resume): past any extraction ([`TAR_WALL`]).
+const CLAIM_STALE: Duration = Duration::from_secs(600);
 
 /// What the store keeps beside a paused session's archive: the executor's, never the session's.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Record {
+pub(super) struct Record {
     v: u32,
-    id: String,
+    pub(super) id: String,
     tenant: String,
     /// SHA-256 of who may resume it ([`stable_owner`]), hex.
     owner_sha256: String,
-    language: String,
-    mode: Mode,
+    pub(super) language: String,
+    pub(super) mode: Mode,
     lifetime_ms: u64,
     idle_ms: u64,
     max_calls: u32,
@@ -88,6 +97,45 @@ struct Record {
     /// after the resume (an E2B client that kept its handle, `sbx.connect()`).
     #[serde(default)]
     token_sha256: Vec<String>,
+    /// Paused by its executor's drain (docs/sessions.md, "Surviving the pod"): its next call
+    /// on any executor resumes it, whatever `auto_resume` says.
+    #[serde(default)]
+    drained: bool,
+    /// [`Extras::pause_on_timeout`] (E2B's `autoPause`), kept for its next end.
+    #[serde(default)]
+    pause_on_timeout: Option<Mode>,
+    /// [`Extras::end_after`], milliseconds: the end a resumed session gets again.
+    #[serde(default)]
+    end_after_ms: Option<u64>,
+}
+
+impl Record {
+    /// The record beside a stored blob, when this executor reads it.
+    pub(super) fn of(meta: &sandpool_store::Meta) -> Option<Record> {
+        let r: Record = serde_json::from_value(meta.record.clone()?).ok()?;
+        (r.v == RECORD_VERSION).then_some(r)
+    }
+
+    /// Whether it is session `id` of `auth` (of `ticket`'s tenant).
+    pub(super) fn owned_by(&self, id: &str, ticket: &Ticket, auth: &[u8]) -> bool {
+        self.id == id && bool::from(self.owner_sha256.as_bytes().ct_eq(owner_hash(ticket, auth).as_bytes()))
+    }
+
+    /// What its holder sees of the paused session `meta` keeps: started when it was paused,
+    /// ending when the store lets it go.
+    pub(super) fn info(&self, meta: &sandpool_store::Meta) -> SessionInfo {
+        SessionInfo {
+            id: self.id.clone(),
+            language: self.language.clone(),
+            template: self.template.clone(),
+            metadata: self.metadata.clone(),
+            access_token: None,
+            started_at: meta.created(),
+            end_at: meta.created() + Duration::from_secs(meta.ttl_secs),
+            totals: self.totals(),
+            paused: true,
+        }
+    }
 }
 
 /// The archive's member holding a full pause's interpreter state (the driver's
@@ -99,7 +147,7 @@ const STATE_EXTRACT: &str = "--transform=s,^sandpool-state$,.sandpool/state,SH";
 const MAX_NOT_KEPT: usize = 1000;
 const MAX_NAME_CHARS: usize = 200;
 
-fn record_mode(mode: pb::PauseMode) -> Mode {
+pub(super) fn record_mode(mode: pb::PauseMode) -> Mode {
     match mode {
         pb::PauseMode::Full => Mode::Full,
         _ => Mode::Filesystem,
@@ -109,7 +157,7 @@ fn record_mode(mode: pb::PauseMode) -> Mode {
 /// What a full pause's interpreter said it saved (its own answer: bounded, never trusted
 /// for more than a list of names to report back to the session's owner).
 #[derive(Debug, Default)]
-struct Saved {
+pub(super) struct Saved {
     written: bool,
     not_kept: Vec<String>,
 }
@@ -120,6 +168,68 @@ struct SaveAnswer {
     saved: bool,
     #[serde(default)]
     not_kept: Vec<String>,
+}
+
+impl Record {
+    /// The record of `meta`'s blob if it is `id`'s and `ticket`'s `auth` owns it; else NOT_FOUND.
+    pub(super) fn owned(
+        meta: &sandpool_store::Meta,
+        id: &str,
+        ticket: &Ticket,
+        auth: &[u8],
+    ) -> Result<Record, SessionError> {
+        let rec: Record = meta
+            .record
+            .clone()
+            .and_then(|r| serde_json::from_value(r).ok())
+            .ok_or_else(|| ExecError::Internal(format!("the stored session {id} has no record this executor reads")))?;
+        if rec.v != RECORD_VERSION {
+            return Err(ExecError::Internal(format!("the stored session's record is version {}", rec.v)).into());
+        }
+        let owned = bool::from(rec.owner_sha256.as_bytes().ct_eq(owner_hash(ticket, auth).as_bytes()));
+        if rec.id != id || !owned {
+            return Err(SessionError::NotFound);
+        }
+        Ok(rec)
+    }
+
+    pub(super) fn kind(&self) -> Result<Kind, SessionError> {
+        match self.language.as_str() {
+            "python" => Ok(Kind::Python),
+            "bash" => Ok(Kind::Bash),
+            other => Err(ExecError::Internal(format!("the stored session's language {other:?}")).into()),
+        }
+    }
+
+    pub(super) fn totals(&self) -> Totals {
+        Totals {
+            lifetime: Duration::from_millis(self.lifetime_ms),
+            idle: Duration::from_millis(self.idle_ms),
+            calls: self.max_calls,
+            memory: self.memory,
+            cpu: Duration::from_millis(self.cpu_ms),
+            disk: self.disk,
+        }
+    }
+
+    pub(super) fn call_limits(&self) -> Limits {
+        Limits {
+            wall: Duration::from_millis(self.call_wall_ms),
+            cpu: Duration::from_millis(self.call_cpu_ms),
+            memory: self.call_memory,
+            output: self.call_output,
+            processes: self.call_processes,
+            file_size: self.call_file_size,
+        }
+    }
+}
+
+/// The proto's name for a stored pause mode.
+fn proto_mode(m: Mode) -> pb::PauseMode {
+    match m {
+        Mode::Full => pb::PauseMode::Full,
+        Mode::Filesystem => pb::PauseMode::Filesystem,
+    }
 }
 
 /// How many earlier data-plane secrets a resumed session still takes.
@@ -151,11 +261,11 @@ fn stable_owner(ticket: &Ticket, owner: &[u8]) -> Vec<u8> {
     }
 }
 
-fn owner_hash(ticket: &Ticket, owner: &[u8]) -> String {
+pub(super) fn owner_hash(ticket: &Ticket, owner: &[u8]) -> String {
     hex(&Sha256::digest(stable_owner(ticket, owner)))
 }
 
-fn store_error(e: StoreError) -> SessionError {
+pub(super) fn store_error(e: StoreError) -> SessionError {
     match e {
         StoreError::NotFound(_) => SessionError::NotFound,
         StoreError::BlobTooLarge { .. } | StoreError::QuotaExceeded { .. } => SessionError::Exhausted(e.to_string()),
@@ -217,7 +327,7 @@ impl SessionManager {
         self.store.get().is_some()
     }
 
-    async fn store(&self) -> Result<(&Arc<Store>, Duration), SessionError> {
+    pub(super) async fn store(&self) -> Result<(&Arc<Store>, Duration), SessionError> {
         let slot = self.store.get().ok_or_else(|| {
             ExecError::Unavailable(
                 "sessions".into(),
@@ -236,6 +346,7 @@ impl SessionManager {
     /// one this executor paused, else NOT_FOUND.
     pub(super) fn not_live(&self, id: &str, auth: &[u8]) -> SessionError {
         match self.paused_entry(id, auth) {
+            Some(p) if p.drained => super::drain::drained_here(),
             Some(_) => SessionError::Paused,
             None => SessionError::NotFound,
         }
@@ -249,6 +360,51 @@ impl SessionManager {
     /// Whether `auth`'s paused session `id` asked to be resumed by its next call.
     pub(super) fn auto_resumes(&self, id: &str, auth: &[u8]) -> Option<Ticket> {
         self.paused_entry(id, auth).filter(|p| p.auto_resume).map(|p| p.ticket)
+    }
+
+    /// Whether this executor paused `id` (whoever asks).
+    pub(super) fn paused_here(&self, id: &str) -> bool {
+        self.paused.lock().is_ok_and(|p| p.contains_key(id))
+    }
+
+    /// Whether the store holds `id` of `ticket`'s tenant paused so that its next call resumes
+    /// it (by a drain, or with `auto_resume`); false when it holds none.
+    pub(super) async fn resumes_implicitly(&self, id: &str, ticket: &Ticket) -> Result<bool, SessionError> {
+        let (store, _) = self.store().await?;
+        let Ok(key) = BlobKey::paused(&ticket.tenant.name, id) else {
+            return Ok(false);
+        };
+        let meta = match store.head(&key).await {
+            Ok(m) => m,
+            Err(StoreError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(store_error(e)),
+        };
+        let rec: Option<Record> = meta.record.and_then(|r| serde_json::from_value(r).ok());
+        Ok(rec.is_some_and(|r| r.drained || r.auto_resume))
+    }
+
+    /// Resumes this executor's paused session `id` that asked for auto-resume, for a
+    /// data-plane call carrying one of its secrets (E2B's traffic resume); then answers as
+    /// [`Self::by_access`]. Any other id or secret: NOT_FOUND.
+    pub async fn resume_by_access(
+        &self,
+        id: &str,
+        token: &[u8],
+    ) -> Result<(Vec<u8>, Arc<crate::tenants::Tenant>), SessionError> {
+        let p = self
+            .paused
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).cloned())
+            .filter(|p| p.auto_resume)
+            .ok_or(SessionError::NotFound)?;
+        let h = Sha256::digest(token);
+        if !p.tokens.iter().any(|t| bool::from(t.as_slice().ct_eq(h.as_slice()))) {
+            return Err(SessionError::NotFound);
+        }
+        let _in_progress = self.engine.admission().request();
+        self.resume_as(id, &p.owner, &p.ticket).await?;
+        self.by_access(id, token)
     }
 
     /// Pauses a session (see the module's doc).
@@ -297,7 +453,7 @@ impl SessionManager {
         for s in due {
             let m = self.clone();
             tokio::spawn(async move {
-                match m.pause_live(&s, pb::PauseMode::Filesystem).await {
+                match m.pause_live(&s, super::drain::keep_most(s.kind)).await {
                     Ok(p) => tracing::info!(session = %&s.id[..8], bytes = p.stored_bytes, "idle session paused"),
                     Err(e) => {
                         tracing::warn!(session = %&s.id[..8], error = %e, "pausing an idle session failed");
@@ -309,7 +465,7 @@ impl SessionManager {
         }
     }
 
-    async fn pause_live(
+    pub(super) async fn pause_live(
         &self,
         s: &Arc<Session>,
         mode: pb::PauseMode,
@@ -327,79 +483,9 @@ impl SessionManager {
             return Err(self.not_live(&s.id, auth));
         }
         let mut st = st;
-        // Full mode: the interpreter writes what it can keep into .sandpool (archived below).
-        let saved = match mode {
-            pb::PauseMode::Full => Some(self.save_state(s, &mut st).await?),
-            _ => None,
-        };
-        // A seat runs one sandboxed run at a time: the interpreter goes first. A pause that
-        // fails after this leaves the session live, its next call starting a fresh interpreter.
-        if let Some(r) = st.repl.take() {
-            let _ = r.kill().await;
-        }
-        let work = s.work(&self.engine).await?;
-        let archive = {
-            let _permit = self.engine.acquire_as(&s.ticket, None, Admit::Continuing).await?;
-            let limit = self.engine.work_dir_bytes().saturating_mul(2) + TAR_HEADROOM;
-            // Links stay links; the session's own directory (requests, replies, the reserve)
-            // stays out, but for the interpreter's state in full mode: a member named without
-            // `./`, so never one of /work's (see STATE_MEMBER).
-            let mut args = vec![
-                "--create",
-                "--file=-",
-                "--directory=/work",
-                "--exclude=./.sandpool",
-                "--numeric-owner",
-                ".",
-            ];
-            if saved.as_ref().is_some_and(|s| s.written) {
-                args.extend(["--directory=/work/.sandpool", STATE_MEMBER]);
-            }
-            let spec = tar_spec(&args, Vec::new(), s.totals.memory, limit, 0);
-            let r = self.engine.run_phase_in(s.seat, &work, &spec, Phase::Run).await;
-            if r.result.stdout_truncated {
-                return Err(SessionError::Exhausted(format!(
-                    "the archive of /work passed {limit} bytes; remove files and pause again"
-                )));
-            }
-            if r.verdict != pb::Verdict::Ok {
-                return Err(tar_failed("archiving /work", &r));
-            }
-            r.result.stdout
-        };
-        let record = Record {
-            v: RECORD_VERSION,
-            id: s.id.clone(),
-            tenant: s.tenant.to_string(),
-            owner_sha256: owner_hash(&s.ticket, &s.owner),
-            language: s.language.clone(),
-            mode: record_mode(mode),
-            lifetime_ms: ms(s.totals.lifetime),
-            idle_ms: ms(s.totals.idle),
-            max_calls: s.totals.calls,
-            memory: s.totals.memory,
-            cpu_ms: ms(s.totals.cpu),
-            disk: s.totals.disk,
-            call_wall_ms: ms(s.call_limits.wall),
-            call_cpu_ms: ms(s.call_limits.cpu),
-            call_memory: s.call_limits.memory,
-            call_output: s.call_limits.output,
-            call_processes: s.call_limits.processes,
-            call_file_size: s.call_limits.file_size,
-            calls: st.calls,
-            cpu_used_ms: ms(st.cpu_used),
-            template: s.template.clone(),
-            metadata: s.metadata.clone(),
-            home: s.home,
-            auto_resume: s.auto_resume,
-            access_token: s.access_token.is_some(),
-            token_sha256: {
-                let mut all: Vec<String> = s.earlier_tokens.iter().map(|h| hex(h)).collect();
-                all.extend(s.access_token.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))));
-                let skip = all.len().saturating_sub(MAX_EARLIER_TOKENS);
-                all.split_off(skip)
-            },
-        };
+        let (archive, saved) = self.archive(s, &mut st, mode).await?;
+        let record = record(s, &st, record_mode(mode), self.engine.admission().is_draining());
+        let tokens: Vec<[u8; 32]> = record.token_sha256.iter().filter_map(|h| unhex32(h)).collect();
         let record = serde_json::to_value(&record).map_err(|e| ExecError::Internal(format!("record: {e}")))?;
         let opts = PutOptions {
             mode: record_mode(mode),
@@ -415,6 +501,8 @@ impl SessionManager {
                     owner: s.owner.clone(),
                     ticket: s.ticket.clone(),
                     auto_resume: s.auto_resume,
+                    drained: self.engine.admission().is_draining(),
+                    tokens,
                 },
             );
         }
@@ -480,6 +568,56 @@ impl SessionManager {
         })
     }
 
+    /// Archives `s`'s /work in `mode` (its call state `st` held, so no call runs meanwhile):
+    /// `tar` inside its seat under a run slot. Pause, snapshot and fork all come here.
+    /// A seat runs one sandboxed run at a time: the interpreter goes first (its state is not
+    /// kept in this mode), and the session's next call starts a fresh one.
+    pub(super) async fn archive(
+        &self,
+        s: &Arc<Session>,
+        st: &mut State,
+        mode: pb::PauseMode,
+    ) -> Result<(Vec<u8>, Option<Saved>), SessionError> {
+        // Full mode: the interpreter writes what it can keep into .sandpool (archived below).
+        let saved = match mode {
+            pb::PauseMode::Full => Some(self.save_state(s, st).await?),
+            _ => None,
+        };
+        // A seat runs one sandboxed run at a time: the interpreter goes first. A pause that
+        // fails after this leaves the session live, its next call starting a fresh interpreter.
+        if let Some(r) = st.repl.take() {
+            let _ = r.kill().await;
+        }
+        let work = s.work(&self.engine).await?;
+        let _permit = self.engine.acquire_as(&s.ticket, None, Admit::Continuing).await?;
+        let limit = self.engine.work_dir_bytes().saturating_mul(2) + TAR_HEADROOM;
+        // Links stay links; the session's own directory (requests, replies, the reserve)
+        // stays out, but for the interpreter's state in full mode: a member named without
+        // `./`, so never one of /work's (see STATE_MEMBER).
+        let mut args = vec![
+            "--create",
+            "--file=-",
+            "--directory=/work",
+            "--exclude=./.sandpool",
+            "--numeric-owner",
+            ".",
+        ];
+        if saved.as_ref().is_some_and(|s| s.written) {
+            args.extend(["--directory=/work/.sandpool", STATE_MEMBER]);
+        }
+        let spec = tar_spec(&args, Vec::new(), s.totals.memory, limit, 0);
+        let r = self.engine.run_phase_in(s.seat, &work, &spec, Phase::Run).await;
+        if r.result.stdout_truncated {
+            return Err(SessionError::Exhausted(format!(
+                "the archive of /work passed {limit} bytes; remove files and try again"
+            )));
+        }
+        if r.verdict != pb::Verdict::Ok {
+            return Err(tar_failed("archiving /work", &r));
+        }
+        Ok((r.result.stdout, saved))
+    }
+
     /// Resumes `call`'s paused session (see the module's doc); a live one answers as it is.
     pub async fn resume(
         &self,
@@ -519,57 +657,36 @@ impl SessionManager {
         // Another tenant's key is another key: its session is not found.
         let key = BlobKey::paused(&ticket.tenant.name, id).map_err(|_| SessionError::NotFound)?;
         let meta = store.head(&key).await.map_err(store_error)?;
-        let rec: Record = meta
-            .record
-            .clone()
-            .and_then(|r| serde_json::from_value(r).ok())
-            .ok_or_else(|| ExecError::Internal(format!("the paused session {id} has no record this executor reads")))?;
-        if rec.v != RECORD_VERSION {
-            return Err(ExecError::Internal(format!("the paused session's record is version {}", rec.v)).into());
-        }
-        let owned = bool::from(rec.owner_sha256.as_bytes().ct_eq(owner_hash(ticket, auth).as_bytes()));
-        if rec.id != id || !owned {
-            return Err(SessionError::NotFound);
-        }
-        let kind = match rec.language.as_str() {
-            "python" => Kind::Python,
-            "bash" => Kind::Bash,
-            other => return Err(ExecError::Internal(format!("the paused session's language {other:?}")).into()),
-        };
+        let rec = Record::owned(&meta, id, ticket, auth)?;
+        let kind = rec.kind()?;
         self.engine.language(&rec.language, "language")?;
         // Fetched only under the run slot its extraction takes (`create::open`), so resumes
         // at once hold at most a slot's worth of archives in memory.
-        let archive = Stored {
+        let archive = Stored::Blob {
             store: store.clone(),
             key: key.clone(),
         };
         let _creating: Creating<'_> = self.admit(ticket)?;
-        let totals = Totals {
-            lifetime: Duration::from_millis(rec.lifetime_ms),
-            idle: Duration::from_millis(rec.idle_ms),
-            calls: rec.max_calls,
-            memory: rec.memory,
-            cpu: Duration::from_millis(rec.cpu_ms),
-            disk: rec.disk,
-        };
-        let call_limits = Limits {
-            wall: Duration::from_millis(rec.call_wall_ms),
-            cpu: Duration::from_millis(rec.call_cpu_ms),
-            memory: rec.call_memory,
-            output: rec.call_output,
-            processes: rec.call_processes,
-            file_size: rec.call_file_size,
-        };
+        // Exactly one executor resumes it: the loser is told to retry (and finds it live on
+        // the winner, through the gateway).
+        store.claim(&key, CLAIM_STALE).await.map_err(|e| match e {
+            StoreError::Claimed(_) => {
+                SessionError::Retry(format!("session {id} is being resumed by another executor: retry"))
+            }
+            e => store_error(e),
+        })?;
+        let (totals, call_limits) = (rec.totals(), rec.call_limits());
         let extras = Extras {
             access_token: rec.access_token,
             metadata: rec.metadata,
             template: rec.template,
             home: rec.home,
-            end_after: None,
+            end_after: rec.end_after_ms.map(Duration::from_millis),
             auto_resume: rec.auto_resume,
             earlier_tokens: rec.token_sha256.iter().filter_map(|h| unhex32(h)).collect(),
+            pause_on_timeout: rec.pause_on_timeout.map(proto_mode),
         };
-        let s = self
+        let opened = self
             .open(
                 kind,
                 rec.language,
@@ -579,9 +696,19 @@ impl SessionManager {
                 auth.to_vec(),
                 ticket,
                 extras,
-                Some((id.to_owned(), archive)),
+                Some((Some(id.to_owned()), archive)),
             )
-            .await?;
+            .await;
+        let s = match opened {
+            Ok(s) => s,
+            Err(e) => {
+                // Left paused, for the next taker.
+                if let Err(r) = store.release(&key).await {
+                    tracing::warn!(session = %&id[..8.min(id.len())], error = %r, "giving back a resume's claim failed");
+                }
+                return Err(e);
+            }
+        };
         {
             let mut st = s.state.lock().await;
             st.calls = rec.calls;
@@ -628,22 +755,63 @@ impl SessionManager {
     }
 }
 
-/// Extracts `archive` into a fresh seat's /work, by `tar` inside the seat.
-/// A paused session's archive in the store, not yet read.
-pub(super) struct Stored {
-    store: Arc<Store>,
-    key: BlobKey,
+/// The executor's record of `s` (call state `st`), kept beside its archive.
+pub(super) fn record(s: &Session, st: &State, mode: Mode, drained: bool) -> Record {
+    Record {
+        v: RECORD_VERSION,
+        id: s.id.clone(),
+        tenant: s.tenant.to_string(),
+        owner_sha256: owner_hash(&s.ticket, &s.owner),
+        language: s.language.clone(),
+        mode,
+        lifetime_ms: ms(s.totals.lifetime),
+        idle_ms: ms(s.totals.idle),
+        max_calls: s.totals.calls,
+        memory: s.totals.memory,
+        cpu_ms: ms(s.totals.cpu),
+        disk: s.totals.disk,
+        call_wall_ms: ms(s.call_limits.wall),
+        call_cpu_ms: ms(s.call_limits.cpu),
+        call_memory: s.call_limits.memory,
+        call_output: s.call_limits.output,
+        call_processes: s.call_limits.processes,
+        call_file_size: s.call_limits.file_size,
+        calls: st.calls,
+        cpu_used_ms: ms(st.cpu_used),
+        template: s.template.clone(),
+        metadata: s.metadata.clone(),
+        home: s.home,
+        auto_resume: s.auto_resume,
+        access_token: s.access_token.is_some(),
+        drained,
+        pause_on_timeout: s.pause_on_timeout.map(record_mode),
+        end_after_ms: s.end_after.map(ms),
+        token_sha256: {
+            let mut all: Vec<String> = s.earlier_tokens.iter().map(|h| hex(h)).collect();
+            all.extend(s.access_token.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))));
+            let skip = all.len().saturating_sub(MAX_EARLIER_TOKENS);
+            all.split_off(skip)
+        },
+    }
+}
+
+/// An archive to restore: a blob in the store, not yet read, or bytes in memory (a fork's).
+pub(super) enum Stored {
+    Blob { store: Arc<Store>, key: BlobKey },
+    Bytes(Arc<Vec<u8>>),
 }
 
 impl Stored {
     /// The archive's bytes.
     async fn fetch(&self) -> Result<Vec<u8>, SessionError> {
-        let mut archive = Vec::new();
-        self.store
-            .get_into(&self.key, &mut archive)
-            .await
-            .map_err(store_error)?;
-        Ok(archive)
+        match self {
+            Stored::Blob { store, key } => {
+                let mut archive = Vec::new();
+                store.get_into(key, &mut archive).await.map_err(store_error)?;
+                Ok(archive)
+            }
+            Stored::Bytes(b) => Ok(b.as_ref().clone()),
+        }
     }
 }
 
@@ -672,6 +840,10 @@ pub(super) async fn extract(
         64 << 10,
         engine.work_dir_bytes(),
     );
+    // The files it writes are charged to the seat's memory: its share grows to the
+    // session's memory first, as a call's does (a fresh seat holds the idle floor).
+    let e = engine.clone();
+    let _ = crate::task::blocking(move || e.sandbox().seat_share(seat, crate::sandbox::SeatShare::Grow(memory))).await;
     let r = engine.run_phase_in(seat, work, &spec, Phase::Run).await;
     if r.verdict != pb::Verdict::Ok {
         return Err(tar_failed("restoring /work", &r));

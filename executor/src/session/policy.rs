@@ -24,6 +24,9 @@ pub struct SessionPolicy {
     pub max_idle: Duration,
     /// Idle sessions are paused after this (`--session-pause-after-idle-ms`); None: never.
     pub pause_after_idle: Option<Duration>,
+    /// On SIGTERM, pause every live session into the store before exiting
+    /// (`--session-pause-on-drain`; docs/sessions.md, "Surviving the pod").
+    pub pause_on_drain: bool,
     pub calls: u32,
     pub max_calls: u32,
     pub cpu: Duration,
@@ -53,6 +56,7 @@ impl SessionPolicy {
             idle: Duration::from_secs(5 * 60),
             max_idle: Duration::from_secs(3600),
             pause_after_idle: None,
+            pause_on_drain: true,
             calls: 1000,
             max_calls: 100_000,
             cpu: Duration::from_secs(10 * 60),

@@ -135,7 +135,8 @@ impl SessionManager {
                         if gone(s) {
                             Some((s.clone(), "its tenant left the tenants table"))
                         } else if s.life_left().is_zero() {
-                            Some((s.clone(), "lifetime reached"))
+                            // One that asked to be paused at its end is [`Self::pause_ended`]'s.
+                            (!self.pauses_at_end(s)).then(|| (s.clone(), "lifetime reached"))
                         } else if s.idle_for() >= s.totals.idle && s.state.try_lock().is_ok() {
                             // A call in progress is not idleness.
                             Some((s.clone(), "idle timeout"))
@@ -161,6 +162,7 @@ pub(super) async fn reaper(m: Weak<SessionManager>) {
     for round in 0u32.. {
         tick.tick().await;
         let Some(m) = m.upgrade() else { return };
+        m.pause_ended();
         m.reap().await;
         m.auto_pause();
         if round % MEASURE_EVERY == 0 {

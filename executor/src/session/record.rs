@@ -45,6 +45,9 @@ pub struct Extras {
     /// SHA-256 of the data-plane secrets it was given before a pause: a resumed session gets a
     /// fresh secret and still takes these, so a client that kept the old one goes on.
     pub earlier_tokens: Vec<[u8; 32]>,
+    /// Paused in this mode, not ended, when its end (`end_after`, its lifetime) comes and a
+    /// session store is configured (E2B's `autoPause`).
+    pub pause_on_timeout: Option<sandpool_proto::v1::PauseMode>,
 }
 
 /// What a session's holder may see of it.
@@ -59,6 +62,8 @@ pub struct SessionInfo {
     /// When it ends unless used up, closed or idle first.
     pub end_at: SystemTime,
     pub totals: Totals,
+    /// It is paused: kept in the session store, not running ([`super::SessionManager::list_paused`]).
+    pub paused: bool,
 }
 
 /// One session.
@@ -87,6 +92,10 @@ pub(super) struct Session {
     pub(super) home: bool,
     /// See [`Extras::auto_resume`].
     pub(super) auto_resume: bool,
+    /// See [`Extras::pause_on_timeout`].
+    pub(super) pause_on_timeout: Option<sandpool_proto::v1::PauseMode>,
+    /// See [`Extras::end_after`]: a session resumed from a pause gets it again.
+    pub(super) end_after: Option<Duration>,
     pub(super) last_used: Mutex<Instant>,
     /// The sandbox identity (`slots..slots + seats`) its runs use.
     pub(super) seat: usize,
@@ -160,6 +169,7 @@ impl Session {
             started_at: self.started_at,
             end_at: SystemTime::now() + left,
             totals: self.totals,
+            paused: false,
         }
     }
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{child_meta, tenants};
+use super::{child_meta, session_store, tenants};
 use crate::crd::IsolationMode;
 use crate::labels::{self, GRPC_PORT, HTTP_PORT, METRICS_PORT};
 use crate::resolve::{AUTH_TOKEN_KEY, ResolvedPool};
@@ -124,6 +124,7 @@ pub fn executor_args(pool: &ResolvedPool) -> Vec<String> {
                 if sessions.spares > 0 {
                     args.push(format!("--session-spares={}", sessions.spares));
                 }
+                args.extend(session_store::args(pool));
             }
         }
         // A pool that does not size its sessions keeps the capacity pools had before sessions
@@ -310,6 +311,7 @@ fn volumes(pool: &ResolvedPool) -> Vec<Volume> {
         });
     }
     volumes.extend(tenants::volumes(pool));
+    volumes.extend(session_store::volumes(pool));
     volumes
 }
 
@@ -335,6 +337,7 @@ fn volume_mounts(pool: &ResolvedPool) -> Vec<VolumeMount> {
         });
     }
     mounts.extend(tenants::volume_mounts(pool));
+    mounts.extend(session_store::volume_mounts(pool));
     mounts
 }
 

@@ -243,7 +243,7 @@ fn gateway_deployment(pool: &ResolvedPool, gateway: &ResolvedGateway) -> Deploym
         host_ipc: Some(false),
         // A proxied request lasts as long as the run behind it; give the gateway the
         // executors' grace so a rollout does not cut runs the executors would finish.
-        termination_grace_period_seconds: Some(pool.termination_grace_seconds()),
+        termination_grace_period_seconds: Some(pool.runs_termination_grace_seconds()),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(GATEWAY_UID),

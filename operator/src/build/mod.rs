@@ -8,6 +8,7 @@ mod gateway;
 mod network_policy;
 mod service;
 mod service_account;
+mod session_store;
 mod tenants;
 
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub use gateway::{GATEWAY_COMMAND, GATEWAY_CONTAINER, GATEWAY_UID, GatewayChildr
 pub use network_policy::network_policy;
 pub use service::service;
 pub use service_account::service_account;
+pub use session_store::{S3_CREDENTIAL_KEYS, S3_CREDENTIALS_DIR, SESSION_STORE_DIR, STORE_KEY_DIR, STORE_KEY_FILE};
 pub use tenants::{
     TENANT_TOKENS_DIR, TENANTS_CONFIG_DIR, TENANTS_FILE_ENV, TENANTS_FILE_KEY, tenants_config_map,
     tenants_config_map_name, tenants_toml, token_file,

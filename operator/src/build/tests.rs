@@ -4,6 +4,7 @@ use super::*;
 
 mod gateway;
 mod pod_security;
+mod session_store;
 mod sessions;
 mod tenants;
 use crate::defaults::PoolDefaults;

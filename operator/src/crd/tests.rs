@@ -218,3 +218,26 @@ fn cel_refuses_sessions_in_a_restricted_pool() {
     assert_eq!(rule["fieldPath"], ".sessions");
     assert_eq!(rule["reason"], "FieldValueForbidden");
 }
+
+#[test]
+fn cel_refuses_an_s3_store_without_a_key_and_two_stores() {
+    let s3 = json!({"bucket": "b", "credentialsSecret": "creds"});
+    let key = json!({"name": "k", "key": "key"});
+    let p = pool(json!({"sessions": {"maxPerPod": 4, "store": {"s3": s3}}}));
+    let err = format!("{:?}", validate_cel(&p).expect_err("CEL must reject"));
+    assert!(err.contains("encryptionKeySecret is required with s3"), "{err}");
+    let p = pool(
+        json!({"sessions": {"maxPerPod": 4, "store": {"s3": s3, "pvc": {"claimName": "c"}, "encryptionKeySecret": key}}}),
+    );
+    let err = format!("{:?}", validate_cel(&p).expect_err("CEL must reject"));
+    assert!(err.contains("set pvc or s3, not both"), "{err}");
+    for ok in [
+        json!({"s3": s3, "encryptionKeySecret": key}),
+        json!({"pvc": {"claimName": "c"}}),
+        json!({"pvc": {"claimName": "c"}, "encryptionKeySecret": key}),
+        json!({"ttl": "24h"}),
+    ] {
+        let p = pool(json!({"sessions": {"maxPerPod": 4, "store": ok}}));
+        assert!(validate_cel(&p).is_ok(), "{ok}: {:?}", validate_cel(&p));
+    }
+}

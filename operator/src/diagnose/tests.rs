@@ -633,3 +633,63 @@ fn odd_waiting_reasons_become_a_valid_condition_reason() {
     assert!(is_condition_reason("CreateContainerError"));
     assert!(!is_condition_reason("9Lives") && !is_condition_reason("a b") && !is_condition_reason("x:"));
 }
+
+/// A pod the scheduler placed whose container the kubelet has not created yet.
+fn creating_pod(name: &str) -> Pod {
+    pod(
+        name,
+        json!({"phase": "Pending",
+               "conditions": [{"type": "PodScheduled", "status": "True"}],
+               "containerStatuses": [{"name": "executor", "image": "ghcr.io/sandpool/executor:1", "imageID": "",
+                                      "ready": false, "restartCount": 0,
+                                      "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+    )
+}
+
+/// The kubelet's `FailedMount` Event about `pod`, last seen at `last`.
+fn mount_event(pod: &str, message: &str, last: &str) -> Event {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("{pod}.m"), "namespace": "evals"},
+        "involvedObject": {"kind": "Pod", "name": pod, "namespace": "evals"},
+        "reason": "FailedMount", "type": "Warning", "message": message,
+        "firstTimestamp": last, "lastTimestamp": last, "count": 3,
+    }))
+    .expect("test event deserializes")
+}
+
+#[test]
+fn a_volume_the_kubelet_cannot_mount_is_named() {
+    let missing = "MountVolume.SetUp failed for volume \"session-store-s3\" : secret \"s3-creds\" not found";
+    let events = [mount_event("python-a", missing, "2026-01-01T00:09:30Z")];
+    assert_eq!(
+        diagnosed_with(&no_conditions(), &[creating_pod("python-a")], &events),
+        Some((
+            "FailedMount".to_owned(),
+            format!("pod python-a cannot mount its volumes: {missing}")
+        ))
+    );
+    // Not about this pod, stale, or the pod is past creating: no problem from it.
+    assert_eq!(
+        diagnosed_with(&no_conditions(), &[creating_pod("python-b")], &events),
+        None
+    );
+    let stale = [mount_event("python-a", missing, "2026-01-01T00:01:00Z")];
+    assert_eq!(
+        diagnosed_with(&no_conditions(), &[creating_pod("python-a")], &stale),
+        None
+    );
+    let ready = with_container(
+        "python-a",
+        json!({"ready": true, "started": true, "state": {"running": {}}}),
+    );
+    assert_eq!(
+        diagnosed_with(&no_conditions(), std::slice::from_ref(&ready), &events),
+        None
+    );
+    // Mount Events are read only while a pod is being created.
+    assert!(wants_mount_events(&[ready.clone(), creating_pod("python-a")]));
+    assert!(!wants_mount_events(&[
+        ready,
+        pod("python-a", json!({"phase": "Pending"}))
+    ]));
+}

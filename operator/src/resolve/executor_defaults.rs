@@ -27,6 +27,9 @@ pub const WARM_STARTS: bool = true;
 /// `--session-idle-bytes`: what a session counts at against its pod's budget (the operator
 /// always writes it, from `spec.sessions.idleMemory` or this).
 pub const SESSION_IDLE_BYTES: u64 = 32 << 20;
+/// `--work-dir-bytes`: how much one run or session may write under `/work`; the operator
+/// never sets it, and estimates a session's pause from it (`resolve::pool`).
+pub const WORK_DIR_BYTES: u64 = 256 << 20;
 
 /// Every default above as `(executor flag, its default as the flag would take it)`, so one
 /// test can hold them all against the executor's.
@@ -46,5 +49,6 @@ pub fn flags() -> Vec<(&'static str, String)> {
         ("--result-cache-limit-verdicts", RESULT_CACHE_LIMIT_VERDICTS.to_string()),
         ("--warm-starts", WARM_STARTS.to_string()),
         ("--session-idle-bytes", SESSION_IDLE_BYTES.to_string()),
+        ("--work-dir-bytes", WORK_DIR_BYTES.to_string()),
     ]
 }

@@ -16,6 +16,7 @@
 //! - `restricted`: what restricted mode refuses;
 //! - `result_cache`, `access`, `disruption_budget`, `auth`: the rest of the spec;
 //! - `sessions`: sessions per pod and their memory, which the container's memory grows by;
+//!   `session_store`: where paused sessions are kept, and auto-pause;
 //! - `tenants`: the pool's callers, their shares and caps;
 //! - `gateway`: the pool's gateway (only for pools that serve HTTP).
 
@@ -33,6 +34,7 @@ mod pool;
 mod resources;
 mod restricted;
 mod result_cache;
+mod session_store;
 mod sessions;
 mod tenants;
 
@@ -49,10 +51,14 @@ pub use gpu::{DEFAULT_GPU_RESOURCE, ResolvedGpu};
 pub use invalid::InvalidSpec;
 pub use limits::{DEFAULT_MAX_WALL_TIME_MS, ResolvedLimits};
 pub use memory::{EXECUTOR_MEMORY_HEADROOM, ZYGOTE_MEMORY_PER_SLOT, ZYGOTE_MEMORY_SHARED, executor_headroom};
-pub use pool::{DRAIN_MARGIN_MS, ResolvedPool, TERMINATION_MARGIN_S, gateway_name};
+pub use pool::{
+    ASSUMED_STORE_BYTES_PER_SEC, DRAIN_MARGIN_MS, MAX_SESSION_GRACE_S, ResolvedPool, TERMINATION_MARGIN_S,
+    gateway_name, session_pause_ms,
+};
 pub use resources::GPU_MEMORY_REQUEST_PER_SLOT_GI;
 pub use restricted::SECURITY_ANNOTATION_PREFIXES;
 pub use result_cache::{DEFAULT_RESULT_CACHE_BYTES, ResolvedResultCache};
+pub use session_store::{ResolvedStore, StoreBackend};
 pub use sessions::{
     DEFAULT_SESSION_IDLE_BYTES, MAX_SESSION_IDLE_BYTES, MAX_SESSION_MEMORY_BYTES, MAX_SESSIONS_PER_POD,
     MIN_SESSION_IDLE_BYTES, ResolvedSessions,
@@ -125,7 +131,7 @@ pub fn resolve(pool: &SandboxPool, defaults: &PoolDefaults, namespace: &str) -> 
     let tenants = tenants::resolve_tenants(
         spec.tenants.as_deref(),
         spec.auth.as_ref(),
-        sessions.map(|s| s.max_per_pod),
+        sessions.as_ref().map(|s| s.max_per_pod),
     )?;
     let gateway = gateway::resolve_gateway(spec.gateway.as_ref(), access.http, &name, defaults)?;
 

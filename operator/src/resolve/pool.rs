@@ -23,6 +23,26 @@ pub const DRAIN_MARGIN_MS: u64 = 5_000;
 /// Extra grace beyond the drain timeout before the kubelet sends SIGKILL.
 pub const TERMINATION_MARGIN_S: i64 = 10;
 
+/// Store throughput the operator assumes for one pod pausing its sessions on SIGTERM, bytes
+/// per second (a local disk or a PVC does better, S3 across a network may do worse).
+pub const ASSUMED_STORE_BYTES_PER_SEC: u64 = 100 << 20;
+/// The estimated grace period of a pool that sizes its sessions is at most this, seconds
+/// (unless the runs' own drain is longer, or `drainGracePeriodSeconds` says otherwise).
+pub const MAX_SESSION_GRACE_S: u64 = 15 * 60;
+
+/// Time to pause `sessions` sessions whose `/work` is full (`--work-dir-bytes`, the
+/// executor's default) into the store at [`ASSUMED_STORE_BYTES_PER_SEC`], ms.
+pub fn session_pause_ms(sessions: u32) -> u64 {
+    let bytes = u64::from(sessions).saturating_mul(super::executor_defaults::WORK_DIR_BYTES);
+    bytes.saturating_mul(1000).div_ceil(ASSUMED_STORE_BYTES_PER_SEC)
+}
+
+fn grace_for(drain_ms: u64) -> i64 {
+    i64::try_from(drain_ms.div_ceil(1000))
+        .unwrap_or(i64::MAX / 2)
+        .saturating_add(TERMINATION_MARGIN_S)
+}
+
 /// Everything the builders need, checked and defaulted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedPool {
@@ -86,23 +106,45 @@ pub struct ResolvedPool {
 }
 
 impl ResolvedPool {
-    /// How long the executor waits for in-flight runs after SIGTERM: a request admitted just
-    /// before may compile (up to `maxWallTime`, the compile phase's ceiling) and then run
-    /// (up to `maxWallTime`).
-    pub fn drain_timeout_ms(&self) -> u64 {
+    /// How long in-flight runs may take after SIGTERM: a request admitted just before may
+    /// compile (up to `maxWallTime`, the compile phase's ceiling) and then run (up to
+    /// `maxWallTime`).
+    pub fn runs_drain_ms(&self) -> u64 {
         self.limits
             .max_wall_time_ms
             .saturating_mul(2)
             .saturating_add(DRAIN_MARGIN_MS)
     }
 
-    /// Pod termination grace: the drain plus a margin, so the kubelet never kills a run that
-    /// was still within its allowed time.
+    /// How long the executor drains after SIGTERM (`--drain-timeout-ms`): the runs' drain,
+    /// and for a pool that sizes its sessions the time to pause every one of them into the
+    /// store ([`session_pause_ms`]), the two together at most [`MAX_SESSION_GRACE_S`] less
+    /// the margin (never below the runs' drain); or `drainGracePeriodSeconds` less the margin.
+    pub fn drain_timeout_ms(&self) -> u64 {
+        let runs = self.runs_drain_ms();
+        let Some(sessions) = self.sessions.as_ref().filter(|s| s.max_per_pod > 0) else {
+            return runs;
+        };
+        let margin_ms = TERMINATION_MARGIN_S.unsigned_abs() * 1000;
+        if let Some(grace) = sessions.grace_override_s {
+            return grace.unsigned_abs().saturating_mul(1000).saturating_sub(margin_ms);
+        }
+        let cap = MAX_SESSION_GRACE_S * 1000 - margin_ms;
+        runs.saturating_add(session_pause_ms(sessions.max_per_pod))
+            .min(cap)
+            .max(runs)
+    }
+
+    /// Pod termination grace: the drain plus a margin, so the kubelet never kills a run (or a
+    /// pause) that was still within its allowed time.
     pub fn termination_grace_seconds(&self) -> i64 {
-        let drain_s = self.drain_timeout_ms().div_ceil(1000);
-        i64::try_from(drain_s)
-            .unwrap_or(i64::MAX / 2)
-            .saturating_add(TERMINATION_MARGIN_S)
+        grace_for(self.drain_timeout_ms())
+    }
+
+    /// The gateway's termination grace: the runs' drain only (sessions are paused by the
+    /// executors, not through the gateway).
+    pub fn runs_termination_grace_seconds(&self) -> i64 {
+        grace_for(self.runs_drain_ms())
     }
 
     /// Name of the gateway's Deployment, Service, NetworkPolicy, ServiceAccount, Role and

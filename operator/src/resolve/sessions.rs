@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::invalid::InvalidSpec;
+use super::session_store::{self, ResolvedStore};
 use crate::crd::Sessions;
 use crate::units::{self, show_bytes};
 
@@ -23,8 +24,13 @@ pub const MAX_SPARES_PER_POD: u32 = 64;
 /// Most `memory`, 16Ti: every session of the largest pool at the largest `idleMemory`.
 pub const MAX_SESSION_MEMORY_BYTES: u64 = MAX_SESSIONS_PER_POD as u64 * MAX_SESSION_IDLE_BYTES;
 
-/// A pool's sessions, checked: the executor's three session flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Least `drainGracePeriodSeconds`: the termination margin and a few seconds of drain.
+pub const MIN_GRACE_OVERRIDE_S: i64 = 15;
+/// Most `drainGracePeriodSeconds`: a day.
+pub const MAX_GRACE_OVERRIDE_S: i64 = 86_400;
+
+/// A pool's sessions, checked: the executor's session flags.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResolvedSessions {
     /// `--max-sessions`; 0: the pool serves no sessions.
     pub max_per_pod: u32,
@@ -36,6 +42,12 @@ pub struct ResolvedSessions {
     /// `--session-spares`: interpreters kept started; the container's memory grows by
     /// `spares` × `idle_bytes` too (see [`ResolvedSessions::container_bytes`]).
     pub spares: u32,
+    /// `--session-pause-after-idle-ms`, when set.
+    pub pause_after_idle_ms: Option<u64>,
+    /// Where paused sessions are kept.
+    pub store: ResolvedStore,
+    /// `spec.sessions.drainGracePeriodSeconds`: the pods' grace, instead of the estimate.
+    pub grace_override_s: Option<i64>,
 }
 
 impl ResolvedSessions {
@@ -131,11 +143,26 @@ pub(super) fn resolve_sessions(spec: Option<&Sessions>) -> Result<Option<Resolve
                 )
             })?,
     };
+    let pause_after_idle_ms = session_store::resolve_pause_after_idle(spec)?;
+    let store = session_store::resolve_store(spec)?;
+    let grace_override_s = match spec.drain_grace_period_seconds {
+        None => None,
+        Some(s) if (MIN_GRACE_OVERRIDE_S..=MAX_GRACE_OVERRIDE_S).contains(&s) => Some(s),
+        Some(s) => {
+            return Err(InvalidSpec::new(
+                "spec.sessions.drainGracePeriodSeconds",
+                format!("{s} is outside {MIN_GRACE_OVERRIDE_S}..={MAX_GRACE_OVERRIDE_S}"),
+            ));
+        }
+    };
     Ok(Some(ResolvedSessions {
         max_per_pod,
         idle_bytes,
         memory_bytes,
         spares,
+        pause_after_idle_ms,
+        store,
+        grace_override_s,
     }))
 }
 

@@ -7,6 +7,7 @@ use super::*;
 use crate::crd::SandboxPool;
 use crate::test_pool::pool;
 
+mod session_store;
 mod sessions;
 mod tenants;
 

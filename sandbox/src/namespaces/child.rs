@@ -32,6 +32,12 @@ pub(crate) struct ChildPlan {
     pub mnt_ns_fd: i32,
     /// A fresh network namespace to enter, or -1: clone made one (loopback still down).
     pub net_ns_fd: i32,
+    /// No network namespace (`--network-isolation seccomp`): the run stays in the host's,
+    /// kept off it by the seccomp filter and Landlock scoping.
+    pub host_net: bool,
+    /// The Landlock ruleset the program enforces on itself (scoping abstract unix sockets
+    /// and signals to the run), or -1: none.
+    pub landlock_fd: i32,
     /// Detached clone of the run's work-dir mount, attached at /work.
     pub work_fd: i32,
     /// Per-run mounts inside the slot namespace, after /work.
@@ -105,6 +111,7 @@ pub(crate) mod report {
         Seccomp,
         Chdir,
         JoinCgroup,
+        Landlock,
     }
 
     impl Stage {
@@ -128,13 +135,14 @@ pub(crate) mod report {
                 Stage::Seccomp => 27,
                 Stage::Chdir => 28,
                 Stage::JoinCgroup => 29,
+                Stage::Landlock => 30,
                 Stage::Mount(i) => 100 + i,
             }
         }
 
         /// Human-readable name of the stage with report code `code`.
         pub fn name_of(code: u32) -> &'static str {
-            const ALL: [Stage; 17] = [
+            const ALL: [Stage; 18] = [
                 Stage::CloseFds,
                 Stage::EnterMountNs,
                 Stage::NewMountNs,
@@ -152,6 +160,7 @@ pub(crate) mod report {
                 Stage::Seccomp,
                 Stage::Chdir,
                 Stage::JoinCgroup,
+                Stage::Landlock,
             ];
             if code >= 100 {
                 return Stage::Mount(code - 100).name();
@@ -180,6 +189,7 @@ pub(crate) mod report {
                 Stage::Seccomp => "installing the seccomp filter",
                 Stage::Chdir => "entering the work dir",
                 Stage::JoinCgroup => "joining the run's cgroup",
+                Stage::Landlock => "entering the run's Landlock domain",
                 Stage::Mount(_) => "mounting the sandbox filesystem",
             }
         }
@@ -197,6 +207,7 @@ pub(crate) mod report {
                 Stage::Seccomp,
                 Stage::Chdir,
                 Stage::JoinCgroup,
+                Stage::Landlock,
                 Stage::Mount(3),
             ] {
                 assert_eq!(Stage::name_of(s.code()), s.name());
@@ -319,7 +330,9 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         step!(rep, Stage::Mount(i as u32), r);
     }
     step!(rep, Stage::Hostname, sys::sethostname(plan.hostname));
-    if plan.net_ns_fd >= 0 {
+    if plan.host_net {
+        // No network namespace: the program's seccomp filter and Landlock domain.
+    } else if plan.net_ns_fd >= 0 {
         // Made ahead of time, loopback already up (clone was not asked for one).
         step!(rep, Stage::EnterNetNs, sys::setns(plan.net_ns_fd, libc::CLONE_NEWNET));
     } else {
@@ -430,6 +443,11 @@ extern "C" fn prog_main(arg: *mut libc::c_void) -> libc::c_int {
         step!(rep, Stage::Rlimits, sys::setrlimit(*res, lim));
     }
     step!(rep, Stage::NoNewPrivs, sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1));
+    if plan.landlock_fd >= 0 {
+        // A domain of the program's own (its init stays outside it): its abstract unix
+        // sockets and signals reach only what this run made.
+        step!(rep, Stage::Landlock, sys::landlock_restrict_self(plan.landlock_fd));
+    }
     step!(rep, Stage::Seccomp, sys::install_filters(&plan.seccomp));
     step!(rep, Stage::Chdir, sys::chdir(&plan.cwd));
     // ETXTBSY: a file written just before (a compiled program) is still open for writing

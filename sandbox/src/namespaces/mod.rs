@@ -21,6 +21,7 @@ pub(crate) mod cgroup;
 mod child;
 mod cloner;
 mod netns;
+mod network;
 pub(crate) mod rootfs;
 mod slotns;
 mod spawner;
@@ -72,8 +73,11 @@ pub(crate) struct Namespaces {
     hierarchy: Option<cgroup::Hierarchy>,
     /// Per slot, with cgroups: the process that clones inits inside the slot's cgroup.
     spawners: Vec<Arc<spawner::SlotSpawner>>,
-    /// Fresh network namespaces, ready before the runs that take them.
+    /// Fresh network namespaces, ready before the runs that take them (`namespace` only).
     netns: Option<netns::NetnsPool>,
+    /// `seccomp` network isolation ([`network`]): the scope ruleset each run enforces.
+    /// None: each run gets a network namespace.
+    net_scope: Option<OwnedFd>,
     seccomp: Vec<Vec<libc::sock_filter>>,
     features: Features,
     /// Kernels before 6.15 only: where work dirs are attached to be cloned.
@@ -218,13 +222,42 @@ impl Namespaces {
             }
             None => vec![],
         };
-        let netns = netns::NetnsPool::start(cfg.slots.clamp(2, 16))
-            .map_err(|e| tracing::warn!(error = %e, "no network namespace factory; runs make their own"))
-            .ok();
-        let seccomp = seccomp::build_filters()?.iter().map(seccomp::to_kernel).collect();
+        let landlock_abi = crate::sys::process::landlock_abi().unwrap_or(0);
+        let network =
+            network::choose(cfg.network, landlock_abi).map_err(|e| SandboxError::ModeUnavailable("namespaces", e))?;
+        let (netns, net_scope) = match network {
+            crate::NetworkIsolation::Seccomp => (
+                None,
+                Some(network::scope_ruleset().map_err(|e| SandboxError::ModeUnavailable("namespaces", e))?),
+            ),
+            _ => (
+                netns::NetnsPool::start(cfg.slots.clamp(2, 16))
+                    .map_err(|e| tracing::warn!(error = %e, "no network namespace factory; runs make their own"))
+                    .ok(),
+                None,
+            ),
+        };
+        let unix_only = net_scope.is_some();
+        let seccomp = seccomp::build_filters(unix_only)?
+            .iter()
+            .map(seccomp::to_kernel)
+            .collect();
         for f in probe::NAMESPACES_NEEDS.iter().chain(&["no_new_privs"]) {
             features.set_in_use(f, true);
         }
+        features.set_in_use("net_namespace", !unix_only);
+        features.set_in_use("landlock", unix_only);
+        tracing::info!(
+            network_isolation = network.name(),
+            asked = cfg.network.name(),
+            landlock_abi,
+            "runs are kept off the network by {}",
+            if unix_only {
+                "seccomp (unix sockets only) and Landlock scoping, without a network namespace"
+            } else {
+                "a network namespace of their own"
+            }
+        );
         let cfg_slots = cfg.slots;
         let seat_cloner = match cfg.seats {
             0 => None,
@@ -255,6 +288,7 @@ impl Namespaces {
             hierarchy,
             spawners,
             netns,
+            net_scope,
             seccomp,
             features,
             staging,
@@ -290,6 +324,13 @@ impl Runner for Namespaces {
     /// What the kernel offers and what is in use.
     fn features(&self) -> &Features {
         &self.features
+    }
+
+    fn network_isolation(&self) -> crate::NetworkIsolation {
+        match self.net_scope {
+            Some(_) => crate::NetworkIsolation::Seccomp,
+            None => crate::NetworkIsolation::Namespace,
+        }
     }
 
     /// Number of run slots.
@@ -501,6 +542,7 @@ impl Namespaces {
             spawner: self.spawners.get(slot),
             cloner: None,
             netns: self.netns.as_ref(),
+            net_scope: self.net_scope.as_ref(),
             work,
             uid: self.uid(slot),
             cgroup: cg,
@@ -544,6 +586,7 @@ impl Namespaces {
             spawner: None,
             cloner: self.seat_cloner.as_ref(),
             netns: self.netns.as_ref(),
+            net_scope: self.net_scope.as_ref(),
             work,
             uid: self.uid(index),
             cgroup: cg.as_deref(),

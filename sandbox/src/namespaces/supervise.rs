@@ -29,6 +29,9 @@ pub(crate) struct Context<'a> {
     pub slot_guard: tokio::sync::OwnedMutexGuard<()>,
     /// Network namespaces made ahead of time (absent: each run makes its own).
     pub netns: Option<&'a super::netns::NetnsPool>,
+    /// `seccomp` network isolation: the Landlock scope ruleset the program enforces, and no
+    /// network namespace. None: a network namespace per run.
+    pub net_scope: Option<&'a OwnedFd>,
     pub work: &'a WorkDir,
     pub uid: u32,
     pub cgroup: Option<&'a SlotCgroup>,
@@ -44,6 +47,7 @@ const STACK_BYTES: usize = 256 * 1024;
 
 fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]) -> Result<ChildPlan, SandboxError> {
     let [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd, net_ns_fd] = fds;
+    let landlock_fd = ctx.net_scope.map_or(-1, |fd| fd.as_raw_fd());
     let at = |p: &str| Ok::<_, SandboxError>(cstr(p));
     let tmp_opts = format!("size={},mode=1777", ctx.tmp_bytes);
     let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
@@ -115,11 +119,20 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]
         .collect::<Result<_, _>>()?;
     let mnt_ns_fd = ctx.mnt_ns.as_raw_fd();
     let join_cgroup_fds: Vec<i32> = join.iter().map(AsRawFd::as_raw_fd).collect();
-    let mut keep_fds: Vec<i32> = [stdin_fd, stdout_fd, stderr_fd, report_fd, work_fd, mnt_ns_fd, net_ns_fd]
-        .into_iter()
-        .chain(join_cgroup_fds.iter().copied())
-        .filter(|fd| *fd >= 0)
-        .collect();
+    let mut keep_fds: Vec<i32> = [
+        stdin_fd,
+        stdout_fd,
+        stderr_fd,
+        report_fd,
+        work_fd,
+        mnt_ns_fd,
+        net_ns_fd,
+        landlock_fd,
+    ]
+    .into_iter()
+    .chain(join_cgroup_fds.iter().copied())
+    .filter(|fd| *fd >= 0)
+    .collect();
     keep_fds.sort_unstable();
     keep_fds.dedup();
     Ok(ChildPlan {
@@ -131,6 +144,8 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]
         mounts,
         mnt_ns_fd,
         net_ns_fd,
+        host_net: ctx.net_scope.is_some(),
+        landlock_fd,
         work_fd,
         run_mount_points: super::slotns::RUN_MOUNT_POINTS.map(CStr::to_owned).to_vec(),
         hostname: b"sandbox",
@@ -166,6 +181,14 @@ impl SlotHold {
     /// Detaches what the run mounted in the slot's namespace (see [`super::slotns::clear`]).
     fn clear(&self) -> Result<(), SandboxError> {
         super::slotns::clear(&self.mnt_ns).map_err(os("clearing the slot's mounts"))
+    }
+}
+
+impl super::spawner::Hold for SlotHold {
+    fn init_killed(self) {
+        if let Err(e) = self.clear() {
+            tracing::error!(error = %e, "slot mounts left after a cancelled spawn");
+        }
     }
 }
 
@@ -274,7 +297,9 @@ pub(crate) async fn run(ctx: Context<'_>, spec: &RunSpec) -> Result<RunOutcome, 
         Err(no_room) => return Ok(no_room),
     };
     let mut warm = match (warm_prep, &ctx.warm) {
-        (Some(p), Some(slot)) => warm::start(p, slot, ctx.cgroup, ctx.uid, ctx.seccomp, spec, rlimits).await,
+        (Some(p), Some(slot)) => {
+            warm::start(p, slot, ctx.cgroup, ctx.uid, ctx.seccomp, ctx.net_scope, spec, rlimits).await
+        }
         _ => None,
     };
     let killed_by = watch(&running, spec, ctx.cgroup, warm.as_mut()).await?;
@@ -342,7 +367,7 @@ fn setup(ctx: &Context<'_>, spec: &RunSpec) -> Result<Result<Prepared, RunOutcom
     let (rep_r, rep_w) = sys::pipe().map_err(os("pipe2"))?;
     let stdin = stdin_memfd(&spec.stdin)?;
     let work = ctx.work.attachable().map_err(os("cloning the work dir mount"))?;
-    let net_ns = ctx.netns.and_then(|p| p.take());
+    let net_ns = ctx.netns.filter(|_| ctx.net_scope.is_none()).and_then(|p| p.take());
     let fds = [
         stdin.as_raw_fd(),
         out_w.as_raw_fd(),
@@ -405,9 +430,10 @@ fn clone_here(plan: &ChildPlan, stack: &Stack, flags: libc::c_int) -> std::io::R
 /// reading its output. `Err(outcome)`: no memory left in the slot to start it.
 ///
 /// A spawner answers through a pipe, and a dead or stopped one would never
-/// answer: that wait happens on a blocking thread, with a time-out, never on
-/// the runtime's. The init comes back owned by a [`Child`], so a run future
-/// dropped meanwhile still has it killed and reaped before its plan is freed.
+/// answer: that wait happens in the runtime's reactor, with a time-out (see
+/// [`super::spawner`]). The init comes back owned by a [`Child`], and a run
+/// future dropped before the answer leaves it to be killed and reaped before
+/// its plan is freed.
 async fn spawn(
     mnt_ns: Arc<OwnedFd>,
     slot_guard: tokio::sync::OwnedMutexGuard<()>,
@@ -416,7 +442,7 @@ async fn spawn(
     p: Prepared,
     spec: &RunSpec,
 ) -> Result<Result<Running, RunOutcome>, SandboxError> {
-    let new_net = if p.child_ends[5].is_some() {
+    let new_net = if p.child_ends[5].is_some() || p.plan.host_net {
         0
     } else {
         libc::CLONE_NEWNET
@@ -445,7 +471,7 @@ async fn spawn(
         _guard: slot_guard,
     };
     let started = Instant::now();
-    let clone_init = move |spawned: std::io::Result<(i32, OwnedFd)>, plan, stack| {
+    let clone_init = move |spawned: std::io::Result<(i32, OwnedFd)>, plan, stack, slot| {
         // The init holds its own copies now (and the namespace, once it entered it).
         drop((child_ends, join_ends));
         spawned.map(|(pid, pidfd)| Child {
@@ -465,25 +491,20 @@ async fn spawn(
             // dropped meanwhile still has its init killed and reaped before they are freed.
             let job = Box::new(move || {
                 let spawned = clone_here(&plan, &stack, flags);
-                let _ = tx.send(clone_init(spawned, plan, stack));
+                let _ = tx.send(clone_init(spawned, plan, stack, slot));
             });
             cl.run(job).map_err(os("handing the seat's init to its cloner"))?;
             rx.await
                 .map_err(|e| SandboxError::Other(format!("the seat cloner did not answer: {e}")))?
         }
-        (Some(sp), _) => {
-            let sp = sp.clone();
-            tokio::task::spawn_blocking(move || {
-                let mut plan = plan;
-                let spawned = sp.spawn(&mut plan, &stack, flags);
-                clone_init(spawned, plan, stack)
-            })
-            .await
-            .map_err(|e| SandboxError::Other(format!("the spawn task failed: {e}")))?
-        }
+        // Answered through the reactor; a dropped future leaves the init to the spawner's clean-up.
+        (Some(sp), _) => match sp.spawn(plan, stack, flags, slot).await {
+            Ok((pid, pidfd, plan, stack, slot)) => clone_init(Ok((pid, pidfd)), plan, stack, slot),
+            Err(e) => Err(e),
+        },
         (None, None) => {
             let spawned = clone_here(&plan, &stack, flags);
-            clone_init(spawned, plan, stack)
+            clone_init(spawned, plan, stack, slot)
         }
     };
     let mut kid = match kid {

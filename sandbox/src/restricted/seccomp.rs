@@ -53,7 +53,7 @@ pub const SYSV_IPC: &[(&str, i64)] = &[
 ///
 /// `executor_pid` and `scoped_signals` (Landlock ABI 6+) decide the signal rules.
 pub fn build_filters(executor_pid: i32, scoped_signals: bool) -> Result<Vec<Vec<libc::sock_filter>>, FilterError> {
-    let mut filters: Vec<Vec<libc::sock_filter>> = crate::seccomp::build_filters()?
+    let mut filters: Vec<Vec<libc::sock_filter>> = crate::seccomp::build_filters(false)?
         .iter()
         .map(crate::seccomp::to_kernel)
         .collect();

@@ -125,6 +125,7 @@ pub(super) async fn start(
         procs: vec![],
         new_cgroup_ns: false,
         restricted: true,
+        landlock: None,
     };
     let (msg, fds) = (run.encode(), run.fds());
     // What fits the socket's buffer is sent here; larger runs (a MiB of args) block until

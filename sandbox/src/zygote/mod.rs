@@ -298,6 +298,9 @@ pub(crate) struct RunRequest<'a> {
     pub new_cgroup_ns: bool,
     /// A restricted run (`zygote.py`'s `_child_restricted`).
     pub restricted: bool,
+    /// Namespaces mode without a network namespace: the Landlock ruleset that scopes the
+    /// run's abstract unix sockets and signals, which the child enforces on itself (sent last).
+    pub landlock: Option<RawFd>,
 }
 
 impl RunRequest<'_> {
@@ -341,6 +344,7 @@ impl RunRequest<'_> {
         u32_(&mut b, self.procs.len());
         u32_(&mut b, usize::from(self.new_cgroup_ns));
         u32_(&mut b, usize::from(self.restricted));
+        u32_(&mut b, usize::from(self.landlock.is_some()));
         b
     }
 
@@ -350,6 +354,7 @@ impl RunRequest<'_> {
             .iter()
             .chain(&self.namespaces)
             .chain(&self.procs)
+            .chain(&self.landlock)
             .copied()
             .collect()
     }

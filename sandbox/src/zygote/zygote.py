@@ -308,13 +308,15 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
     sock.detach()
     # A seat's init lives outside the seat's cgroup: its cgroup namespace is
     # not the run's, and the child makes its own once it joined the cgroup.
-    argv, env, cwd, prefix, uid, gid, rlimits, filters, n_ns, n_procs, new_cgroup_ns, restricted = _parse(
+    argv, env, cwd, prefix, uid, gid, rlimits, filters, n_ns, n_procs, new_cgroup_ns, restricted, scoped = _parse(
         body, struct
     )
-    if restricted or len(fds) != 4 + n_ns + n_procs:
-        raise RuntimeError("expected %d descriptors, got %d" % (4 + n_ns + n_procs, len(fds)))
+    if restricted or len(fds) != 4 + n_ns + n_procs + scoped:
+        raise RuntimeError("expected %d descriptors, got %d" % (4 + n_ns + n_procs + scoped, len(fds)))
     namespaces = fds[4 : 4 + n_ns]
-    procs = fds[4 + n_ns :]
+    procs = fds[4 + n_ns : 4 + n_ns + n_procs]
+    # No network namespace: the Landlock ruleset scoping abstract unix sockets and signals.
+    landlock = fds[4 + n_ns + n_procs] if scoped else -1
     # The init mounts the run's /work, /tmp, /dev/shm and /proc meanwhile.
     ready = os.read(fds[3], 1)
     os.close(fds[3])
@@ -351,6 +353,11 @@ def _child(run_fd, libc, setns, ctypes, signal, socket, struct):
         resource.setrlimit(res, (cur, mx))
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs")
+    if landlock >= 0:
+        nr = _SYS_LANDLOCK_RESTRICT_SELF.get(os.uname().machine)
+        if nr is None or libc.syscall(nr, landlock, 0) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+        os.close(landlock)
 
     _install_filters(filters, libc, ctypes)
     os.chdir(cwd)
@@ -380,7 +387,7 @@ def _child_restricted(run_fd, zygote_pid, libc, ctypes, signal, socket, struct):
     (n,) = struct.unpack("<I", _recv_exact(sock, 4, fds, socket, struct))
     body = _recv_exact(sock, n, fds, socket, struct)
     sock.detach()
-    argv, env, cwd, prefix, uid, gid, rlimits, filters, n_ns, n_procs, _new_cg, restricted = _parse(body, struct)
+    argv, env, cwd, prefix, uid, gid, rlimits, filters, n_ns, n_procs, _new_cg, restricted, _scoped = _parse(body, struct)
     if not restricted or n_ns or n_procs or len(fds) != 4:
         raise RuntimeError("not a restricted run (%d descriptors)" % len(fds))
     landlock = fds[3]
@@ -462,7 +469,8 @@ def _parse(body, struct):
     n_procs = u32()
     new_cgroup_ns = u32()
     restricted = u32()
-    return argv, env, cwd, prefix, uid, gid, rlimits, filters, n_ns, n_procs, new_cgroup_ns, restricted
+    scoped = u32()
+    return argv, env, cwd, prefix, uid, gid, rlimits, filters, n_ns, n_procs, new_cgroup_ns, restricted, scoped
 
 
 def _set_cmdline(argv, ctypes):

@@ -22,6 +22,8 @@ pub enum Code {
     ResourceExhausted,
     Unimplemented,
     Internal,
+    /// Retry: on another executor, or later (Connect's `unavailable`, HTTP 503).
+    Unavailable,
 }
 
 impl Code {
@@ -36,6 +38,7 @@ impl Code {
             Code::ResourceExhausted => "resource_exhausted",
             Code::Unimplemented => "unimplemented",
             Code::Internal => "internal",
+            Code::Unavailable => "unavailable",
         }
     }
 
@@ -50,6 +53,7 @@ impl Code {
             Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
             Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }

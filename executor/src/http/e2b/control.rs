@@ -39,6 +39,7 @@ pub struct NewSandbox {
     #[serde(default, deserialize_with = "env_map")]
     env_vars: Option<BTreeMap<String, String>>,
     auto_pause: Option<bool>,
+    auto_pause_memory: Option<bool>,
     auto_resume: Option<serde_json::Value>,
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
@@ -156,7 +157,7 @@ fn detail(info: &SessionInfo) -> serde_json::Value {
         "cpuCount": 1,
         "memoryMB": info.totals.memory >> 20,
         "diskSizeMB": info.totals.disk >> 20,
-        "state": "running",
+        "state": if info.paused { "paused" } else { "running" },
         "metadata": info.metadata,
         "domain": null,
     })
@@ -216,7 +217,16 @@ pub async fn create(
         Ok(r) => r,
         Err(r) => return r,
     };
-    let Some(&(template, language)) = TEMPLATES.iter().find(|(t, _)| *t == req.template_id) else {
+    // A snapshot's id starts a sandbox from it (`Sandbox.create(snapshot_id)`), its language the snapshot's.
+    let snapshot = req
+        .template_id
+        .starts_with(crate::session::SNAPSHOT_PREFIX)
+        .then(|| req.template_id.clone());
+    let found = match &snapshot {
+        Some(_) => Some(&("", "")),
+        None => TEMPLATES.iter().find(|(t, _)| *t == req.template_id),
+    };
+    let Some(&(template, language)) = found else {
         let known: Vec<&str> = TEMPLATES.iter().map(|(t, _)| *t).collect();
         return api_error(
             StatusCode::BAD_REQUEST,
@@ -231,11 +241,10 @@ pub async fn create(
     if req.allow_internet_access == Some(true) && uri.path().starts_with("/v2/") {
         return refused("allow_internet_access (internet access: sandboxes have no network)");
     }
-    let resume =
-        |v: &serde_json::Value| v.as_bool() == Some(true) || v.get("enabled").and_then(|e| e.as_bool()) == Some(true);
-    if req.auto_pause == Some(true) || req.auto_resume.as_ref().is_some_and(resume) {
-        return refused("autoPause/autoResume (pause and resume)");
-    }
+    let (pause_on_timeout, auto_resume) = match lifecycle(&req, sessions.has_store()) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
     if req.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
         return refused("volumeMounts (volumes)");
     }
@@ -277,16 +286,18 @@ pub async fn create(
             ..Default::default()
         }),
         call_limits: Some(crate::limits::to_proto(call_limits)),
+        from_snapshot: snapshot.clone().unwrap_or_default(),
         ..Default::default()
     };
     let extras = Extras {
         access_token: true,
         metadata: req.metadata.unwrap_or_default(),
-        template: template.into(),
+        template: snapshot.unwrap_or_else(|| template.into()),
         home: true,
         end_after: Some(after),
-        auto_resume: false,
+        auto_resume,
         earlier_tokens: Vec::new(),
+        pause_on_timeout,
     };
     let call = call.map(|c| c.0).unwrap_or_default();
     let owner = call.caller.as_bytes().to_vec();
@@ -296,7 +307,7 @@ pub async fn create(
     };
     let envs = req.env_vars.unwrap_or_default();
     if !envs.is_empty()
-        && let Err(r) = set_envs(&sessions, &info, &owner, language, &envs).await
+        && let Err(r) = set_envs(&sessions, &info, &owner, &info.language, &envs).await
     {
         let _ = sessions
             .close(
@@ -309,6 +320,52 @@ pub async fn create(
         return r;
     }
     (StatusCode::CREATED, Json(created(&info))).into_response()
+}
+
+/// The mode a sandbox is paused in at its timeout instead of killed (`autoPause`,
+/// `autoPauseMemory`): the one place create chooses it. `autoPauseMemory: true` is a full
+/// pause (the interpreter's names kept; a bash sandbox's files only); left out (E2B's
+/// default is a full pause), files are kept and the interpreter restarts, as `pause()` does.
+fn timeout_pause_mode(memory: Option<bool>) -> pb::PauseMode {
+    match memory {
+        Some(true) => pb::PauseMode::Full,
+        Some(false) | None => pb::PauseMode::Filesystem,
+    }
+}
+
+/// Create's lifecycle (`autoPause`, `autoPauseMemory`, `autoResume`) as E2B's API takes it:
+/// the pause mode at the timeout (None: killed, as before) and whether the next call resumes
+/// it. Combinations E2B refuses are refused here with the field named.
+#[allow(clippy::result_large_err)] // an early answer, built once per request
+fn lifecycle(req: &NewSandbox, has_store: bool) -> Result<(Option<pb::PauseMode>, bool), Response> {
+    let bad = |m: &str| api_error(StatusCode::BAD_REQUEST, m.to_owned());
+    let resume = match &req.auto_resume {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(v) => match v.get("enabled") {
+            Some(serde_json::Value::Bool(b)) => *b,
+            None | Some(serde_json::Value::Null) => false,
+            Some(_) => return Err(bad("autoResume.enabled: must be true or false")),
+        },
+    };
+    if req.auto_pause != Some(true) {
+        if resume {
+            return Err(bad(
+                "autoResume: can only be enabled when autoPause is true (on_timeout \"pause\")",
+            ));
+        }
+        return Ok((None, false));
+    }
+    if resume && req.auto_pause_memory == Some(false) {
+        return Err(bad(
+            "autoResume: cannot be enabled with autoPauseMemory false (on_timeout mode \"filesystem\"): a filesystem-only pause is resumed explicitly, with connect",
+        ));
+    }
+    let mode = timeout_pause_mode(req.auto_pause_memory);
+    if !has_store {
+        return Err(no_store("autoPause"));
+    }
+    Ok((Some(mode), resume))
 }
 
 /// Sets the sandbox's environment variables (create's `envVars`): Python sessions keep
@@ -506,8 +563,16 @@ pub async fn get(State(e): State<E2b>, Path(id): Path<String>, call: Option<axum
     let Some(sessions) = e.sessions.as_ref() else {
         return no_such_sandbox();
     };
-    match sessions.info(&id, &caller(call)) {
+    let call = call.map(|c| c.0).unwrap_or_default();
+    match sessions.info(&id, call.caller.as_bytes()) {
         Ok(i) => Json(detail(&i)).into_response(),
+        // Paused, here or by another executor sharing the store.
+        Err(crate::session::SessionError::Paused | crate::session::SessionError::NotFound) if sessions.has_store() => {
+            match sessions.paused_info(&id, &call).await {
+                Ok(i) => Json(detail(&i)).into_response(),
+                Err(e) => api_session_error(e),
+            }
+        }
         Err(e) => api_session_error(e),
     }
 }
@@ -552,7 +617,8 @@ pub async fn kill(State(e): State<E2b>, Path(id): Path<String>, call: Option<axu
     }
 }
 
-/// `GET /sandboxes`, `GET /v2/sandboxes`: the caller's running sandboxes, filtered by
+/// `GET /sandboxes`, `GET /v2/sandboxes`: the caller's sandboxes (running, and paused ones
+/// from the session store; `state` picks either), filtered by
 /// `metadata` (`k=v&k2=v2`, URL-encoded) and paged by `limit` and `nextToken` (the next
 /// page's token comes back in `x-next-token`).
 pub async fn list(
@@ -560,7 +626,8 @@ pub async fn list(
     Query(pairs): Query<Vec<(String, String)>>,
     call: Option<axum::Extension<Call>>,
 ) -> Response {
-    let auth = caller(call);
+    let call = call.map(|c| c.0).unwrap_or_default();
+    let auth = call.caller.as_bytes().to_vec();
     // `state` may come several times (`state=running&state=paused`), or comma-separated.
     let states: Vec<&str> = pairs
         .iter()
@@ -574,20 +641,28 @@ pub async fn list(
             filter.insert(k.into_owned(), v.into_owned());
         }
     }
-    if !states.is_empty() && !states.contains(&"running") {
-        // Nothing here is ever paused.
-        return Json(serde_json::json!([])).into_response();
-    }
+    let running = states.is_empty() || states.contains(&"running");
+    let paused = states.is_empty() || states.contains(&"paused");
     let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
         None => 100,
         Some(Ok(n)) if (1..=1000).contains(&n) => n,
         Some(_) => return api_error(StatusCode::BAD_REQUEST, "limit: must be 1 to 1000"),
     };
-    let mut all: Vec<_> = e
-        .sessions
-        .as_ref()
-        .map(|s| s.list(&auth, &filter))
-        .unwrap_or_default()
+    let mut infos = match (&e.sessions, running) {
+        (Some(s), true) => s.list(&auth, &filter),
+        _ => Vec::new(),
+    };
+    if let (Some(s), true) = (&e.sessions, paused) {
+        match s.list_paused(&call, &filter).await {
+            // A sandbox being resumed may show in both: it is running.
+            Ok(p) => {
+                let live: std::collections::HashSet<String> = infos.iter().map(|i| i.id.clone()).collect();
+                infos.extend(p.into_iter().filter(|p| !live.contains(&p.id)));
+            }
+            Err(e) => return api_session_error(e),
+        }
+    }
+    let mut all: Vec<_> = infos
         .into_iter()
         .map(|i| ((rfc3339(i.started_at), i.id.clone()), i))
         .collect();

@@ -744,6 +744,7 @@ async fn run_op(
         },
         Err(crate::session::SessionError::NotFound) => Err(OpError::Gone(id.to_owned())),
         Err(crate::session::SessionError::Exhausted(m)) => Err(OpError::Rpc(Error::new(Code::ResourceExhausted, m))),
+        Err(crate::session::SessionError::Retry(m)) => Err(OpError::Rpc(Error::new(Code::Unavailable, m))),
         Err(e @ (crate::session::SessionError::Reset(_) | crate::session::SessionError::Paused)) => {
             Err(OpError::Rpc(Error::new(Code::FailedPrecondition, e.to_string())))
         }

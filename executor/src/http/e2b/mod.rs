@@ -17,6 +17,7 @@ pub mod connect;
 pub mod control;
 pub mod envd;
 pub mod interpreter;
+pub mod snapshots;
 
 use crate::engine::Engine;
 use crate::error::ExecError;
@@ -176,6 +177,8 @@ pub fn control_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S>
         .route("/v2/sandboxes/{id}/connect", post(control::connect))
         .route("/sandboxes/{id}/pause", post(control::pause))
         .route("/sandboxes/{id}/resume", post(control::resume))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/templates/{id}", axum::routing::delete(snapshots::delete))
         .route("/sandboxes/{id}/{what}", any(control::unsupported))
         .route("/v2/sandboxes/{id}/{what}", any(control::unsupported))
         .route("/snapshots", any(control::unsupported))
@@ -293,6 +296,7 @@ pub fn api_session_error(e: SessionError) -> Response {
         SessionError::NotFound => api_error(StatusCode::NOT_FOUND, "sandbox not found (unknown, killed or expired)"),
         SessionError::Exhausted(m) => api_error(StatusCode::TOO_MANY_REQUESTS, m),
         SessionError::Reset(_) | SessionError::Paused => api_error(StatusCode::CONFLICT, e.to_string()),
+        SessionError::Retry(m) => api_error(StatusCode::SERVICE_UNAVAILABLE, m),
         SessionError::Exec(e) => api_exec_error(e),
     }
 }
@@ -380,7 +384,25 @@ pub async fn sandbox_first(
     mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match sandbox(e.sessions.as_ref(), req.headers()) {
+    let found = match sandbox(e.sessions.as_ref(), req.headers()) {
+        // A sandbox paused at its timeout with autoResume is resumed by its next call.
+        Err(Refused::NotFound(id)) => match e.sessions.as_ref() {
+            Some(sessions) => {
+                let token = req
+                    .headers()
+                    .get("x-access-token")
+                    .map(|v| v.as_bytes())
+                    .unwrap_or_default();
+                match sessions.resume_by_access(&id, token).await {
+                    Ok((owner, tenant)) => Ok(Sandbox { id, owner, tenant }),
+                    Err(_) => Err(Refused::NotFound(id)),
+                }
+            }
+            None => Err(Refused::NotFound(id)),
+        },
+        other => other,
+    };
+    match found {
         Ok(s) => {
             req.extensions_mut().insert(Arc::new(s));
             next.run(req).await
@@ -416,6 +438,7 @@ pub fn is_e2b_path(path: &str) -> bool {
         || path.starts_with("/v2/sandboxes/")
         || path == "/snapshots"
         || path.starts_with("/snapshots/")
+        || path.starts_with("/templates/")
         || is_data_path(path)
 }
 

@@ -56,7 +56,7 @@ fn sessions_set_all_three_executor_flags() {
         args[args.len() - 3..],
         [
             "--session-memory-bytes=268435456",
-            "--drain-timeout-ms=125000",
+            "--drain-timeout-ms=145480",
             "--work-root=/var/lib/sandpool"
         ]
     );

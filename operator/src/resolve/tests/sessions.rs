@@ -39,6 +39,7 @@ fn the_budget_defaults_to_max_per_pod_times_idle_memory() {
             idle_bytes: 32 << 20,
             memory_bytes: 2 << 30,
             spares: 0,
+            ..Default::default()
         })
     );
     assert_eq!(
@@ -48,6 +49,7 @@ fn the_budget_defaults_to_max_per_pod_times_idle_memory() {
             idle_bytes: 32 << 20,
             memory_bytes: 500 * (32 << 20),
             spares: 0,
+            ..Default::default()
         })
     );
     // A larger budget lets some sessions grow past their idle size.
@@ -58,6 +60,7 @@ fn the_budget_defaults_to_max_per_pod_times_idle_memory() {
             idle_bytes: 16 << 20,
             memory_bytes: 8 << 30,
             spares: 0,
+            ..Default::default()
         })
     );
     // No sessions: nothing set aside.
@@ -68,6 +71,7 @@ fn the_budget_defaults_to_max_per_pod_times_idle_memory() {
             idle_bytes: 32 << 20,
             memory_bytes: 0,
             spares: 0,
+            ..Default::default()
         })
     );
     // The bounds themselves are in range.

@@ -145,6 +145,7 @@ pub(super) async fn start(
     cgroup: Option<&SlotCgroup>,
     uid: u32,
     seccomp: &[Vec<libc::sock_filter>],
+    net_scope: Option<&OwnedFd>,
     spec: &RunSpec,
     rlimits: Vec<(u32, libc::rlimit64)>,
 ) -> Option<Warm> {
@@ -213,6 +214,7 @@ pub(super) async fn start(
             procs: procs.iter().map(|f| f.as_raw_fd()).collect(),
             new_cgroup_ns: seat,
             restricted: false,
+            landlock: net_scope.map(|fd| fd.as_raw_fd()),
         };
         let msg = req.encode();
         let fds = req.fds();

@@ -1,0 +1,94 @@
+//! E2B's snapshots (docs/sessions.md, "Snapshots and forks"): `create_snapshot()` is
+//! `POST /sandboxes/{id}/snapshots` (201 `{"snapshotID", "names"}`), `Sandbox.create(id)`
+//! is a create whose `templateID` is a snapshot's id (served in `control::create`), and
+//! `delete_snapshot(id)` is `DELETE /templates/{id}`.
+
+use super::{E2b, api_error, api_session_error, json_body};
+use crate::call::Call;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use sandpool_proto::v1 as pb;
+use serde::Deserialize;
+
+/// What the SDK sends with `create_snapshot(name=..., mode=...)`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SnapshotBody {
+    name: Option<String>,
+    memory: Option<bool>,
+}
+
+fn caller(call: &Option<axum::Extension<Call>>) -> Call {
+    call.as_ref().map(|c| c.0.clone()).unwrap_or_default()
+}
+
+/// `POST /sandboxes/{id}/snapshots`.
+pub async fn create(
+    State(e): State<E2b>,
+    Path(id): Path<String>,
+    call: Option<axum::Extension<Call>>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(sessions) = e.sessions.as_ref() else {
+        return api_session_error(crate::session::SessionError::NotFound);
+    };
+    let req: SnapshotBody = match body.is_empty() {
+        true => SnapshotBody::default(),
+        false => match json_body(&body) {
+            Ok(r) => r,
+            Err(m) => return api_error(StatusCode::BAD_REQUEST, m),
+        },
+    };
+    if req.memory == Some(true) {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "memory: a snapshot with memory (mode=\"full\") is not supported by Sandpool yet; snapshot with mode=\"filesystem\" (files are kept, the interpreter starts cold)",
+        );
+    }
+    if req.name.as_ref().is_some_and(|n| !n.is_empty()) {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "name: named snapshots are not supported by Sandpool; leave it out and use the snapshotID returned",
+        );
+    }
+    if !sessions.has_store() {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "snapshots (create_snapshot) are not supported by Sandpool on this executor: it has no session store (--session-store-dir, or the pool's spec.sessions; docs/sessions.md)",
+        );
+    }
+    let who = caller(&call).caller.into_bytes();
+    match sessions
+        .snapshot(pb::SnapshotSessionRequest { session_id: id }, &who)
+        .await
+    {
+        Ok(r) => (
+            StatusCode::CREATED,
+            Json(serde_json::json!({"snapshotID": r.snapshot_id, "names": [r.snapshot_id]})),
+        )
+            .into_response(),
+        Err(e) => api_session_error(e),
+    }
+}
+
+/// `DELETE /templates/{id}`: a snapshot's id deletes it; no other template is the caller's.
+pub async fn delete(State(e): State<E2b>, Path(id): Path<String>, call: Option<axum::Extension<Call>>) -> Response {
+    let Some(sessions) = e.sessions.as_ref().filter(|s| s.has_store()) else {
+        return api_error(StatusCode::NOT_FOUND, format!("snapshot {id:?} not found"));
+    };
+    if !id.starts_with(crate::session::SNAPSHOT_PREFIX) {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            format!("templateID: {id:?} is not a snapshot; Sandpool's own templates cannot be deleted"),
+        );
+    }
+    match sessions
+        .delete_snapshot(pb::DeleteSnapshotRequest { snapshot_id: id }, caller(&call))
+        .await
+    {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => api_session_error(e),
+    }
+}

@@ -1,0 +1,273 @@
+//! Snapshots and forks against the real executor over loopback (docs/sessions.md,
+//! "Snapshots and forks"): a snapshot starts new sessions with its files, only for its
+//! owner; a fork starts n isolated copies at once, or none with a clear refusal.
+
+use sandpool_proto::v1 as pb;
+use sandpool_tests::{Executor, Isolation, Options};
+use std::collections::HashSet;
+use std::path::Path;
+use tonic::Code;
+
+type Client = pb::executor_client::ExecutorClient<tonic::transport::Channel>;
+
+async fn executor(store: &Path, extra: &[&str]) -> Executor {
+    let mut args = vec!["--session-store-dir".to_owned(), store.display().to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "bash"],
+        extra_args: args,
+        isolation: Isolation::Namespaces,
+        ..Default::default()
+    })
+    .await
+}
+
+fn as_<T>(who: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {who}").parse().expect("header"));
+    r
+}
+
+async fn create(c: &mut Client, who: &str, language: &str) -> String {
+    c.create_session(as_(
+        who,
+        pb::CreateSessionRequest {
+            language: language.into(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .expect("create")
+    .into_inner()
+    .session_id
+}
+
+/// The command's stdout, asserting it ran.
+async fn sh(c: &mut Client, who: &str, id: &str, cmd: &str) -> String {
+    let r = c
+        .run_in_session(as_(
+            who,
+            pb::RunInSessionRequest {
+                session_id: id.into(),
+                input: Some(pb::run_in_session_request::Input::Command(cmd.into())),
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("run")
+        .into_inner();
+    let res = r.result.clone().unwrap_or_default();
+    assert_eq!(
+        r.verdict,
+        pb::Verdict::Ok as i32,
+        "{r:?}: {}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    String::from_utf8_lossy(&res.stdout).into_owned()
+}
+
+async fn snapshot(c: &mut Client, who: &str, id: &str) -> Result<pb::SnapshotSessionResponse, tonic::Status> {
+    c.snapshot_session(as_(who, pb::SnapshotSessionRequest { session_id: id.into() }))
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn from_snapshot(c: &mut Client, who: &str, snap: &str) -> Result<pb::CreateSessionResponse, tonic::Status> {
+    c.create_session(as_(
+        who,
+        pb::CreateSessionRequest {
+            from_snapshot: snap.into(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .map(|r| r.into_inner())
+}
+
+async fn fork(c: &mut Client, who: &str, id: &str, n: u32) -> Result<pb::ForkSessionResponse, tonic::Status> {
+    c.fork_session(as_(
+        who,
+        pb::ForkSessionRequest {
+            session_id: id.into(),
+            n,
+        },
+    ))
+    .await
+    .map(|r| r.into_inner())
+}
+
+const MAKE_FILES: &str = "mkdir -p d && printf 'hello\\n' > a.txt && chmod 640 a.txt && ln -s a.txt link && echo ok";
+const CHECK_FILES: &str = "stat -c '%n %a %F' a.txt link && cat link";
+
+#[tokio::test]
+async fn a_snapshot_starts_new_sessions_with_its_files_for_its_owner_only() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "alice", "bash").await;
+    assert_eq!(sh(&mut c, "alice", &id, MAKE_FILES).await, "ok\n");
+    let want = sh(&mut c, "alice", &id, CHECK_FILES).await;
+
+    // Another owner's session cannot be snapshotted.
+    assert_eq!(
+        snapshot(&mut c, "mallory", &id).await.expect_err("not hers").code(),
+        Code::NotFound
+    );
+    let snap = snapshot(&mut c, "alice", &id).await.expect("snapshot");
+    assert!(snap.snapshot_id.starts_with("snap-"), "{snap:?}");
+    assert!(snap.stored_bytes > 0);
+    // The session goes on.
+    assert_eq!(
+        sh(&mut c, "alice", &id, "echo more > b.txt && cat a.txt").await,
+        "hello\n"
+    );
+
+    let new = from_snapshot(&mut c, "alice", &snap.snapshot_id)
+        .await
+        .expect("from snapshot");
+    assert_ne!(new.session_id, id);
+    assert_eq!(new.language, "bash");
+    assert_eq!(sh(&mut c, "alice", &new.session_id, CHECK_FILES).await, want);
+    // What the source wrote after the snapshot is not in it.
+    assert_eq!(
+        sh(&mut c, "alice", &new.session_id, "ls b.txt 2>/dev/null || echo none").await,
+        "none\n"
+    );
+
+    // Only its owner starts sessions from it, and deletes it.
+    let e = from_snapshot(&mut c, "mallory", &snap.snapshot_id)
+        .await
+        .expect_err("not hers");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = from_snapshot(&mut c, "alice", "snap-nosuch")
+        .await
+        .expect_err("unknown");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let del = || pb::DeleteSnapshotRequest {
+        snapshot_id: snap.snapshot_id.clone(),
+    };
+    let e = c.delete_snapshot(as_("mallory", del())).await.expect_err("not hers");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    // It outlives its session: closed, the snapshot still starts sessions.
+    c.close_session(as_("alice", pb::CloseSessionRequest { session_id: id.clone() }))
+        .await
+        .expect("close");
+    let again = from_snapshot(&mut c, "alice", &snap.snapshot_id)
+        .await
+        .expect("after close");
+    assert_eq!(sh(&mut c, "alice", &again.session_id, "cat a.txt").await, "hello\n");
+    c.delete_snapshot(as_("alice", del())).await.expect("delete");
+    let e = from_snapshot(&mut c, "alice", &snap.snapshot_id)
+        .await
+        .expect_err("deleted");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    // A second executor sharing the store starts sessions from it too.
+    let snap = snapshot(&mut c, "alice", &new.session_id).await.expect("snapshot");
+    let ex2 = executor(store.path(), &[]).await;
+    let mut c2 = ex2.client();
+    let there = from_snapshot(&mut c2, "alice", &snap.snapshot_id)
+        .await
+        .expect("on another");
+    assert_eq!(sh(&mut c2, "alice", &there.session_id, CHECK_FILES).await, want);
+}
+
+#[tokio::test]
+async fn a_python_session_snapshotted_goes_on_and_its_copy_has_its_files() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "alice", "python").await;
+    assert_eq!(sh(&mut c, "alice", &id, "echo 42 > n.txt && echo ok").await, "ok\n");
+    let snap = snapshot(&mut c, "alice", &id).await.expect("snapshot");
+    let new = from_snapshot(&mut c, "alice", &snap.snapshot_id)
+        .await
+        .expect("from snapshot");
+    assert_eq!(new.language, "python");
+    let r = c
+        .run_in_session(as_(
+            "alice",
+            pb::RunInSessionRequest {
+                session_id: new.session_id.clone(),
+                input: Some(pb::run_in_session_request::Input::Code(
+                    "open('/work/n.txt').read().strip()".into(),
+                )),
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("run")
+        .into_inner();
+    assert_eq!(r.display, "'42'", "{r:?}");
+    // The language may be named, but must be the snapshot's.
+    let e = c
+        .create_session(as_(
+            "alice",
+            pb::CreateSessionRequest {
+                language: "bash".into(),
+                from_snapshot: snap.snapshot_id.clone(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect_err("wrong language");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("language"), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_fork_starts_n_isolated_copies_or_none_with_a_clear_refusal() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &["--max-sessions", "5"]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "alice", "bash").await;
+    assert_eq!(sh(&mut c, "alice", &id, MAKE_FILES).await, "ok\n");
+    let want = sh(&mut c, "alice", &id, CHECK_FILES).await;
+
+    for n in [0, 65] {
+        let e = fork(&mut c, "alice", &id, n).await.expect_err("bad n");
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("n"), "{e:?}");
+    }
+    assert_eq!(
+        fork(&mut c, "mallory", &id, 1).await.expect_err("not hers").code(),
+        Code::NotFound
+    );
+    // 1 + 5 > 5: none start.
+    let e = fork(&mut c, "alice", &id, 5).await.expect_err("over the cap");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("max-sessions"), "{e:?}");
+
+    let copies = fork(&mut c, "alice", &id, 3).await.expect("fork").sessions;
+    assert_eq!(copies.len(), 3);
+    let ids: HashSet<&str> = copies.iter().map(|s| s.session_id.as_str()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(!ids.contains(id.as_str()));
+    let mut uids = HashSet::new();
+    uids.insert(sh(&mut c, "alice", &id, "id -u").await);
+    for s in &copies {
+        assert_eq!(sh(&mut c, "alice", &s.session_id, CHECK_FILES).await, want);
+        uids.insert(sh(&mut c, "alice", &s.session_id, "id -u").await);
+    }
+    assert_eq!(uids.len(), 4, "each copy its own uid: {uids:?}");
+    // A write in one is seen in no other.
+    let first = &copies[0].session_id;
+    sh(&mut c, "alice", first, "echo mine > a.txt && echo new > only.txt").await;
+    for s in copies
+        .iter()
+        .skip(1)
+        .map(|s| s.session_id.as_str())
+        .chain([id.as_str()])
+    {
+        assert_eq!(
+            sh(&mut c, "alice", s, "cat a.txt; ls only.txt 2>/dev/null || echo none").await,
+            "hello\nnone\n"
+        );
+    }
+    // The cap is full now (4 of 5): a fork of 2 is refused, and leaves the count as it was.
+    let e = fork(&mut c, "alice", &id, 2).await.expect_err("over the cap");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    fork(&mut c, "alice", &id, 1).await.expect("the last seat");
+}
