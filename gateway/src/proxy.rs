@@ -246,10 +246,7 @@ impl Proxy {
         let mut tried: Vec<Arc<Backend>> = Vec::new();
         let mut next = first;
         let mut last_error = format!("its executor {named} is gone");
-        loop {
-            let Some(backend) = next.take().or_else(|| self.backends.choose(&set, &tried)) else {
-                break;
-            };
+        while let Some(backend) = next.take().or_else(|| self.backends.choose(&set, &tried)) {
             tried.push(backend.clone());
             let body = match (&kept, streamed.take()) {
                 (Some(b), _) => body::full(b.clone()),
@@ -260,7 +257,10 @@ impl Proxy {
             let out = Outstanding::new(backend.clone(), self.metrics.clone());
             match self.send(&backend, &parts, body).await {
                 Ok(resp) => {
-                    if decide(Ok(resp.status()), kept.is_some(), retries_left) == Next::Retry
+                    // A draining executor refuses unrun (503) while it pauses the session
+                    // into the store; a busy one (429) still holds it live, so it answers.
+                    if resp.status() == StatusCode::SERVICE_UNAVAILABLE
+                        && decide(Ok(resp.status()), kept.is_some(), retries_left) == Next::Retry
                         && tried.len() < set.list.len()
                     {
                         self.metrics.retries.inc();

@@ -36,7 +36,9 @@ impl SessionManager {
             let m = self.clone();
             // A bash session has no interpreter state to keep: its files are all a full pause has.
             let mode = match (s.pause_on_timeout, s.kind) {
-                (Some(sandpool_proto::v1::PauseMode::Full), super::record::Kind::Python) => sandpool_proto::v1::PauseMode::Full,
+                (Some(sandpool_proto::v1::PauseMode::Full), super::record::Kind::Python) => {
+                    sandpool_proto::v1::PauseMode::Full
+                }
                 _ => sandpool_proto::v1::PauseMode::Filesystem,
             };
             tokio::spawn(async move {
