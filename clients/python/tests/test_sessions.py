@@ -50,7 +50,7 @@ def test_state_files_and_close_on_exit(sessions_executor: Executor) -> None:
             assert b.id != sid
 
 
-def test_routing_to_the_named_executor_and_a_lost_session(make_executor) -> None:
+def test_routing_to_the_named_executor_and_a_lost_session(make_executor, tmp_path) -> None:
     e = make_executor("pytest-route", languages="python", args=["--max-sessions", "1"])
     # Dialled by another name than the one the executor advertises: the session gets a channel of its own.
     with Client(f"dns:///localhost:{e.port}") as c:
@@ -62,10 +62,10 @@ def test_routing_to_the_named_executor_and_a_lost_session(make_executor) -> None
         # restarted executor keeps): its next call resumes it there.
         e.restart("pytest-route-2")
         assert s.run("assert x == 1").ok
-        # Killed, it had no drain: it comes back empty, and the session is reported lost, never
+        # Back with another store, it has no such session: the session is reported lost, never
         # recreated silently.
-        e.kill()
-        e.start()
+        e.extra_args += ["--session-store-dir", str(tmp_path)]
+        e.restart("pytest-route-3")
         with pytest.raises(SessionLost, match="restarted executor"):
             s.run("x")
         s.close()
