@@ -2,7 +2,8 @@
 //!
 //! A ClusterIP Service balances per connection, so one keep-alive client sticks to one
 //! executor; the gateway spreads per request. Session-bound requests go to the executor
-//! whose name their session id carries; the rest go to the executor with the fewest
+//! whose name their session id carries (or the one it moved to, when that executor is gone:
+//! another live one resumes it from the shared store); the rest go to the executor with the fewest
 //! outstanding requests, and to another only when the first refused them unrun
 //! (docs/gateway.md).
 
@@ -18,6 +19,8 @@ pub mod discovery;
 pub mod list;
 /// Prometheus metrics.
 pub mod metrics;
+/// Sessions that moved to another executor (after a drain), learned from answers.
+pub mod moved;
 /// Forwarding one request: routing, retry decision, hop-by-hop headers, error answers.
 pub mod proxy;
 /// The accept loop, the metrics and probe endpoints, draining, and `run`.

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 pub struct Proxy {
     pub backends: Arc<Backends>,
     pub metrics: Arc<Metrics>,
+    /// Sessions answering from another executor than their id names.
+    pub moved: crate::moved::Moved,
     client: Client<HttpConnector, BoxBody>,
     opts: ProxyOptions,
 }
@@ -158,6 +160,7 @@ impl Proxy {
         Proxy {
             backends,
             metrics,
+            moved: crate::moved::Moved::default(),
             client,
             opts,
         }
@@ -204,7 +207,10 @@ impl Proxy {
         })
     }
 
-    /// A session-bound request: its executor or nothing.
+    /// A session-bound request: to the executor holding it (its id's, or the one it moved
+    /// to). When that one is gone (not a backend, or it cannot be connected to, or it refuses
+    /// unrun as a draining executor does), to another live one, least outstanding first,
+    /// which resumes it from the shared store; the executor that answers is remembered.
     async fn session<B>(
         &self,
         req: Request<B>,
@@ -216,30 +222,78 @@ impl Proxy {
         B::Error: Into<BoxError>,
     {
         let set = self.backends.snapshot();
-        let Some(backend) = set.get(&id.executor).cloned() else {
-            // Its pod is gone, and the session with it: say so as E2B clients expect.
+        let named = self.moved.get(&id.id).unwrap_or_else(|| id.executor.clone());
+        let first = set.get(&named).cloned().filter(|b| !b.is_down(Instant::now()));
+        if first.is_none() && set.list.is_empty() {
+            // No executor at all: say so as E2B clients expect.
             let r = if control {
                 json_error(StatusCode::NOT_FOUND, &format!("sandbox {} was not found", id.id))
             } else {
                 json_error(StatusCode::BAD_GATEWAY, &format!("The sandbox {} was not found", id.id))
             };
             return (r, None);
-        };
+        }
         let (parts, b) = req.into_parts();
-        let out = Outstanding::new(backend.clone(), self.metrics.clone());
-        match self.send(&backend, &parts, b.map_err(Into::into).boxed_unsync()).await {
-            Ok(r) => (r, Some(out)),
-            Err((f, e)) => {
-                tracing::warn!(backend = %backend.name, session = %id.id, error = %e, "session request failed");
-                let msg = format!(
-                    "sandbox {}: its executor {} did not answer ({})",
-                    id.id,
-                    backend.name,
-                    f.reason()
-                );
-                (json_error(StatusCode::BAD_GATEWAY, &msg), None)
+        let (kept, mut streamed) = match body::prepare(b, self.opts.max_retry_body_bytes, self.opts.body_timeout).await
+        {
+            Ok(Prepared::Kept(b)) => (Some(b), None),
+            Ok(Prepared::Streamed(s)) => (None, Some(s)),
+            Err(e @ body::BodyError::Timeout(_)) => {
+                return (json_error(StatusCode::REQUEST_TIMEOUT, &e.to_string()), None);
+            }
+            Err(e) => return (json_error(StatusCode::BAD_REQUEST, &e.to_string()), None),
+        };
+        let mut tried: Vec<Arc<Backend>> = Vec::new();
+        let mut next = first;
+        let mut last_error = format!("its executor {named} is gone");
+        while let Some(backend) = next.take().or_else(|| self.backends.choose(&set, &tried)) {
+            tried.push(backend.clone());
+            let body = match (&kept, streamed.take()) {
+                (Some(b), _) => body::full(b.clone()),
+                (None, Some(s)) => s,
+                (None, None) => break,
+            };
+            let retries_left = (kept.is_some() && tried.len() <= set.list.len()) as usize;
+            let out = Outstanding::new(backend.clone(), self.metrics.clone());
+            match self.send(&backend, &parts, body).await {
+                Ok(resp) => {
+                    // A draining executor refuses unrun (503) while it pauses the session
+                    // into the store; a busy one (429) still holds it live, so it answers.
+                    if resp.status() == StatusCode::SERVICE_UNAVAILABLE
+                        && decide(Ok(resp.status()), kept.is_some(), retries_left) == Next::Retry
+                        && tried.len() < set.list.len()
+                    {
+                        self.metrics.retries.inc();
+                        tracing::debug!(backend = %backend.name, session = %id.id, status = %resp.status(), "session refused; trying another executor");
+                        discard(resp);
+                        continue;
+                    }
+                    let by = resp
+                        .headers()
+                        .get(crate::moved::EXECUTOR_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .filter(|by| set.get(by).is_some());
+                    if let Some(by) = by {
+                        if by != named {
+                            tracing::info!(session = %id.id, from = %named, to = %by, "session answered from another executor");
+                        }
+                        self.moved.answered(&id.id, &id.executor, by);
+                    }
+                    return (resp, Some(out));
+                }
+                Err((f, e)) => {
+                    tracing::warn!(backend = %backend.name, session = %id.id, error = %e, "session request failed");
+                    last_error = format!("its executor {} did not answer ({})", backend.name, f.reason());
+                    if decide(Err(f), kept.is_some(), retries_left) == Next::Retry {
+                        self.metrics.retries.inc();
+                        continue;
+                    }
+                    break;
+                }
             }
         }
+        let msg = format!("sandbox {}: {last_error}", id.id);
+        (json_error(StatusCode::BAD_GATEWAY, &msg), None)
     }
 
     /// E2B's list over the pool: every executor asked for one page after the client's

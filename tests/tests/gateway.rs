@@ -545,34 +545,42 @@ async fn session_bound_requests_reach_the_pod_their_id_names() {
     );
 }
 
-/// A session whose pod is gone is answered as E2B answers for a gone sandbox; a malformed
-/// id is a 400 naming where it was.
+/// A session whose pod is gone goes to a live executor, which resumes it from the store the
+/// pool shares (docs/sessions.md, "Surviving the pod") or, holding no such session, answers
+/// with its own "not found" in E2B's shapes; a malformed id is a 400 naming where it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gone_and_malformed_sessions() {
     let pa = fake("pod-a").await;
     let g = gateway(&[("pod-a", pa.addr)], &[]).await;
     let mut conn = Conn::open(g.addr).await;
     let gone = format!("{HEX}-pod-gone");
+    let start = || {
+        http::Request::post("/process.Process/Start")
+            .header("host", "gw")
+            .header("E2b-Sandbox-Id", &gone)
+            .body(full("{}"))
+            .expect("request")
+    };
+    for req in [get(&format!("/sandboxes/{gone}")), start()] {
+        let (status, body) = conn.call(req).await;
+        assert_eq!((status, &body[..]), (200, &b"pod-a"[..]), "to the live executor");
+    }
+    assert_eq!(pa.seen.lock().expect("lock").len(), 2);
 
-    let (status, body) = conn.call(get(&format!("/sandboxes/{gone}"))).await;
-    assert_eq!(status, 404);
-    assert_eq!(
-        json(&body),
-        serde_json::json!({"code": 404, "message": format!("sandbox {gone} was not found")})
-    );
-    let (status, body) = conn.call(get(&format!("/v2/sandboxes/{gone}/logs"))).await;
+    // Real executors holding no such session: their own "not found", as E2B's SDKs expect.
+    let (a, b) = pair().clone();
+    let real = gateway(&[("exec-a", a.http), ("exec-b", b.http)], &[]).await;
+    let mut rc = Conn::open(real.addr).await;
+    let (status, body) = rc.call(get(&format!("/sandboxes/{gone}"))).await;
     assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
-
-    let req = http::Request::post("/process.Process/Start")
-        .header("host", "gw")
-        .header("E2b-Sandbox-Id", &gone)
-        .body(full("{}"))
-        .expect("request");
-    let (status, body) = conn.call(req).await;
-    assert_eq!(status, 502);
-    assert_eq!(
-        json(&body),
-        serde_json::json!({"code": 502, "message": format!("The sandbox {gone} was not found")})
+    assert_eq!(json(&body)["code"], 404);
+    let (status, body) = rc.call(start()).await;
+    assert_eq!(status, 502, "{}", String::from_utf8_lossy(&body));
+    let v = json(&body);
+    assert_eq!(v["code"], 502, "{v}");
+    assert!(
+        v["message"].as_str().is_some_and(|m| m.contains("was not found")),
+        "{v}"
     );
 
     for (req, names) in [
@@ -594,8 +602,9 @@ async fn gone_and_malformed_sessions() {
         assert_eq!(v["code"], 400);
         assert!(v["message"].as_str().is_some_and(|m| m.contains(names)), "{v}");
     }
-    assert!(
-        pa.seen.lock().expect("lock").is_empty(),
+    assert_eq!(
+        pa.seen.lock().expect("lock").len(),
+        2,
         "a bad request reached a backend"
     );
 }
@@ -959,4 +968,149 @@ async fn two_replicas_route_a_session_to_the_same_executor() {
         }
         assert_eq!(seen.len(), 2, "replica {r} spreads stateless requests over both");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// A pod that goes (issue 47: "the next call through the gateway resumes it on another pod")
+
+const TENANT_KEY: &str = "tenant-m-token-0123456789abcdef";
+
+/// A real executor process named `name` (as its pod would be), serving E2B on HTTP, keeping
+/// paused sessions in `store`.
+async fn named_executor(name: &str, dir: &std::path::Path, store: &std::path::Path) -> sandpool_tests::Executor {
+    let f = dir.join("tenants.toml");
+    std::fs::write(&f, format!("[[tenant]]\nname = \"m\"\ntoken = \"{TENANT_KEY}\"\n")).expect("tenants file");
+    sandpool_tests::Executor::start(sandpool_tests::Options {
+        slots: 2,
+        languages: vec!["python", "bash"],
+        http: true,
+        env: vec![
+            ("SANDPOOL_TENANTS_FILE".into(), f.display().to_string()),
+            ("SANDPOOL_NAME".into(), name.into()),
+        ],
+        extra_args: vec!["--session-store-dir".into(), store.display().to_string()],
+        ..Default::default()
+    })
+    .await
+}
+
+/// One request through the gateway at `addr` (a fresh connection each, as a client after a
+/// pod's end would open): status and body text.
+async fn raw_call(addr: SocketAddr, method: &str, path: &str, headers: String, body: String) -> (u16, String) {
+    let (method, path) = (method.to_owned(), path.to_owned());
+    tokio::task::spawn_blocking(move || sandpool_tests::http(&addr.to_string(), &method, &path, &headers, &body))
+        .await
+        .expect("http")
+}
+
+fn api_key() -> String {
+    format!("X-API-KEY: {TENANT_KEY}\r\n")
+}
+
+fn envd(id: &str, token: &str) -> String {
+    format!("E2b-Sandbox-Id: {id}\r\nE2b-Sandbox-Port: 49983\r\nX-Access-Token: {token}\r\n")
+}
+
+/// Creates a code-interpreter sandbox through the gateway, with a file and a variable; its
+/// id and access token.
+async fn sandbox_with_state(g: SocketAddr, n: u32) -> (String, String) {
+    let (code, v) = raw_call(
+        g,
+        "POST",
+        "/v2/sandboxes",
+        api_key(),
+        r#"{"templateID":"code-interpreter-v1"}"#.into(),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let v: serde_json::Value = serde_json::from_str(&v).expect("JSON");
+    let id = v["sandboxID"].as_str().expect("sandboxID").to_owned();
+    let token = v["envdAccessToken"].as_str().expect("envdAccessToken").to_owned();
+    assert!(id.ends_with("-mv-a"), "created on A, the only one up: {id}");
+    let put = format!("/files?path=/home/user/kept-{n}.txt");
+    let (code, v) = raw_call(g, "POST", &put, envd(&id, &token), format!("kept {n}")).await;
+    assert!(code < 300, "{code} {v}");
+    let cell = serde_json::json!({"code": format!("x = {}", 40 + n)}).to_string();
+    let (code, v) = raw_call(g, "POST", "/execute", envd(&id, &token), cell).await;
+    assert_eq!(code, 200, "{v}");
+    (id, token)
+}
+
+/// Issue 47, items 2 and 4: an E2B sandbox made through the gateway on executor A outlives
+/// A. SIGTERM pauses it into the store the executors share and A exits; the next calls
+/// through the gateway (E2B `connect`, then the data plane with the token from before the
+/// drain, and a data-plane call as the very first one) resume each on B, with its file
+/// and its interpreter's variable, and the gateway keeps sending the sandbox there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_pods_sandboxes_continue_on_another_through_the_gateway() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store dir");
+    let mut a = named_executor("mv-a", dir.path(), &store).await;
+    let a_http: SocketAddr = a.http_addr.clone().expect("http").parse().expect("addr");
+    // Only A at first, so both sandboxes are made there.
+    let ga = gateway(&[("mv-a", a_http)], &[]).await;
+    let (s1, t1) = sandbox_with_state(ga.addr, 1).await;
+    let (s2, t2) = sandbox_with_state(ga.addr, 2).await;
+    let b = named_executor("mv-b", dir.path(), &store).await;
+    let b_http: SocketAddr = b.http_addr.clone().expect("http").parse().expect("addr");
+    let g = gateway(&[("mv-a", a_http), ("mv-b", b_http)], &[]).await.addr;
+    let (code, _) = raw_call(g, "GET", &format!("/sandboxes/{s1}"), api_key(), String::new()).await;
+    assert_eq!(code, 200, "on A, through the pool's gateway");
+
+    let status = tokio::task::spawn_blocking(move || {
+        let s = a.terminate(Duration::from_secs(120));
+        (a, s)
+    });
+    let (a, status) = status.await.expect("join");
+    assert!(status.is_some_and(|s| s.success()), "A exited badly: {status:?}");
+    drop(a);
+
+    // connect: resumed on B, the gateway's answer says so.
+    let (code, v) = raw_call(
+        g,
+        "POST",
+        &format!("/v2/sandboxes/{s1}/connect"),
+        api_key(),
+        r#"{"timeout":60}"#.into(),
+    )
+    .await;
+    assert_eq!(code, 201, "resumed on connect: {v}");
+    for (path, body, want) in [
+        ("/files?path=/home/user/kept-1.txt", String::new(), "kept 1"),
+        (
+            "/execute",
+            serde_json::json!({"code": "print(x + 1)"}).to_string(),
+            "\"text\":\"42\\n\"",
+        ),
+    ] {
+        let method = if body.is_empty() { "GET" } else { "POST" };
+        let (code, v) = raw_call(g, method, path, envd(&s1, &t1), body).await;
+        assert_eq!(code, 200, "{path}: {v}");
+        assert!(v.contains(want), "{path}: {v}");
+    }
+    let (code, v) = raw_call(g, "GET", &format!("/sandboxes/{s1}"), api_key(), String::new()).await;
+    assert_eq!(code, 200, "{v}");
+
+    // The data plane first, with no tenant (only the sandbox's token): B finds it in the
+    // store under the tenants it serves, and resumes it only for one of its own tokens.
+    let cell = serde_json::json!({"code": "print(x + 1)"}).to_string();
+    for wrong in [t1.clone(), format!("{}x", &t2[..31])] {
+        let (code, v) = raw_call(g, "POST", "/execute", envd(&s2, &wrong), cell.clone()).await;
+        assert_eq!(code, 502, "another token resumes nothing: {v}");
+        assert!(v.contains("was not found"), "{v}");
+    }
+    let (code, v) = raw_call(g, "POST", "/execute", envd(&s2, &t2), cell).await;
+    assert_eq!(code, 200, "resumed by its data plane: {v}");
+    assert!(v.contains("\"text\":\"43\\n\""), "{v}");
+    let (code, v) = raw_call(
+        g,
+        "GET",
+        "/files?path=/home/user/kept-2.txt",
+        envd(&s2, &t2),
+        String::new(),
+    )
+    .await;
+    assert_eq!((code, v.as_str()), (200, "kept 2"));
+    drop(b);
 }
