@@ -214,6 +214,7 @@ impl SessionManager {
             reserve_ok = ok;
             let _ = work.set(w);
         }
+        let restored = archive.is_some();
         if let Some(archive) = archive {
             let (w, ok) = make_work(engine, seat.index, Vec::new()).await?;
             let _permit = engine.acquire_as(ticket, None, Admit::Continuing).await?;
@@ -264,8 +265,14 @@ impl SessionManager {
             }),
         });
         // Its share of the sessions' memory ceiling from now: at least the idle bytes, which
-        // no other session's call can then take while its interpreter starts.
-        self.share(&s, crate::sandbox::SeatShare::Hold).await;
+        // no other session's call can then take while its interpreter starts. A restored
+        // Python session's interpreter loads its saved names as it starts: it may grow to the
+        // session's memory meanwhile, on loan (its first call's end settles the share).
+        let share = match (restored, kind) {
+            (true, Kind::Python) => crate::sandbox::SeatShare::Lend(s.totals.memory),
+            _ => crate::sandbox::SeatShare::Hold,
+        };
+        self.share(&s, share).await;
         if kind == Kind::Python && !booted {
             let gate = self
                 .forked_start_gate()
