@@ -92,7 +92,9 @@ cleanup() {
     "$K" delete sbp --all -n "$R_POOL_NS" --wait=false > /dev/null 2>&1 || true
     "$H" uninstall sandpool -n "$RELEASE_NS" --wait > /dev/null 2>&1 || true
     "$K" delete namespace "$NS_POOL_NS" "$R_POOL_NS" "$CLIENT_NS" "$RELEASE_NS" --wait=false > /dev/null 2>&1 || true
-    # The sessions check's store: its PersistentVolume, and the node's directory behind it.
+    # The sessions check's store: its claim, its PersistentVolume, and the node's directory
+    # behind it (a claim left in the namespace was seen to hold the namespace's deletion).
+    "$K" delete pvc agents-store -n "$NS_POOL_NS" --wait=false > /dev/null 2>&1 || true
     "$K" delete pv "agents-store-$$" --wait=false > /dev/null 2>&1 || true
     rm -rf "/var/lib/sandpool-e2e-store-$$"
   fi
@@ -642,11 +644,14 @@ spec:
     requests: {cpu: 100m, memory: 256Mi}
     limits: {cpu: "2", memory: 1536Mi}
   limits: {wallTime: 10s, maxWallTime: 30s}
+  # Each session's interpreter starts in a run slot, and each pause at SIGTERM takes one.
+  concurrency: 4
   isolation: {mode: namespaces}
   access: {http: true}
   sessions:
     maxPerPod: $((AGENTS + 14))
     idleMemory: 16Mi
+    spares: 4
     store: {pvc: {claimName: agents-store}}
 EOF
 }
