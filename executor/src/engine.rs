@@ -9,7 +9,7 @@ use crate::error::{ExecError, scrub_host_paths};
 use crate::languages::{Availability, Language, LanguageTable};
 use crate::limits::{LimitPolicy, Limits};
 use crate::metrics::{Metrics, Phase};
-use crate::task::{blocking, until};
+use crate::task::{blocking, blocking_unless, small_request, until};
 use crate::tenants::Priority;
 use crate::watchdog::RunWatched;
 use crate::{fetch, probe, result_cache, validate, verdict};
@@ -577,7 +577,7 @@ impl Engine {
         // hashes up to the whole request): not on the runtime.
         let (source, budget) = (lang.source.clone(), self.work_dir_bytes);
         let (name, toolchain) = (lang.name.clone(), version.to_owned());
-        let (req, key) = blocking(move || {
+        let (req, key) = blocking_unless(small_request(&req), move || {
             let mut req = req;
             req.fetch_files = validate::execute(&req, &source, budget)?;
             let key = usage
@@ -652,9 +652,10 @@ impl Engine {
             .compile
             .as_ref()
             .map(|c| crate::shared::compile_command(shared.as_deref(), lang, c, Some(req.code.as_bytes())));
-        // Up to the work dir's size in writes: off the runtime.
+        // Up to the work dir's size in writes: off the runtime, unless a few KiB.
+        let small = small_request(&req);
         let (source, code, files) = (lang.source.clone(), req.code, req.files);
-        let written = blocking(move || {
+        let written = blocking_unless(small, move || {
             let writes = std::iter::once((source.as_str(), code.as_bytes(), false)).chain(
                 files
                     .iter()

@@ -18,6 +18,28 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static)
     .map_err(|e| ExecError::Internal(format!("request worker failed: {e}")))
 }
 
+/// The most request bytes (code, stdin, files) and paths [`small_request`] lets a request's
+/// preparation run inline: hashing or writing 64 KiB into a tmpfs takes microseconds, less
+/// than the two thread hops to the blocking pool and back it saves.
+const INLINE_BYTES: usize = 64 << 10;
+const INLINE_PATHS: usize = 16;
+
+/// True when an Execute request is small enough to validate, key and write inline (see
+/// [`blocking_unless`]).
+pub fn small_request(req: &sandpool_proto::v1::ExecuteRequest) -> bool {
+    let bytes = req.code.len() + req.stdin.len() + req.files.iter().map(|f| f.content.len()).sum::<usize>();
+    bytes <= INLINE_BYTES && req.files.len() + req.fetch_files.len() <= INLINE_PATHS
+}
+
+/// Runs `f` inline when `inline` (work known to be small: a few files of a few KiB), else
+/// on the blocking pool like [`blocking`].
+pub async fn blocking_unless<T: Send + 'static>(
+    inline: bool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ExecError> {
+    if inline { Ok(f()) } else { blocking(f).await }
+}
+
 /// Drops `held` on the blocking pool, without waiting, its parts in order: a run's detached
 /// work dir first (its tmpfs goes with an RCU grace period), then what others wait on for it
 /// (see [`crate::engine::Engine::release`]); the caller's response does not wait.

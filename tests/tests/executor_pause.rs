@@ -257,6 +257,27 @@ async fn a_session_created_with_auto_resume_is_resumed_by_its_next_call() {
     assert_eq!(exe.metric("sandpool_sessions"), 1.0);
 }
 
+/// A call that arrives while its auto_resume session is being paused waits for the pause,
+/// then resumes the session and runs (it answered FAILED_PRECONDITION `session paused`). The
+/// pause is made slow by the session itself: saving a global that takes 4 s to pickle.
+#[tokio::test]
+async fn a_call_arriving_during_the_pause_of_an_auto_resume_session_resumes_it() {
+    let store = tempfile::tempdir().expect("store dir");
+    let exe = executor(store.path(), &[]).await;
+    let mut c = exe.client();
+    let id = create(&mut c, "alice", true).await;
+    let slow = "import time\nclass Slow:\n    def __reduce__(self):\n        time.sleep(4)\n        return (Slow, ())\ns = Slow()\nopen('k.txt', 'w').write('kept')";
+    run(&mut c, "alice", &id, py(slow)).await;
+    let pausing = {
+        let (mut c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { pause_full(&mut c, "alice", &id).await })
+    };
+    // The pause holds the session from its start; its save takes 4 s more.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(run(&mut c, "alice", &id, py("open('k.txt').read()")).await, "'kept'");
+    pausing.await.expect("join").expect("pause");
+}
+
 #[tokio::test]
 async fn an_idle_session_is_paused_after_the_pause_flag_and_resumes_with_its_files() {
     let store = tempfile::tempdir().expect("store dir");

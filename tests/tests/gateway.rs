@@ -1051,6 +1051,7 @@ async fn a_drained_pods_sandboxes_continue_on_another_through_the_gateway() {
     // Only A at first, so both sandboxes are made there.
     let ga = gateway(&[("mv-a", a_http)], &[]).await;
     let (s1, t1) = sandbox_with_state(ga.addr, 1).await;
+    let (s2, t2) = sandbox_with_state(ga.addr, 2).await;
     let b = named_executor("mv-b", dir.path(), &store).await;
     let b_http: SocketAddr = b.http_addr.clone().expect("http").parse().expect("addr");
     let g = gateway(&[("mv-a", a_http), ("mv-b", b_http)], &[]).await.addr;
@@ -1090,5 +1091,26 @@ async fn a_drained_pods_sandboxes_continue_on_another_through_the_gateway() {
     }
     let (code, v) = raw_call(g, "GET", &format!("/sandboxes/{s1}"), api_key(), String::new()).await;
     assert_eq!(code, 200, "{v}");
+
+    // The data plane first, with no tenant (only the sandbox's token): B finds it in the
+    // store under the tenants it serves, and resumes it only for one of its own tokens.
+    let cell = serde_json::json!({"code": "print(x + 1)"}).to_string();
+    for wrong in [t1.clone(), format!("{}x", &t2[..31])] {
+        let (code, v) = raw_call(g, "POST", "/execute", envd(&s2, &wrong), cell.clone()).await;
+        assert_eq!(code, 502, "another token resumes nothing: {v}");
+        assert!(v.contains("was not found"), "{v}");
+    }
+    let (code, v) = raw_call(g, "POST", "/execute", envd(&s2, &t2), cell).await;
+    assert_eq!(code, 200, "resumed by its data plane: {v}");
+    assert!(v.contains("\"text\":\"43\\n\""), "{v}");
+    let (code, v) = raw_call(
+        g,
+        "GET",
+        "/files?path=/home/user/kept-2.txt",
+        envd(&s2, &t2),
+        String::new(),
+    )
+    .await;
+    assert_eq!((code, v.as_str()), (200, "kept 2"));
     drop(b);
 }

@@ -242,6 +242,94 @@ async fn a_stopped_spawner_times_out_is_replaced_and_sigterm_still_works() {
     assert_exits_on_sigterm(ex);
 }
 
+/// The executor's children in a pid namespace of their own: runs' inits (spawned through
+/// a spawner, they are children of the spawner's thread).
+fn inits(executor: u32) -> Vec<i32> {
+    let mut out = vec![];
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{executor}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        for pid in children.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let nested = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .is_some_and(|ids| ids.split_whitespace().count() > 1);
+            if nested {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// The spawner's answer is awaited in the runtime's reactor: a spawner killed while a
+/// request waits for it (stopped first, so the request is surely waiting) fails that request
+/// as soon as it dies, through its pidfd, not after the answer time-out (10 s).
+#[tokio::test]
+async fn a_spawner_killed_while_its_answer_is_awaited_fails_that_run_at_once() {
+    let ex = start(1).await;
+    all_ok(&ex, 1).await;
+    let sp = live_spawners(ex.pid());
+    assert_eq!(sp.len(), 1);
+    sandpool_tests::signal(sp[0] as u32, libc::SIGSTOP);
+    let mut req = request("python", "print(1)", "");
+    req.limits = Some(pb::Limits {
+        wall_time_ms: 60_000,
+        ..Default::default()
+    });
+    let waiting = ex.execute_in_background(req);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(health(&ex, "liveness").await, 1, "health answers while a spawn waits");
+    let t = Instant::now();
+    sandpool_tests::signal(sp[0] as u32, libc::SIGKILL);
+    let r = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("answered within 30 s")
+        .expect("join")
+        .expect("Execute");
+    assert_eq!(verdict(r.verdict), "SANDBOX_ERROR", "{}", describe(&r));
+    assert!(r.message.contains("spawner exited"), "says what failed: {}", r.message);
+    // Well under the 10 s answer time-out: the death itself woke the request.
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    all_ok(&ex, 3).await;
+    assert_exits_on_sigterm(ex);
+}
+
+/// A request whose caller goes away (its deadline) while the spawner has not answered:
+/// once the spawner goes on, the init it clones for nobody is killed and reaped (its
+/// plan and stack are freed only after), the spawner is kept, and the slot works.
+#[tokio::test]
+async fn a_spawn_abandoned_before_its_answer_leaves_no_init_and_keeps_the_spawner() {
+    let ex = start(1).await;
+    all_ok(&ex, 1).await;
+    let sp = live_spawners(ex.pid());
+    assert_eq!(sp.len(), 1);
+    sandpool_tests::signal(sp[0] as u32, libc::SIGSTOP);
+    let mut req = tonic::Request::new(request("python", "import time; time.sleep(30)", ""));
+    req.set_timeout(Duration::from_millis(800));
+    let gone = tokio::time::timeout(Duration::from_secs(30), ex.client().execute(req))
+        .await
+        .expect("answered within 30 s");
+    let status = gone.expect_err("the deadline passes while the spawner is stopped");
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    sandpool_tests::signal(sp[0] as u32, libc::SIGCONT);
+    all_ok(&ex, 3).await;
+    assert_eq!(live_spawners(ex.pid()), sp, "the spawner answered late, and was kept");
+    let t = Instant::now();
+    while !inits(ex.pid()).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "inits left: {:?}",
+            inits(ex.pid())
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_exits_on_sigterm(ex);
+}
+
 /// The executor's watchdog (`sandpool_executor::watchdog`) on a process whose
 /// runtime is wedged for real: `examples/wedge.rs` blocks its only runtime
 /// thread, or ignores SIGTERM; the watchdog thread must end it.

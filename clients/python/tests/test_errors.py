@@ -127,10 +127,12 @@ async def test_real_executor_async_invalid_argument(executor: Executor) -> None:
         check(e.value, "INVALID_ARGUMENT", errors.InvalidArgument)
 
 
-def test_real_executor_session_lost_keeps_its_cause(make_executor) -> None:
+def test_real_executor_session_lost_keeps_its_cause(make_executor, tmp_path) -> None:
     e = make_executor("pytest-errors-lost", languages="python")
     with Client(e.address) as c:
         s = c.session("python")
+        # Back with another session store than the one its drain paused the session into: none.
+        e.extra_args += ["--session-store-dir", str(tmp_path)]
         e.restart("pytest-errors-lost-2")
         with pytest.raises(errors.SessionLost) as lost:
             s.run("1")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+
 import pytest
 from conftest import Executor
 from sandpool import AsyncClient, Client, Limits, SessionLimits, SessionLost, Verdict
@@ -47,7 +50,7 @@ def test_state_files_and_close_on_exit(sessions_executor: Executor) -> None:
             assert b.id != sid
 
 
-def test_routing_to_the_named_executor_and_a_lost_session(make_executor) -> None:
+def test_routing_to_the_named_executor_and_a_lost_session(make_executor, tmp_path) -> None:
     e = make_executor("pytest-route", languages="python", args=["--max-sessions", "1"])
     # Dialled by another name than the one the executor advertises: the session gets a channel of its own.
     with Client(f"dns:///localhost:{e.port}") as c:
@@ -55,8 +58,14 @@ def test_routing_to_the_named_executor_and_a_lost_session(make_executor) -> None
         assert s.executor_address == e.address and s._channel is not None
         assert s.limits.max_calls == 5
         assert s.run("x = 1").ok
+        # SIGTERM pauses the session into the store (by default under the work root, which the
+        # restarted executor keeps): its next call resumes it there.
         e.restart("pytest-route-2")
-        # The executor came back empty: the session is reported lost, never recreated silently.
+        assert s.run("assert x == 1").ok
+        # Back with another store, it has no such session: the session is reported lost, never
+        # recreated silently.
+        e.extra_args += ["--session-store-dir", str(tmp_path)]
+        e.restart("pytest-route-3")
         with pytest.raises(SessionLost, match="restarted executor"):
             s.run("x")
         s.close()
@@ -80,3 +89,49 @@ async def test_async_sessions(sessions_executor: Executor) -> None:
         assert s.closed
         with pytest.raises(SessionLost):
             await s.run("r")
+
+
+@pytest.mark.parametrize("aio", [False, True])
+def test_a_routed_session_follows_its_executor_after_a_drain(make_executor, tmp_path, aio: bool) -> None:
+    """Issue 47, item 4: two executors share a session store; SIGTERM pauses the session the first
+    holds into it and the first exits. The session's next call cannot reach it, so it goes once
+    more through the client's main target, where the other executor resumes it (its variable and
+    file kept); later calls go straight to the executor that answer named."""
+    store = str(tmp_path / "store")
+    os.makedirs(store)
+    a = make_executor("pytest-move-a", languages="python", args=["--session-store-dir", store])
+    b = make_executor("pytest-move-b", languages="python", args=["--session-store-dir", store])
+    target = f"ipv4:{a.address},{b.address}"
+
+    def sync() -> tuple[str, str, str, str]:
+        with Client(target) as c:
+            s = c.session("python")
+            first, other = (a, b) if s.executor_address == a.address else (b, a)
+            assert s._channel is not None, "routed: a channel of its own"
+            assert s.run("x = 41").ok
+            s.write_files({"kept.txt": "kept"})
+            first.stop()
+            r = s.run("print(x + 1)")
+            moved = s.executor_address
+            again = s.run("print(open('kept.txt').read())")
+            s.close()
+            return r.stdout, moved, again.stdout, other.address
+
+    async def asynchronous() -> tuple[str, str, str, str]:
+        async with AsyncClient(target) as c:
+            s = await c.session("python")
+            first, other = (a, b) if s.executor_address == a.address else (b, a)
+            assert s._channel is not None, "routed: a channel of its own"
+            assert (await s.run("x = 41")).ok
+            await s.write_files({"kept.txt": "kept"})
+            await asyncio.get_running_loop().run_in_executor(None, first.stop)
+            r = await s.run("print(x + 1)")
+            moved = s.executor_address
+            again = await s.run("print(open('kept.txt').read())")
+            await s.close()
+            return r.stdout, moved, again.stdout, other.address
+
+    out, moved, again, other = asyncio.run(asynchronous()) if aio else sync()
+    assert out.strip() == "42", "resumed with its interpreter's variable"
+    assert moved == other, "later calls follow the executor the answer named"
+    assert again.strip() == "kept"

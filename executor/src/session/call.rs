@@ -102,7 +102,7 @@ impl SessionManager {
         request_id: &str,
     ) -> Result<pb::RunInSessionResponse, SessionError> {
         let _in_progress = self.engine.admission().request();
-        let s = match self.find(id, auth) {
+        let mut s = match self.find(id, auth) {
             // A session created with auto_resume is resumed by its next call.
             Err(SessionError::Paused) => match self.auto_resumes(id, auth) {
                 Some(ticket) => self.resume_as(id, auth, &ticket).await?,
@@ -113,14 +113,29 @@ impl SessionManager {
         if input.len() as u64 > s.totals.disk {
             return Err(ExecError::invalid(input.field(), "longer than the session's /work can hold").into());
         }
-        let mut closed = s.closed.subscribe();
-        let mut st = tokio::select! {
-            st = s.state.lock() => st,
-            _ = closed.wait_for(|c| *c) => return Err(self.not_live(id, auth)),
+        let mut resumed = false;
+        let (mut st, mut closed) = loop {
+            let mut closed = s.closed.subscribe();
+            let st = tokio::select! {
+                st = s.state.lock() => Some(st),
+                _ = closed.wait_for(|c| *c) => None,
+            };
+            if let Some(st) = st.filter(|_| !*s.closed.borrow()) {
+                break (st, closed);
+            }
+            // Paused (auto-pause) while this call waited for it: an auto_resume session is
+            // resumed, once; nothing of the call has run yet.
+            match self.not_live(id, auth) {
+                SessionError::Paused if !resumed => match self.auto_resumes(id, auth) {
+                    Some(ticket) => {
+                        s = self.resume_as(id, auth, &ticket).await?;
+                        resumed = true;
+                    }
+                    None => return Err(SessionError::Paused),
+                },
+                e => return Err(e),
+            }
         };
-        if *s.closed.borrow() {
-            return Err(self.not_live(id, auth));
-        }
         if st.calls >= s.totals.calls {
             return Err(SessionError::Exhausted(format!(
                 "the session has used its {} calls (session_limits.max_calls)",

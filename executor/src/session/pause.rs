@@ -383,28 +383,73 @@ impl SessionManager {
         Ok(rec.is_some_and(|r| r.drained || r.auto_resume))
     }
 
-    /// Resumes this executor's paused session `id` that asked for auto-resume, for a
-    /// data-plane call carrying one of its secrets (E2B's traffic resume); then answers as
-    /// [`Self::by_access`]. Any other id or secret: NOT_FOUND.
+    /// Resumes paused session `id` for a data-plane call carrying one of its secrets (E2B's
+    /// traffic resume): one this executor paused with auto-resume, or one any executor
+    /// sharing the store paused by its drain or with auto-resume ([`Self::paused_in_store`]);
+    /// then answers as [`Self::by_access`]. Any other id or secret: NOT_FOUND.
     pub async fn resume_by_access(
         &self,
         id: &str,
         token: &[u8],
     ) -> Result<(Vec<u8>, Arc<crate::tenants::Tenant>), SessionError> {
-        let p = self
-            .paused
-            .lock()
-            .ok()
-            .and_then(|m| m.get(id).cloned())
-            .filter(|p| p.auto_resume)
-            .ok_or(SessionError::NotFound)?;
         let h = Sha256::digest(token);
-        if !p.tokens.iter().any(|t| bool::from(t.as_slice().ct_eq(h.as_slice()))) {
+        let local = self.paused.lock().ok().and_then(|m| m.get(id).cloned());
+        let (owner, ticket) = match local {
+            Some(p) => {
+                if !p.auto_resume || !p.tokens.iter().any(|t| bool::from(t.as_slice().ct_eq(h.as_slice()))) {
+                    return Err(SessionError::NotFound);
+                }
+                (p.owner, p.ticket)
+            }
+            None => self.paused_in_store(id, h.as_slice()).await?,
+        };
+        let _in_progress = self.engine.admission().request();
+        self.resume_as(id, &owner, &ticket).await?;
+        self.by_access(id, token)
+    }
+
+    /// A session another executor paused into the shared store so that its next call
+    /// resumes it (its drain, or auto-resume), under one of the tenants this executor serves,
+    /// whose record holds `token_sha256` among its secrets' hashes: its owner and ticket here.
+    /// A data-plane call names no tenant, so each is looked up (a store HEAD each). An open
+    /// executor's sessions are owned by their caller's `authorization`, which a data-plane
+    /// call does not carry: those resume on their control-plane call (`connect`).
+    async fn paused_in_store(&self, id: &str, token_sha256: &[u8]) -> Result<(Vec<u8>, Ticket), SessionError> {
+        if self.store.get().is_none() {
             return Err(SessionError::NotFound);
         }
-        let _in_progress = self.engine.admission().request();
-        self.resume_as(id, &p.owner, &p.ticket).await?;
-        self.by_access(id, token)
+        let tenants: Vec<Arc<crate::tenants::Tenant>> = match self.tenants.get() {
+            Some(t) if !t.is_open() => t.table().tenants().filter(|t| t.authenticated).cloned().collect(),
+            _ => return Err(SessionError::NotFound),
+        };
+        let (store, _) = self.store().await?;
+        for tenant in tenants {
+            let Ok(key) = BlobKey::paused(&tenant.name, id) else {
+                continue;
+            };
+            let meta = match store.head(&key).await {
+                Ok(m) => m,
+                Err(StoreError::NotFound(_)) => continue,
+                Err(e) => return Err(store_error(e)),
+            };
+            let Some(rec) = Record::of(&meta) else {
+                continue;
+            };
+            let held = rec
+                .token_sha256
+                .iter()
+                .filter_map(|t| unhex32(t))
+                .fold(false, |any, t| any | bool::from(t.ct_eq(token_sha256)));
+            if rec.id != id || rec.tenant != *tenant.name || !(rec.drained || rec.auto_resume) || !held {
+                continue;
+            }
+            let Ok(priority) = tenant.priority(None) else {
+                continue;
+            };
+            let owner = crate::call::Caller::of(&tenant, None).into_bytes();
+            return Ok((owner, Ticket { tenant, priority }));
+        }
+        Err(SessionError::NotFound)
     }
 
     /// Pauses a session (see the module's doc).

@@ -22,10 +22,14 @@
 //! Lowering `oom_score_adj` instead would need CAP_SYS_RESOURCE.
 //!
 //! A spawner answers through a pipe, and one that died or was stopped would
-//! never answer: requests wait on a blocking thread (never the runtime's),
-//! poll the spawner's pidfd beside the answer, and give up after
-//! [`ANSWER_TIMEOUT`]. [`SlotSpawner`] then reaps it, logs its status, and
-//! starts the slot a new one; the request in flight fails, later ones work.
+//! never answer: a request waits for the answer in the runtime's reactor
+//! (`AsyncFd` on the answer pipe and on the spawner's pidfd, no thread hop),
+//! and gives up after [`ANSWER_TIMEOUT`]. [`SlotSpawner`] then reaps it, logs
+//! its status, and starts the slot a new one (on the blocking pool: a new
+//! spawner's start and its move into the cgroup block); the request in flight
+//! fails, later ones work. A request whose caller goes away before the answer
+//! hands its plan and stack to a thread that waits for the answer and kills
+//! and reaps the init, so the init never outlives its memory.
 
 use super::child::{self, ChildPlan};
 use crate::sys::raw as sys;
@@ -33,9 +37,11 @@ use crate::sys::stack::Stack;
 use crate::sys::{pipe, process};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// What the spawner reads from its request pipe.
 #[repr(C)]
@@ -144,6 +150,8 @@ impl Spawner {
     fn start() -> std::io::Result<Self> {
         let (req_r, req_w) = pipe()?;
         let (resp_r, resp_w) = pipe()?;
+        // Awaited through the reactor (see `answer`): never a blocking read there.
+        set_nonblocking(&resp_r)?;
         let stack = Stack::new(64 * 1024)?;
         // Leaked (a few bytes per spawner) so that it can never dangle.
         let st: &'static SpawnerState = Box::leak(Box::new(SpawnerState {
@@ -217,8 +225,8 @@ impl Spawner {
         matches!(wait_readable(&self.pidfd, None, Duration::ZERO), Readable::Yes)
     }
 
-    /// Clones an init through the spawner; blocks up to [`ANSWER_TIMEOUT`].
-    fn request(&self, plan: &ChildPlan, stack: &Stack, flags: libc::c_int) -> Result<(i32, OwnedFd), Failure> {
+    /// Asks the spawner to clone an init; its answer is read by [`Spawner::take_answer`].
+    fn send(&self, plan: &ChildPlan, stack: &Stack, flags: libc::c_int) -> Result<(), Failure> {
         let req = Request {
             plan: plan as *const ChildPlan as usize,
             stack_top: stack.top() as usize,
@@ -231,8 +239,50 @@ impl Spawner {
         // and never fails with EPIPE while we hold the read end (`_ends`).
         (&self.req_w)
             .write_all(bytes)
-            .map_err(|e| Failure::Broken(format!("its request pipe failed: {e}")))?;
-        match wait_readable(&self.resp_r, Some(&self.pidfd), ANSWER_TIMEOUT) {
+            .map_err(|e| Failure::Broken(format!("its request pipe failed: {e}")))
+    }
+
+    /// Waits for the answer to a request sent, in the runtime's reactor, up to [`ANSWER_TIMEOUT`].
+    async fn answer(&self) -> Readable {
+        let deadline = tokio::time::Instant::now() + ANSWER_TIMEOUT;
+        let interest = tokio::io::Interest::READABLE;
+        let resp = self.resp_r.as_raw_fd();
+        // SAFETY: both descriptors belong to `self`, which outlives these registrations
+        // (dropped at the end of this call) and closes neither meanwhile.
+        let (r, p) = match unsafe {
+            (
+                AsyncFd::register_with_interest(resp, interest),
+                AsyncFd::register_with_interest(self.pidfd.as_raw_fd(), interest),
+            )
+        } {
+            (Ok(r), Ok(p)) => (r, p),
+            (Err(e), _) | (_, Err(e)) => return Readable::Failed(e.into()),
+        };
+        loop {
+            // The kernel's word (an answer written just before an exit still counts);
+            // the reactor only says when to ask again.
+            match wait_readable(&self.resp_r, Some(&self.pidfd), Duration::ZERO) {
+                Readable::TimedOut => {}
+                other => return other,
+            }
+            let woke = tokio::time::timeout_at(deadline, async {
+                tokio::select! {
+                    g = r.readable() => g.map(|mut g| g.clear_ready()),
+                    g = p.readable() => g.map(|mut g| g.clear_ready()),
+                }
+            })
+            .await;
+            match woke {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Readable::Failed(e),
+                Err(_) => return wait_readable(&self.resp_r, Some(&self.pidfd), Duration::ZERO),
+            }
+        }
+    }
+
+    /// Reads the answer to a request once [`Spawner::answer`] (or a blocking poll) said `ready`.
+    fn take_answer(&self, ready: Readable) -> Result<(i32, OwnedFd), Failure> {
+        match ready {
             Readable::Yes => {}
             Readable::Exited => return Err(Failure::Broken("exited".into())),
             Readable::TimedOut => {
@@ -285,25 +335,31 @@ impl Drop for Spawner {
 #[derive(Debug)]
 pub(crate) struct SlotSpawner {
     slot: usize,
-    current: Mutex<Option<Spawner>>,
+    /// Held from a request until its answer (or its clean-up) is done.
+    current: Arc<Mutex<Option<Spawner>>>,
     /// The slot cgroup's `cgroup.procs`, to move a replacement in.
     procs: Vec<std::fs::File>,
 }
 
+/// A spawned init: its pid and pidfd, the plan and stack it runs on, which the caller
+/// keeps until the init is reaped, and what the caller gave to be held as long (the slot).
+pub(crate) type Spawned<H> = (i32, OwnedFd, Box<ChildPlan>, Stack, H);
+
 impl SlotSpawner {
     /// Starts the spawner of `slot` and moves it into the cgroup whose `cgroup.procs` are `procs`.
+    /// Blocks up to [`ANSWER_TIMEOUT`]: not on a runtime thread.
     pub fn start(slot: usize, procs: Vec<OwnedFd>) -> std::io::Result<Self> {
-        let s = SlotSpawner {
+        let mut s = SlotSpawner {
             slot,
-            current: Mutex::new(None),
+            current: Arc::new(Mutex::new(None)),
             procs: procs.into_iter().map(std::fs::File::from).collect(),
         };
         let first = s.fresh()?;
-        *s.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(first);
+        s.current = Arc::new(Mutex::new(Some(first)));
         Ok(s)
     }
 
-    /// A new spawner, in the slot's cgroup.
+    /// A new spawner, in the slot's cgroup. Blocks: not on a runtime thread.
     fn fresh(&self) -> std::io::Result<Spawner> {
         let sp = Spawner::start()?;
         for mut f in &self.procs {
@@ -316,45 +372,156 @@ impl SlotSpawner {
     /// Clones an init running `plan` on `stack` with `flags` (CLONE_PARENT,
     /// CLONE_VFORK and CLONE_PARENT_SETTID are added; CLONE_PIDFD must not be).
     ///
-    /// Blocks up to [`ANSWER_TIMEOUT`] (twice when the spawner is replaced
-    /// first): call it on a blocking thread. When it fails, no init of
-    /// `plan` is left running.
-    pub fn spawn(&self, plan: &mut ChildPlan, stack: &Stack, flags: libc::c_int) -> std::io::Result<(i32, OwnedFd)> {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+    /// The answer is awaited in the reactor, up to [`ANSWER_TIMEOUT`] (the
+    /// blocking pool starts a replacement spawner when one is needed). When it
+    /// fails, no init of `plan` is left running; when the future is dropped
+    /// before the answer, a thread of its own waits for it and kills and reaps
+    /// the init before the plan, the stack and `hold` are freed.
+    pub async fn spawn<H: Hold>(
+        self: &Arc<Self>,
+        mut plan: Box<ChildPlan>,
+        stack: Stack,
+        flags: libc::c_int,
+        hold: H,
+    ) -> std::io::Result<Spawned<H>> {
+        let mut current = Arc::clone(&self.current).lock_owned().await;
         if current.as_ref().is_some_and(Spawner::exited)
             && let Some(dead) = current.take()
         {
+            // A zombie already: reaping it does not wait.
             let pid = dead.pid();
             let status = dead.stop();
             tracing::error!(slot = self.slot, pid, status = %describe_status(status), "the slot's spawner had exited; replacing it");
         }
-        let sp = match current.as_ref() {
-            Some(sp) => sp,
-            None => current.insert(self.fresh()?),
+        if current.is_none() {
+            let this = Arc::clone(self);
+            let (fresh, back) = tokio::task::spawn_blocking(move || (this.fresh(), current))
+                .await
+                .map_err(|e| std::io::Error::other(format!("starting a spawner: {e}")))?;
+            current = back;
+            *current = Some(fresh?);
+        }
+        let Some(sp) = current.as_ref() else {
+            return Err(std::io::Error::other("the slot's spawner is gone"));
         };
         // The init answers its spawner first thing (see `init_main`).
         plan.spawn_resp_fd = sp.resp_w;
-        let why = match sp.request(plan, stack, flags) {
-            Ok(spawned) => return Ok(spawned),
+        let why = match sp.send(&plan, &stack, flags) {
+            Ok(()) => {
+                let mut pending = Pending(Some((current, plan, stack, hold)));
+                let ready = match &pending.0 {
+                    Some((c, ..)) if let Some(sp) = c.as_ref() => sp.answer().await,
+                    _ => Readable::Failed(std::io::Error::other("the slot's spawner is gone")),
+                };
+                // Answered: nothing for `Pending` to clean up any more.
+                let Some((c, p, st, h)) = pending.0.take() else {
+                    return Err(std::io::Error::other("the slot's spawner is gone"));
+                };
+                let answer = match c.as_ref() {
+                    Some(sp) => sp.take_answer(ready),
+                    None => Err(Failure::Broken("is gone".into())),
+                };
+                match answer {
+                    Ok((pid, pidfd)) => return Ok((pid, pidfd, p, st, h)),
+                    Err(Failure::Clone(e)) => return Err(e),
+                    Err(Failure::Broken(why)) => {
+                        (current, plan) = (c, p);
+                        (why, st, h)
+                    }
+                }
+            }
+            Err(Failure::Broken(why)) => (why, stack, hold),
             Err(Failure::Clone(e)) => return Err(e),
-            Err(Failure::Broken(why)) => why,
         };
-        let Some(broken) = current.take() else {
-            return Err(std::io::Error::other("the slot's spawner is gone"));
-        };
-        let pid = broken.pid();
-        let status = broken.stop();
-        tracing::error!(slot = self.slot, pid, status = %describe_status(status), "the slot's spawner {why}; replacing it");
-        // An init it cloned before it died or stalled is ours (CLONE_PARENT):
-        // killed and reaped before the caller may free its plan.
-        kill_and_reap(plan.spawned_pid.load(Ordering::SeqCst));
+        // Broken: stopping it, reaping what it cloned and starting a new one block.
+        let (why, stack, hold) = why;
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            this.replace(current, &why, plan.spawned_pid.load(Ordering::SeqCst));
+            // The init is reaped: its plan and stack may go, and the slot.
+            drop((plan, stack));
+            hold.init_killed();
+            Err(std::io::Error::other(format!("the slot's spawner {why}")))
+        })
+        .await
+        .map_err(|e| std::io::Error::other(format!("replacing the spawner: {e}")))?
+    }
+
+    /// Stops a broken spawner, kills and reaps the init it may have cloned
+    /// (`spawned_pid`, ours by CLONE_PARENT), and starts the slot a new one. Blocks.
+    fn replace(&self, mut current: OwnedMutexGuard<Option<Spawner>>, why: &str, spawned_pid: i32) {
+        if let Some(broken) = current.take() {
+            let pid = broken.pid();
+            let status = broken.stop();
+            tracing::error!(slot = self.slot, pid, status = %describe_status(status), "the slot's spawner {why}; replacing it");
+        }
+        kill_and_reap(spawned_pid);
         match self.fresh() {
             Ok(sp) => *current = Some(sp),
             Err(e) => {
                 tracing::error!(slot = self.slot, error = %e, "could not replace the slot's spawner; the next run tries again")
             }
         }
-        Err(std::io::Error::other(format!("the slot's spawner {why}")))
+    }
+}
+
+/// What a spawn's caller holds while its init may run (the slot), given back with the init.
+pub(crate) trait Hold: Send + 'static {
+    /// The init was cloned for a request that failed or was abandoned, and is now killed
+    /// and reaped: undo what it may have left (blocking; never on the runtime).
+    fn init_killed(self);
+}
+
+/// A request sent and not yet answered. Dropped unanswered (the run's future went
+/// away), it hands everything to a thread that waits for the answer (blocking,
+/// with the time-out) and kills and reaps the init before its plan and stack go.
+/// The spawner's lock and what the caller holds (its slot) go with it, so the slot's
+/// next run waits for that.
+type InFlight<H> = (OwnedMutexGuard<Option<Spawner>>, Box<ChildPlan>, Stack, H);
+struct Pending<H: Hold>(Option<InFlight<H>>);
+
+impl<H: Hold> Drop for Pending<H> {
+    fn drop(&mut self) {
+        let Some((current, plan, stack, hold)) = self.0.take() else {
+            return;
+        };
+        let finish = move || {
+            let Some(sp) = current.as_ref() else {
+                return;
+            };
+            let ready = wait_readable(&sp.resp_r, Some(&sp.pidfd), ANSWER_TIMEOUT);
+            match sp.take_answer(ready) {
+                Ok((pid, _pidfd)) => kill_and_reap(pid),
+                Err(Failure::Clone(_)) => {}
+                Err(Failure::Broken(why)) => {
+                    let mut current = current;
+                    if let Some(broken) = current.take() {
+                        let pid = broken.pid();
+                        let status = broken.stop();
+                        tracing::error!(pid, status = %describe_status(status), "an abandoned request's spawner {why}; the slot's next run starts a new one");
+                    }
+                    kill_and_reap(plan.spawned_pid.load(Ordering::SeqCst));
+                    drop(current);
+                }
+            }
+            drop((plan, stack));
+            hold.init_killed();
+        };
+        // A thread of its own: the blocking pool may be shutting down with the runtime.
+        type Job = std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>;
+        let job: Arc<Job> = Arc::new(std::sync::Mutex::new(Some(Box::new(finish))));
+        let theirs = Arc::clone(&job);
+        let take =
+            |j: &std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>| j.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let spare = std::thread::Builder::new()
+            .name("sandpool-abandon".into())
+            .spawn(move || take(&theirs).map(|f| f()));
+        if spare.is_err() {
+            tracing::error!("no thread for an abandoned spawn: finishing it here");
+            if let Some(f) = take(&job) {
+                f()
+            }
+        }
     }
 }
 
@@ -405,6 +572,13 @@ fn wait_readable(fd: &impl AsFd, exit: Option<&OwnedFd>, timeout: Duration) -> R
             return Readable::TimedOut;
         }
     }
+}
+
+/// Sets `O_NONBLOCK` on `fd` (a pipe's read end: no other status flag to keep).
+fn set_nonblocking(fd: &impl AsFd) -> std::io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    Ok(())
 }
 
 /// Reads one `(pid, errno)` answer.

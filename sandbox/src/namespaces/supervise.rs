@@ -184,6 +184,14 @@ impl SlotHold {
     }
 }
 
+impl super::spawner::Hold for SlotHold {
+    fn init_killed(self) {
+        if let Err(e) = self.clear() {
+            tracing::error!(error = %e, "slot mounts left after a cancelled spawn");
+        }
+    }
+}
+
 /// A cloned init that is killed and reaped even if the run future is dropped.
 struct Child {
     pid: i32,
@@ -422,9 +430,10 @@ fn clone_here(plan: &ChildPlan, stack: &Stack, flags: libc::c_int) -> std::io::R
 /// reading its output. `Err(outcome)`: no memory left in the slot to start it.
 ///
 /// A spawner answers through a pipe, and a dead or stopped one would never
-/// answer: that wait happens on a blocking thread, with a time-out, never on
-/// the runtime's. The init comes back owned by a [`Child`], so a run future
-/// dropped meanwhile still has it killed and reaped before its plan is freed.
+/// answer: that wait happens in the runtime's reactor, with a time-out (see
+/// [`super::spawner`]). The init comes back owned by a [`Child`], and a run
+/// future dropped before the answer leaves it to be killed and reaped before
+/// its plan is freed.
 async fn spawn(
     mnt_ns: Arc<OwnedFd>,
     slot_guard: tokio::sync::OwnedMutexGuard<()>,
@@ -462,7 +471,7 @@ async fn spawn(
         _guard: slot_guard,
     };
     let started = Instant::now();
-    let clone_init = move |spawned: std::io::Result<(i32, OwnedFd)>, plan, stack| {
+    let clone_init = move |spawned: std::io::Result<(i32, OwnedFd)>, plan, stack, slot| {
         // The init holds its own copies now (and the namespace, once it entered it).
         drop((child_ends, join_ends));
         spawned.map(|(pid, pidfd)| Child {
@@ -482,25 +491,20 @@ async fn spawn(
             // dropped meanwhile still has its init killed and reaped before they are freed.
             let job = Box::new(move || {
                 let spawned = clone_here(&plan, &stack, flags);
-                let _ = tx.send(clone_init(spawned, plan, stack));
+                let _ = tx.send(clone_init(spawned, plan, stack, slot));
             });
             cl.run(job).map_err(os("handing the seat's init to its cloner"))?;
             rx.await
                 .map_err(|e| SandboxError::Other(format!("the seat cloner did not answer: {e}")))?
         }
-        (Some(sp), _) => {
-            let sp = sp.clone();
-            tokio::task::spawn_blocking(move || {
-                let mut plan = plan;
-                let spawned = sp.spawn(&mut plan, &stack, flags);
-                clone_init(spawned, plan, stack)
-            })
-            .await
-            .map_err(|e| SandboxError::Other(format!("the spawn task failed: {e}")))?
-        }
+        // Answered through the reactor; a dropped future leaves the init to the spawner's clean-up.
+        (Some(sp), _) => match sp.spawn(plan, stack, flags, slot).await {
+            Ok((pid, pidfd, plan, stack, slot)) => clone_init(Ok((pid, pidfd)), plan, stack, slot),
+            Err(e) => Err(e),
+        },
         (None, None) => {
             let spawned = clone_here(&plan, &stack, flags);
-            clone_init(spawned, plan, stack)
+            clone_init(spawned, plan, stack, slot)
         }
     };
     let mut kid = match kid {

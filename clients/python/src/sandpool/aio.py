@@ -238,7 +238,7 @@ class AsyncClient:
         address = _session.route(self.target, resp.executor_address, route)
         channel = _session.own_aio_channel(address) if address else None
         stub = pb_grpc.ExecutorStub(channel) if channel is not None else self.stub
-        return AsyncSession(resp, stub, channel, self._metadata, t)
+        return AsyncSession(resp, stub, channel, self._metadata, t, self.stub)
 
     async def evaluate_many(
         self,

@@ -252,7 +252,7 @@ class Client:
         address = _session.route(self.target, resp.executor_address, route)
         channel = _session.own_channel(address) if address else None
         stub = pb_grpc.ExecutorStub(channel) if channel is not None else self.stub
-        return Session(resp, stub, channel, self._metadata, t)
+        return Session(resp, stub, channel, self._metadata, t, self.stub)
 
     def evaluate_many(
         self,

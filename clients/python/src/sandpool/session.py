@@ -2,8 +2,11 @@
 
 A session lives on one executor. `Client.session(...)` creates it and, by default, sends its later
 calls straight to the executor the create response names (`executor_address`), on a channel of its
-own. When that executor is gone (it died, restarted, or the session expired), calls raise
-`SessionLost` (from `sandpool.errors`): a session is never silently replaced by a new, empty one.
+own. When that executor cannot be reached (it drained on SIGTERM, pausing the session into the
+store executors share), the call is sent once more through the client's main target, where another
+executor resumes it, and later calls follow the executor the answer names. When the session is gone
+(its executor died without a drain, or it expired), calls raise `SessionLost` (from
+`sandpool.errors`): a session is never silently replaced by a new, empty one.
 Any other failed call raises the `errors.CallError` its status maps to.
 """
 
@@ -172,6 +175,22 @@ def _lost(session_id: str, address: str, e: grpc.RpcError) -> Optional[SessionLo
     return None
 
 
+def _failure(session_id: str, address: str, e: grpc.RpcError) -> Exception:
+    lost = _lost(session_id, address, e)
+    return lost if lost is not None else from_rpc(e)
+
+
+#: Where an executor says a session's later calls go (it may have resumed one another drained).
+EXECUTOR_ADDRESS = "x-sandpool-executor-address"
+
+
+def _named_address(md) -> str:
+    for k, v in md or ():
+        if k == EXECUTOR_ADDRESS:
+            return v.decode() if isinstance(v, bytes) else v
+    return ""
+
+
 class _Base:
     def __init__(self, resp: pb.CreateSessionResponse, address: str):
         self.id: str = resp.session_id
@@ -196,23 +215,43 @@ class Session(_Base):
         channel: Optional[grpc.Channel],
         metadata: tuple,
         timeout: Optional[float],
+        main_stub: Optional[pb_grpc.ExecutorStub] = None,
     ):
         super().__init__(resp, resp.executor_address)
         self._stub = stub
         self._channel = channel  # owned: closed with the session
         self._metadata = metadata
         self._timeout = timeout
+        #: The client's own stub (its main target), for a routed session whose executor is gone.
+        self._main_stub = main_stub if channel is not None else None
 
-    def _call(self, method, req, timeout: Optional[float]):
+    def _call(self, name: str, req, timeout: Optional[float]):
+        """Calls `name` on the session's executor. A routed call whose executor cannot be reached
+        (it drained, pausing the session into the shared store) is sent once more through the
+        client's main target, where another executor resumes it; later calls follow the executor
+        the answer names (`x-sandpool-executor-address`)."""
         if self.closed:
             raise SessionLost(self.id, "closed by this client")
+        t = timeout if timeout is not None else self._timeout
         try:
-            return method(req, timeout=timeout if timeout is not None else self._timeout, metadata=self._metadata)
+            resp, call = getattr(self._stub, name).with_call(req, timeout=t, metadata=self._metadata)
         except grpc.RpcError as e:
-            lost = _lost(self.id, self.executor_address, e)
-            if lost is not None:
-                raise lost from e
-            raise from_rpc(e) from e
+            if self._main_stub is None or e.code() != grpc.StatusCode.UNAVAILABLE:
+                raise _failure(self.id, self.executor_address, e) from e
+            try:
+                resp, call = getattr(self._main_stub, name).with_call(req, timeout=t, metadata=self._metadata)
+            except grpc.RpcError as e2:
+                raise _failure(self.id, self.executor_address, e2) from e2
+        self._follow(_named_address(call.initial_metadata()))
+        return resp
+
+    def _follow(self, address: str) -> None:
+        if self._channel is None or not address or _normal(address) == _normal(self.executor_address):
+            return
+        old, self._channel = self._channel, own_channel(address)
+        self._stub = pb_grpc.ExecutorStub(self._channel)
+        self.executor_address = address
+        old.close()
 
     def run(
         self,
@@ -225,7 +264,7 @@ class Session(_Base):
     ) -> SessionResult:
         """Runs `code` (the session's language) or a shell `command`; `limits` are this call's."""
         req = _run_request(self.id, code, command, stdin, limits)
-        return _result(self._call(self._stub.RunInSession, req, timeout))
+        return _result(self._call("RunInSession", req, timeout))
 
     def command(self, command: str, **kw) -> SessionResult:
         """Runs a shell command in /work (bash -c)."""
@@ -234,16 +273,16 @@ class Session(_Base):
     def write_files(self, files: Union[Mapping[str, Union[str, bytes]], list[File]]) -> int:
         """Writes files into /work (paths relative to it); returns the bytes /work holds after."""
         req = pb.PutSessionFilesRequest(session_id=self.id, files=_files(files))
-        return self._call(self._stub.PutSessionFiles, req, None).disk_used_bytes
+        return self._call("PutSessionFiles", req, None).disk_used_bytes
 
     def read_files(self, paths: list[str]) -> dict[str, bytes]:
         """Reads files from /work; paths that could not be read are left out (see `read_file`)."""
         req = pb.GetSessionFilesRequest(session_id=self.id, paths=paths)
-        return {f.path: f.content for f in self._call(self._stub.GetSessionFiles, req, None).files}
+        return {f.path: f.content for f in self._call("GetSessionFiles", req, None).files}
 
     def read_file(self, path: str) -> bytes:
         """One file from /work; FileNotFoundError (with the executor's reason) when it cannot be read."""
-        r = self._call(self._stub.GetSessionFiles, pb.GetSessionFilesRequest(session_id=self.id, paths=[path]), None)
+        r = self._call("GetSessionFiles", pb.GetSessionFilesRequest(session_id=self.id, paths=[path]), None)
         for f in r.files:
             return f.content
         why = r.errors[0].message if r.errors else "not returned"
@@ -254,7 +293,7 @@ class Session(_Base):
         if self.closed:
             return None
         try:
-            return self._call(self._stub.CloseSession, pb.CloseSessionRequest(session_id=self.id), None).calls
+            return self._call("CloseSession", pb.CloseSessionRequest(session_id=self.id), None).calls
         except SessionLost:
             return None
         finally:
@@ -279,25 +318,41 @@ class AsyncSession(_Base):
         channel: Optional[grpc.aio.Channel],
         metadata: tuple,
         timeout: Optional[float],
+        main_stub: Optional[pb_grpc.ExecutorStub] = None,
     ):
         super().__init__(resp, resp.executor_address)
         self._stub = stub
         self._channel = channel
         self._metadata = metadata
         self._timeout = timeout
+        self._main_stub = main_stub if channel is not None else None
 
-    async def _call(self, method, req, timeout: Optional[float]):
+    async def _call(self, name: str, req, timeout: Optional[float]):
+        """As `Session._call`."""
         if self.closed:
             raise SessionLost(self.id, "closed by this client")
+        t = timeout if timeout is not None else self._timeout
         try:
-            return await method(
-                req, timeout=timeout if timeout is not None else self._timeout, metadata=self._metadata
-            )
+            call = getattr(self._stub, name)(req, timeout=t, metadata=self._metadata)
+            resp = await call
         except grpc.aio.AioRpcError as e:
-            lost = _lost(self.id, self.executor_address, e)
-            if lost is not None:
-                raise lost from e
-            raise from_rpc(e) from e
+            if self._main_stub is None or e.code() != grpc.StatusCode.UNAVAILABLE:
+                raise _failure(self.id, self.executor_address, e) from e
+            try:
+                call = getattr(self._main_stub, name)(req, timeout=t, metadata=self._metadata)
+                resp = await call
+            except grpc.aio.AioRpcError as e2:
+                raise _failure(self.id, self.executor_address, e2) from e2
+        await self._follow(_named_address(await call.initial_metadata()))
+        return resp
+
+    async def _follow(self, address: str) -> None:
+        if self._channel is None or not address or _normal(address) == _normal(self.executor_address):
+            return
+        old, self._channel = self._channel, own_aio_channel(address)
+        self._stub = pb_grpc.ExecutorStub(self._channel)
+        self.executor_address = address
+        await old.close()
 
     async def run(
         self,
@@ -309,22 +364,22 @@ class AsyncSession(_Base):
         timeout: Optional[float] = None,
     ) -> SessionResult:
         req = _run_request(self.id, code, command, stdin, limits)
-        return _result(await self._call(self._stub.RunInSession, req, timeout))
+        return _result(await self._call("RunInSession", req, timeout))
 
     async def command(self, command: str, **kw) -> SessionResult:
         return await self.run(command=command, **kw)
 
     async def write_files(self, files: Union[Mapping[str, Union[str, bytes]], list[File]]) -> int:
         req = pb.PutSessionFilesRequest(session_id=self.id, files=_files(files))
-        return (await self._call(self._stub.PutSessionFiles, req, None)).disk_used_bytes
+        return (await self._call("PutSessionFiles", req, None)).disk_used_bytes
 
     async def read_files(self, paths: list[str]) -> dict[str, bytes]:
         req = pb.GetSessionFilesRequest(session_id=self.id, paths=paths)
-        return {f.path: f.content for f in (await self._call(self._stub.GetSessionFiles, req, None)).files}
+        return {f.path: f.content for f in (await self._call("GetSessionFiles", req, None)).files}
 
     async def read_file(self, path: str) -> bytes:
         req = pb.GetSessionFilesRequest(session_id=self.id, paths=[path])
-        r = await self._call(self._stub.GetSessionFiles, req, None)
+        r = await self._call("GetSessionFiles", req, None)
         for f in r.files:
             return f.content
         why = r.errors[0].message if r.errors else "not returned"
@@ -334,7 +389,7 @@ class AsyncSession(_Base):
         if self.closed:
             return None
         try:
-            return (await self._call(self._stub.CloseSession, pb.CloseSessionRequest(session_id=self.id), None)).calls
+            return (await self._call("CloseSession", pb.CloseSessionRequest(session_id=self.id), None)).calls
         except SessionLost:
             return None
         finally:

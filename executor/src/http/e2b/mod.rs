@@ -325,6 +325,9 @@ pub enum Refused {
     NotFound(String),
     /// The executor serves no sessions (no session manager on this HTTP server).
     NoSessions,
+    /// Another executor is resuming it from the shared store at this moment (its claim won):
+    /// unrun, so a retry (the gateway's) finds it live there.
+    Retry(String),
 }
 
 impl Refused {
@@ -346,6 +349,7 @@ impl Refused {
                 StatusCode::NOT_IMPLEMENTED,
                 "this executor serves no sessions, so no E2B sandboxes",
             ),
+            Refused::Retry(m) => plain(StatusCode::SERVICE_UNAVAILABLE, &m),
         }
     }
 }
@@ -395,6 +399,7 @@ pub async fn sandbox_first(
                     .unwrap_or_default();
                 match sessions.resume_by_access(&id, token).await {
                     Ok((owner, tenant)) => Ok(Sandbox { id, owner, tenant }),
+                    Err(SessionError::Retry(m)) => Err(Refused::Retry(m)),
                     Err(_) => Err(Refused::NotFound(id)),
                 }
             }
