@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end on the real node: the operator from its chart and image, a `namespaces` and a
 # `restricted` pool, HumanEval through each pool's Service from a Job pod, an Inspect eval
-# from a pod (issue 48), and the NetworkPolicy enforced. Needs `scripts/cluster.sh up --node` (with the images of
+# from a pod (issue 48), 50 E2B sandboxes through a rolling update (issue 47), and the
+# NetworkPolicy enforced. Needs `scripts/cluster.sh up --node` (with the images of
 # scripts/images.sh imported); it fails, never skips, when something is missing. On two real
 # nodes (SANDPOOL_REAL_NODES=2) it also checks what only two nodes show: each pool's pods on
 # both, evals and the gateway reaching executors on both, the NetworkPolicy across nodes, and
@@ -91,6 +92,11 @@ cleanup() {
     "$K" delete sbp --all -n "$R_POOL_NS" --wait=false > /dev/null 2>&1 || true
     "$H" uninstall sandpool -n "$RELEASE_NS" --wait > /dev/null 2>&1 || true
     "$K" delete namespace "$NS_POOL_NS" "$R_POOL_NS" "$CLIENT_NS" "$RELEASE_NS" --wait=false > /dev/null 2>&1 || true
+    # The sessions check's store: its claim, its PersistentVolume, and the node's directory
+    # behind it (a claim left in the namespace was seen to hold the namespace's deletion).
+    "$K" delete pvc agents-store -n "$NS_POOL_NS" --wait=false > /dev/null 2>&1 || true
+    "$K" delete pv "agents-store-$$" --wait=false > /dev/null 2>&1 || true
+    rm -rf "/var/lib/sandpool-e2e-store-$$"
   fi
 }
 trap cleanup EXIT
@@ -384,7 +390,7 @@ fi
 targets=(
   "the API server's Service|10.96.0.1|443"
   "the API server on the node|$apiserver|$apiserver_port"
-  "another pool's executor pod$($TWO && echo " on the other node")|$other_pod|50051"
+  "another pool's executor pod$($TWO && echo " on the other node" || true)|$other_pod|50051"
   "an address outside the cluster|$SANDPOOL_E2E_OUTSIDE_IP|$OUTSIDE_PORT"
 )
 # The other node's kubelet (its serving port, which any pod without a policy reaches).
@@ -589,6 +595,146 @@ print(int(sum(float(l.split()[-1]) for l in t.splitlines() if l.startswith('sand
   }
   check "20 /run_code calls through the gateway reach the executors on both nodes" gateway_reaches_both
 fi
+
+# --- sessions survive a rolling update (issue 47 item 4) ---------------------------------------
+# The agents pool keeps paused sessions in a store on a PVC: a hostPath PersistentVolume the
+# test makes, bound to one node, with the pool pinned to that node so that every pod of it
+# mounts the same directory (ReadWriteOnce is per node). From a role=sandbox-user pod,
+# scripts/node-e2e-sessions.py makes AGENTS E2B code-interpreter sandboxes through the pool's
+# gateway, each writing a file and setting Python variables, and loops cells in each; in the
+# middle a pool field changes and the pool rolls. The old executors pause their sessions into
+# the store at SIGTERM, the gateway sends the next call to a live executor, which resumes it.
+# Every sandbox must go on with its file and variables (each cell checks them), no call may
+# fail twice, no sandbox may retry more than once, and every sandbox ends on a new executor.
+AGENTS=50
+agents_pool() {
+  local node="${REAL[0]}" dir="/var/lib/sandpool-e2e-store-$$"
+  cat <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: agents-store-$$}
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  claimRef: {namespace: $NS_POOL_NS, name: agents-store}
+  hostPath: {path: $dir, type: DirectoryOrCreate}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$node]}]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: agents-store, namespace: $NS_POOL_NS}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: agents-store-$$
+  resources: {requests: {storage: 2Gi}}
+---
+apiVersion: sandpool.dev/v1alpha1
+kind: SandboxPool
+metadata: {name: agents, namespace: $NS_POOL_NS}
+spec:
+  replicas: 2
+  languages: [python]
+  nodeSelector: {kubernetes.io/hostname: $node}
+  resources:
+    requests: {cpu: 100m, memory: 256Mi}
+    limits: {cpu: "2", memory: 1536Mi}
+  limits: {wallTime: 10s, maxWallTime: 30s}
+  # Each session's interpreter starts in a run slot, and each pause at SIGTERM takes one.
+  concurrency: 4
+  isolation: {mode: namespaces}
+  access: {http: true}
+  sessions:
+    maxPerPod: $((AGENTS + 14))
+    idleMemory: 16Mi
+    spares: 4
+    store: {pvc: {claimName: agents-store}}
+EOF
+}
+sessions_survive_rollout() {
+  local ns="$NS_POOL_NS" name="agents-client" phase out before after t0 t_ready t_roll t_rolled
+  agents_pool | "$K" apply -f - > /dev/null
+  "$K" wait --for=condition=Ready sbp/agents -n "$ns" --timeout=240s || return 1
+  "$K" wait --for=jsonpath='{.status.gateway.readyReplicas}'=1 sbp/agents -n "$ns" --timeout=180s || return 1
+  before="$("$K" get pods -n "$ns" -l sandpool.dev/pool=agents -o jsonpath='{.items[*].metadata.name}')"
+  echo "pods before: $before; grace period $("$K" get deploy agents -n "$ns" -o jsonpath='{.spec.template.spec.terminationGracePeriodSeconds}') s"
+  "$K" create configmap agents-client -n "$ns" --from-file=client.py="$ROOT/scripts/node-e2e-sessions.py" > /dev/null
+  cat <<EOF | "$K" apply -f - > /dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: $ns, labels: {role: sandbox-user}}
+spec:
+  restartPolicy: Never
+  nodeSelector: $(pin)
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: client
+      image: $EXECUTOR_IMAGE
+      imagePullPolicy: Never
+      command: [python3, /client/client.py, "http://agents-gateway.$ns.svc.cluster.local:8080", "$AGENTS"]
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+      resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {memory: 256Mi}}
+      volumeMounts: [{name: client, mountPath: /client}, {name: tmp, mountPath: /tmp}]
+  volumes: [{name: client, configMap: {name: agents-client}}, {name: tmp, emptyDir: {}}]
+EOF
+  t0=$SECONDS
+  # Every sandbox made and holding its state (5 min at most), then a few rounds of cells.
+  for _ in $(seq 1 300); do
+    out="$("$K" logs "$name" -n "$ns" 2>/dev/null || true)"
+    grep -q '^ready ' <<< "$out" && break
+    phase="$("$K" get pod "$name" -n "$ns" -o jsonpath='{.status.phase}')"
+    [[ $phase == Succeeded || $phase == Failed ]] && break
+    sleep 1
+  done
+  t_ready=$SECONDS
+  grep '^ready ' <<< "$out" || { echo "$out" | tail -n 20; return 1; }
+  sleep 15
+  # The old executors' logs through their drain (gone with their pods otherwise).
+  local p followers=()
+  for p in $before; do
+    "$K" logs -f "$p" -n "$ns" -c executor > "/tmp/node-e2e-$p.$$" 2>&1 &
+    followers+=($!)
+  done
+  echo "changing spec.limits.wallTime while $AGENTS sandboxes loop (ready in $((t_ready - t0)) s)"
+  "$K" patch sbp agents -n "$ns" --type=merge -p '{"spec": {"limits": {"wallTime": "11s"}}}'
+  t_roll=$SECONDS
+  "$K" rollout status deployment/agents -n "$ns" --timeout=300s
+  t_rolled=$SECONDS
+  kill "${followers[@]}" 2> /dev/null || true
+  # The loops go on on the new executors for a while, then stop and check.
+  sleep 30
+  "$K" exec "$name" -n "$ns" -- touch /tmp/stop
+  for _ in $(seq 1 300); do
+    phase="$("$K" get pod "$name" -n "$ns" -o jsonpath='{.status.phase}')"
+    [[ $phase == Succeeded || $phase == Failed ]] && break
+    sleep 1
+  done
+  after="$("$K" get pods -n "$ns" -l sandpool.dev/pool=agents -o jsonpath='{.items[*].metadata.name}')"
+  out="$("$K" logs "$name" -n "$ns" 2>&1 || true)"
+  grep -e '^retry ' -e '^error' <<< "$out" | head -n 6
+  grep '^round ' <<< "$out" | tail -n 2
+  for p in $before; do
+    echo "$p at SIGTERM:"
+    grep -i -e drain -e paus -e sigterm -e error -e warn "/tmp/node-e2e-$p.$$" | cut -c1-240 | tail -n 3
+    rm -f "/tmp/node-e2e-$p.$$"
+  done
+  echo "pods after: $after; ready in $((t_ready - t0)) s; rollout took $((t_rolled - t_roll)) s; client phase $phase"
+  grep -e '^ready ' -e '^sessions: ' <<< "$out"
+  "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
+  "$K" delete configmap agents-client -n "$ns" --wait=false > /dev/null
+  [[ $phase == Succeeded && -n $after && " $before " != *" ${after%% *} "* ]] &&
+    grep -Eq "^sessions: survived=$AGENTS/$AGENTS retries=[0-9]+ max_retries_per_sandbox=[01] errors=0 moved=$AGENTS " <<< "$out"
+}
+start=$SECONDS
+check "sessions survive a rolling update: $AGENTS E2B sandboxes through the gateway keep their files and Python variables, 0 errors, at most one retried call each" \
+  sessions_survive_rollout
+log "sessions through a rolling update in $((SECONDS - start)) s"
+"$K" delete sbp agents -n "$NS_POOL_NS" --wait=false > /dev/null
 
 # --- Inspect (issue 48) ----------------------------------------------------------------------------
 # An unmodified Inspect task (scripts/node-e2e-inspect.py: the agent loop of

@@ -2,6 +2,7 @@
 //! with its outstanding requests and whether it recently failed to connect.
 
 use crate::metrics::Metrics;
+use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -16,6 +17,8 @@ pub struct Backend {
     pub addr: String,
     outstanding: AtomicU64,
     down_until: Mutex<Option<Instant>>,
+    /// Which update of the set first held it: a rollout's new pods have the highest.
+    generation: u64,
 }
 
 impl Backend {
@@ -25,7 +28,13 @@ impl Backend {
             addr: addr.into(),
             outstanding: AtomicU64::new(0),
             down_until: Mutex::new(None),
+            generation: 0,
         }
+    }
+
+    fn discovered_in(mut self, generation: u64) -> Self {
+        self.generation = generation;
+        self
     }
 
     /// Requests sent to it whose responses have not ended.
@@ -102,6 +111,8 @@ pub struct Backends {
     current: RwLock<Arc<Set>>,
     /// Where the next tie-break starts, so equal backends take turns.
     turn: AtomicUsize,
+    /// Counts the set's updates; a backend first seen in one carries its number.
+    generation: AtomicU64,
     metrics: Arc<Metrics>,
 }
 
@@ -110,6 +121,7 @@ impl Backends {
         Backends {
             current: RwLock::new(Arc::new(Set::default())),
             turn: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
             metrics,
         }
     }
@@ -127,6 +139,7 @@ impl Backends {
     /// across updates. Later duplicates of a name are ignored.
     pub fn replace(&self, backends: impl IntoIterator<Item = (String, String)>) {
         let old = self.snapshot();
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let mut set = Set::default();
         for (name, addr) in backends {
             if set.by_name.contains_key(&name) {
@@ -134,7 +147,7 @@ impl Backends {
             }
             let b = match old.by_name.get(&name) {
                 Some(b) if b.addr == addr => b.clone(),
-                _ => Arc::new(Backend::new(name.clone(), addr)),
+                _ => Arc::new(Backend::new(name.clone(), addr).discovered_in(generation)),
             };
             set.list.push(b.clone());
             set.by_name.insert(name, b);
@@ -161,31 +174,46 @@ impl Backends {
     pub fn choose(&self, set: &Set, tried: &[Arc<Backend>]) -> Option<Arc<Backend>> {
         let now = Instant::now();
         let start = self.turn.fetch_add(1, Ordering::Relaxed);
-        choose_from(&set.list, tried, start, |b| b.is_down(now))
+        choose_from(&set.list, tried, start, false, |b| b.is_down(now))
+    }
+
+    /// The backend a session whose executor is gone moves to: the most recently discovered
+    /// among those not in `tried` (in a rolling update, a new pod, which is not drained next,
+    /// so the session moves once), then fewest outstanding, down ones last.
+    pub fn choose_for_moved(&self, set: &Set, tried: &[Arc<Backend>]) -> Option<Arc<Backend>> {
+        let now = Instant::now();
+        let start = self.turn.fetch_add(1, Ordering::Relaxed);
+        choose_from(&set.list, tried, start, true, |b| b.is_down(now))
     }
 }
 
-/// [`Backends::choose`]'s rule over `list`, ties broken from `start` on.
+/// [`Backends::choose`]'s rule over `list` (with `newest_first`, [`Backends::choose_for_moved`]'s),
+/// ties broken from `start` on.
 fn choose_from(
     list: &[Arc<Backend>],
     tried: &[Arc<Backend>],
     start: usize,
+    newest_first: bool,
     is_down: impl Fn(&Backend) -> bool,
 ) -> Option<Arc<Backend>> {
     let n = list.len();
-    let mut best: Option<(bool, u64, &Arc<Backend>)> = None;
+    // Down, generation (newest first), outstanding: the smallest wins.
+    type Key = (bool, Reverse<u64>, u64);
+    let mut best: Option<(Key, &Arc<Backend>)> = None;
     for i in 0..n {
         let b = &list[(start + i) % n];
         if tried.iter().any(|t| Arc::ptr_eq(t, b)) {
             continue;
         }
-        // Up before down, then fewer outstanding; the first seen wins ties.
-        let key = (is_down(b), b.outstanding());
-        if best.is_none_or(|(d, o, _)| key < (d, o)) {
-            best = Some((key.0, key.1, b));
+        // Up before down, then (newest_first) newer, then fewer outstanding; the first seen
+        // wins ties.
+        let generation = if newest_first { b.generation } else { 0 };
+        let key = (is_down(b), Reverse(generation), b.outstanding());
+        if best.is_none_or(|(k, _)| key < k) {
+            best = Some((key, b));
         }
     }
-    best.map(|(_, _, b)| b.clone())
+    best.map(|(_, b)| b.clone())
 }
 
 #[cfg(test)]
@@ -211,7 +239,7 @@ mod tests {
         busy(&l[2], 2);
         for start in 0..3 {
             assert_eq!(
-                choose_from(&l, &[], start, |_| false).map(|b| b.name.clone()),
+                choose_from(&l, &[], start, false, |_| false).map(|b| b.name.clone()),
                 Some("b".into())
             );
         }
@@ -221,7 +249,7 @@ mod tests {
     fn ties_take_turns() {
         let l = list(&["a", "b", "c"]);
         let picks: Vec<String> = (0..6)
-            .filter_map(|s| choose_from(&l, &[], s, |_| false))
+            .filter_map(|s| choose_from(&l, &[], s, false, |_| false))
             .map(|b| b.name.clone())
             .collect();
         assert_eq!(picks, ["a", "b", "c", "a", "b", "c"]);
@@ -231,9 +259,9 @@ mod tests {
     fn tried_backends_are_not_chosen_again() {
         let l = list(&["a", "b"]);
         busy(&l[1], 5);
-        let got = choose_from(&l, &[l[0].clone()], 0, |_| false);
+        let got = choose_from(&l, &[l[0].clone()], 0, false, |_| false);
         assert_eq!(got.map(|b| b.name.clone()), Some("b".into()));
-        assert!(choose_from(&l, &l, 0, |_| false).is_none());
+        assert!(choose_from(&l, &l, 0, false, |_| false).is_none());
     }
 
     #[test]
@@ -241,10 +269,13 @@ mod tests {
         let l = list(&["a", "b"]);
         busy(&l[1], 9);
         let down = |b: &Backend| b.name == "a";
-        assert_eq!(choose_from(&l, &[], 0, down).map(|b| b.name.clone()), Some("b".into()));
+        assert_eq!(
+            choose_from(&l, &[], 0, false, down).map(|b| b.name.clone()),
+            Some("b".into())
+        );
         let all_down = |_: &Backend| true;
         assert_eq!(
-            choose_from(&l, &[], 0, all_down).map(|b| b.name.clone()),
+            choose_from(&l, &[], 0, false, all_down).map(|b| b.name.clone()),
             Some("a".into())
         );
     }
@@ -266,6 +297,50 @@ mod tests {
         assert_eq!(s.get("a").map(|b| b.outstanding()), Some(1));
         assert_eq!(s.get("b").map(|b| b.addr.as_str()), Some("h:3"));
         assert_eq!(s.list.len(), 2);
+    }
+
+    #[test]
+    fn a_moved_session_goes_to_the_newest_backend() {
+        // A rolling update with surge: a (old, draining next), c (new) after b (old) went.
+        let m = Arc::new(Metrics::new());
+        let bs = Backends::new(m);
+        bs.replace([("a".into(), "h:1".into()), ("b".into(), "h:2".into())]);
+        bs.replace([
+            ("a".into(), "h:1".into()),
+            ("b".into(), "h:2".into()),
+            ("c".into(), "h:3".into()),
+        ]);
+        let s = bs.snapshot();
+        let (a, b, c) = (s.get("a").cloned(), s.get("b").cloned(), s.get("c").cloned());
+        let (a, b, c) = (a.expect("a"), b.expect("b"), c.expect("c"));
+        busy(&c, 5);
+        let name = |x: Option<Arc<Backend>>| x.map(|b| b.name.clone());
+        for _ in 0..3 {
+            assert_eq!(
+                name(bs.choose_for_moved(&s, std::slice::from_ref(&b))),
+                Some("c".into())
+            );
+            // Stateless requests still go to the least busy.
+            assert_eq!(name(bs.choose(&s, std::slice::from_ref(&b))), Some("a".into()));
+        }
+        // When the newest refused, the older ones, fewest outstanding first.
+        busy(&a, 2);
+        assert_eq!(
+            name(bs.choose_for_moved(&s, std::slice::from_ref(&c))),
+            Some("b".into())
+        );
+        // Down ones last, however new.
+        c.mark_down(Duration::from_secs(60));
+        assert_eq!(
+            name(bs.choose_for_moved(&s, std::slice::from_ref(&b))),
+            Some("a".into())
+        );
+        // Backends first seen together are equals: the least busy.
+        let bs = Backends::new(Arc::new(Metrics::new()));
+        bs.replace([("x".into(), "h:1".into()), ("y".into(), "h:2".into())]);
+        let s = bs.snapshot();
+        busy(s.get("x").expect("x"), 3);
+        assert_eq!(name(bs.choose_for_moved(&s, &[])), Some("y".into()));
     }
 
     #[test]

@@ -209,8 +209,10 @@ impl Proxy {
 
     /// A session-bound request: to the executor holding it (its id's, or the one it moved
     /// to). When that one is gone (not a backend, or it cannot be connected to, or it refuses
-    /// unrun as a draining executor does), to another live one, least outstanding first,
-    /// which resumes it from the shared store; the executor that answers is remembered.
+    /// unrun as a draining executor does), to another live one, the most recently discovered
+    /// first (a rollout's new pods, which are not drained next, so the session moves once),
+    /// then least outstanding, which resumes it from the shared store; the executor that
+    /// answers is remembered.
     async fn session<B>(
         &self,
         req: Request<B>,
