@@ -39,6 +39,9 @@ if [ -x scripts/test-python.sh ]; then scripts/test-python.sh; fi
 cargo test --workspace --locked --no-fail-fast
 # The isolation and limits suites again with Python started cold (the run above is warm, the default).
 SANDPOOL_WARM_STARTS=false cargo test -p sandpool-tests --locked --no-fail-fast --test executor_isolation --test executor_limits
+# The isolation suite again with a network namespace per run (the default on this kernel is
+# the seccomp filter with Landlock scoping, docs/performance.md): both variants are promised.
+SANDPOOL_NETWORK_ISOLATION=namespace cargo test -p sandpool-tests --locked --no-fail-fast --test executor_isolation
 # The operator at a small scale (100 pools, 1,000 pods on 12 kwok nodes; docs/scale.md): fails
 # when its writes per pool or its writes at rest regress (bench/scale.py THRESHOLDS).
 bench/scale.py --pools 100 --namespaces 10 --replicas 10 --nodes 12 --quiet 30 --check \
