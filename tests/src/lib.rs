@@ -558,3 +558,27 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &str, body: &str) -> 
     let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     (status, body.to_owned())
 }
+
+/// An executor in namespaces mode (python, bash, two slots) whose session store is the
+/// directory `store`, with `extra` flags: the pause, snapshot and drain tests' executor
+/// (executors sharing `store` resume each other's sessions).
+pub async fn session_executor(store: &std::path::Path, extra: &[&str]) -> Executor {
+    let mut args = vec!["--session-store-dir".to_owned(), store.display().to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Executor::start(Options {
+        slots: 2,
+        languages: vec!["python", "bash"],
+        extra_args: args,
+        isolation: Isolation::Namespaces,
+        ..Default::default()
+    })
+    .await
+}
+
+/// `msg` sent as `who` (`authorization: Bearer WHO`): a session's owner, or someone else.
+pub fn as_caller<T>(who: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {who}").parse().expect("header"));
+    r
+}

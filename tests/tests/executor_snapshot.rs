@@ -3,32 +3,12 @@
 //! owner; a fork starts n isolated copies at once, or none with a clear refusal.
 
 use sandpool_proto::v1 as pb;
-use sandpool_tests::{Executor, Isolation, Options};
 use std::collections::HashSet;
-use std::path::Path;
 use tonic::Code;
 
 type Client = pb::executor_client::ExecutorClient<tonic::transport::Channel>;
 
-async fn executor(store: &Path, extra: &[&str]) -> Executor {
-    let mut args = vec!["--session-store-dir".to_owned(), store.display().to_string()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    Executor::start(Options {
-        slots: 2,
-        languages: vec!["python", "bash"],
-        extra_args: args,
-        isolation: Isolation::Namespaces,
-        ..Default::default()
-    })
-    .await
-}
-
-fn as_<T>(who: &str, msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {who}").parse().expect("header"));
-    r
-}
+use sandpool_tests::{as_caller as as_, session_executor as executor};
 
 async fn create(c: &mut Client, who: &str, language: &str) -> String {
     c.create_session(as_(
