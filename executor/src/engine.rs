@@ -652,8 +652,9 @@ impl Engine {
             .compile
             .as_ref()
             .map(|c| crate::shared::compile_command(shared.as_deref(), lang, c, Some(req.code.as_bytes())));
-        // Up to the work dir's size in writes: off the runtime, unless a few KiB.
-        let small = small_request(&req);
+        // Up to the work dir's size in writes: off the runtime, unless a few KiB into a tmpfs
+        // (a directory on disk may wait on writeback).
+        let small = small_request(&req) && work.in_memory();
         let (source, code, files) = (lang.source.clone(), req.code, req.files);
         let written = blocking_unless(small, move || {
             let writes = std::iter::once((source.as_str(), code.as_bytes(), false)).chain(

@@ -173,6 +173,12 @@ fn openat2(dir: BorrowedFd<'_>, path: &str, flags: i32, mode: u32) -> std::io::R
 }
 
 impl WorkDir {
+    /// Whether it is a tmpfs (writes are memory copies that never wait on a disk), not a
+    /// host directory.
+    pub fn in_memory(&self) -> bool {
+        self.dir.is_none()
+    }
+
     /// Creates a detached tmpfs of `size` bytes, owned by `uid:gid`, nosuid and nodev.
     pub(crate) fn create(size: u64, uid: u32, gid: u32) -> Result<Self, WorkDirError> {
         let e = |what| io_at("/work", what);
