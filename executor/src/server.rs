@@ -311,18 +311,23 @@ pub async fn serve_with_http(
     let addr = listener.local_addr().map_err(|e| ServeError::Bind(opts.listen, e))?;
     tracing::info!(%addr, "serving gRPC");
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    // Set once the drain has paused the live sessions: until then both ports keep accepting,
+    // so a session's next call reaches it here (and runs, or is refused unrun once the
+    // session is in the store) rather than another executor that cannot find it yet.
+    let (stored_tx, mut stored_rx) = tokio::sync::watch::channel(false);
     let drain_engine = engine.clone();
     let drain_health = health.clone();
     let on_shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down: NOT_SERVING, finishing in-flight runs");
         drain_engine.admission().drain();
-        let _ = http_stop_tx.send(true);
         drain_health.set_service_status("", ServingStatus::NotServing).await;
         drain_health
             .set_service_status("sandpool.v1.Executor", ServingStatus::NotServing)
             .await;
         let _ = drained_tx.send(());
+        let _ = stored_rx.wait_for(|s| *s).await;
+        let _ = http_stop_tx.send(true);
     };
     let server = tonic::transport::Server::builder()
         // Peers that vanish (a killed client, a dropped route) are noticed and their
@@ -363,6 +368,7 @@ pub async fn serve_with_http(
         if sessions.policy().pause_on_drain {
             sessions.pause_for_drain(deadline).await;
         }
+        let _ = stored_tx.send(true);
         tokio::time::timeout_at(deadline, runs_finished(&admission))
             .await
             .is_ok()

@@ -97,11 +97,28 @@ impl Drop for Outstanding {
 pub struct Set {
     pub list: Vec<Arc<Backend>>,
     by_name: HashMap<String, Arc<Backend>>,
+    /// Executors whose pods are terminating: no new work goes there, but the sessions they
+    /// still hold do, until their drain has paused them into the store (docs/gateway.md).
+    draining: HashMap<String, Arc<Backend>>,
 }
 
 impl Set {
+    /// A live backend by name.
     pub fn get(&self, name: &str) -> Option<&Arc<Backend>> {
         self.by_name.get(name)
+    }
+
+    /// The backend that may still hold a session of executor `name`: live or draining.
+    pub fn holder(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.by_name.get(name).or_else(|| self.draining.get(name))
+    }
+
+    /// How many live backends are not in `tried`: where a refused request may go next.
+    pub fn untried(&self, tried: &[Arc<Backend>]) -> usize {
+        self.list
+            .iter()
+            .filter(|b| !tried.iter().any(|t| Arc::ptr_eq(t, b)))
+            .count()
     }
 }
 
@@ -138,21 +155,46 @@ impl Backends {
     /// are unchanged keeps its state (outstanding count, down mark), so counts stay true
     /// across updates. Later duplicates of a name are ignored.
     pub fn replace(&self, backends: impl IntoIterator<Item = (String, String)>) {
+        self.replace_with_draining(backends, std::iter::empty());
+    }
+
+    /// [`Backends::replace`], with the executors whose pods are terminating (`draining`):
+    /// only the sessions they hold are sent there (see [`Set::holder`]).
+    pub fn replace_with_draining(
+        &self,
+        backends: impl IntoIterator<Item = (String, String)>,
+        draining: impl IntoIterator<Item = (String, String)>,
+    ) {
         let old = self.snapshot();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let mut set = Set::default();
+        let kept = |name: &str, addr: &str| {
+            old.holder(name)
+                .filter(|b| b.addr == addr)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(Backend::new(name, addr).discovered_in(generation)))
+        };
         for (name, addr) in backends {
             if set.by_name.contains_key(&name) {
                 continue;
             }
-            let b = match old.by_name.get(&name) {
-                Some(b) if b.addr == addr => b.clone(),
-                _ => Arc::new(Backend::new(name.clone(), addr).discovered_in(generation)),
-            };
+            let b = kept(&name, &addr);
             set.list.push(b.clone());
             set.by_name.insert(name, b);
         }
-        for name in old.by_name.keys().filter(|n| !set.by_name.contains_key(*n)) {
+        for (name, addr) in draining {
+            if set.by_name.contains_key(&name) || set.draining.contains_key(&name) {
+                continue;
+            }
+            let b = kept(&name, &addr);
+            set.draining.insert(name, b);
+        }
+        for name in old
+            .by_name
+            .keys()
+            .chain(old.draining.keys())
+            .filter(|n| set.holder(n).is_none())
+        {
             self.metrics.forget_backend(name);
         }
         for b in &set.list {
@@ -160,7 +202,8 @@ impl Backends {
         }
         self.metrics.backends.set(set.list.len() as i64);
         let names: Vec<&str> = set.list.iter().map(|b| b.name.as_str()).collect();
-        tracing::info!(backends = ?names, "backend set updated");
+        let draining: Vec<&str> = set.draining.keys().map(String::as_str).collect();
+        tracing::info!(backends = ?names, ?draining, "backend set updated");
         let set = Arc::new(set);
         match self.current.write() {
             Ok(mut c) => *c = set,
@@ -341,6 +384,35 @@ mod tests {
         let s = bs.snapshot();
         busy(s.get("x").expect("x"), 3);
         assert_eq!(name(bs.choose_for_moved(&s, &[])), Some("y".into()));
+    }
+
+    #[test]
+    fn draining_backends_hold_their_sessions_and_take_nothing_new() {
+        let m = Arc::new(Metrics::new());
+        let bs = Backends::new(m.clone());
+        bs.replace([("a".into(), "h:1".into()), ("b".into(), "h:2".into())]);
+        let a = bs.snapshot().get("a").cloned().expect("a");
+        let _out = Outstanding::new(a.clone(), m);
+        // a's pod terminates: its endpoint turns terminating.
+        bs.replace_with_draining([("b".into(), "h:2".into())], [("a".into(), "h:1".into())]);
+        let s = bs.snapshot();
+        assert!(s.get("a").is_none(), "not live");
+        let held = s.holder("a").expect("still reachable for its sessions");
+        assert!(
+            Arc::ptr_eq(held, &a) && held.outstanding() == 1,
+            "same backend, same count"
+        );
+        assert_eq!(s.list.len(), 1);
+        for _ in 0..3 {
+            let got = bs.choose(&s, &[]).map(|b| b.name.clone());
+            assert_eq!(got.as_deref(), Some("b"));
+            let got = bs.choose_for_moved(&s, &[]).map(|b| b.name.clone());
+            assert_eq!(got.as_deref(), Some("b"));
+        }
+        assert_eq!(s.untried(std::slice::from_ref(&a)), 1, "a tried, b left");
+        // Gone for good.
+        bs.replace([("b".into(), "h:2".into())]);
+        assert!(bs.snapshot().holder("a").is_none());
     }
 
     #[test]

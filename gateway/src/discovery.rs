@@ -1,5 +1,5 @@
-//! Backends from a Service: its EndpointSlices' ready endpoints, watched, the set
-//! swapped whole on each change.
+//! Backends from a Service: its EndpointSlices' ready endpoints (and its terminating ones,
+//! which still hold sessions while they drain), watched, the set swapped whole on each change.
 
 use crate::backends::Backends;
 use futures::StreamExt;
@@ -12,11 +12,22 @@ use std::sync::Arc;
 /// The label EndpointSlices carry naming their Service.
 const SERVICE_LABEL: &str = "kubernetes.io/service-name";
 
-/// The (pod name, `host:port`) of each ready endpoint of `slices` with the port named
-/// `port_name`, sorted by name. An endpoint without a pod reference is named by its
-/// address (no session id can name it, but stateless requests can go there).
-pub fn backends_of<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, port_name: &str) -> Vec<(String, String)> {
-    let mut out = BTreeMap::new();
+/// The executors of a Service's endpoints, each as (pod name, `host:port`), sorted by name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Discovered {
+    /// Ready: any request may go there.
+    pub live: Vec<(String, String)>,
+    /// Terminating (their pods are being deleted): only the calls of the sessions they
+    /// hold, which they answer until their drain has paused them into the store.
+    pub draining: Vec<(String, String)>,
+}
+
+/// The executors of `slices`' endpoints with the port named `port_name`: ready ones live,
+/// terminating ones draining, the rest (starting, failing their probe) left out. An endpoint
+/// without a pod reference is named by its address (no session id can name it, but
+/// stateless requests can go there).
+pub fn backends_of<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, port_name: &str) -> Discovered {
+    let (mut live, mut draining) = (BTreeMap::new(), BTreeMap::new());
     for slice in slices {
         let port = slice
             .ports
@@ -29,10 +40,15 @@ pub fn backends_of<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, port
             continue;
         };
         for ep in &slice.endpoints {
+            let conditions = ep.conditions.as_ref();
+            let terminating = conditions.and_then(|c| c.terminating) == Some(true);
             // A nil `ready` means unknown, which the API says to read as ready.
-            if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
-                continue;
-            }
+            let ready = conditions.and_then(|c| c.ready) != Some(false);
+            let out = match (terminating, ready) {
+                (true, _) => &mut draining,
+                (false, true) => &mut live,
+                (false, false) => continue,
+            };
             let Some(ip) = ep.addresses.first() else {
                 continue;
             };
@@ -49,11 +65,20 @@ pub fn backends_of<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>, port
             out.entry(name).or_insert(addr);
         }
     }
-    out.into_iter().collect()
+    // A name both live and terminating (two slices disagreeing for a moment) is live.
+    draining.retain(|name, _| !live.contains_key(name));
+    Discovered {
+        live: live.into_iter().collect(),
+        draining: draining.into_iter().collect(),
+    }
+}
+
+fn apply(backends: &Backends, d: Discovered) {
+    backends.replace_with_draining(d.live, d.draining);
 }
 
 /// Watches `service`'s EndpointSlices in `namespace` and keeps `backends` at their ready
-/// endpoints, until the task is dropped. Watch errors are retried with backoff; the set
+/// (and terminating) endpoints, until the task is dropped. Watch errors are retried with backoff; the set
 /// in place stays meanwhile.
 pub async fn watch(
     client: kube::Client,
@@ -77,15 +102,15 @@ pub async fn watch(
             }
             Ok(Event::InitDone) => {
                 slices = listing.take().unwrap_or_default();
-                backends.replace(backends_of(slices.values(), &port_name));
+                apply(&backends, backends_of(slices.values(), &port_name));
             }
             Ok(Event::Apply(s)) => {
                 slices.insert(key(&s), s);
-                backends.replace(backends_of(slices.values(), &port_name));
+                apply(&backends, backends_of(slices.values(), &port_name));
             }
             Ok(Event::Delete(s)) => {
                 slices.remove(&key(&s));
-                backends.replace(backends_of(slices.values(), &port_name));
+                apply(&backends, backends_of(slices.values(), &port_name));
             }
             Err(e) => tracing::warn!(error = %e, %service, %namespace, "watching EndpointSlices"),
         }
@@ -148,8 +173,9 @@ mod tests {
             vec![endpoint(Some("pool-e"), "10.0.0.5", Some(true))],
         );
         let got = backends_of([&a, &b, &no_port], "http");
+        assert!(got.draining.is_empty());
         assert_eq!(
-            got,
+            got.live,
             [
                 ("pool-a".to_string(), "10.0.0.1:8000".to_string()),
                 ("pool-c".into(), "10.0.0.3:8000".into()),
@@ -248,8 +274,39 @@ mod tests {
     fn endpoints_without_a_pod_are_named_by_address() {
         let s = slice(&[("http", 80)], vec![endpoint(None, "10.0.0.9", Some(true))]);
         assert_eq!(
-            backends_of([&s], "http"),
+            backends_of([&s], "http").live,
             [("10.0.0.9:80".to_string(), "10.0.0.9:80".to_string())]
+        );
+    }
+
+    #[test]
+    fn terminating_endpoints_are_draining_whatever_their_readiness() {
+        let term = |pod, ip, serving| {
+            let mut e = endpoint(Some(pod), ip, Some(false));
+            e.conditions = Some(EndpointConditions {
+                ready: Some(false),
+                serving: Some(serving),
+                terminating: Some(true),
+            });
+            e
+        };
+        let s = slice(
+            &[("http", 80)],
+            vec![
+                endpoint(Some("new"), "10.0.0.1", Some(true)),
+                term("old-a", "10.0.0.2", true),
+                term("old-b", "10.0.0.3", false),
+                endpoint(Some("starting"), "10.0.0.4", Some(false)),
+            ],
+        );
+        let got = backends_of([&s], "http");
+        assert_eq!(got.live, [("new".to_string(), "10.0.0.1:80".to_string())]);
+        assert_eq!(
+            got.draining,
+            [
+                ("old-a".to_string(), "10.0.0.2:80".to_string()),
+                ("old-b".into(), "10.0.0.3:80".into())
+            ]
         );
     }
 }

@@ -208,11 +208,12 @@ impl Proxy {
     }
 
     /// A session-bound request: to the executor holding it (its id's, or the one it moved
-    /// to). When that one is gone (not a backend, or it cannot be connected to, or it refuses
-    /// unrun as a draining executor does), to another live one, the most recently discovered
-    /// first (a rollout's new pods, which are not drained next, so the session moves once),
-    /// then least outstanding, which resumes it from the shared store; the executor that
-    /// answers is remembered.
+    /// to), live or draining (a terminating pod answers its sessions' calls until its drain
+    /// has stored them, then refuses unrun). When that one is gone (not a backend, or it
+    /// cannot be connected to, or it refuses unrun), to another live one, the most recently
+    /// discovered first (a rollout's new pods, which are not drained next, so the session
+    /// moves once), then least outstanding, which resumes it from the shared store; the
+    /// executor that answers is remembered.
     async fn session<B>(
         &self,
         req: Request<B>,
@@ -225,7 +226,7 @@ impl Proxy {
     {
         let set = self.backends.snapshot();
         let named = self.moved.get(&id.id).unwrap_or_else(|| id.executor.clone());
-        let first = set.get(&named).cloned().filter(|b| !b.is_down(Instant::now()));
+        let first = set.holder(&named).cloned().filter(|b| !b.is_down(Instant::now()));
         if first.is_none() && set.list.is_empty() {
             // No executor at all: say so as E2B clients expect.
             let r = if control {
@@ -248,14 +249,14 @@ impl Proxy {
         let mut tried: Vec<Arc<Backend>> = Vec::new();
         let mut next = first;
         let mut last_error = format!("its executor {named} is gone");
-        while let Some(backend) = next.take().or_else(|| self.backends.choose(&set, &tried)) {
+        while let Some(backend) = next.take().or_else(|| self.backends.choose_for_moved(&set, &tried)) {
             tried.push(backend.clone());
             let body = match (&kept, streamed.take()) {
                 (Some(b), _) => body::full(b.clone()),
                 (None, Some(s)) => s,
                 (None, None) => break,
             };
-            let retries_left = (kept.is_some() && tried.len() <= set.list.len()) as usize;
+            let retries_left = (kept.is_some() && set.untried(&tried) > 0) as usize;
             let out = Outstanding::new(backend.clone(), self.metrics.clone());
             match self.send(&backend, &parts, body).await {
                 Ok(resp) => {
@@ -263,7 +264,6 @@ impl Proxy {
                     // into the store; a busy one (429) still holds it live, so it answers.
                     if resp.status() == StatusCode::SERVICE_UNAVAILABLE
                         && decide(Ok(resp.status()), kept.is_some(), retries_left) == Next::Retry
-                        && tried.len() < set.list.len()
                     {
                         self.metrics.retries.inc();
                         tracing::debug!(backend = %backend.name, session = %id.id, status = %resp.status(), "session refused; trying another executor");

@@ -43,6 +43,17 @@ pub(super) fn drained_here() -> SessionError {
     )
 }
 
+/// The error a call on a session that is not live here gets while this executor drains:
+/// retryable (another executor may hold it, or resume it from the store), where a staying
+/// executor would answer NOT_FOUND.
+pub(super) fn not_here_while_draining() -> SessionError {
+    SessionError::Retry(
+        "this executor is shutting down and does not hold the session: retry, and another \
+         executor serves or resumes it"
+            .into(),
+    )
+}
+
 /// The response metadata naming the executor that served a session call: its name (a pod's,
 /// what session ids end with), so a gateway follows a session resumed away from the executor
 /// its id names.
@@ -135,9 +146,10 @@ impl SessionManager {
         if self.paused_here(id) {
             return Ok(());
         }
-        // An executor going away resumes nothing.
+        // An executor going away resumes nothing: the call is refused unrun, so the gateway
+        // (or client) sends it to one that stays.
         if self.engine.admission().is_draining() {
-            return Ok(());
+            return Err(not_here_while_draining());
         }
         let ticket = self.engine.ticket(call, 0, "priority")?;
         if !self.resumes_implicitly(id, &ticket).await? {

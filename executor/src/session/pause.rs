@@ -396,11 +396,18 @@ impl SessionManager {
         let local = self.paused.lock().ok().and_then(|m| m.get(id).cloned());
         let (owner, ticket) = match local {
             Some(p) => {
-                if !p.auto_resume || !p.tokens.iter().any(|t| bool::from(t.as_slice().ct_eq(h.as_slice()))) {
+                let held = p.tokens.iter().any(|t| bool::from(t.as_slice().ct_eq(h.as_slice())));
+                // Paused by this executor's drain: the call goes to one that stays.
+                if held && p.drained {
+                    return Err(super::drain::drained_here());
+                }
+                if !p.auto_resume || !held {
                     return Err(SessionError::NotFound);
                 }
                 (p.owner, p.ticket)
             }
+            // An executor going away resumes nothing; another may hold it or resume it.
+            None if self.engine.admission().is_draining() => return Err(super::drain::not_here_while_draining()),
             None => self.paused_in_store(id, h.as_slice()).await?,
         };
         let _in_progress = self.engine.admission().request();

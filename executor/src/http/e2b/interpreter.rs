@@ -244,15 +244,21 @@ pub async fn execute(State(e): State<E2b>, headers: HeaderMap, body: bytes::Byte
             );
         }
     };
-    if let pb::run_in_session_request::Input::Code(code) = input {
-        let permit = match e.stream_permit(&sbx) {
-            Ok(p) => p,
-            Err(err) => return plain(StatusCode::TOO_MANY_REQUESTS, &err.message),
-        };
-        // The driver copies at most the call's output limit; the file is the cell's to write
-        // too, so the host reads no more than the executor's ceiling.
-        return stream_cell(sessions.clone(), sbx, code, e.engine.policy().max.output, permit);
-    }
+    // While this executor drains, a cell is answered whole, not streamed: a session the
+    // drain pauses before the cell runs refuses it unrun (503), which the gateway retries
+    // on another executor, where a stream already begun could only be cut.
+    let input = match input {
+        pb::run_in_session_request::Input::Code(code) if !e.engine.admission().is_draining() => {
+            let permit = match e.stream_permit(&sbx) {
+                Ok(p) => p,
+                Err(err) => return plain(StatusCode::TOO_MANY_REQUESTS, &err.message),
+            };
+            // The driver copies at most the call's output limit; the file is the cell's to
+            // write too, so the host reads no more than the executor's ceiling.
+            return stream_cell(sessions.clone(), sbx, code, e.engine.policy().max.output, permit);
+        }
+        other => other,
+    };
     let run = pb::RunInSessionRequest {
         session_id: sbx.id.clone(),
         input: Some(input),
