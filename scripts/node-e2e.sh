@@ -906,7 +906,8 @@ start=$SECONDS
 check "the unmodified E2B SDK from a role=sandbox-user pod through the e2bsdk pool's gateway: pause (filesystem, full), connect, auto-pause and auto-resume, create_snapshot, Sandbox.create(snapshot_id) on both executors, delete_snapshot" \
   e2b_sdk_lifecycle
 log "the E2B SDK's lifecycle in $((SECONDS - start)) s"
-"$K" delete sbp e2bsdk -n "$NS_POOL_NS" --wait=false > /dev/null
+# Not made when SANDPOOL_NODE_E2E_ONLY leaves the check out.
+"$K" delete sbp e2bsdk -n "$NS_POOL_NS" --wait=false --ignore-not-found > /dev/null
 
 # --- Inspect (issue 48) ----------------------------------------------------------------------------
 # An unmodified Inspect task (scripts/node-e2e-inspect.py: the agent loop of
