@@ -743,6 +743,172 @@ else
   log "left out: sessions survive a rolling update (issue 47 item 4; opt in with SANDPOOL_NODE_E2E_SESSIONS=1, docs/testing.md)"
 fi
 
+# --- the unmodified E2B SDK through the gateway (issue 47's "Done when") -------------------------
+# scripts/e2b-sdk-lifecycle.py, the script tests/tests/gateway.rs runs over two executors on
+# loopback (pause in both modes, connect, auto-pause and auto-resume by the next call,
+# create_snapshot, two Sandbox.create(snapshot_id) started back to back so that the gateway
+# sends them to both executors, delete_snapshot, kill), from a role=sandbox-user pod through the
+# e2bsdk pool's gateway. The pool (2 executors pinned to the first node) keeps paused sessions
+# and snapshots on a PVC: a hostPath PersistentVolume on that node, as the agents pool's above.
+# The client is the executor image's python3 with this checkout's .venv site-packages (where
+# e2b and e2b-code-interpreter 2.x are; scripts/test.sh makes it) mounted read-only (hostPath)
+# on PYTHONPATH: no image to build, no pip in the cluster. Some of the SDK's dependencies are
+# compiled for the venv's Python (cpython-3XX .so files), so the venv's Python minor version
+# must be the image's python3's (Debian bookworm's 3.11 both, the venv being made from
+# /usr/bin/python3): the pod compares them before it imports anything and fails naming both.
+E2BSDK_STORE="e2bsdk-store-$$"
+E2BSDK_DIR="/var/lib/sandpool-e2e-sdk-store-$$"
+e2bsdk_cleanup() {
+  if [[ "${SANDPOOL_NODE_E2E_KEEP:-}" != 1 ]]; then
+    "$K" delete sbp e2bsdk -n "$NS_POOL_NS" --wait=false > /dev/null 2>&1 || true
+    "$K" delete configmap e2bsdk-client -n "$NS_POOL_NS" --wait=false > /dev/null 2>&1 || true
+    "$K" delete pvc e2bsdk-store -n "$NS_POOL_NS" --wait=false > /dev/null 2>&1 || true
+    "$K" delete pv "$E2BSDK_STORE" --wait=false > /dev/null 2>&1 || true
+    rm -rf "$E2BSDK_DIR"
+  fi
+}
+trap 'e2bsdk_cleanup; cleanup' EXIT
+e2bsdk_pool() {
+  local node="${REAL[0]}"
+  cat <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: $E2BSDK_STORE}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  claimRef: {namespace: $NS_POOL_NS, name: e2bsdk-store}
+  hostPath: {path: $E2BSDK_DIR, type: DirectoryOrCreate}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$node]}]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: e2bsdk-store, namespace: $NS_POOL_NS}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: $E2BSDK_STORE
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: sandpool.dev/v1alpha1
+kind: SandboxPool
+metadata: {name: e2bsdk, namespace: $NS_POOL_NS}
+spec:
+  replicas: 2
+  languages: [python]
+  nodeSelector: {kubernetes.io/hostname: $node}
+  resources:
+    requests: {cpu: 100m, memory: 256Mi}
+    limits: {cpu: "2", memory: 1536Mi}
+  isolation: {mode: namespaces}
+  access: {http: true}
+  sessions:
+    maxPerPod: 16
+    idleMemory: 32Mi
+    store: {pvc: {claimName: e2bsdk-store}}
+EOF
+}
+# e2bsdk_site: the site-packages of this checkout's .venv that holds the SDK, checked readable by
+# the client pod's uid (every directory above it must let it through) with the host's python3.
+e2bsdk_site() {
+  local py="$ROOT/.venv/bin/python" site
+  site="$("$py" -c 'import os, e2b_code_interpreter as m; print(os.path.dirname(os.path.dirname(m.__file__)))')" ||
+    { echo "$py cannot import e2b_code_interpreter: make the venv (scripts/test.sh)"; return 1; }
+  # The venv's base interpreter, isolated (-I): the SDK from $site only, as in the pod.
+  setpriv --reuid 65532 --regid 65532 --clear-groups env PYTHONDONTWRITEBYTECODE=1 \
+    "$(readlink -f "$py")" -I -c 'import sys; sys.path.insert(0, sys.argv[1]); import e2b_code_interpreter' "$site" > /dev/null ||
+    { echo "uid 65532 cannot import the SDK from $site (the pod's user reads it through the hostPath)"; return 1; }
+  echo "$site"
+}
+e2b_sdk_lifecycle() {
+  local ns="$NS_POOL_NS" name="e2bsdk-client" site want phase out
+  site="$(e2bsdk_site)" || { echo "$site"; return 1; }
+  want="$("$ROOT/.venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  echo "SDK from $site (Python $want)"
+  e2bsdk_pool | "$K" apply -f - > /dev/null
+  "$K" wait --for=condition=Ready sbp/e2bsdk -n "$ns" --timeout=240s || return 1
+  "$K" wait --for=jsonpath='{.status.gateway.readyReplicas}'=1 sbp/e2bsdk -n "$ns" --timeout=180s || return 1
+  "$K" create configmap e2bsdk-client -n "$ns" --from-file=lifecycle.py="$ROOT/scripts/e2b-sdk-lifecycle.py" > /dev/null
+  cat <<EOF | "$K" apply -f - > /dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: $ns, labels: {role: sandbox-user}}
+spec:
+  restartPolicy: Never
+  nodeSelector: {kubernetes.io/hostname: ${REAL[0]}}
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: client
+      image: $EXECUTOR_IMAGE
+      imagePullPolicy: Never
+      env:
+        - {name: PYTHONPATH, value: /sdk}
+        - {name: PYTHONDONTWRITEBYTECODE, value: "1"}
+        - {name: HOME, value: /tmp}
+        - {name: E2B_API_KEY, value: e2e}
+        - {name: WANT_PYTHON, value: "$want"}
+      # First the image's python3 against the venv's minor version (the SDK's compiled parts);
+      # then, as gateway_client does, up to 20 s for the gateway to accept a connection (a new
+      # pod's address reaches the policy engine a moment after it starts); then the script.
+      command:
+        - python3
+        - -c
+        - |
+          import os, runpy, socket, sys, time
+          have, want = "%d.%d" % sys.version_info[:2], os.environ["WANT_PYTHON"]
+          if have != want:
+              print(f"e2b-sdk: FAILED python: the image's python3 is {have}, the SDK on /sdk is the venv's for {want}")
+              sys.exit(3)
+          gw = "e2bsdk-gateway.$ns.svc.cluster.local"
+          deadline = time.time() + 20
+          while True:
+              try:
+                  socket.create_connection((gw, 8080), timeout=2).close()
+                  break
+              except OSError as e:
+                  if time.time() > deadline:
+                      print("e2b-sdk: FAILED connect:", gw, e)
+                      sys.exit(1)
+                  time.sleep(1)
+          sys.argv = ["/client/lifecycle.py", f"http://{gw}:8080"]
+          runpy.run_path(sys.argv[0], run_name="__main__")
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+      resources: {requests: {cpu: 50m, memory: 128Mi}, limits: {memory: 512Mi}}
+      volumeMounts:
+        - {name: sdk, mountPath: /sdk, readOnly: true}
+        - {name: client, mountPath: /client}
+        - {name: tmp, mountPath: /tmp}
+  volumes:
+    - {name: sdk, hostPath: {path: $site, type: Directory}}
+    - {name: client, configMap: {name: e2bsdk-client}}
+    - {name: tmp, emptyDir: {}}
+EOF
+  for _ in $(seq 1 240); do
+    phase="$("$K" get pod "$name" -n "$ns" -o jsonpath='{.status.phase}')"
+    [[ $phase == Succeeded || $phase == Failed ]] && break
+    sleep 1
+  done
+  out="$("$K" logs "$name" -n "$ns" 2>&1 || true)"
+  [[ -n $phase && $phase != Succeeded ]] && "$K" describe pod "$name" -n "$ns" | tail -n 8
+  "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
+  "$K" delete configmap e2bsdk-client -n "$ns" --wait=false > /dev/null
+  echo "$out" | tail -n 14
+  # Both executors served it (the copies of the snapshot, one on each).
+  [[ $phase == Succeeded ]] &&
+    grep -Eq '^e2b-sdk: ok pause=filesystem,full resume=connect autopause=paused,resumed snapshot=created,2-copies,deleted executors=[^ ,]+,[^ ,]+ ' <<< "$out"
+}
+start=$SECONDS
+check "the unmodified E2B SDK from a role=sandbox-user pod through the e2bsdk pool's gateway: pause (filesystem, full), connect, auto-pause and auto-resume, create_snapshot, Sandbox.create(snapshot_id) on both executors, delete_snapshot" \
+  e2b_sdk_lifecycle
+log "the E2B SDK's lifecycle in $((SECONDS - start)) s"
+# Not made when SANDPOOL_NODE_E2E_ONLY leaves the check out.
+"$K" delete sbp e2bsdk -n "$NS_POOL_NS" --wait=false --ignore-not-found > /dev/null
+
 # --- Inspect (issue 48) ----------------------------------------------------------------------------
 # An unmodified Inspect task (scripts/node-e2e-inspect.py: the agent loop of
 # clients/python/tests/test_inspect.py, bash() and python() tools, a scripted mockllm model, a
