@@ -10,7 +10,8 @@ read back by commands.run and run_code) and a Python variable and function; paus
 (file and variable kept); an auto-pause lifecycle (paused at its timeout, resumed by its next
 call, file and variable kept); create_snapshot() and two Sandbox.create(snapshot_id) started
 back to back (through a gateway over two executors: one on each), each with the file and
-the variable; delete_snapshot; everything killed. Prints one line per step and last
+the variable; fork(count=2) of the running sandbox (each fork with the file and the
+variable, writes kept apart); delete_snapshot; everything killed. Prints one line per step and last
 `e2b-sdk: ok pause=... resume=... autopause=... snapshot=... executors=...`; exits 1 with
 `e2b-sdk: FAILED <step>: <why>` at the first failure (2 when the SDK is missing).
 
@@ -227,6 +228,24 @@ def _():
     state["copies"] = copies
 
 
+@step("fork")
+def _():
+    # E2B's fork(count): copies of a running sandbox, each with the source's files and (a
+    # Python session) its interpreter's names, on the source's executor; the source goes on.
+    src = state["sbx"]
+    forks = src.fork(timeout=300, count=2)
+    check(len(forks) == 2, f"fork(count=2) gave {len(forks)}: {forks}")
+    for f in forks:
+        check(not isinstance(f, Exception), f"a fork failed: {f!r}")
+        track(f)
+        check(f.sandbox_id != src.sandbox_id, "the fork has the source's id")
+        has_state(f)
+    forks[0].files.write(f"{DIR}/data.txt", "changed in a fork")
+    check(src.files.read(f"{DIR}/data.txt") == TEXT, "a fork's write reached the source")
+    check(forks[1].files.read(f"{DIR}/data.txt") == TEXT, "a fork's write reached the other fork")
+    has_state(src)
+
+
 @step("delete-snapshot")
 def _():
     snap = snapshots.pop()
@@ -251,8 +270,8 @@ def _():
 
 executors = sorted(set(seen.values()))
 print(
-    "e2b-sdk: ok pause=filesystem,full resume=connect autopause=paused,resumed snapshot=created,2-copies,deleted "
+    "e2b-sdk: ok pause=filesystem,full resume=connect autopause=paused,resumed snapshot=created,2-copies,deleted fork=2 "
     f"executors={','.join(executors)} "
-    f"times=pause:{timings['pause-full']:.2f}s,resume:{timings['resume-full']:.2f}s,snapshot:{timings['snapshot']:.2f}s",
+    f"times=pause:{timings['pause-full']:.2f}s,resume:{timings['resume-full']:.2f}s,snapshot:{timings['snapshot']:.2f}s,fork:{timings['fork']:.2f}s",
     flush=True,
 )

@@ -1229,7 +1229,9 @@ async fn the_unmodified_e2b_sdk_pauses_resumes_and_snapshots_through_the_gateway
     let (ok, out) = sdk_lifecycle(g.addr).await;
     let last = out.lines().find(|l| l.starts_with("e2b-sdk: ok ")).unwrap_or_default();
     assert!(
-        ok && last.contains(" autopause=paused,resumed ") && last.contains(" executors=sdk-a,sdk-b "),
+        ok && last.contains(" autopause=paused,resumed ")
+            && last.contains(" fork=2 ")
+            && last.contains(" executors=sdk-a,sdk-b "),
         "{out}"
     );
 

@@ -132,8 +132,8 @@ fn rfc3339(t: SystemTime) -> String {
     )
 }
 
-/// The body create and connect answer (`Sandbox`).
-fn created(info: &SessionInfo) -> serde_json::Value {
+/// The body create, connect and fork answer (`Sandbox`).
+pub(super) fn created(info: &SessionInfo) -> serde_json::Value {
     serde_json::json!({
         "templateID": info.template,
         "sandboxID": info.id,

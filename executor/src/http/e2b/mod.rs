@@ -178,6 +178,7 @@ pub fn control_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S>
         .route("/sandboxes/{id}/pause", post(control::pause))
         .route("/sandboxes/{id}/resume", post(control::resume))
         .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/sandboxes/{id}/fork", post(snapshots::fork))
         .route("/templates/{id}", axum::routing::delete(snapshots::delete))
         .route("/sandboxes/{id}/{what}", any(control::unsupported))
         .route("/v2/sandboxes/{id}/{what}", any(control::unsupported))

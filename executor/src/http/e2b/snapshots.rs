@@ -1,7 +1,8 @@
 //! E2B's snapshots (docs/sessions.md, "Snapshots and forks"): `create_snapshot()` is
 //! `POST /sandboxes/{id}/snapshots` (201 `{"snapshotID", "names"}`), `Sandbox.create(id)`
 //! is a create whose `templateID` is a snapshot's id (served in `control::create`), and
-//! `delete_snapshot(id)` is `DELETE /templates/{id}`.
+//! `delete_snapshot(id)` is `DELETE /templates/{id}`, and `fork(count=...)` is
+//! `POST /sandboxes/{id}/fork` (a `ForkSession`).
 
 use super::{E2b, api_error, api_session_error, json_body};
 use crate::call::Call;
@@ -71,6 +72,77 @@ pub async fn create(
             .into_response(),
         Err(e) => api_session_error(e),
     }
+}
+
+/// What the SDK sends with `fork(timeout=..., count=...)`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkBody {
+    timeout: Option<u64>,
+    count: Option<u32>,
+}
+
+/// The most copies one E2B fork asks for: E2B's own bound (its SDK checks 1 to 20).
+const MAX_E2B_FORK: u32 = 20;
+
+/// `POST /sandboxes/{id}/fork`: `count` copies (default 1) of a running sandbox, each with
+/// its files and (Python) its interpreter's names, on this executor, each a sandbox of its own
+/// with its own access token; 201 with one `{"sandbox": ...}` per copy. All start or none
+/// (the caps are checked for every copy first), so no entry is an error.
+pub async fn fork(
+    State(e): State<E2b>,
+    Path(id): Path<String>,
+    call: Option<axum::Extension<Call>>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(sessions) = e.sessions.as_ref() else {
+        return api_session_error(crate::session::SessionError::NotFound);
+    };
+    let req: ForkBody = match body.is_empty() {
+        true => ForkBody::default(),
+        false => match json_body(&body) {
+            Ok(r) => r,
+            Err(m) => return api_error(StatusCode::BAD_REQUEST, m),
+        },
+    };
+    let count = req.count.unwrap_or(1);
+    if count == 0 || count > MAX_E2B_FORK {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            format!("count: {count} copies: ask for 1 to {MAX_E2B_FORK}"),
+        );
+    }
+    if req.timeout == Some(0) {
+        return api_error(StatusCode::BAD_REQUEST, "timeout: must be at least 1 second");
+    }
+    let call = caller(&call);
+    let who = call.caller.clone().into_bytes();
+    let forked = match sessions
+        .fork(
+            pb::ForkSessionRequest {
+                session_id: id,
+                n: count,
+            },
+            call,
+        )
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return api_session_error(e),
+    };
+    let mut out = Vec::with_capacity(forked.sessions.len());
+    for copy in forked.sessions {
+        let info = match req.timeout {
+            Some(s) => sessions.set_end(&copy.session_id, &who, std::time::Duration::from_secs(s)),
+            None => sessions.info(&copy.session_id, &who),
+        };
+        match info {
+            Ok(info) => out.push(serde_json::json!({"sandbox": super::control::created(&info)})),
+            // Gone between its start and now (killed, expired): said for that copy alone.
+            Err(e) => out.push(serde_json::json!({"error": {"code": 404, "message": e.to_string()}})),
+        }
+    }
+    (StatusCode::CREATED, Json(out)).into_response()
 }
 
 /// `DELETE /templates/{id}`: a snapshot's id deletes it; no other template is the caller's.
