@@ -867,6 +867,9 @@ impl Stored {
     }
 }
 
+/// What an extraction's share holds beyond its files: tar itself.
+const EXTRACT_SLACK: u64 = 32 << 20;
+
 /// Extracts `stored` into `work` by tar inside the seat; call with a run slot held.
 pub(super) async fn extract(
     engine: &Arc<crate::engine::Engine>,
@@ -876,6 +879,7 @@ pub(super) async fn extract(
     memory: u64,
 ) -> Result<(), SessionError> {
     let archive = stored.fetch().await?;
+    let archive_len = archive.len() as u64;
     let spec = tar_spec(
         &[
             "--extract",
@@ -892,11 +896,20 @@ pub(super) async fn extract(
         64 << 10,
         engine.work_dir_bytes(),
     );
-    // The files it writes are charged to the seat's memory: its share grows to the
-    // session's memory first, as a call's does (a fresh seat holds the idle floor).
-    let e = engine.clone();
-    let _ = crate::task::blocking(move || e.sandbox().seat_share(seat, crate::sandbox::SeatShare::Grow(memory))).await;
+    // The files it writes are charged to the seat's memory: its share grows first, as a
+    // call's does (a fresh seat holds the idle floor), but only to what the files can take
+    // (a file's pages round its size up: four times the archive, beside tar itself), and is
+    // settled to what the seat holds as soon as tar ends. Several seats extract at once (a
+    // fork): a share left grown to the session's memory took the room of the next ones,
+    // whose tar then started in a cgroup too small to start in (exit 126, its report lost).
+    let want = memory.min(archive_len.saturating_mul(4).saturating_add(EXTRACT_SLACK));
+    let share = |share| {
+        let e = engine.clone();
+        crate::task::blocking(move || e.sandbox().seat_share(seat, share))
+    };
+    let _ = share(crate::sandbox::SeatShare::Grow(want)).await;
     let r = engine.run_phase_in(seat, work, &spec, Phase::Run).await;
+    let _ = share(crate::sandbox::SeatShare::Hold).await;
     if r.verdict != pb::Verdict::Ok {
         return Err(tar_failed("restoring /work", &r));
     }

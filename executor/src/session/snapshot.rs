@@ -160,9 +160,10 @@ impl SessionManager {
                 Some((None, Stored::Bytes(archive.clone()))),
             )
         });
-        // One copy at a time for now: first runs in several fresh seats at once failed now and
-        // then (exit 126, no setup report; docs/sessions.md "Snapshots and forks").
-        let results: Vec<_> = futures::stream::iter(opens).buffered(1).collect().await;
+        // All at once: each extraction waits for a run slot (`open`), so they spread over the
+        // slots; each grows its seat's memory share only to what its files take, and gives
+        // it back when tar ends (`pause::extract`).
+        let results: Vec<_> = futures::stream::iter(opens).buffered(req.n as usize).collect().await;
         drop(admitted);
         let mut opened = Vec::new();
         let mut failed = None;

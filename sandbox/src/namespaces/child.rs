@@ -22,6 +22,9 @@ pub(crate) struct MountStep {
 pub(crate) struct ChildPlan {
     /// The init's pid, written by the kernel (CLONE_PARENT_SETTID) when a spawner clones it.
     pub spawned_pid: std::sync::atomic::AtomicI32,
+    /// A failed setup step, `stage << 32 | errno` (0: none), as the report says it: read
+    /// when the report is missing (see [`fail`]). Seen only where the init shares our memory.
+    pub setup_failed: std::sync::atomic::AtomicU64,
     /// Where the init sends `(pid, 0)` for its spawner, which waits for it (vfork); -1: not spawned.
     pub spawn_resp_fd: i32,
     /// The init dies with the thread that clones it (`PR_SET_PDEATHSIG`): one that lives as
@@ -225,15 +228,19 @@ fn send(fd: i32, tag: u32, stage: u32, value: i32) {
     let _ = sys::write(fd, &rec);
 }
 
-fn fail(fd: i32, stage: report::Stage, errno: i32) -> ! {
-    send(fd, report::SETUP_FAILED, stage.code(), errno);
+fn fail(plan: &ChildPlan, stage: report::Stage, errno: i32) -> ! {
+    // Kept in the plan too: a step that fails for want of memory in the run's cgroup (the
+    // program joined it) fails the report's write as well, whose pipe page is charged there.
+    let failed = (u64::from(stage.code()) << 32) | u64::from(errno as u32);
+    plan.setup_failed.store(failed, std::sync::atomic::Ordering::SeqCst);
+    send(plan.report_fd, report::SETUP_FAILED, stage.code(), errno);
     sys::exit(126)
 }
 
 macro_rules! step {
-    ($fd:expr, $stage:expr, $call:expr) => {
+    ($plan:expr, $stage:expr, $call:expr) => {
         if let Err(e) = $call {
-            fail($fd, $stage, e);
+            fail($plan, $stage, e);
         }
     };
 }
@@ -275,11 +282,11 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     for &fd in &plan.keep_fds {
         let fd = fd as u32;
         if fd > next {
-            step!(rep, Stage::CloseFds, sys::close_range(next, fd - 1, 0));
+            step!(plan, Stage::CloseFds, sys::close_range(next, fd - 1, 0));
         }
         next = fd + 1;
     }
-    step!(rep, Stage::CloseFds, sys::close_range(next, u32::MAX, 0));
+    step!(plan, Stage::CloseFds, sys::close_range(next, u32::MAX, 0));
     let warm = plan.warm_ctl_fd >= 0;
     // Our namespaces are named through the executor's /proc, opened while it is ours (see
     // `zygote_init::send_namespaces`); -1 makes the warm start fail, and the run go cold.
@@ -294,7 +301,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 
     // The slot's namespace outlives runs: clear what a killed warm init left.
-    step!(rep, Stage::EnterMountNs, sys::setns(plan.mnt_ns_fd, libc::CLONE_NEWNS));
+    step!(plan, Stage::EnterMountNs, sys::setns(plan.mnt_ns_fd, libc::CLONE_NEWNS));
     for p in &plan.run_mount_points {
         sys::detach_all(p);
     }
@@ -306,7 +313,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // seat's, in a copy (seats share one namespace), which the child joins.
     let own_mount_ns = !warm || plan.warm_own_mount_ns;
     if own_mount_ns {
-        step!(rep, Stage::NewMountNs, sys::unshare(libc::CLONE_NEWNS));
+        step!(plan, Stage::NewMountNs, sys::unshare(libc::CLONE_NEWNS));
     }
     if warm && plan.warm_own_mount_ns {
         let mnt = sys::openat(ns_dir, c"mnt", libc::O_RDONLY | libc::O_CLOEXEC).map_or(-1, |fd| fd as i32);
@@ -318,7 +325,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     if ns_dir >= 0 {
         let _ = sys::close(ns_dir);
     }
-    step!(rep, Stage::AttachWork, sys::move_mount_fd(plan.work_fd, c"/work"));
+    step!(plan, Stage::AttachWork, sys::move_mount_fd(plan.work_fd, c"/work"));
     for (i, m) in plan.mounts.iter().enumerate() {
         let r = sys::mount(
             m.src.as_deref(),
@@ -327,16 +334,16 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
             m.flags,
             m.data.as_deref(),
         );
-        step!(rep, Stage::Mount(i as u32), r);
+        step!(plan, Stage::Mount(i as u32), r);
     }
-    step!(rep, Stage::Hostname, sys::sethostname(plan.hostname));
+    step!(plan, Stage::Hostname, sys::sethostname(plan.hostname));
     if plan.host_net {
         // No network namespace: the program's seccomp filter and Landlock domain.
     } else if plan.net_ns_fd >= 0 {
         // Made ahead of time, loopback already up (clone was not asked for one).
-        step!(rep, Stage::EnterNetNs, sys::setns(plan.net_ns_fd, libc::CLONE_NEWNET));
+        step!(plan, Stage::EnterNetNs, sys::setns(plan.net_ns_fd, libc::CLONE_NEWNET));
     } else {
-        step!(rep, Stage::EnterNetNs, sys::loopback_up());
+        step!(plan, Stage::EnterNetNs, sys::loopback_up());
     }
     if plan.warm_ctl_fd >= 0 {
         super::zygote_init::serve(rep, plan.warm_ctl_fd, plan.warm_ready_fd, &plan.run_mount_points);
@@ -357,7 +364,7 @@ pub(crate) extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // waits for it; nothing else writes it meanwhile. ENOMEM: the run's memory limit.
     let pid = match pid {
         Ok(pid) => pid,
-        Err(e) => fail(rep, Stage::StartProgram, e.raw_os_error().unwrap_or(0)),
+        Err(e) => fail(plan, Stage::StartProgram, e.raw_os_error().unwrap_or(0)),
     };
     // The program, exec'd into memory of its own, is the OOM killer's first
     // choice, in its slot (the only choice there: see the spawner) and on the
@@ -428,28 +435,28 @@ extern "C" fn prog_main(arg: *mut libc::c_void) -> libc::c_int {
     // cgroup, then hides the host's cgroup paths behind a namespace rooted there.
     if !plan.join_cgroup_fds.is_empty() {
         for &fd in &plan.join_cgroup_fds {
-            step!(rep, Stage::JoinCgroup, sys::write(fd, b"0"));
+            step!(plan, Stage::JoinCgroup, sys::write(fd, b"0"));
         }
-        step!(rep, Stage::JoinCgroup, sys::unshare(libc::CLONE_NEWCGROUP));
+        step!(plan, Stage::JoinCgroup, sys::unshare(libc::CLONE_NEWCGROUP));
     }
-    step!(rep, Stage::Streams, sys::dup_to(plan.stdin_fd, 0));
-    step!(rep, Stage::Streams, sys::dup_to(plan.stdout_fd, 1));
-    step!(rep, Stage::Streams, sys::dup_to(plan.stderr_fd, 2));
-    step!(rep, Stage::Session, sys::setsid());
-    step!(rep, Stage::Groups, sys::clear_groups());
-    step!(rep, Stage::Gid, sys::setresgid(plan.gid));
-    step!(rep, Stage::Uid, sys::setresuid(plan.uid));
+    step!(plan, Stage::Streams, sys::dup_to(plan.stdin_fd, 0));
+    step!(plan, Stage::Streams, sys::dup_to(plan.stdout_fd, 1));
+    step!(plan, Stage::Streams, sys::dup_to(plan.stderr_fd, 2));
+    step!(plan, Stage::Session, sys::setsid());
+    step!(plan, Stage::Groups, sys::clear_groups());
+    step!(plan, Stage::Gid, sys::setresgid(plan.gid));
+    step!(plan, Stage::Uid, sys::setresuid(plan.uid));
     for (res, lim) in &plan.rlimits {
-        step!(rep, Stage::Rlimits, sys::setrlimit(*res, lim));
+        step!(plan, Stage::Rlimits, sys::setrlimit(*res, lim));
     }
-    step!(rep, Stage::NoNewPrivs, sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1));
+    step!(plan, Stage::NoNewPrivs, sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1));
     if plan.landlock_fd >= 0 {
         // A domain of the program's own (its init stays outside it): its abstract unix
         // sockets and signals reach only what this run made.
-        step!(rep, Stage::Landlock, sys::landlock_restrict_self(plan.landlock_fd));
+        step!(plan, Stage::Landlock, sys::landlock_restrict_self(plan.landlock_fd));
     }
-    step!(rep, Stage::Seccomp, sys::install_filters(&plan.seccomp));
-    step!(rep, Stage::Chdir, sys::chdir(&plan.cwd));
+    step!(plan, Stage::Seccomp, sys::install_filters(&plan.seccomp));
+    step!(plan, Stage::Chdir, sys::chdir(&plan.cwd));
     // ETXTBSY: a file written just before (a compiled program) is still open for writing
     // somewhere for a moment, e.g. in a copy of a descriptor table a concurrent clone made
     // before closing it; tried again for up to 100 ms (as Go's os/exec tests do, golang/go#22315).

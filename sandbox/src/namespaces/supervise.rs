@@ -137,6 +137,7 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]
     keep_fds.dedup();
     Ok(ChildPlan {
         spawned_pid: std::sync::atomic::AtomicI32::new(0),
+        setup_failed: std::sync::atomic::AtomicU64::new(0),
         // Set by the spawner that clones the init (see `SlotSpawner::spawn`).
         spawn_resp_fd: -1,
         die_with_parent: false,
@@ -594,6 +595,12 @@ async fn collect(
     cgroup: Option<&SlotCgroup>,
 ) -> Result<RunOutcome, SandboxError> {
     let wall = r.started.elapsed();
+    // Read before the reap frees the plan (the init and program are gone: nothing writes it).
+    let lost = r
+        .kid
+        .keep
+        .as_ref()
+        .map_or(0, |(p, _)| p.setup_failed.load(std::sync::atomic::Ordering::SeqCst));
     let ru = r.kid.reap();
 
     // All writers are dead; the readers reach EOF promptly.
@@ -608,7 +615,19 @@ async fn collect(
 
     let mut reports = Vec::new();
     let _ = std::fs::File::from(r.rep_r).read_to_end(&mut reports);
-    let reports = child::parse_reports(&reports);
+    let mut reports = child::parse_reports(&reports);
+    let failed = |tag: u32| tag == child::report::SETUP_FAILED || tag == child::report::EXEC_FAILED;
+    if lost != 0 && !reports.iter().any(|(tag, _, _)| failed(*tag)) {
+        // A failed step whose report could not be written (see `child::fail`).
+        tracing::debug!(
+            stage = child::report::Stage::name_of((lost >> 32) as u32),
+            "setup report lost; read from the plan"
+        );
+        reports.insert(
+            0,
+            (child::report::SETUP_FAILED, (lost >> 32) as u32, lost as u32 as i32),
+        );
+    }
     let status = reports
         .iter()
         .find(|(tag, _, _)| *tag == child::report::STATUS)
