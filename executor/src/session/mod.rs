@@ -48,6 +48,7 @@ mod drain;
 mod error;
 mod files;
 mod lifecycle;
+mod lookups;
 mod pause;
 pub mod policy;
 mod procs;

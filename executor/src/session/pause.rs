@@ -41,6 +41,8 @@ pub(super) struct StoreSlot {
     cfg: StoreConfig,
     ttl: Duration,
     store: tokio::sync::OnceCell<Arc<Store>>,
+    /// What the data plane may look up here ([`SessionManager::paused_in_store`]).
+    lookups: super::lookups::Lookups,
 }
 
 /// A session this executor paused: enough to answer its calls (FAILED_PRECONDITION for its
@@ -319,6 +321,7 @@ impl SessionManager {
             cfg,
             ttl,
             store: tokio::sync::OnceCell::new(),
+            lookups: super::lookups::Lookups::default(),
         });
     }
 
@@ -414,19 +417,30 @@ impl SessionManager {
     /// A data-plane call names no tenant, so each is looked up (a store HEAD each). An open
     /// executor's sessions are owned by their caller's `authorization`, which a data-plane
     /// call does not carry: those resume on their control-plane call (`connect`).
+    /// Bounded ([`super::lookups`]): an id no executor makes costs no read, and the reads
+    /// share a token bucket; past it the call is told to retry.
     async fn paused_in_store(&self, id: &str, token_sha256: &[u8]) -> Result<(Vec<u8>, Ticket), SessionError> {
-        if self.store.get().is_none() {
+        let Some(slot) = self.store.get() else {
             return Err(SessionError::NotFound);
-        }
+        };
         let tenants: Vec<Arc<crate::tenants::Tenant>> = match self.tenants.get() {
             Some(t) if !t.is_open() => t.table().tenants().filter(|t| t.authenticated).cloned().collect(),
             _ => return Err(SessionError::NotFound),
         };
+        if !super::lookups::session_shaped(id) {
+            return Err(SessionError::NotFound);
+        }
+        if !slot.lookups.take() {
+            return Err(SessionError::Retry(
+                "too many calls for sandboxes this executor does not hold: retry shortly".into(),
+            ));
+        }
         let (store, _) = self.store().await?;
         for tenant in tenants {
             let Ok(key) = BlobKey::paused(&tenant.name, id) else {
                 continue;
             };
+            self.engine.metrics().session_store_lookups.inc();
             let meta = match store.head(&key).await {
                 Ok(m) => m,
                 Err(StoreError::NotFound(_)) => continue,
