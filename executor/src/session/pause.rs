@@ -659,6 +659,10 @@ impl SessionManager {
             "--directory=/work",
             "--exclude=./.sandpool",
             "--numeric-owner",
+            // Holes stay holes: a sparse file's apparent size would otherwise be stored,
+            // so a /work holding nearly nothing could fill the archive's bound, the
+            // executor's memory and the tenant's store (extraction keeps them sparse).
+            "--sparse",
             ".",
         ];
         if saved.as_ref().is_some_and(|s| s.written) {
