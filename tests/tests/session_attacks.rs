@@ -169,3 +169,91 @@ async fn a_hostile_work_dir_pauses_and_resumes_without_reaching_outside_its_seat
         .collect();
     assert!(left.is_empty(), "{left:#?}");
 }
+
+async fn close(c: &mut Client, who: &str, id: &str) -> Result<(), tonic::Status> {
+    c.close_session(as_(who, pb::CloseSessionRequest { session_id: id.into() }))
+        .await
+        .map(drop)
+}
+
+/// Two resumes and a close of one paused session at once: never two live copies, never a
+/// session live again after its close answered OK, and the executor's count of live
+/// sessions is what the calls say afterwards (no seat, cgroup or work dir leaked).
+#[tokio::test]
+async fn resumes_and_a_close_racing_leave_one_answer_and_no_leak() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    for round in 0..4 {
+        let id = create(&mut c, "alice", "bash").await;
+        // Enough /work that the resume's extraction takes a while.
+        sh(
+            &mut c,
+            "alice",
+            &id,
+            "head -c 24000000 /dev/urandom > big && echo kept > a",
+        )
+        .await;
+        pause(&mut c, "alice", &id).await.expect("pause");
+        let (mut c1, mut c2, mut c3) = (ex.client(), ex.client(), ex.client());
+        let (r1, r2, closed) = tokio::join!(resume(&mut c1, "alice", &id), resume(&mut c2, "alice", &id), async {
+            tokio::time::sleep(Duration::from_millis(20 * round)).await;
+            close(&mut c3, "alice", &id).await
+        });
+        let live = try_sh(&mut c, "alice", &id, "cat a").await;
+        if closed.is_ok() {
+            assert!(
+                live.as_ref().is_err_and(|e| e.code() == Code::NotFound),
+                "round {round}: closed OK, yet live after: {live:?} (resumes {r1:?} {r2:?})"
+            );
+        } else {
+            assert!(r1.is_ok() || r2.is_ok(), "round {round}: {closed:?} {r1:?} {r2:?}");
+        }
+        if live.is_ok() {
+            close(&mut c, "alice", &id).await.expect("close the live one");
+        }
+        let _ = close(&mut c, "alice", &id).await;
+        // Nothing live, nothing stored.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while ex.metric("sandpool_sessions") != 0.0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(ex.metric("sandpool_sessions"), 0.0, "round {round}: a session leaked");
+        let left: Vec<String> = tree(store.path())
+            .into_iter()
+            .filter(|l| !l.contains("is_dir: true"))
+            .collect();
+        assert!(left.is_empty(), "round {round}: {left:#?}");
+    }
+}
+
+/// A resume or a fork past `--max-sessions` is refused (RESOURCE_EXHAUSTED), never
+/// over-admitted; the paused session stays in the store and resumes once there is room.
+#[tokio::test]
+async fn resumes_and_forks_past_the_cap_are_refused_and_lose_nothing() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &["--max-sessions", "2"]).await;
+    let mut c = ex.client();
+    let a = create(&mut c, "alice", "bash").await;
+    sh(&mut c, "alice", &a, "echo kept > a").await;
+    pause(&mut c, "alice", &a).await.expect("pause");
+    let b = create(&mut c, "alice", "bash").await;
+    let d = create(&mut c, "alice", "bash").await;
+    let e = resume(&mut c, "alice", &a).await.expect_err("past the cap");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    let e = c
+        .fork_session(as_(
+            "alice",
+            pb::ForkSessionRequest {
+                session_id: b.clone(),
+                n: 1,
+            },
+        ))
+        .await
+        .expect_err("past the cap");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert_eq!(ex.metric("sandpool_sessions"), 2.0);
+    close(&mut c, "alice", &d).await.expect("close");
+    resume(&mut c, "alice", &a).await.expect("room again");
+    assert_eq!(sh(&mut c, "alice", &a, "cat a").await, "kept\n");
+}

@@ -806,6 +806,13 @@ impl SessionManager {
         if !owned {
             return Err(SessionError::NotFound);
         }
+        // Not while another executor resumes it (it holds the claim): that one may already
+        // have read the archive, and the session would live on after this close's OK. The
+        // claim goes with the blob.
+        store.claim(&key, CLAIM_STALE).await.map_err(|e| match e {
+            StoreError::Claimed(_) => SessionError::Retry(format!("session {id} is being resumed: retry the close")),
+            e => store_error(e),
+        })?;
         store
             .delete_session(&ticket.tenant.name, id)
             .await
