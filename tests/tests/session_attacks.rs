@@ -257,3 +257,96 @@ async fn resumes_and_forks_past_the_cap_are_refused_and_lose_nothing() {
     resume(&mut c, "alice", &a).await.expect("room again");
     assert_eq!(sh(&mut c, "alice", &a, "cat a").await, "kept\n");
 }
+
+/// The tenant's store quota holds on snapshots and pauses alike: past it they are refused
+/// (RESOURCE_EXHAUSTED naming the quota), the session goes on, and nothing is left behind.
+#[tokio::test]
+async fn snapshots_and_pauses_past_the_tenant_quota_are_refused_and_leave_nothing() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &["--session-store-tenant-bytes", "3000000"]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "alice", "bash").await;
+    sh(
+        &mut c,
+        "alice",
+        &id,
+        "head -c 2000000 /dev/urandom > big && echo kept > a",
+    )
+    .await;
+    let snap = c
+        .snapshot_session(as_("alice", pb::SnapshotSessionRequest { session_id: id.clone() }))
+        .await
+        .expect("the first fits")
+        .into_inner();
+    let files =
+        |s: &std::path::Path| -> Vec<String> { tree(s).into_iter().filter(|l| !l.contains("is_dir: true")).collect() };
+    let before = files(store.path());
+    let e = c
+        .snapshot_session(as_("alice", pb::SnapshotSessionRequest { session_id: id.clone() }))
+        .await
+        .expect_err("past the quota");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("quota"), "{e:?}");
+    let e = pause(&mut c, "alice", &id).await.expect_err("past the quota");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert_eq!(files(store.path()), before, "a refused put left something");
+    assert_eq!(sh(&mut c, "alice", &id, "cat a").await, "kept\n", "the session goes on");
+    c.delete_snapshot(as_(
+        "alice",
+        pb::DeleteSnapshotRequest {
+            snapshot_id: snap.snapshot_id,
+        },
+    ))
+    .await
+    .expect("delete");
+    pause(&mut c, "alice", &id).await.expect("room again");
+    resume(&mut c, "alice", &id).await.expect("resume");
+    assert_eq!(sh(&mut c, "alice", &id, "cat a").await, "kept\n");
+}
+
+/// A resume stuck on its archive (a hung store: here the blob replaced by a fifo no one
+/// writes) holds up only its own session: another session's resume goes ahead.
+#[tokio::test]
+async fn a_stuck_resume_holds_up_no_other_sessions_resume() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    let a = create(&mut c, "alice", "bash").await;
+    let b = create(&mut c, "bob", "bash").await;
+    sh(&mut c, "alice", &a, "echo a > f").await;
+    sh(&mut c, "bob", &b, "echo b > f").await;
+    pause(&mut c, "alice", &a).await.expect("pause a");
+    pause(&mut c, "bob", &b).await.expect("pause b");
+    let blob = tree(store.path())
+        .into_iter()
+        .filter_map(|l| l.split(' ').next().map(str::to_owned))
+        .find(|p| p.ends_with(&format!("{a}.blob")))
+        .expect("a's blob");
+    std::fs::remove_file(&blob).expect("rm");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&blob)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let mut ca = ex.client();
+    let a2 = a.clone();
+    let stuck = tokio::spawn(async move { resume(&mut ca, "alice", &a2).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = tokio::time::timeout(Duration::from_secs(20), resume(&mut c, "bob", &b))
+        .await
+        .expect("bob's resume waited for alice's stuck one");
+    r.expect("bob's resume");
+    assert_eq!(sh(&mut c, "bob", &b, "cat f").await, "b\n");
+    // Unstick it: the archive ends at once, so alice's resume fails; nothing of it is left live.
+    let w = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&blob)
+        .expect("open the fifo");
+    drop(w);
+    let r = tokio::time::timeout(Duration::from_secs(30), stuck)
+        .await
+        .expect("alice's resume ends")
+        .expect("task");
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(ex.metric("sandpool_sessions"), 1.0, "bob's only");
+}

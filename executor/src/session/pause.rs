@@ -711,8 +711,9 @@ impl SessionManager {
 
     /// Resumes paused session `id` of `ticket`'s tenant for `auth`, its owner.
     pub(super) async fn resume_as(&self, id: &str, auth: &[u8], ticket: &Ticket) -> Result<Arc<Session>, SessionError> {
-        // One resume at a time here: a second caller of the same id finds it live after.
-        let _one = self.resuming.lock().await;
+        // One resume of `id` at a time here: a second caller finds it live after. Other
+        // sessions' resumes do not wait for this one.
+        let _one = self.resuming.lock(id).await;
         if let Ok(s) = self.find(id, auth) {
             return Ok(s);
         }
