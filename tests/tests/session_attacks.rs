@@ -350,3 +350,29 @@ async fn a_stuck_resume_holds_up_no_other_sessions_resume() {
     assert!(r.is_err(), "{r:?}");
     assert_eq!(ex.metric("sandpool_sessions"), 1.0, "bob's only");
 }
+
+/// A path past PATH_MAX (which tar archives but cannot extract) is refused at the pause,
+/// naming it, and the session goes on: never a paused session that no resume can restore.
+#[tokio::test]
+async fn a_path_longer_than_a_resume_can_restore_is_refused_at_the_pause() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "alice", "bash").await;
+    // 25 levels of 200 bytes, with a newline in the last name (a line-based check misses it).
+    let build = "n=$(printf 'n%.0s' $(seq 1 200)); mkdir deep && cd deep && \
+                 for i in $(seq 1 24); do mkdir $n && cd $n; done && mkdir \"$(printf 'a\\nb')\" && \
+                 echo bottom > \"$(printf 'a\\nb')/f\" && echo ok";
+    assert_eq!(sh(&mut c, "alice", &id, build).await, "ok\n");
+    let e = pause(&mut c, "alice", &id).await.expect_err("not restorable");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{:.300}", e.message());
+    assert!(e.message().contains("longer than"), "{:.300}", e.message());
+    assert!(e.message().len() < 1000, "{}", e.message().len());
+    assert_eq!(
+        sh(&mut c, "alice", &id, "rm -rf deep && echo ok").await,
+        "ok\n",
+        "still live"
+    );
+    pause(&mut c, "alice", &id).await.expect("pause once it is gone");
+    resume(&mut c, "alice", &id).await.expect("resume");
+}

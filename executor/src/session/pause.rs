@@ -145,6 +145,17 @@ impl Record {
 const STATE_MEMBER: &str = "sandpool-state";
 /// Extraction puts it at the driver's `STATE_IN` (the transform leaves link targets alone).
 const STATE_EXTRACT: &str = "--transform=s,^sandpool-state$,.sandpool/state,SH";
+/// Longest path below /work that extraction can create (PATH_MAX less its NUL).
+const MAX_PATH: usize = 4095;
+/// The exit of [`LONG_PATHS_FIRST`] that found such a path (tar's own are 0 to 2).
+const LONG_PATH_EXIT: i32 = 3;
+/// Runs before an archive's `tar` (its arguments follow): finds a path under /work longer
+/// than [`MAX_PATH`] (`.` matches a newline in find's regexes too) and exits 3 naming it.
+const LONG_PATHS_FIRST: &str = r#"cd /work || exit 2
+long=$(find . -regextype posix-extended \( -path ./.sandpool -prune \) -o \( -regex '.{4096,}' -print -quit \) | head -c 200)
+if [ -n "$long" ]; then printf '%s' "$long" >&2; exit 3; fi
+exec tar "$@""#;
+
 /// Names reported as not kept, at most; and their length.
 const MAX_NOT_KEPT: usize = 1000;
 const MAX_NAME_CHARS: usize = 200;
@@ -668,8 +679,18 @@ impl SessionManager {
         if saved.as_ref().is_some_and(|s| s.written) {
             args.extend(["--directory=/work/.sandpool", STATE_MEMBER]);
         }
-        let spec = tar_spec(&args, Vec::new(), s.totals.memory, limit, 0);
+        let mut spec = tar_spec(&args, Vec::new(), s.totals.memory, limit, 0);
+        // A path tar could archive but not extract (the kernel takes at most PATH_MAX
+        // bytes a call) would leave a paused session that never resumes: refused first.
+        spec.argv
+            .splice(0..1, ["sh", "-c", LONG_PATHS_FIRST, "sh"].map(String::from));
         let r = self.engine.run_phase_in(s.seat, &work, &spec, Phase::Run).await;
+        if r.result.exit_code == LONG_PATH_EXIT && r.result.stdout.is_empty() {
+            let path: String = String::from_utf8_lossy(&r.result.stderr).chars().take(200).collect();
+            return Err(SessionError::Exhausted(format!(
+                "a path in /work is longer than a resume can restore ({MAX_PATH} bytes), so it cannot be paused: {path}...; shorten it and try again"
+            )));
+        }
         if r.result.stdout_truncated {
             return Err(SessionError::Exhausted(format!(
                 "the archive of /work passed {limit} bytes; remove files and try again"
