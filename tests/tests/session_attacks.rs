@@ -376,3 +376,56 @@ async fn a_path_longer_than_a_resume_can_restore_is_refused_at_the_pause() {
     pause(&mut c, "alice", &id).await.expect("pause once it is gone");
     resume(&mut c, "alice", &id).await.expect("resume");
 }
+
+/// A fork and a pause of one session at once: whichever goes first, every session the calls
+/// report live is live, no other is, and the live count matches (no seat leaked).
+#[tokio::test]
+async fn a_fork_racing_a_pause_of_its_session_leaks_nothing() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    for round in 0..3u64 {
+        let id = create(&mut c, "alice", "bash").await;
+        sh(
+            &mut c,
+            "alice",
+            &id,
+            "head -c 4000000 /dev/urandom > big && echo kept > a",
+        )
+        .await;
+        let (mut c1, mut c2) = (ex.client(), ex.client());
+        let id2 = id.clone();
+        let (forked, paused) = tokio::join!(
+            async move {
+                c1.fork_session(as_("alice", pb::ForkSessionRequest { session_id: id2, n: 3 }))
+                    .await
+                    .map(|r| r.into_inner())
+            },
+            async {
+                tokio::time::sleep(Duration::from_millis(10 * round)).await;
+                pause(&mut c2, "alice", &id).await
+            }
+        );
+        let mut live = Vec::new();
+        if let Ok(f) = &forked {
+            assert_eq!(f.sessions.len(), 3);
+            live.extend(f.sessions.iter().map(|s| s.session_id.clone()));
+        }
+        if paused.is_err() {
+            live.push(id.clone());
+        }
+        assert!(forked.is_ok() || paused.is_ok(), "round {round}: {forked:?} {paused:?}");
+        for s in &live {
+            assert_eq!(sh(&mut c, "alice", s, "cat a").await, "kept\n", "round {round}");
+        }
+        assert_eq!(ex.metric("sandpool_sessions"), live.len() as f64, "round {round}");
+        for s in live.iter().chain(std::iter::once(&id)) {
+            let _ = close(&mut c, "alice", s).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while ex.metric("sandpool_sessions") != 0.0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(ex.metric("sandpool_sessions"), 0.0, "round {round}: a session leaked");
+    }
+}
