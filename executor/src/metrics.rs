@@ -152,6 +152,9 @@ pub struct Metrics {
     pub not_serving: Counter,
     exhausted: Family<ReasonLabels, Counter>,
     session_drain: Family<OutcomeLabels, Counter>,
+    /// Store reads made to find a paused sandbox for an E2B data-plane call
+    /// (`session::lookups` bounds them).
+    pub session_store_lookups: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -384,6 +387,13 @@ impl Metrics {
         for outcome in DRAIN_OUTCOMES {
             let _ = session_drain.get_or_create(&OutcomeLabels { outcome });
         }
+        let session_store_lookups = Counter::default();
+        registry.register(
+            "session_store_lookups",
+            "Store reads made to find a paused sandbox for an E2B data-plane call (one per tenant served, \
+             bounded by a token bucket)",
+            session_store_lookups.clone(),
+        );
         for phase in PHASES {
             let _ = phases.get_or_create(&PhaseLabels {
                 phase: phase.to_owned(),
@@ -392,6 +402,7 @@ impl Metrics {
         Arc::new(Metrics {
             exhausted,
             session_drain,
+            session_store_lookups,
             stuck_runs,
             stuck_blocking,
             stuck_slots,

@@ -1420,3 +1420,84 @@ print("other-ok")
     assert_eq!(ids, [left.as_str()], "{v}");
     assert_eq!(v[0]["state"], "paused", "{v}");
 }
+
+/// A storm of data-plane calls for sandboxes no one holds (made-up ids; a data-plane call
+/// names no tenant, so each well-formed id costs a store read per tenant served) does
+/// bounded store work: ids no executor makes cost none, the rest share a token bucket
+/// (`session::lookups`), past which the call is told to retry (503), never "not found" for
+/// a sandbox that may be paused. A real paused sandbox still resumes after the storm.
+#[tokio::test]
+async fn a_storm_of_made_up_sandbox_ids_does_bounded_store_work() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store dir");
+    let exe = executor(dir.path(), &["--session-store-dir", &store.display().to_string()]).await;
+    let lookups = || exe.metric("sandpool_session_store_lookups_total");
+    let token = "0123456789abcdef0123456789abcdef";
+    // Ids no executor makes: no store read at all.
+    for id in [
+        "nope",
+        "../../etc/passwd",
+        "0123456789abcdef0123456789abcdef-",
+        &"f".repeat(300),
+    ] {
+        let (code, _) = call(&exe, "GET", "/health", data(id, token), String::new()).await;
+        assert_eq!(code, 502, "{id:.40}");
+    }
+    assert_eq!(lookups(), 0.0, "malformed ids were looked up");
+
+    // Well-formed made-up ids, 16 callers at once.
+    const CALLS: usize = 400;
+    const TENANTS: f64 = 2.0;
+    let started = std::time::Instant::now();
+    let addr = exe.http_addr.clone().expect("http");
+    let workers: Vec<_> = (0..16)
+        .map(|w| {
+            let addr = addr.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut codes = Vec::new();
+                for i in 0..CALLS / 16 {
+                    let id = format!("{:032x}-storm", (w * 1000 + i) as u128 * 7919 + 1);
+                    codes.push(http(&addr, "GET", "/health", &data(&id, token), "").0);
+                }
+                codes
+            })
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for w in workers {
+        codes.extend(w.await.expect("worker"));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    assert!(codes.iter().all(|c| *c == 502 || *c == 503), "{codes:?}");
+    let reads = lookups();
+    // The bucket: 20 at once, 10 a second after; a read per tenant each.
+    let bound = TENANTS * (20.0 + 10.0 * secs + 1.0);
+    assert!(
+        reads <= bound,
+        "{CALLS} calls for made-up ids in {secs:.1}s made {reads} store reads (bound {bound:.0})"
+    );
+    assert!(codes.contains(&503), "the bucket ran dry, so some were told to retry");
+
+    // A real sandbox paused with auto-resume still resumes on its data-plane call once the
+    // bucket has refilled.
+    let (id, tok) = create(
+        &exe,
+        A,
+        json!({"templateID": "base", "autoPause": true, "autoResume": {"enabled": true}}),
+    )
+    .await;
+    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{id}/pause"), key(A), String::new()).await;
+    assert_eq!(code, 204, "{v}");
+    let mut resumed = 0;
+    for _ in 0..40 {
+        let (code, _) = call(&exe, "GET", "/health", data(&id, &tok), String::new()).await;
+        if code < 300 {
+            resumed = code;
+            break;
+        }
+        assert_eq!(code, 503, "never 'not found' for a paused sandbox");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(resumed > 0, "the paused sandbox resumed on its data-plane call");
+}

@@ -121,7 +121,7 @@ async fn a_snapshot_starts_new_sessions_with_its_files_for_its_owner_only() {
         .await
         .expect_err("not hers");
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
-    let e = from_snapshot(&mut c, "alice", "snap-nosuch")
+    let e = from_snapshot(&mut c, "alice", &format!("snap-{}", "0".repeat(32)))
         .await
         .expect_err("unknown");
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
@@ -152,6 +152,58 @@ async fn a_snapshot_starts_new_sessions_with_its_files_for_its_owner_only() {
         .await
         .expect("on another");
     assert_eq!(sh(&mut c2, "alice", &there.session_id, CHECK_FILES).await, want);
+}
+
+/// Made-up snapshot ids (path characters, any length, unicode, a session's id) are refused
+/// naming the field before the store is asked: never a path outside it, never a store error.
+#[tokio::test]
+async fn made_up_snapshot_ids_are_refused_naming_the_field() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "alice", "bash").await;
+    // A file the ids below aim at, in and beside the store.
+    std::fs::write(store.path().join("x.blob"), b"planted").expect("plant");
+    let long = format!("snap-{}", "a".repeat(10_000));
+    let bad = [
+        "snap-nosuch",
+        "../x",
+        "snap-../../x",
+        "snap-0123456789abcdef0123456789abcde/",
+        "/etc/passwd",
+        "snap-0123456789ABCDEF0123456789ABCDEF",
+        "snap-0123456789abcdef0123456789abcdeé",
+        long.as_str(),
+        id.as_str(),
+    ];
+    for snap in bad {
+        let e = from_snapshot(&mut c, "alice", snap).await.expect_err(snap);
+        assert_eq!(e.code(), Code::InvalidArgument, "{snap:.60}: {e:?}");
+        assert!(e.message().contains("from_snapshot"), "{snap:.60}: {e:?}");
+        assert!(
+            e.message().len() < 400,
+            "the id is not echoed whole: {}",
+            e.message().len()
+        );
+        let e = c
+            .delete_snapshot(as_(
+                "alice",
+                pb::DeleteSnapshotRequest {
+                    snapshot_id: snap.into(),
+                },
+            ))
+            .await
+            .expect_err(snap);
+        assert_eq!(e.code(), Code::InvalidArgument, "{snap:.60}: {e:?}");
+        assert!(e.message().contains("snapshot_id"), "{snap:.60}: {e:?}");
+    }
+    assert_eq!(std::fs::read(store.path().join("x.blob")).expect("planted"), b"planted");
+    // A well-formed id no one made is not found; the session is untouched.
+    let e = from_snapshot(&mut c, "alice", &format!("snap-{}", "f".repeat(32)))
+        .await
+        .expect_err("unknown");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert_eq!(sh(&mut c, "alice", &id, "echo ok").await, "ok\n");
 }
 
 #[tokio::test]

@@ -48,6 +48,7 @@ mod drain;
 mod error;
 mod files;
 mod lifecycle;
+mod lookups;
 mod pause;
 pub mod policy;
 mod procs;
@@ -56,6 +57,7 @@ mod reap;
 mod record;
 mod registry;
 pub mod repl;
+mod resuming;
 mod seats;
 mod shell;
 mod snapshot;
@@ -112,8 +114,8 @@ pub struct SessionManager {
     store: std::sync::OnceLock<pause::StoreSlot>,
     /// Sessions this executor paused, by id: their calls answer `session paused`.
     paused: Mutex<HashMap<String, pause::Paused>>,
-    /// Resumes run one at a time (a session is never resumed twice).
-    resuming: tokio::sync::Mutex<()>,
+    /// One resume of a session at a time (a session is never resumed twice).
+    resuming: resuming::Resuming,
 }
 
 impl SessionManager {
@@ -158,7 +160,7 @@ impl SessionManager {
             tenants: std::sync::OnceLock::new(),
             store: std::sync::OnceLock::new(),
             paused: Mutex::new(HashMap::new()),
-            resuming: tokio::sync::Mutex::new(()),
+            resuming: resuming::Resuming::default(),
         });
         let weak = Arc::downgrade(&m);
         tokio::spawn(reaper(weak.clone()));

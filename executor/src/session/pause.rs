@@ -41,6 +41,8 @@ pub(super) struct StoreSlot {
     cfg: StoreConfig,
     ttl: Duration,
     store: tokio::sync::OnceCell<Arc<Store>>,
+    /// What the data plane may look up here ([`SessionManager::paused_in_store`]).
+    lookups: super::lookups::Lookups,
 }
 
 /// A session this executor paused: enough to answer its calls (FAILED_PRECONDITION for its
@@ -143,6 +145,17 @@ impl Record {
 const STATE_MEMBER: &str = "sandpool-state";
 /// Extraction puts it at the driver's `STATE_IN` (the transform leaves link targets alone).
 const STATE_EXTRACT: &str = "--transform=s,^sandpool-state$,.sandpool/state,SH";
+/// Longest path below /work that extraction can create (PATH_MAX less its NUL).
+const MAX_PATH: usize = 4095;
+/// The exit of [`LONG_PATHS_FIRST`] that found such a path (tar's own are 0 to 2).
+const LONG_PATH_EXIT: i32 = 3;
+/// Runs before an archive's `tar` (its arguments follow): finds a path under /work longer
+/// than [`MAX_PATH`] (`.` matches a newline in find's regexes too) and exits 3 naming it.
+const LONG_PATHS_FIRST: &str = r#"cd /work || exit 2
+long=$(find . -regextype posix-extended \( -path ./.sandpool -prune \) -o \( -regex '.{4096,}' -print -quit \) | head -c 200)
+if [ -n "$long" ]; then printf '%s' "$long" >&2; exit 3; fi
+exec tar "$@""#;
+
 /// Names reported as not kept, at most; and their length.
 const MAX_NOT_KEPT: usize = 1000;
 const MAX_NAME_CHARS: usize = 200;
@@ -319,6 +332,7 @@ impl SessionManager {
             cfg,
             ttl,
             store: tokio::sync::OnceCell::new(),
+            lookups: super::lookups::Lookups::default(),
         });
     }
 
@@ -421,19 +435,30 @@ impl SessionManager {
     /// A data-plane call names no tenant, so each is looked up (a store HEAD each). An open
     /// executor's sessions are owned by their caller's `authorization`, which a data-plane
     /// call does not carry: those resume on their control-plane call (`connect`).
+    /// Bounded ([`super::lookups`]): an id no executor makes costs no read, and the reads
+    /// share a token bucket; past it the call is told to retry.
     async fn paused_in_store(&self, id: &str, token_sha256: &[u8]) -> Result<(Vec<u8>, Ticket), SessionError> {
-        if self.store.get().is_none() {
+        let Some(slot) = self.store.get() else {
             return Err(SessionError::NotFound);
-        }
+        };
         let tenants: Vec<Arc<crate::tenants::Tenant>> = match self.tenants.get() {
             Some(t) if !t.is_open() => t.table().tenants().filter(|t| t.authenticated).cloned().collect(),
             _ => return Err(SessionError::NotFound),
         };
+        if !super::lookups::session_shaped(id) {
+            return Err(SessionError::NotFound);
+        }
+        if !slot.lookups.take() {
+            return Err(SessionError::Retry(
+                "too many calls for sandboxes this executor does not hold: retry shortly".into(),
+            ));
+        }
         let (store, _) = self.store().await?;
         for tenant in tenants {
             let Ok(key) = BlobKey::paused(&tenant.name, id) else {
                 continue;
             };
+            self.engine.metrics().session_store_lookups.inc();
             let meta = match store.head(&key).await {
                 Ok(m) => m,
                 Err(StoreError::NotFound(_)) => continue,
@@ -652,13 +677,27 @@ impl SessionManager {
             "--directory=/work",
             "--exclude=./.sandpool",
             "--numeric-owner",
+            // Holes stay holes: a sparse file's apparent size would otherwise be stored,
+            // so a /work holding nearly nothing could fill the archive's bound, the
+            // executor's memory and the tenant's store (extraction keeps them sparse).
+            "--sparse",
             ".",
         ];
         if saved.as_ref().is_some_and(|s| s.written) {
             args.extend(["--directory=/work/.sandpool", STATE_MEMBER]);
         }
-        let spec = tar_spec(&args, Vec::new(), s.totals.memory, limit, 0);
+        let mut spec = tar_spec(&args, Vec::new(), s.totals.memory, limit, 0);
+        // A path tar could archive but not extract (the kernel takes at most PATH_MAX
+        // bytes a call) would leave a paused session that never resumes: refused first.
+        spec.argv
+            .splice(0..1, ["sh", "-c", LONG_PATHS_FIRST, "sh"].map(String::from));
         let r = self.engine.run_phase_in(s.seat, &work, &spec, Phase::Run).await;
+        if r.result.exit_code == LONG_PATH_EXIT && r.result.stdout.is_empty() {
+            let path: String = String::from_utf8_lossy(&r.result.stderr).chars().take(200).collect();
+            return Err(SessionError::Exhausted(format!(
+                "a path in /work is longer than a resume can restore ({MAX_PATH} bytes), so it cannot be paused: {path}...; shorten it and try again"
+            )));
+        }
         if r.result.stdout_truncated {
             return Err(SessionError::Exhausted(format!(
                 "the archive of /work passed {limit} bytes; remove files and try again"
@@ -700,8 +739,9 @@ impl SessionManager {
 
     /// Resumes paused session `id` of `ticket`'s tenant for `auth`, its owner.
     pub(super) async fn resume_as(&self, id: &str, auth: &[u8], ticket: &Ticket) -> Result<Arc<Session>, SessionError> {
-        // One resume at a time here: a second caller of the same id finds it live after.
-        let _one = self.resuming.lock().await;
+        // One resume of `id` at a time here: a second caller finds it live after. Other
+        // sessions' resumes do not wait for this one.
+        let _one = self.resuming.lock(id).await;
         if let Ok(s) = self.find(id, auth) {
             return Ok(s);
         }
@@ -795,6 +835,13 @@ impl SessionManager {
         if !owned {
             return Err(SessionError::NotFound);
         }
+        // Not while another executor resumes it (it holds the claim): that one may already
+        // have read the archive, and the session would live on after this close's OK. The
+        // claim goes with the blob.
+        store.claim(&key, CLAIM_STALE).await.map_err(|e| match e {
+            StoreError::Claimed(_) => SessionError::Retry(format!("session {id} is being resumed: retry the close")),
+            e => store_error(e),
+        })?;
         store
             .delete_session(&ticket.tenant.name, id)
             .await

@@ -35,6 +35,13 @@ impl SessionManager {
             Err(SessionError::NotFound | SessionError::Paused) if !req.session_id.is_empty() => {
                 let ticket = self.engine.ticket(&call, 0, "priority")?;
                 let _in_progress = self.engine.admission().request();
+                // Not while this executor resumes it: a resume that finished meanwhile left
+                // it live, so it is closed as a live one (else it would live on after an OK).
+                let _no_resume = self.resuming.lock(&req.session_id).await;
+                if let Ok(s) = self.find(&req.session_id, &auth) {
+                    let calls = self.end(&s, "closed").await;
+                    return Ok(pb::CloseSessionResponse { calls });
+                }
                 let calls = self.close_paused(&req.session_id, &auth, &ticket).await?;
                 Ok(pb::CloseSessionResponse { calls })
             }

@@ -19,6 +19,27 @@ use std::sync::Arc;
 /// What every snapshot id starts with (E2B's create tells a snapshot from a template by it).
 pub const SNAPSHOT_PREFIX: &str = "snap-";
 
+/// Hex digits after [`SNAPSHOT_PREFIX`] (128 random bits).
+const SNAPSHOT_HEX: usize = 32;
+
+/// Refuses an id [`SessionManager::snapshot`] never makes (`snap-` and 32 lowercase hex
+/// digits), naming `field`: a made-up id with path characters, or of any length, never
+/// reaches the store.
+fn check_snapshot_id(field: &'static str, id: &str) -> Result<(), SessionError> {
+    let ok = id
+        .strip_prefix(SNAPSHOT_PREFIX)
+        .is_some_and(|h| h.len() == SNAPSHOT_HEX && h.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')));
+    if ok {
+        return Ok(());
+    }
+    let shown: String = id.chars().take(80).collect();
+    Err(ExecError::invalid(
+        field,
+        format!("{shown:?} is not a snapshot id ({SNAPSHOT_PREFIX} and {SNAPSHOT_HEX} hex digits, as SnapshotSession answers)"),
+    )
+    .into())
+}
+
 /// The most copies one fork starts.
 pub const MAX_FORK: u32 = 64;
 
@@ -62,21 +83,24 @@ impl SessionManager {
     ) -> Result<pb::DeleteSnapshotResponse, SessionError> {
         let ticket = self.engine.ticket(&call, 0, "priority")?;
         let auth = call.caller.into_bytes();
-        let (store, key, _) = self.owned_snapshot(&req.snapshot_id, &ticket, &auth).await?;
+        let (store, key, _) = self
+            .owned_snapshot("snapshot_id", &req.snapshot_id, &ticket, &auth)
+            .await?;
         store.delete(&key).await.map_err(store_error)?;
         Ok(pb::DeleteSnapshotResponse {})
     }
 
-    /// The store, key and record of `id` if it is a snapshot `ticket`'s `auth` owns; else NOT_FOUND.
+    /// The store, key and record of `id` if it is a snapshot `ticket`'s `auth` owns; else
+    /// NOT_FOUND. An id no snapshot can have is INVALID_ARGUMENT naming `field`, before the
+    /// store is asked anything.
     async fn owned_snapshot(
         &self,
+        field: &'static str,
         id: &str,
         ticket: &Ticket,
         auth: &[u8],
     ) -> Result<(Arc<sandpool_store::Store>, BlobKey, Record), SessionError> {
-        if id.is_empty() {
-            return Err(ExecError::invalid("snapshot_id", "required").into());
-        }
+        check_snapshot_id(field, id)?;
         let (store, _) = self.store().await?;
         // Another tenant's key is another key: its snapshot is not found.
         let key = BlobKey::snapshot(&ticket.tenant.name, id).map_err(|_| SessionError::NotFound)?;
@@ -93,7 +117,9 @@ impl SessionManager {
         auth: Vec<u8>,
         extras: Extras,
     ) -> Result<Arc<Session>, SessionError> {
-        let (store, key, rec) = self.owned_snapshot(&req.from_snapshot, ticket, &auth).await?;
+        let (store, key, rec) = self
+            .owned_snapshot("from_snapshot", &req.from_snapshot, ticket, &auth)
+            .await?;
         let kind = rec.kind()?;
         let (lang, _) = self.engine.language(&rec.language, "language")?;
         if !req.language.is_empty() && self.engine.language(&req.language, "language")?.0.name != lang.name {

@@ -1,0 +1,431 @@
+//! Attacks on pause, resume, snapshots and forks from hostile code inside a session and from
+//! a caller with a token (docs/sessions.md, "What an attacker gets from pause and forks"),
+//! against the real executor over loopback: a /work built to break the archive, the
+//! caps and the quotas, and races of pause, resume, fork and close.
+
+use sandpool_proto::v1 as pb;
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+type Client = pb::executor_client::ExecutorClient<tonic::transport::Channel>;
+
+use sandpool_tests::{as_caller as as_, session_executor as executor};
+
+async fn create(c: &mut Client, who: &str, language: &str) -> String {
+    c.create_session(as_(
+        who,
+        pb::CreateSessionRequest {
+            language: language.into(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .expect("create")
+    .into_inner()
+    .session_id
+}
+
+async fn try_sh(c: &mut Client, who: &str, id: &str, cmd: &str) -> Result<pb::RunInSessionResponse, tonic::Status> {
+    c.run_in_session(as_(
+        who,
+        pb::RunInSessionRequest {
+            session_id: id.into(),
+            input: Some(pb::run_in_session_request::Input::Command(cmd.into())),
+            ..Default::default()
+        },
+    ))
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// The command's stdout, asserting it ran.
+async fn sh(c: &mut Client, who: &str, id: &str, cmd: &str) -> String {
+    let r = try_sh(c, who, id, cmd).await.expect("run");
+    let res = r.result.clone().unwrap_or_default();
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert_eq!(
+        r.verdict,
+        pb::Verdict::Ok as i32,
+        "{cmd:.200}: exit {}: {:.300}",
+        res.exit_code,
+        err.chars()
+            .rev()
+            .take(300)
+            .collect::<String>()
+            .chars()
+            .rev()
+            .collect::<String>()
+    );
+    String::from_utf8_lossy(&res.stdout).into_owned()
+}
+
+async fn pause(c: &mut Client, who: &str, id: &str) -> Result<pb::PauseSessionResponse, tonic::Status> {
+    c.pause_session(as_(
+        who,
+        pb::PauseSessionRequest {
+            session_id: id.into(),
+            mode: pb::PauseMode::Filesystem as i32,
+        },
+    ))
+    .await
+    .map(|r| r.into_inner())
+}
+
+async fn resume(c: &mut Client, who: &str, id: &str) -> Result<pb::ResumeSessionResponse, tonic::Status> {
+    c.resume_session(as_(who, pb::ResumeSessionRequest { session_id: id.into() }))
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// Every file below `dir` with its kind and size, sorted.
+fn tree(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let m = std::fs::symlink_metadata(e.path()).expect("lstat");
+            if m.is_dir() {
+                todo.push(e.path());
+            }
+            out.push(format!("{} {:?} {}", e.path().display(), m.file_type(), m.len()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A /work made by hostile code: links out of the sandbox and at the host's store, a
+/// hardlink, a fifo, a setuid file, a sparse file as large as a call may write, many tiny
+/// files and a 3,000-byte path (one past PATH_MAX is not restored: docs/sessions.md). Pause and resume keep what a /work may hold, refuse nothing they can keep,
+/// stay within the session's bounds, and touch nothing outside the store and the seat.
+#[tokio::test]
+async fn a_hostile_work_dir_pauses_and_resumes_without_reaching_outside_its_seat() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "alice", "bash").await;
+    let host_store = store.path().display().to_string();
+    let build = format!(
+        "set -e; ln -s /etc etc; ln -s /proc/self me; ln -s {host_store} store; ln -s ../../.. up; \
+         printf 'x\\n' > a; ln a hard; mkfifo fifo; cp /bin/true su; chmod 4755 su; \
+         truncate -s $(( $(ulimit -f) * 1024 )) sparse; mkdir many; (cd many && seq 1 3000 | xargs touch); \
+         n=$(printf 'n%.0s' $(seq 1 200)); mkdir deep; \
+         (cd deep && for i in $(seq 1 15); do mkdir $n && cd $n; done && echo bottom > f); echo ok"
+    );
+    assert_eq!(sh(&mut c, "alice", &id, &build).await, "ok\n");
+    let sparse: u64 = sh(&mut c, "alice", &id, "stat -c %s sparse")
+        .await
+        .trim()
+        .parse()
+        .expect("size");
+    assert!(
+        sparse >= 16 << 20,
+        "a sparse file as large as a call may write: {sparse}"
+    );
+    let before_store = tree(store.path());
+    let t = Instant::now();
+    let paused = pause(&mut c, "alice", &id).await;
+    let took = t.elapsed();
+    // The executor lives and answers: the pause is kept or refused for its size, never an
+    // executor failure.
+    let alive = create(&mut c, "bob", "bash").await;
+    assert_eq!(sh(&mut c, "bob", &alive, "echo up").await, "up\n");
+    match &paused {
+        Ok(p) => {
+            assert!(
+                p.stored_bytes < sparse / 2,
+                "a sparse file's holes are not stored: {p:?}"
+            );
+        }
+        Err(e) => panic!("pause of a hostile /work failed after {took:?}: {e:?}"),
+    }
+    // The store holds the one archive and its metadata, no file reached through a link.
+    let after: Vec<String> = tree(store.path())
+        .into_iter()
+        .filter(|l| !before_store.contains(l) && !l.contains("is_dir: true"))
+        .collect();
+    assert!(
+        after.len() == 2 && after.iter().all(|l| l.contains(&format!("/paused/{id}."))),
+        "the store holds only the paused session: {after:#?}"
+    );
+    resume(&mut c, "alice", &id).await.expect("resume");
+    let check = "stat -c '%n %F %s' etc me store up a hard fifo sparse | sort; readlink etc me store up; \
+                 stat -c %h a; ls many | wc -l; (cd deep && for i in $(seq 1 15); do cd n*; done && cat f); \
+                 test -u su && echo setuid || echo plain; ls etc/hostname >/dev/null && echo sandbox-etc";
+    let out = sh(&mut c, "alice", &id, check).await;
+    assert!(out.contains("etc symbolic link"), "{out}");
+    assert!(out.contains("store symbolic link"), "{out}");
+    assert!(out.contains("fifo fifo"), "{out}");
+    assert!(out.contains(&format!("sparse regular file {sparse}")), "{out}");
+    assert!(out.contains("/etc\n/proc/self\n"), "{out}");
+    assert!(
+        out.contains("\n2\n3000\nbottom\n"),
+        "hardlink, tiny files, the deep path: {out}"
+    );
+    // Resumed: its archive is gone from the store, nothing else was left there.
+    let left: Vec<String> = tree(store.path())
+        .into_iter()
+        .filter(|l| !before_store.contains(l) && !l.contains("is_dir: true"))
+        .collect();
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+async fn close(c: &mut Client, who: &str, id: &str) -> Result<(), tonic::Status> {
+    c.close_session(as_(who, pb::CloseSessionRequest { session_id: id.into() }))
+        .await
+        .map(drop)
+}
+
+/// Two resumes and a close of one paused session at once: never two live copies, never a
+/// session live again after its close answered OK, and the executor's count of live
+/// sessions is what the calls say afterwards (no seat, cgroup or work dir leaked).
+#[tokio::test]
+async fn resumes_and_a_close_racing_leave_one_answer_and_no_leak() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    for round in 0..4 {
+        let id = create(&mut c, "alice", "bash").await;
+        // Enough /work that the resume's extraction takes a while.
+        sh(
+            &mut c,
+            "alice",
+            &id,
+            "head -c 24000000 /dev/urandom > big && echo kept > a",
+        )
+        .await;
+        pause(&mut c, "alice", &id).await.expect("pause");
+        let (mut c1, mut c2, mut c3) = (ex.client(), ex.client(), ex.client());
+        let (r1, r2, closed) = tokio::join!(resume(&mut c1, "alice", &id), resume(&mut c2, "alice", &id), async {
+            tokio::time::sleep(Duration::from_millis(20 * round)).await;
+            close(&mut c3, "alice", &id).await
+        });
+        let live = try_sh(&mut c, "alice", &id, "cat a").await;
+        if closed.is_ok() {
+            assert!(
+                live.as_ref().is_err_and(|e| e.code() == Code::NotFound),
+                "round {round}: closed OK, yet live after: {live:?} (resumes {r1:?} {r2:?})"
+            );
+        } else {
+            assert!(r1.is_ok() || r2.is_ok(), "round {round}: {closed:?} {r1:?} {r2:?}");
+        }
+        if live.is_ok() {
+            close(&mut c, "alice", &id).await.expect("close the live one");
+        }
+        let _ = close(&mut c, "alice", &id).await;
+        // Nothing live, nothing stored.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while ex.metric("sandpool_sessions") != 0.0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(ex.metric("sandpool_sessions"), 0.0, "round {round}: a session leaked");
+        let left: Vec<String> = tree(store.path())
+            .into_iter()
+            .filter(|l| !l.contains("is_dir: true"))
+            .collect();
+        assert!(left.is_empty(), "round {round}: {left:#?}");
+    }
+}
+
+/// A resume or a fork past `--max-sessions` is refused (RESOURCE_EXHAUSTED), never
+/// over-admitted; the paused session stays in the store and resumes once there is room.
+#[tokio::test]
+async fn resumes_and_forks_past_the_cap_are_refused_and_lose_nothing() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &["--max-sessions", "2"]).await;
+    let mut c = ex.client();
+    let a = create(&mut c, "alice", "bash").await;
+    sh(&mut c, "alice", &a, "echo kept > a").await;
+    pause(&mut c, "alice", &a).await.expect("pause");
+    let b = create(&mut c, "alice", "bash").await;
+    let d = create(&mut c, "alice", "bash").await;
+    let e = resume(&mut c, "alice", &a).await.expect_err("past the cap");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    let e = c
+        .fork_session(as_(
+            "alice",
+            pb::ForkSessionRequest {
+                session_id: b.clone(),
+                n: 1,
+            },
+        ))
+        .await
+        .expect_err("past the cap");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert_eq!(ex.metric("sandpool_sessions"), 2.0);
+    close(&mut c, "alice", &d).await.expect("close");
+    resume(&mut c, "alice", &a).await.expect("room again");
+    assert_eq!(sh(&mut c, "alice", &a, "cat a").await, "kept\n");
+}
+
+/// The tenant's store quota holds on snapshots and pauses alike: past it they are refused
+/// (RESOURCE_EXHAUSTED naming the quota), the session goes on, and nothing is left behind.
+#[tokio::test]
+async fn snapshots_and_pauses_past_the_tenant_quota_are_refused_and_leave_nothing() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &["--session-store-tenant-bytes", "3000000"]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "alice", "bash").await;
+    sh(
+        &mut c,
+        "alice",
+        &id,
+        "head -c 2000000 /dev/urandom > big && echo kept > a",
+    )
+    .await;
+    let snap = c
+        .snapshot_session(as_("alice", pb::SnapshotSessionRequest { session_id: id.clone() }))
+        .await
+        .expect("the first fits")
+        .into_inner();
+    let files =
+        |s: &std::path::Path| -> Vec<String> { tree(s).into_iter().filter(|l| !l.contains("is_dir: true")).collect() };
+    let before = files(store.path());
+    let e = c
+        .snapshot_session(as_("alice", pb::SnapshotSessionRequest { session_id: id.clone() }))
+        .await
+        .expect_err("past the quota");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("quota"), "{e:?}");
+    let e = pause(&mut c, "alice", &id).await.expect_err("past the quota");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert_eq!(files(store.path()), before, "a refused put left something");
+    assert_eq!(sh(&mut c, "alice", &id, "cat a").await, "kept\n", "the session goes on");
+    c.delete_snapshot(as_(
+        "alice",
+        pb::DeleteSnapshotRequest {
+            snapshot_id: snap.snapshot_id,
+        },
+    ))
+    .await
+    .expect("delete");
+    pause(&mut c, "alice", &id).await.expect("room again");
+    resume(&mut c, "alice", &id).await.expect("resume");
+    assert_eq!(sh(&mut c, "alice", &id, "cat a").await, "kept\n");
+}
+
+/// A resume stuck on its archive (a hung store: here the blob replaced by a fifo no one
+/// writes) holds up only its own session: another session's resume goes ahead.
+#[tokio::test]
+async fn a_stuck_resume_holds_up_no_other_sessions_resume() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    let a = create(&mut c, "alice", "bash").await;
+    let b = create(&mut c, "bob", "bash").await;
+    sh(&mut c, "alice", &a, "echo a > f").await;
+    sh(&mut c, "bob", &b, "echo b > f").await;
+    pause(&mut c, "alice", &a).await.expect("pause a");
+    pause(&mut c, "bob", &b).await.expect("pause b");
+    let blob = tree(store.path())
+        .into_iter()
+        .filter_map(|l| l.split(' ').next().map(str::to_owned))
+        .find(|p| p.ends_with(&format!("{a}.blob")))
+        .expect("a's blob");
+    std::fs::remove_file(&blob).expect("rm");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&blob)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let mut ca = ex.client();
+    let a2 = a.clone();
+    let stuck = tokio::spawn(async move { resume(&mut ca, "alice", &a2).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = tokio::time::timeout(Duration::from_secs(20), resume(&mut c, "bob", &b))
+        .await
+        .expect("bob's resume waited for alice's stuck one");
+    r.expect("bob's resume");
+    assert_eq!(sh(&mut c, "bob", &b, "cat f").await, "b\n");
+    // Unstick it: the archive ends at once, so alice's resume fails; nothing of it is left live.
+    let w = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&blob)
+        .expect("open the fifo");
+    drop(w);
+    let r = tokio::time::timeout(Duration::from_secs(30), stuck)
+        .await
+        .expect("alice's resume ends")
+        .expect("task");
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(ex.metric("sandpool_sessions"), 1.0, "bob's only");
+}
+
+/// A path past PATH_MAX (which tar archives but cannot extract) is refused at the pause,
+/// naming it, and the session goes on: never a paused session that no resume can restore.
+#[tokio::test]
+async fn a_path_longer_than_a_resume_can_restore_is_refused_at_the_pause() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    let id = create(&mut c, "alice", "bash").await;
+    // 25 levels of 200 bytes, with a newline in the last name (a line-based check misses it).
+    let build = "n=$(printf 'n%.0s' $(seq 1 200)); mkdir deep && cd deep && \
+                 for i in $(seq 1 24); do mkdir $n && cd $n; done && mkdir \"$(printf 'a\\nb')\" && \
+                 echo bottom > \"$(printf 'a\\nb')/f\" && echo ok";
+    assert_eq!(sh(&mut c, "alice", &id, build).await, "ok\n");
+    let e = pause(&mut c, "alice", &id).await.expect_err("not restorable");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{:.300}", e.message());
+    assert!(e.message().contains("longer than"), "{:.300}", e.message());
+    assert!(e.message().len() < 1000, "{}", e.message().len());
+    assert_eq!(
+        sh(&mut c, "alice", &id, "rm -rf deep && echo ok").await,
+        "ok\n",
+        "still live"
+    );
+    pause(&mut c, "alice", &id).await.expect("pause once it is gone");
+    resume(&mut c, "alice", &id).await.expect("resume");
+}
+
+/// A fork and a pause of one session at once: whichever goes first, every session the calls
+/// report live is live, no other is, and the live count matches (no seat leaked).
+#[tokio::test]
+async fn a_fork_racing_a_pause_of_its_session_leaks_nothing() {
+    let store = tempfile::tempdir().expect("tmp");
+    let ex = executor(store.path(), &[]).await;
+    let mut c = ex.client();
+    for round in 0..3u64 {
+        let id = create(&mut c, "alice", "bash").await;
+        sh(
+            &mut c,
+            "alice",
+            &id,
+            "head -c 4000000 /dev/urandom > big && echo kept > a",
+        )
+        .await;
+        let (mut c1, mut c2) = (ex.client(), ex.client());
+        let id2 = id.clone();
+        let (forked, paused) = tokio::join!(
+            async move {
+                c1.fork_session(as_("alice", pb::ForkSessionRequest { session_id: id2, n: 3 }))
+                    .await
+                    .map(|r| r.into_inner())
+            },
+            async {
+                tokio::time::sleep(Duration::from_millis(10 * round)).await;
+                pause(&mut c2, "alice", &id).await
+            }
+        );
+        let mut live = Vec::new();
+        if let Ok(f) = &forked {
+            assert_eq!(f.sessions.len(), 3);
+            live.extend(f.sessions.iter().map(|s| s.session_id.clone()));
+        }
+        if paused.is_err() {
+            live.push(id.clone());
+        }
+        assert!(forked.is_ok() || paused.is_ok(), "round {round}: {forked:?} {paused:?}");
+        for s in &live {
+            assert_eq!(sh(&mut c, "alice", s, "cat a").await, "kept\n", "round {round}");
+        }
+        assert_eq!(ex.metric("sandpool_sessions"), live.len() as f64, "round {round}");
+        for s in live.iter().chain(std::iter::once(&id)) {
+            let _ = close(&mut c, "alice", s).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while ex.metric("sandpool_sessions") != 0.0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(ex.metric("sandpool_sessions"), 0.0, "round {round}: a session leaked");
+    }
+}
