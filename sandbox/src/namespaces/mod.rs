@@ -686,7 +686,12 @@ impl Shares {
     /// call that took all the room left the calls beside it none: their cells died at their
     /// cap (MEMORY_LIMIT_EXCEEDED) while the first barely used what it held.
     fn fair(&self, seat: usize, room: u64) -> u64 {
-        let others = self.grown.iter().enumerate().filter(|(i, g)| *i != seat && **g).count();
+        let others = self
+            .grown
+            .iter()
+            .enumerate()
+            .filter(|(i, g)| *i != seat && **g)
+            .count();
         let parts = self.slots.saturating_sub(others).max(1) as u64;
         (room / parts).max(self.memory.floor.min(room))
     }
