@@ -277,8 +277,6 @@ impl Namespaces {
                     memory: m,
                     of: vec![0; cfg.seats],
                     lent: vec![false; cfg.seats],
-                    grown: vec![false; cfg.seats],
-                    slots: cfg.slots,
                 })),
                 _ => None,
             },
@@ -390,7 +388,7 @@ impl Runner for Namespaces {
         let now = *shares.of.get(seat)?;
         let new = match share {
             // Never below what it has: the others' shares left that room to it.
-            crate::SeatShare::Grow(want) | crate::SeatShare::Lend(want) => want.min(shares.fair(seat, room)).max(now),
+            crate::SeatShare::Grow(want) | crate::SeatShare::Lend(want) => want.min(room).max(now),
             crate::SeatShare::Hold => {
                 let held = cg.as_ref().map_or(0, |c| c.memory_current());
                 held.saturating_add(SHARE_SLACK)
@@ -411,7 +409,6 @@ impl Runner for Namespaces {
         .unwrap_or(new);
         shares.of[seat] = set;
         shares.lent[seat] = matches!(share, crate::SeatShare::Lend(_));
-        shares.grown[seat] = matches!(share, crate::SeatShare::Grow(_));
         Some(set)
     }
 
@@ -674,28 +671,9 @@ struct Shares {
     of: Vec<u64>,
     /// Per seat, whether what its share holds above its use is on loan ([`crate::SeatShare::Lend`]).
     lent: Vec<bool>,
-    /// Per seat, whether a call grew its share ([`crate::SeatShare::Grow`]) and has not ended.
-    grown: Vec<bool>,
-    /// Run slots: at most this many calls grow at once (each runs in one).
-    slots: usize,
 }
 
 impl Shares {
-    /// The most seat `seat` may grow to now, of `room`: an even part of it for this seat and
-    /// each run slot no other call has grown in yet (at least the floor, room allowed). A
-    /// call that took all the room left the calls beside it none: their cells died at their
-    /// cap (MEMORY_LIMIT_EXCEEDED) while the first barely used what it held.
-    fn fair(&self, seat: usize, room: u64) -> u64 {
-        let others = self
-            .grown
-            .iter()
-            .enumerate()
-            .filter(|(i, g)| *i != seat && **g)
-            .count();
-        let parts = self.slots.saturating_sub(others).max(1) as u64;
-        (room / parts).max(self.memory.floor.min(room))
-    }
-
     /// What the ceiling leaves to seat `seat` beside the others' shares.
     fn room(&self, seat: usize) -> u64 {
         let others: u64 = self
@@ -750,49 +728,4 @@ fn passwd_files(uid_base: u32, slots: usize, seats: usize) -> (String, String) {
         }
     }
     (passwd, group)
-}
-
-#[cfg(test)]
-mod share_tests {
-    use super::Shares;
-
-    const MIB: u64 = 1 << 20;
-
-    fn shares(seats: usize, slots: usize) -> Shares {
-        Shares {
-            memory: crate::SeatMemory {
-                ceiling: 1024 * MIB,
-                floor: 16 * MIB,
-            },
-            of: vec![16 * MIB; seats],
-            lent: vec![false; seats],
-            grown: vec![false; seats],
-            slots,
-        }
-    }
-
-    /// Four calls at once in four slots each find a quarter of the room, where the first
-    /// used to take it all and leave the others their idle share.
-    #[test]
-    fn calls_at_once_split_the_room() {
-        let mut s = shares(20, 4);
-        let mut got = Vec::new();
-        for seat in 0..4 {
-            let room = s.room(seat);
-            let new = (512 * MIB).min(s.fair(seat, room)).max(s.of[seat]);
-            s.of[seat] = new;
-            s.grown[seat] = true;
-            got.push(new);
-        }
-        let idle = 16 * 16 * MIB;
-        let first = (1024 * MIB - idle - 3 * 16 * MIB) / 4 + 4 * MIB;
-        assert!(got.iter().all(|g| *g >= 180 * MIB), "{got:?}");
-        assert!(got[0] <= first, "the first took more than its part: {got:?}");
-        assert!(s.of.iter().sum::<u64>() <= 1024 * MIB, "past the ceiling");
-        // One call alone still finds its part, and the floor is kept when room is short.
-        let mut s = shares(2, 1);
-        assert_eq!(s.fair(0, s.room(0)), 1024 * MIB - 16 * MIB);
-        s.of[1] = 1020 * MIB;
-        assert_eq!(s.fair(0, s.room(0)), 4 * MIB);
-    }
 }
