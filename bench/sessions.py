@@ -174,11 +174,13 @@ class Executor:
             "--enable-languages", "python,bash",
             "--work-root", self.work_root,
             "--uid-base", str(400_000 + (os.getpid() % 50) * 4000),
-            # The memory budget and the caps are not what this measures (the tests cover them).
-            "--session-memory-bytes", str(1 << 40),
+            # The memory budget and the caps are not what this measures (the tests cover them);
+            # --memory-bytes sets it to see what a real budget admits.
+            "--session-memory-bytes", str(a.memory_bytes),
             "--result-cache-entries", "0",
             *(store.flags() if store else ["--session-store-dir", self.store_dir]),
             *(["--session-store-key-file", a.key_file] if a.seal and not store else []),
+            *(["--session-store-tenant-bytes", str(a.store_tenant_bytes)] if a.store_tenant_bytes else []),
             *extra,
         ]
         self.log = open(os.path.join(tmp, f"{name}.log"), "w")
@@ -202,6 +204,12 @@ class Executor:
         with open(f"/proc/{self.proc.pid}/status") as f:
             m = re.search(r"VmRSS:\s+(\d+) kB", f.read())
         return int(m.group(1)) / 1024 if m else float("nan")
+
+    def fds(self):
+        try:
+            return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        except OSError:
+            return -1
 
     def live_sessions(self):
         try:
@@ -228,7 +236,7 @@ def cell(sid, code):
 
 def call(ex, sid, code, want):
     r = ex.stub.RunInSession(cell(sid, code), timeout=120)
-    if r.verdict != pb.OK or r.display != want:
+    if r.verdict != pb.OK or (r.display or r.result.stdout.decode(errors="replace").strip()) != want:
         raise RuntimeError(f"{code!r} answered {pb.Verdict.Name(r.verdict)} {r.display!r} {r.message} {r.result.stderr[-300:]!r}")
 
 
@@ -321,14 +329,22 @@ def churn(a, ex, store_name):
     # Created no faster than the executor pauses them: at most max(2 L, 32) live at once, as
     # the full size (10,000 sessions) would never have all its interpreters live together.
     cap = max(2 * live, 32)
+    kib = a.churn_work_kib if a.churn_work_kib is not None else a.work_kib
+    lang = a.language
+    # What a call checks lives in /work (an idle pause keeps it in either mode).
+    check = (lambda i: ("cat id", str(i))) if lang == "bash" else (lambda i: ("open('id').read()", repr(str(i))))
+    progress = []  # (seconds since the start, sessions created, live, executor RSS MiB, fds)
 
     def make(i):
         while i % 8 == 0 and ex.live_sessions() > cap:
             time.sleep(0.2)
-        # What a call checks lives in /work (an idle pause keeps it in either mode).
-        files = work_file(a.work_kib) + [pb.File(path="id", content=str(i).encode())]
-        s = ex.stub.CreateSession(pb.CreateSessionRequest(language="python", auto_resume=True, files=files), timeout=120)
-        call(ex, s.session_id, "open('id').read()", repr(str(i)))
+        files = work_file(kib) + [pb.File(path="id", content=str(i).encode())]
+        s = ex.stub.CreateSession(pb.CreateSessionRequest(language=lang, auto_resume=True, files=files), timeout=120)
+        call(ex, s.session_id, *check(i))
+        if i % 500 == 499:
+            progress.append((time.perf_counter() - t, i + 1, ex.live_sessions(), ex.rss_mib(), ex.fds()))
+            print(f"  created {i + 1} in {progress[-1][0]:.0f} s: live {progress[-1][2]}, "
+                  f"RSS {progress[-1][3]:.0f} MiB, fds {progress[-1][4]}", file=sys.stderr, flush=True)
         return s.session_id
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -366,7 +382,7 @@ def churn(a, ex, store_name):
                 time.sleep(wait)
             t0 = time.perf_counter()
             try:
-                call(ex, ids[i], "open('id').read()", repr(str(i)))
+                call(ex, ids[i], *check(i))
                 took = ms(t0)
                 done.append(took)
                 # Past the idle period plus the reaper's sweep and a pause's length: paused.
@@ -382,7 +398,7 @@ def churn(a, ex, store_name):
 
     def sampler():
         while time.monotonic() < stop:
-            samples.append((ex.live_sessions(), ex.rss_mib()))
+            samples.append((ex.live_sessions(), ex.rss_mib(), ex.fds()))
             time.sleep(1)
 
     threads = [threading.Thread(target=worker) for _ in range(a.workers)] + [threading.Thread(target=sampler)]
@@ -396,8 +412,11 @@ def churn(a, ex, store_name):
     lives = [s[0] for s in samples if s[0] >= 0]
     rss = [s[1] for s in samples]
     paused = max(0, n - (lives[-1] if lives else 0))
+    fds = [s[2] for s in samples]
     store_bytes = tree_bytes(ex.store_dir) if store_name == "dir" else None
     seat_pss = seats_pss_mib(ex)
+    cgroup = seats_charged_mib(ex)
+    pauses = auto_pauses_ms(ex)
     res = {
         "sessions": n, "live_target": live, "pause_after_ms": a.pause_after_ms, "seconds": a.seconds,
         "created_s": created_s, "live_after_settle": settled_live,
@@ -409,14 +428,69 @@ def churn(a, ex, store_name):
         "live": {"mean": statistics.mean(lives) if lives else None, "max": max(lives) if lives else None},
         "executor_rss_mib": {"mean": statistics.mean(rss) if rss else None, "max": max(rss) if rss else None},
         "seats_pss_mib": seat_pss, "live_at_end": lives[-1] if lives else None,
+        "seats_charged_mib": cgroup, "language": lang, "work_kib": kib,
+        "executor_fds": {"mean": statistics.mean(fds) if fds else None, "max": max(fds) if fds else None},
+        "auto_pause": {"p50": pct(pauses, 0.5), "p99": pct(pauses, 0.99), "n": len(pauses)},
+        "create_progress": progress,
         "store_bytes": store_bytes, "store_bytes_per_paused": (store_bytes / paused) if store_bytes and paused else None,
     }
-    for sid in ids:
+    def close(sid):
         try:
             ex.stub.CloseSession(pb.CloseSessionRequest(session_id=sid), timeout=60)
         except grpc.RpcError:
             pass
+
+    t = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(close, ids))
+    res["closed_s"] = time.perf_counter() - t
     return res
+
+
+def auto_pauses_ms(ex):
+    """How long each idle pause took, from the executor's log (`idle session paused ... ms=`)."""
+    ex.log.flush()
+    out = []
+    with open(ex.log.name, errors="replace") as f:
+        for line in f:
+            if "idle session paused" in line:
+                m = re.search(r"\bms=(\d+)", line)
+                if m:
+                    out.append(int(m.group(1)))
+    return out
+
+
+def seats_charged_mib(ex):
+    """What the seats' cgroups are charged together (cgroup v1 `memory.usage_in_bytes` of the
+    executor's `sessions` cgroup, or v2's `memory.current`), MiB, and the seats holding a
+    process: the memory budget is measured in these, not in PSS."""
+    h = 0xCBF29CE484222325
+    for b in ex.work_root.encode():  # sandbox/src/config.rs, cgroup_name
+        h = ((h ^ b) * 0x100000001B3) & (2**64 - 1)
+    name = f"sandpool-{h & 0xFFFFFFFF:08x}"
+    own = {}
+    with open(f"/proc/{ex.proc.pid}/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            for c in ctrls.split(",") if ctrls else [""]:
+                own[c] = path.lstrip("/")
+    for base, file in ((f"/sys/fs/cgroup/memory/{own.get('memory', '')}", "memory.usage_in_bytes"),
+                       (f"/sys/fs/cgroup/{own.get('', '')}", "memory.current")):
+        d = os.path.join(base, name, "sessions")
+        try:
+            with open(os.path.join(d, file)) as f:
+                total = int(f.read())
+        except OSError:
+            continue
+        seats = 0
+        for e in os.listdir(d):
+            try:
+                with open(os.path.join(d, e, "cgroup.procs")) as f:
+                    seats += bool(f.read().strip())
+            except OSError:
+                pass
+        return {"mib": total / 2**20, "seats": seats}
+    return None
 
 
 def seats_pss_mib(ex):
@@ -427,7 +501,7 @@ def seats_pss_mib(ex):
         try:
             with open(f"/proc/{pid}/status") as f:
                 uid = int(re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1))
-            if not base <= uid < base + 4000:
+            if not base <= uid < base + 40_000:
                 continue
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 m = re.search(r"^Pss:\s+(\d+) kB", f.read(), re.M)
@@ -454,6 +528,16 @@ def main():
     ap.add_argument("--pause-after-ms", type=int, default=5000, help="churn: --session-pause-after-idle-ms")
     ap.add_argument("--seconds", type=int, default=60, help="churn: how long")
     ap.add_argument("--workers", type=int, default=4, help="churn: callers at once")
+    ap.add_argument("--language", choices=["python", "bash"], default="python",
+                    help="churn: the sessions' language (python pauses in full mode when idle, bash in filesystem mode)")
+    ap.add_argument("--churn-work-kib", type=int, default=None, help="churn: /work's file per session (default --work-kib)")
+    ap.add_argument("--max-live", type=int, default=None,
+                    help="churn: --max-sessions, the live sessions (seats) the executor has (default --sessions + 16)")
+    ap.add_argument("--memory-bytes", type=int, default=1 << 40,
+                    help="--session-memory-bytes (default 1 TiB: the budget is not what this measures)")
+    ap.add_argument("--store-tenant-bytes", type=int, default=0,
+                    help="--session-store-tenant-bytes (0: the executor's default, 10 GiB)")
+    ap.add_argument("--no-latency", action="store_true", help="churn only: skip the create/fs/full/fork latencies")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root (namespaces mode needs it)")
@@ -467,14 +551,15 @@ def main():
     try:
         for name in stores:
             s3 = S3(tmp) if name == "s3" else None
-            ex = Executor(a, tmp, f"latency-{name}", s3)
-            try:
-                result[name] = latency(a, ex, name)
-            finally:
-                ex.stop()
+            if not a.no_latency:
+                ex = Executor(a, tmp, f"latency-{name}", s3)
+                try:
+                    result[name] = latency(a, ex, name)
+                finally:
+                    ex.stop()
             if a.sessions:
                 ex = Executor(a, tmp, f"churn-{name}", s3, [
-                    "--max-sessions", str(a.sessions + 16),
+                    "--max-sessions", str(a.max_live or a.sessions + 16),
                     "--session-pause-after-idle-ms", str(a.pause_after_ms),
                     "--session-idle-timeout-ms", str(3_600_000),
                     "--session-lifetime-ms", str(4 * 3_600_000),
@@ -492,6 +577,9 @@ def report(a, r, stores):
     print(f"sessions: {a.runs} runs, /work {a.work_kib} KiB, {a.slots} slots, {r['cpus']} CPUs, "
           f"load {r['load']:.1f} at start, {r['executor']}")
     for name in stores:
+        if name not in r:
+            churn_report(r.get(f"churn_{name}"), name)
+            continue
         x = r[name]
         sealed = " sealed" if name == "s3" or a.seal else ""
         print(f"\n[{name} store{sealed}]{'':<{31 - len(sealed)}} {'p50 ms':>9} {'p99 ms':>9}  anchor (published)")
@@ -514,22 +602,33 @@ def report(a, r, stores):
         target = 100 if name == "dir" else 300
         print(f"fs resume + first call / create + first call, p50: {ratio:.2f}x; "
               f"target p50 <= {target} ms: {'met' if x['fs_resume_call']['p50'] <= target else 'MISSED'}")
-        c = r.get(f"churn_{name}")
-        if c:
-            print(f"\n[churn, {name} store] {c['sessions']} sessions, target {c['live_target']} live, auto-pause after "
-                  f"{c['pause_after_ms']} ms, {c['seconds']} s at {c['rate']:.1f} calls/s (target {c['rate_target']:.1f})")
-            print(f"  created in {c['created_s']:.1f} s; live after settling {c['live_after_settle']}; live during: "
-                  f"mean {c['live']['mean']:.1f}, max {c['live']['max']}")
-            row(f"  call on a paused session (auto-resume) n={c['resume_call']['n']}", c["resume_call"])
-            row(f"  call on a live session n={c['live_call']['n']}", c["live_call"])
-            row(f"  every call n={c['all_calls']['n']}", c["all_calls"])
-            print(f"  executor RSS: mean {c['executor_rss_mib']['mean']:.0f} MiB, max {c['executor_rss_mib']['max']:.0f} MiB; "
-                  f"seats' processes PSS {c['seats_pss_mib']:.0f} MiB for {c['live_at_end']} live")
-            if c["store_bytes"] is not None:
-                per = c["store_bytes_per_paused"]
-                print(f"  store: {c['store_bytes'] / 2**20:.1f} MiB" + (f", {per / 1024:.0f} KiB per paused session" if per else ""))
-            print(f"  errors: {c['errors']}" + (f" (first: {c['first_error']})" if c["first_error"] else ""))
+        churn_report(r.get(f"churn_{name}"), name)
     print("SESSIONS_JSON " + json.dumps(r, sort_keys=True))
+
+
+def churn_report(c, name):
+    """The churn phase's figures."""
+    if c:
+        print(f"\n[churn, {name} store] {c['sessions']} sessions, target {c['live_target']} live, auto-pause after "
+              f"{c['pause_after_ms']} ms, {c['seconds']} s at {c['rate']:.1f} calls/s (target {c['rate_target']:.1f})")
+        print(f"  created in {c['created_s']:.1f} s; live after settling {c['live_after_settle']}; live during: "
+              f"mean {c['live']['mean']:.1f}, max {c['live']['max']}")
+        row(f"  call on a paused session (auto-resume) n={c['resume_call']['n']}", c["resume_call"])
+        row(f"  call on a live session n={c['live_call']['n']}", c["live_call"])
+        row(f"  every call n={c['all_calls']['n']}", c["all_calls"])
+        row(f"  idle auto-pause (executor's log) n={c['auto_pause']['n']}", c["auto_pause"])
+        print(f"  executor RSS: mean {c['executor_rss_mib']['mean']:.0f} MiB, max {c['executor_rss_mib']['max']:.0f} MiB; "
+              f"fds mean {c['executor_fds']['mean']:.0f}, max {c['executor_fds']['max']}; "
+              f"seats' processes PSS {c['seats_pss_mib']:.0f} MiB for {c['live_at_end']} live")
+        if c["seats_charged_mib"]:
+            ch = c["seats_charged_mib"]
+            print(f"  seats' cgroups charged {ch['mib']:.0f} MiB for {ch['seats']} seats holding a process"
+                  + (f" ({ch['mib'] / ch['seats']:.1f} MiB each)" if ch["seats"] else ""))
+        print(f"  closed all {c['sessions']} in {c['closed_s']:.1f} s ({c['language']}, /work {c['work_kib']} KiB each)")
+        if c["store_bytes"] is not None:
+            per = c["store_bytes_per_paused"]
+            print(f"  store: {c['store_bytes'] / 2**20:.1f} MiB" + (f", {per / 1024:.0f} KiB per paused session" if per else ""))
+        print(f"  errors: {c['errors']}" + (f" (first: {c['first_error']})" if c["first_error"] else ""))
 
 
 if __name__ == "__main__":

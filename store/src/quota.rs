@@ -76,3 +76,88 @@ impl Drop for Charge {
         }
     }
 }
+
+/// How long a tenant's listed usage is trusted: past it, the next put lists the tenant's blobs
+/// again (so the puts of other executors sharing the store count from then on).
+pub(crate) const USAGE_FRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Each tenant's committed blobs (stored bytes by key), as last listed, with this store's own
+/// commits and deletes since: a put's quota checks read it instead of listing the tenant's
+/// blobs twice per put, which at 10,000 paused sessions cost more than the pause itself.
+#[derive(Debug, Default)]
+pub(crate) struct Usage {
+    tenants: Mutex<HashMap<String, Tenant>>,
+}
+
+#[derive(Debug, Default)]
+struct Tenant {
+    /// The last listing, when it was made, and its total.
+    listed: Option<(std::time::Instant, HashMap<String, u64>, u64)>,
+    /// Listings in progress, and the commits (Some) and deletes (None) made meanwhile, which
+    /// each listing applies to what it found (it may or may not have seen them).
+    listing: usize,
+    journal: Vec<(String, Option<u64>)>,
+}
+
+/// A listing in progress ([`Usage::begin`]): where the journal stood when it began.
+#[derive(Debug)]
+pub(crate) struct Listing(usize);
+
+impl Usage {
+    /// `tenant`'s committed bytes but those under `except`, if listed within [`USAGE_FRESH`].
+    pub(crate) fn get(&self, tenant: &str, except: Option<&str>) -> Option<u64> {
+        let t = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let (at, blobs, total) = t.get(tenant)?.listed.as_ref()?;
+        if at.elapsed() >= USAGE_FRESH {
+            return None;
+        }
+        let skip = except.and_then(|e| blobs.get(e)).copied().unwrap_or(0);
+        Some(total.saturating_sub(skip))
+    }
+
+    /// A listing of `tenant` begins.
+    pub(crate) fn begin(&self, tenant: &str) -> Listing {
+        let mut t = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let e = t.entry(tenant.to_owned()).or_default();
+        e.listing += 1;
+        Listing(e.journal.len())
+    }
+
+    /// A listing of `tenant` found `blobs` (None: it failed); kept with what changed meanwhile.
+    pub(crate) fn end(&self, tenant: &str, listing: Listing, blobs: Option<HashMap<String, u64>>) {
+        let mut t = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let e = t.entry(tenant.to_owned()).or_default();
+        if let Some(mut blobs) = blobs {
+            for (rel, stored) in e.journal.iter().skip(listing.0) {
+                match stored {
+                    Some(n) => blobs.insert(rel.clone(), *n),
+                    None => blobs.remove(rel),
+                };
+            }
+            let total = blobs.values().sum();
+            e.listed = Some((std::time::Instant::now(), blobs, total));
+        }
+        e.listing = e.listing.saturating_sub(1);
+        if e.listing == 0 {
+            e.journal.clear();
+        }
+    }
+
+    /// This store committed `stored` bytes under `rel` (`tenant`'s), or deleted it (None).
+    pub(crate) fn changed(&self, tenant: &str, rel: &str, stored: Option<u64>) {
+        let mut t = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(e) = t.get_mut(tenant) else { return };
+        if e.listing > 0 {
+            e.journal.push((rel.to_owned(), stored));
+        }
+        if let Some((_, blobs, total)) = e.listed.as_mut() {
+            let old = match stored {
+                Some(n) => blobs.insert(rel.to_owned(), n),
+                None => blobs.remove(rel),
+            };
+            *total = total
+                .saturating_sub(old.unwrap_or(0))
+                .saturating_add(stored.unwrap_or(0));
+        }
+    }
+}

@@ -11,7 +11,7 @@ use crate::crypt::{CHUNK, HEADER, Sealer, TAG};
 use crate::error::StoreError;
 use crate::key::{BlobKey, Kind, check_id, check_tenant};
 use crate::meta::{Meta, PutOptions, unix};
-use crate::quota::InFlight;
+use crate::quota::{InFlight, Usage};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
@@ -44,6 +44,9 @@ pub struct SweepReport {
     pub expired: usize,
     /// Blobs without metadata older than [`ORPHAN_GRACE`].
     pub orphans: usize,
+    /// Claims ([`Store::claim`]) older than [`ORPHAN_GRACE`] whose blob is gone: a taker that
+    /// died between its claim and giving it back, or a delete cut short.
+    pub claims: usize,
     /// Stored bytes freed.
     pub bytes: u64,
 }
@@ -57,6 +60,7 @@ pub struct Store {
     max_blob_bytes: u64,
     tenant_quota_bytes: u64,
     inflight: Arc<InFlight>,
+    usage: Usage,
 }
 
 impl Store {
@@ -73,6 +77,7 @@ impl Store {
             max_blob_bytes: cfg.max_blob_bytes,
             tenant_quota_bytes: cfg.tenant_quota_bytes,
             inflight: Arc::default(),
+            usage: Usage::default(),
         })
     }
 
@@ -201,6 +206,7 @@ impl Store {
         self.backend
             .put(&self.path(&key.rel(), META)?, PutPayload::from(json))
             .await?;
+        self.usage.changed(key.tenant(), &key.rel(), Some(stored));
         drop(charge);
         Ok(meta)
     }
@@ -358,6 +364,7 @@ impl Store {
         // S3 answers a delete of a missing object with success: existence comes from the heads.
         gone_ok(self.backend.delete(&meta).await)?;
         gone_ok(self.backend.delete(&blob).await)?;
+        self.usage.changed(rel.split('/').next().unwrap_or_default(), rel, None);
         gone_ok(self.backend.delete(&self.path(rel, CLAIM)?).await)?;
         Ok((had_meta || size.is_some()).then_some(size.unwrap_or(0)))
     }
@@ -438,8 +445,32 @@ impl Store {
     }
 
     /// Bytes of `tenant`'s committed blobs (those with metadata), but the one at `except`.
-    /// A blob being uploaded has no metadata yet: its put's charge counts it instead.
+    /// A blob being uploaded has no metadata yet: its put's charge counts it instead. Listed
+    /// at most every [`crate::quota::USAGE_FRESH`], with this store's own puts and deletes
+    /// counted as they happen in between.
     async fn committed(&self, tenant: &str, except: Option<&str>) -> Result<u64, StoreError> {
+        if let Some(n) = self.usage.get(tenant, except) {
+            return Ok(n);
+        }
+        let listing = self.usage.begin(tenant);
+        let blobs = match self.list_committed(tenant).await {
+            Ok(blobs) => blobs,
+            Err(e) => {
+                self.usage.end(tenant, listing, None);
+                return Err(e);
+            }
+        };
+        let exact = blobs
+            .iter()
+            .filter(|(rel, _)| except != Some(rel.as_str()))
+            .map(|(_, n)| n)
+            .sum();
+        self.usage.end(tenant, listing, Some(blobs));
+        Ok(self.usage.get(tenant, except).unwrap_or(exact))
+    }
+
+    /// `tenant`'s committed blobs and their stored bytes, listed.
+    async fn list_committed(&self, tenant: &str) -> Result<std::collections::HashMap<String, u64>, StoreError> {
         let dir = self.path(tenant, "")?;
         let all: Vec<object_store::ObjectMeta> = self.backend.list(Some(&dir)).try_collect().await?;
         let metas: std::collections::HashSet<String> = all
@@ -450,12 +481,9 @@ impl Store {
         Ok(all
             .iter()
             .filter(|o| o.location.as_ref().ends_with(BLOB))
-            .filter(|o| {
-                let rel = rel_of(&self.prefix, &o.location, BLOB);
-                metas.contains(&rel) && except != Some(rel.as_str())
-            })
-            .map(|o| o.size)
-            .sum())
+            .map(|o| (rel_of(&self.prefix, &o.location, BLOB), o.size))
+            .filter(|(rel, _)| metas.contains(rel))
+            .collect())
     }
 
     /// Bytes `tenant` is storing right now.
@@ -477,12 +505,29 @@ impl Store {
         let mut report = SweepReport::default();
         let orphan_before = now.checked_sub(ORPHAN_GRACE).unwrap_or(SystemTime::UNIX_EPOCH);
         let mut doomed = Vec::new();
+        let mut blobs = std::collections::HashSet::new();
         for o in all.iter().filter(|o| o.location.as_ref().ends_with(BLOB)) {
             let rel = rel_of(&self.prefix, &o.location, BLOB);
             if !metas.contains(&rel) && SystemTime::from(o.last_modified) < orphan_before {
-                doomed.push((rel, false));
+                doomed.push((rel.clone(), false));
             }
+            blobs.insert(rel);
         }
+        // A claim whose blob is gone claims nothing: past the grace (a claim is made only
+        // beside a blob, and given back or deleted with it within a resume), it goes.
+        let lone_claims: Vec<Path> = all
+            .iter()
+            .filter(|o| o.location.as_ref().ends_with(CLAIM))
+            .filter(|o| SystemTime::from(o.last_modified) < orphan_before)
+            .filter(|o| !blobs.contains(&rel_of(&self.prefix, &o.location, CLAIM)))
+            .map(|o| o.location.clone())
+            .collect();
+        report.claims = futures::stream::iter(lone_claims)
+            .map(|p| async move { gone_ok(self.backend.delete(&p).await) })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?
+            .len();
         let expired = futures::stream::iter(metas)
             .map(|rel| async move {
                 match self.meta_at(&self.path(&rel, META)?, &rel).await {
@@ -519,6 +564,7 @@ impl Store {
             tracing::info!(
                 expired = report.expired,
                 orphans = report.orphans,
+                claims = report.claims,
                 bytes = report.bytes,
                 "session store swept"
             );

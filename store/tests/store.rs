@@ -561,3 +561,78 @@ async fn local_claims_are_won_by_exactly_one_taker() {
 async fn s3_claims_are_won_by_exactly_one_taker() {
     claims(Which::S3).await;
 }
+
+/// A claim whose blob is gone (its taker died after another executor's resume deleted the
+/// blob, or a delete was cut short) is swept after the grace; one beside its blob is kept.
+async fn lone_claims(which: Which) {
+    let dir = tmp();
+    let Some(cfg) = config(which, dir.path(), "lone-claims") else {
+        return;
+    };
+    let store = Store::open(cfg).await.expect("open");
+    let gone = BlobKey::paused("team-c", "gone").expect("key");
+    store.put(&gone, opts(HOUR * 24), &b"a"[..]).await.expect("put");
+    // Claimed by a taker that then died; the blob deleted by another, whose claim then
+    // went missing with it, as when the taker claims just after a delete.
+    assert!(store.delete(&gone).await.expect("delete"));
+    store.claim(&gone, HOUR).await.expect("claim after the blob is gone");
+    let kept = BlobKey::paused("team-c", "kept").expect("key");
+    store.put(&kept, opts(HOUR * 24), &b"b"[..]).await.expect("put");
+    store.claim(&kept, HOUR).await.expect("claim");
+
+    let r = store.sweep(SystemTime::now()).await.expect("sweep");
+    assert_eq!(r.claims, 0, "{which:?}: within the grace: {r:?}");
+    let r = store.sweep(SystemTime::now() + HOUR * 2).await.expect("sweep");
+    assert_eq!((r.claims, r.expired, r.orphans), (1, 0, 0), "{which:?}: {r:?}");
+    // Gone: the key is claimable at once (a new pause of the session would have been held up
+    // by it for CLAIM_STALE); the claim beside a blob still holds.
+    store.claim(&gone, HOUR).await.expect("the lone claim was swept");
+    assert!(matches!(store.claim(&kept, HOUR).await, Err(StoreError::Claimed(_))));
+}
+
+#[tokio::test]
+async fn local_sweep_removes_claims_whose_blob_is_gone() {
+    lone_claims(Which::Local).await;
+}
+
+#[tokio::test]
+async fn s3_sweep_removes_claims_whose_blob_is_gone() {
+    lone_claims(Which::S3).await;
+}
+
+/// A put's quota counts this store's own commits and deletes made since the tenant's blobs
+/// were last listed (it lists them at most every few seconds, not per put).
+#[tokio::test]
+async fn local_quota_counts_commits_and_deletes_between_listings() {
+    let dir = tmp();
+    let Some(mut cfg) = config(Which::Local, dir.path(), "usage") else {
+        return;
+    };
+    cfg.tenant_quota_bytes = MIB;
+    let store = Store::open(cfg).await.expect("open");
+    let key = |id: &str| BlobKey::paused("tenant-u", id).expect("key");
+    store
+        .put(&key("a"), opts(HOUR), data(600_000, 1).as_slice())
+        .await
+        .expect("a fits");
+    assert!(store.delete(&key("a")).await.expect("delete"));
+    store
+        .put(&key("b"), opts(HOUR), data(600_000, 2).as_slice())
+        .await
+        .expect("b fits once a is gone");
+    let err = store
+        .put(&key("c"), opts(HOUR), data(600_000, 3).as_slice())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::QuotaExceeded { .. }), "b counts: {err}");
+    // b replaced by a smaller b: counted once, at its new size.
+    store
+        .put(&key("b"), opts(HOUR), data(300_000, 4).as_slice())
+        .await
+        .expect("b again");
+    store
+        .put(&key("c"), opts(HOUR), data(600_000, 3).as_slice())
+        .await
+        .expect("c fits beside the smaller b");
+    assert_eq!(store.usage("tenant-u").await.expect("usage"), 900_000);
+}

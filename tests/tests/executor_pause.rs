@@ -402,3 +402,55 @@ async fn a_bash_session_is_refused_a_full_pause_naming_mode() {
     assert!(e.message().contains("mode"), "{e:?}");
     pause(&mut c, "alice", &id).await.expect("a filesystem pause still");
 }
+
+/// A resume whose caller goes away mid-extraction (its deadline passed) gives its claim on the
+/// archive back: the session stays resumable at once (it was refused as "being resumed by
+/// another executor" until the claim went stale, 10 minutes).
+#[tokio::test]
+async fn a_resume_cut_short_by_its_caller_leaves_the_session_resumable() {
+    let store = tempfile::tempdir().expect("store dir");
+    let exe = executor(store.path(), &[]).await;
+    let mut c = exe.client();
+    let id = create(&mut c, "alice", false).await;
+    // Enough to extract that a short deadline ends the resume in the middle.
+    run(
+        &mut c,
+        "alice",
+        &id,
+        sh("head -c 48M /dev/urandom > big && md5sum big > sum && echo ok"),
+    )
+    .await;
+    let mut cut = false;
+    for ms in [400u64, 200, 100, 50, 25, 800, 1600] {
+        pause(&mut c, "alice", &id).await.expect("pause");
+        let mut req = as_("alice", pb::ResumeSessionRequest { session_id: id.clone() });
+        req.set_timeout(std::time::Duration::from_millis(ms));
+        match c.resume_session(req).await {
+            Ok(_) => continue,
+            Err(e) => {
+                // The client's own timer (CANCELLED) or the server's (DEADLINE_EXCEEDED).
+                assert!(matches!(e.code(), Code::Cancelled | Code::DeadlineExceeded), "{e:?}");
+                cut = true;
+                break;
+            }
+        }
+    }
+    assert!(cut, "no deadline cut the resume short");
+    // Its claim given back: resumable (a retry only while the cut resume winds down).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match resume(&mut c, "alice", &id).await {
+            Ok(_) => break,
+            Err(e) if e.code() == Code::Unavailable && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("resume after a cut one: {e:?}; store: {:?}", stored(store.path())),
+        }
+    }
+    assert_eq!(run(&mut c, "alice", &id, sh("md5sum -c sum")).await, "big: OK\n");
+    assert!(
+        !stored(store.path()).iter().any(|p| p.ends_with(".claim")),
+        "{:?}",
+        stored(store.path())
+    );
+}

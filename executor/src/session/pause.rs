@@ -59,6 +59,28 @@ pub(super) struct Paused {
     tokens: Vec<[u8; 32]>,
 }
 
+/// A resume's claim on a paused session's blob, given back when dropped unless the resume took
+/// the blob (`store` taken).
+struct Claim {
+    store: Option<Arc<Store>>,
+    key: BlobKey,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let Some(store) = self.store.take() else { return };
+        let key = self.key.clone();
+        // Drop cannot wait; the runtime is there (a resume runs on it).
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = store.release(&key).await {
+                    tracing::warn!(%key, error = %e, "giving back a resume's claim failed");
+                }
+            });
+        }
+    }
+}
+
 /// How long a resume's claim on a paused session holds before another executor may take it
 /// over (its taker died mid-resume): past any extraction ([`TAR_WALL`]).
 const CLAIM_STALE: Duration = Duration::from_secs(600);
@@ -530,8 +552,13 @@ impl SessionManager {
         for s in due {
             let m = self.clone();
             tokio::spawn(async move {
+                let t = std::time::Instant::now();
                 match m.pause_live(&s, super::drain::keep_most(s.kind)).await {
-                    Ok(p) => tracing::info!(session = %&s.id[..8], bytes = p.stored_bytes, "idle session paused"),
+                    // `ms`: what bench/sessions.py reports as the idle pauses' latency.
+                    Ok(p) => {
+                        let ms = t.elapsed().as_millis() as u64;
+                        tracing::info!(session = %&s.id[..8], bytes = p.stored_bytes, ms, "idle session paused")
+                    }
                     Err(e) => {
                         tracing::warn!(session = %&s.id[..8], error = %e, "pausing an idle session failed");
                         s.pausing.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -767,6 +794,13 @@ impl SessionManager {
             }
             e => store_error(e),
         })?;
+        // Given back however this resume ends short of taking the blob: an error, or its
+        // caller going away mid-extraction (the call's future dropped), which used to leave
+        // the session unresumable until the claim went stale.
+        let mut claim = Claim {
+            store: Some(store.clone()),
+            key: key.clone(),
+        };
         let (totals, call_limits) = (rec.totals(), rec.call_limits());
         let extras = Extras {
             access_token: rec.access_token,
@@ -791,16 +825,10 @@ impl SessionManager {
                 Some((Some(id.to_owned()), archive)),
             )
             .await;
-        let s = match opened {
-            Ok(s) => s,
-            Err(e) => {
-                // Left paused, for the next taker.
-                if let Err(r) = store.release(&key).await {
-                    tracing::warn!(session = %&id[..8.min(id.len())], error = %r, "giving back a resume's claim failed");
-                }
-                return Err(e);
-            }
-        };
+        // On an error it is left paused, for the next taker (the claim given back on drop).
+        let s = opened?;
+        // Taken: from here the claim goes with the blob (deleted below).
+        claim.store = None;
         {
             let mut st = s.state.lock().await;
             st.calls = rec.calls;
