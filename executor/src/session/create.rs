@@ -117,6 +117,11 @@ impl SessionManager {
     /// Counts a create (or a resume) against the caps (the executor's, its tenant's, the
     /// memory budget) until the guard drops; refused with the cap named.
     pub(super) fn admit(&self, ticket: &Ticket) -> Result<Creating<'_>, SessionError> {
+        // A draining executor starts no session (its ports stay open while it pauses the live
+        // ones): UNAVAILABLE, so the client makes it on one that stays.
+        if self.engine.admission().is_draining() {
+            return Err(ExecError::Admission(crate::admission::AdmissionError::Draining).into());
+        }
         // Counted before waiting for a slot, so a burst of creates cannot pass the cap; uncounted
         // by the guard's drop, also when the caller goes away mid-create.
         let mut creating = self.creating.lock().map_err(|_| ExecError::Internal("lock".into()))?;
