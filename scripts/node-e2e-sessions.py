@@ -111,7 +111,9 @@ class Agent:
         return self.once(go)
 
     def setup(self):
+        t0 = time.time()
         self.create()
+        self.created_s = time.time() - t0
         self.cell(
             f"agent = {self.i}\n"
             f"memory = {{'name': 'agent-{self.i}', 'facts': list(range({self.i}))}}\n"
@@ -168,6 +170,8 @@ with concurrent.futures.ThreadPoolExecutor(N) as pool:
 
     threading.Thread(target=progress, daemon=True).start()
     print(f"ready {sum(a.failed is None for a in agents)}", flush=True)
+    took = sorted(getattr(a, "created_s", 0.0) for a in agents)
+    print(f"setup: create p50={took[len(took) // 2]:.1f}s max={took[-1]:.1f}s", flush=True)
     list(pool.map(lambda a: run(a, "loop") if a.failed is None else None, agents))
     list(pool.map(lambda a: run(a, "final") if a.failed is None else None, agents))
 

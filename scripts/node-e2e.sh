@@ -655,6 +655,9 @@ spec:
   sessions:
     maxPerPod: $((AGENTS + 14))
     idleMemory: 16Mi
+    # The sessions' own budget: an idle interpreter holds more than idleMemory here, and a
+    # rollout may move every sandbox onto one new pod (64 x 16Mi left calls no room).
+    memory: 2Gi
     spares: 4
     store: {pvc: {claimName: agents-store}}
 EOF
@@ -720,15 +723,23 @@ EOF
   done
   after="$("$K" get pods -n "$ns" -l sandpool.dev/pool=agents -o jsonpath='{.items[*].metadata.name}')"
   out="$("$K" logs "$name" -n "$ns" 2>&1 || true)"
-  grep -e '^retry ' -e '^error' <<< "$out" | head -n 6
+  grep '^error' <<< "$out" | head -n 8
+  grep '^retry ' <<< "$out" | head -n 6
   grep '^round ' <<< "$out" | tail -n 2
+  # What the executors said of it, for a failing run (the new pods' logs; the old ones' below).
+  if ! grep -Eq "^sessions: survived=$AGENTS/$AGENTS .* errors=0 " <<< "$out"; then
+    for p in $after; do
+      echo "$p:"
+      "$K" logs "$p" -n "$ns" -c executor 2>&1 | grep -i -e error -e warn -e exceeded -e timed | cut -c1-240 | tail -n 8
+    done
+  fi
   for p in $before; do
     echo "$p at SIGTERM:"
-    grep -i -e drain -e paus -e sigterm -e error -e warn "/tmp/node-e2e-$p.$$" | cut -c1-240 | tail -n 3
+    grep -i -e drain -e sigterm -e error -e warn -e exceeded "/tmp/node-e2e-$p.$$" | grep -v 'session paused for the drain' | cut -c1-240 | tail -n 6
     rm -f "/tmp/node-e2e-$p.$$"
   done
   echo "pods after: $after; ready in $((t_ready - t0)) s; rollout took $((t_rolled - t_roll)) s; client phase $phase"
-  grep -e '^ready ' -e '^sessions: ' <<< "$out"
+  grep -e '^ready ' -e '^setup: ' -e '^sessions: ' <<< "$out"
   "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
   "$K" delete configmap agents-client -n "$ns" --wait=false > /dev/null
   [[ $phase == Succeeded && -n $after && " $before " != *" ${after%% *} "* ]] &&
