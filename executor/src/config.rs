@@ -178,6 +178,12 @@ pub struct ExecutorArgs {
     /// resumes it. false: sessions end with the executor.
     #[arg(long, env = "SANDPOOL_SESSION_PAUSE_ON_DRAIN", default_value_t = true, action = clap::ArgAction::Set)]
     pub session_pause_on_drain: bool,
+    /// How often this executor sweeps the session store: paused sessions and snapshots past
+    /// their TTL (--session-store-ttl-secs), claims and blobs left without their metadata.
+    /// Every executor sharing a store may sweep it (a sweep lists the whole store, so not too
+    /// often). 0: never, seconds
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_SWEEP_SECS", default_value_t = 600)]
+    pub session_store_sweep_secs: u64,
     /// The longest idle timeout a session may ask for, ms.
     #[arg(long, env = "SANDPOOL_MAX_SESSION_IDLE_TIMEOUT_MS", default_value_t = 3600 * 1000)]
     pub max_session_idle_timeout_ms: u64,
@@ -559,6 +565,8 @@ impl ExecutorArgs {
             max_idle: ms(self.max_session_idle_timeout_ms),
             pause_after_idle: (self.session_pause_after_idle_ms > 0).then(|| ms(self.session_pause_after_idle_ms)),
             pause_on_drain: self.session_pause_on_drain,
+            store_sweep: (self.session_store_sweep_secs > 0)
+                .then(|| std::time::Duration::from_secs(self.session_store_sweep_secs)),
             calls: self.session_calls,
             max_calls: self.max_session_calls,
             cpu: ms(self.session_cpu_time_ms),

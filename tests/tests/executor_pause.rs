@@ -454,3 +454,32 @@ async fn a_resume_cut_short_by_its_caller_leaves_the_session_resumable() {
         stored(store.path())
     );
 }
+
+/// Issue 47 item 3: paused sessions are deleted by their TTL. Nothing swept the store, so a
+/// TTL never ended anything; now each executor sweeps it every `--session-store-sweep-secs`.
+#[tokio::test]
+async fn a_paused_session_past_its_ttl_is_swept_from_the_store() {
+    let store = tempfile::tempdir().expect("store dir");
+    let a = executor(
+        store.path(),
+        &["--session-store-ttl-secs", "1", "--session-store-sweep-secs", "1"],
+    )
+    .await;
+    let mut c = a.client();
+    let id = create(&mut c, "alice", false).await;
+    assert_eq!(run(&mut c, "alice", &id, sh(MAKE_FILES)).await.trim(), "ok");
+    pause(&mut c, "alice", &id).await.expect("pause");
+    let held = |id: &str| stored(store.path()).iter().any(|f| f.contains(id));
+    assert!(held(&id), "paused into the store: {:?}", stored(store.path()));
+    let t = std::time::Instant::now();
+    while held(&id) {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "still in the store a minute past its TTL: {:?}",
+            stored(store.path())
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let e = resume(&mut c, "alice", &id).await.expect_err("resumed past its TTL");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+}

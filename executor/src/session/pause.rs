@@ -43,6 +43,10 @@ pub(super) struct StoreSlot {
     store: tokio::sync::OnceCell<Arc<Store>>,
     /// What the data plane may look up here ([`SessionManager::paused_in_store`]).
     lookups: super::lookups::Lookups,
+    /// When the next sweep is due ([`SessionManager::sweep_store_when_due`]).
+    next_sweep: std::sync::Mutex<Option<std::time::Instant>>,
+    /// A sweep runs now.
+    sweeping: std::sync::atomic::AtomicBool,
 }
 
 /// A session this executor paused: enough to answer its calls (FAILED_PRECONDITION for its
@@ -355,6 +359,45 @@ impl SessionManager {
             ttl,
             store: tokio::sync::OnceCell::new(),
             lookups: super::lookups::Lookups::default(),
+            next_sweep: std::sync::Mutex::new(None),
+            sweeping: std::sync::atomic::AtomicBool::new(false),
+        });
+    }
+
+    /// Sweeps the store (what its TTL has passed, orphans, stale claims) in the background
+    /// once every `store_sweep` of the policy, never two at once: without it nothing a TTL
+    /// ends would ever be deleted.
+    pub(super) fn sweep_store_when_due(self: &Arc<Self>) {
+        let (Some(slot), Some(every)) = (self.store.get(), self.policy.store_sweep) else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        {
+            let Ok(mut next) = slot.next_sweep.lock() else { return };
+            match *next {
+                // The first one a while after start, not at once with every pod of a rollout.
+                None => {
+                    *next = Some(now + every.min(Duration::from_secs(60)));
+                    return;
+                }
+                Some(t) if now < t => return,
+                Some(_) => *next = Some(now + every),
+            }
+        }
+        if slot.sweeping.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let m = self.clone();
+        tokio::spawn(async move {
+            if let Ok((store, _)) = m.store().await {
+                match store.sweep(std::time::SystemTime::now()).await {
+                    Ok(r) => tracing::info!(report = ?r, "swept the session store"),
+                    Err(e) => tracing::warn!(error = %e, "sweeping the session store failed"),
+                }
+            }
+            if let Some(slot) = m.store.get() {
+                slot.sweeping.store(false, std::sync::atomic::Ordering::Release);
+            }
         });
     }
 

@@ -27,6 +27,9 @@ pub struct SessionPolicy {
     /// On SIGTERM, pause every live session into the store before exiting
     /// (`--session-pause-on-drain`; docs/sessions.md, "Surviving the pod").
     pub pause_on_drain: bool,
+    /// How often this executor sweeps the session store for what its TTL has passed and for
+    /// orphans (`--session-store-sweep-secs`); None: never (another executor sweeps).
+    pub store_sweep: Option<Duration>,
     pub calls: u32,
     pub max_calls: u32,
     pub cpu: Duration,
@@ -57,6 +60,7 @@ impl SessionPolicy {
             max_idle: Duration::from_secs(3600),
             pause_after_idle: None,
             pause_on_drain: true,
+            store_sweep: Some(Duration::from_secs(600)),
             calls: 1000,
             max_calls: 100_000,
             cpu: Duration::from_secs(10 * 60),

@@ -175,5 +175,6 @@ pub(super) async fn reaper(m: Weak<SessionManager>) {
         if round % MEASURE_EVERY == 0 {
             m.measure().await;
         }
+        m.sweep_store_when_due();
     }
 }
