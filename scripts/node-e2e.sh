@@ -654,10 +654,10 @@ spec:
   access: {http: true}
   sessions:
     maxPerPod: $((AGENTS + 14))
-    idleMemory: 16Mi
-    # The sessions' own budget: an idle interpreter holds more than idleMemory here, and a
-    # rollout may move every sandbox onto one new pod (64 x 16Mi left calls no room).
-    memory: 2Gi
+    # An idle interpreter holds about 38 MiB on cgroup v1; the budget leaves calls room
+    # beside all of them on one pod (a rollout may move most sandboxes onto one new pod).
+    idleMemory: 48Mi
+    memory: 3Gi
     spares: 4
     store: {pvc: {claimName: agents-store}}
 EOF

@@ -219,11 +219,11 @@ impl SessionManager {
             reserve_ok = ok;
             let _ = work.set(w);
         }
-        let restored = archive.is_some();
+        let mut restored = None;
         if let Some(archive) = archive {
             let (w, ok) = make_work(engine, seat.index, Vec::new()).await?;
             let _permit = engine.acquire_as(ticket, None, Admit::Continuing).await?;
-            super::pause::extract(engine, seat.index, &w, &archive, totals.memory).await?;
+            restored = Some(super::pause::extract(engine, seat.index, &w, &archive, totals.memory).await?);
             reserve_ok = ok;
             let _ = work.set(w);
         }
@@ -271,10 +271,16 @@ impl SessionManager {
         });
         // Its share of the sessions' memory ceiling from now: at least the idle bytes, which
         // no other session's call can then take while its interpreter starts. A restored
-        // Python session's interpreter loads its saved names as it starts: it may grow to the
-        // session's memory meanwhile, on loan (its first call's end settles the share).
+        // Python session's interpreter loads its saved names as it starts: its share grows for
+        // that to what the archive can unpickle into (the interpreter, and four times the
+        // archive), not on loan (a loan taken back while it loaded killed it between calls:
+        // seen on the real node after forks and drains), and its first call's end settles it.
         let share = match (restored, kind) {
-            (true, Kind::Python) => crate::sandbox::SeatShare::Lend(s.totals.memory),
+            (Some(bytes), Kind::Python) => crate::sandbox::SeatShare::Grow(
+                s.totals
+                    .memory
+                    .min(RESTORE_BASE.saturating_add(bytes.saturating_mul(4))),
+            ),
             _ => crate::sandbox::SeatShare::Hold,
         };
         self.share(&s, share).await;
@@ -292,6 +298,11 @@ impl SessionManager {
         Ok(s)
     }
 }
+
+/// What a restored Python interpreter's share holds beside four times its archive while it
+/// loads its saved names: the interpreter, the driver and cloudpickle (an idle one holds
+/// about 38 MiB on cgroup v1).
+const RESTORE_BASE: u64 = 64 << 20;
 
 /// What a session's interpreter is started with, its lifetime as the wall time: a spare
 /// started for the same serves it (see spares.rs). A longer lifetime than the spare's would

@@ -988,14 +988,15 @@ impl Stored {
 /// What an extraction's share holds beyond its files: tar itself.
 const EXTRACT_SLACK: u64 = 32 << 20;
 
-/// Extracts `stored` into `work` by tar inside the seat; call with a run slot held.
+/// Extracts `stored` into `work` by tar inside the seat; call with a run slot held. Answers
+/// the archive's size.
 pub(super) async fn extract(
     engine: &Arc<crate::engine::Engine>,
     seat: usize,
     work: &WorkDir,
     stored: &Stored,
     memory: u64,
-) -> Result<(), SessionError> {
+) -> Result<u64, SessionError> {
     let archive = stored.fetch().await?;
     let archive_len = archive.len() as u64;
     let spec = tar_spec(
@@ -1031,5 +1032,5 @@ pub(super) async fn extract(
     if r.verdict != pb::Verdict::Ok {
         return Err(tar_failed("restoring /work", &r));
     }
-    Ok(())
+    Ok(archive_len)
 }
