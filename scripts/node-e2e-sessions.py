@@ -18,6 +18,7 @@ import concurrent.futures
 import json
 import os
 import random
+import socket
 import sys
 import threading
 import time
@@ -155,6 +156,21 @@ def run(agent, what):
             errors.append(f"sandbox {agent.i}: {what}: {e}")
         print(f"error sandbox {agent.i}: {what}: {e}", flush=True)
 
+
+# The gateway's Service may refuse connections for a moment after its pod is Ready (its
+# address reaches the policy engine a moment later): wait for it (60 s at most), so that no
+# sandbox spends its one retry on that.
+_host, _, _port = GW.split("//", 1)[1].rstrip("/").partition(":")
+_deadline = time.time() + 60
+while True:
+    try:
+        socket.create_connection((_host, int(_port or 80)), timeout=2).close()
+        break
+    except OSError as e:
+        if time.time() > _deadline:
+            print(f"error: the gateway {GW} does not accept connections: {e}", flush=True)
+            sys.exit(1)
+        time.sleep(1)
 
 agents = [Agent(i) for i in range(N)]
 # Sandboxes are made 10 at a time (each starts an interpreter), then all loop at once.
