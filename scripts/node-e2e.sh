@@ -606,10 +606,6 @@ fi
 # the store at SIGTERM, the gateway sends the next call to a live executor, which resumes it.
 # Every sandbox must go on with its file and variables (each cell checks them), no call may
 # fail twice, no sandbox may retry more than once, and every sandbox ends on a new executor.
-# Not in the default run yet (opt in with SANDPOOL_NODE_E2E_SESSIONS=1): its last runs kept
-# 45-47 of 50 sandboxes (docs/testing.md says why); a check known to fail would turn every run
-# red, and leaving it out unsaid would hide it, so the run says it is left out.
-if [[ ${SANDPOOL_NODE_E2E_SESSIONS:-0} == 1 ]]; then
 AGENTS=50
 agents_pool() {
   local node="${REAL[0]}" dir="/var/lib/sandpool-e2e-store-$$"
@@ -749,10 +745,7 @@ start=$SECONDS
 check "sessions survive a rolling update: $AGENTS E2B sandboxes through the gateway keep their files and Python variables, 0 errors, at most one retried call each" \
   sessions_survive_rollout
 log "sessions through a rolling update in $((SECONDS - start)) s"
-"$K" delete sbp agents -n "$NS_POOL_NS" --wait=false > /dev/null
-else
-  log "left out: sessions survive a rolling update (issue 47 item 4; opt in with SANDPOOL_NODE_E2E_SESSIONS=1, docs/testing.md)"
-fi
+"$K" delete sbp agents -n "$NS_POOL_NS" --wait=false --ignore-not-found > /dev/null
 
 # --- the unmodified E2B SDK through the gateway (issue 47's "Done when") -------------------------
 # scripts/e2b-sdk-lifecycle.py, the script tests/tests/gateway.rs runs over two executors on
