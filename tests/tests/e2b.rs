@@ -142,16 +142,35 @@ async fn the_control_plane_takes_the_token_and_names_what_it_refuses() {
         let (code, v) = call(&exe, method, &path, key(A), "{}".into()).await;
         assert_eq!(code, 404, "{method} {path}: {v}");
     }
-    // Pause, resume and snapshots are served (the last tests here).
-    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{first}/fork"), key(A), "{}".into()).await;
-    assert_names(code, &v, 400, "fork");
-    assert!(
-        v["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("not supported by Sandpool"),
-        "{v}"
-    );
+    // Pause, resume, snapshots and forks are served (the last tests here; the SDK's fork with
+    // state in gateway.rs): a fork's count is E2B's 1 to 20, each copy a sandbox of its own.
+    let fork = format!("/sandboxes/{first}/fork");
+    for bad in [r#"{"count":0}"#, r#"{"count":21}"#, r#"{"timeout":0}"#, r#"{"cnt":1}"#] {
+        let (code, v) = call(&exe, "POST", &fork, key(A), bad.into()).await;
+        let field = if bad.contains("timeout") {
+            "timeout"
+        } else if bad.contains("cnt") {
+            "cnt"
+        } else {
+            "count"
+        };
+        assert_names(code, &v, 400, field);
+    }
+    // (This executor holds two sessions: one copy.)
+    let (code, v) = call(&exe, "POST", &fork, key(A), r#"{"count":1,"timeout":60}"#.into()).await;
+    assert_eq!(code, 201, "{v}");
+    let copies = v.as_array().expect("a list");
+    assert_eq!(copies.len(), 1, "{v}");
+    for c in copies {
+        let id = c["sandbox"]["sandboxID"].as_str().expect("sandboxID");
+        assert!(id != first && id.ends_with("-vm"), "{v}");
+        assert_eq!(c["sandbox"]["envdAccessToken"].as_str().map(str::len), Some(32), "{v}");
+        let (code, _) = call(&exe, "DELETE", &format!("/sandboxes/{id}"), key(A), String::new()).await;
+        assert_eq!(code, 204);
+    }
+    // Another caller's sandbox is not there to fork.
+    let (code, v) = call(&exe, "POST", &fork, key(B), "{}".into()).await;
+    assert_eq!(code, 404, "{v}");
     let (code, v) = call(&exe, "GET", "/snapshots?sandboxID=x", key(A), String::new()).await;
     assert_names(code, &v, 400, "snapshots");
     let (code, v) = call(
