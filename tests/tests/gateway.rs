@@ -1245,3 +1245,83 @@ async fn the_unmodified_e2b_sdk_pauses_resumes_and_snapshots_through_the_gateway
     assert!(!ok && out.contains("e2b-sdk: FAILED from-snapshot: "), "{out}");
     drop((a, b, c));
 }
+
+/// Issue 47 item 4 on an open pool (no tenants): a sandbox's owner is what its caller sent
+/// (E2B's API key), which a data-plane call does not carry, so an executor could resume a
+/// drain-paused sandbox only on its `connect`. The record now holds the owner sealed under
+/// the access token: the first data-plane call after the drain resumes it on B, for its
+/// token only, and the owner is still the caller's (another key cannot reach it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_pools_drained_sandbox_resumes_from_its_data_plane_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store dir");
+    let open = |name: &str| {
+        sandpool_tests::Executor::start(sandpool_tests::Options {
+            slots: 2,
+            languages: vec!["python", "bash"],
+            http: true,
+            env: vec![("SANDPOOL_NAME".into(), name.into())],
+            extra_args: vec!["--session-store-dir".into(), store.display().to_string()],
+            ..Default::default()
+        })
+    };
+    let mut a = open("op-a").await;
+    let addr =
+        |e: &sandpool_tests::Executor| -> SocketAddr { e.http_addr.clone().expect("http").parse().expect("addr") };
+    let ga = gateway(&[("op-a", addr(&a))], &[]).await;
+    let owner = "X-API-KEY: open-pool-key\r\n".to_string();
+    let (code, v) = raw_call(
+        ga.addr,
+        "POST",
+        "/v2/sandboxes",
+        owner.clone(),
+        r#"{"templateID":"code-interpreter-v1"}"#.into(),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let v: serde_json::Value = serde_json::from_str(&v).expect("JSON");
+    let (id, token) = (
+        v["sandboxID"].as_str().expect("id").to_owned(),
+        v["envdAccessToken"].as_str().expect("token").to_owned(),
+    );
+    let cell = serde_json::json!({"code": "x = 41"}).to_string();
+    let (code, v) = raw_call(ga.addr, "POST", "/execute", envd(&id, &token), cell).await;
+    assert_eq!(code, 200, "{v}");
+    let b = open("op-b").await;
+    let g = gateway(&[("op-a", addr(&a)), ("op-b", addr(&b))], &[]).await.addr;
+    let status = tokio::task::spawn_blocking(move || {
+        let s = a.terminate(Duration::from_secs(120));
+        (a, s)
+    });
+    let (a, status) = status.await.expect("join");
+    assert!(status.is_some_and(|s| s.success()), "A exited badly: {status:?}");
+    drop(a);
+    // Another token resumes nothing.
+    let cell = serde_json::json!({"code": "print(x + 1)"}).to_string();
+    let (code, v) = raw_call(
+        g,
+        "POST",
+        "/execute",
+        envd(&id, &format!("{}x", &token[..31])),
+        cell.clone(),
+    )
+    .await;
+    assert_eq!(code, 502, "{v}");
+    let (code, v) = raw_call(g, "POST", "/execute", envd(&id, &token), cell).await;
+    assert_eq!(code, 200, "resumed on B by its data-plane call: {v}");
+    assert!(v.contains("\"text\":\"42\\n\""), "{v}");
+    // Still the caller's: its key reaches it, another's does not.
+    let (code, v) = raw_call(g, "GET", &format!("/sandboxes/{id}"), owner, String::new()).await;
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = raw_call(
+        g,
+        "GET",
+        &format!("/sandboxes/{id}"),
+        "X-API-KEY: another-key\r\n".into(),
+        String::new(),
+    )
+    .await;
+    assert_eq!(code, 404, "{v}");
+    drop(b);
+}

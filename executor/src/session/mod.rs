@@ -35,7 +35,8 @@
 //! - [`startup`]: the interpreter's start-up; [`repl`]: the interpreter and its driver;
 //!   [`spares`]: interpreters started ahead of demand;
 //! - [`files`]: /work, the request's files and the session's own directory;
-//! - [`pause`]: pause into the session store, resume from it; [`drain`]: pause every
+//! - [`pause`]: pause into the session store, resume from it ([`owner_seal`]: an open
+//!   pool's owner kept for a data-plane resume); [`drain`]: pause every
 //!   session at shutdown, and resume one on its next call on any executor;
 //!   [`snapshot`]: snapshots and forks; [`lifecycle`]: paused at the end instead of ended,
 //!   and paused sessions listed;
@@ -49,6 +50,7 @@ mod error;
 mod files;
 mod lifecycle;
 mod lookups;
+mod owner_seal;
 mod pause;
 pub mod policy;
 mod procs;

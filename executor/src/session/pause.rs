@@ -129,6 +129,11 @@ pub(super) struct Record {
     /// on any executor resumes it, whatever `auto_resume` says.
     #[serde(default)]
     drained: bool,
+    /// On an open executor, the owner sealed under the session's access token
+    /// ([`super::owner_seal`]), so that a data-plane call carrying the token resumes it
+    /// anywhere. Absent for tenants' sessions (their owner is the tenant) and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner_sealed: Option<String>,
     /// [`Extras::pause_on_timeout`] (E2B's `autoPause`), kept for its next end.
     #[serde(default)]
     pause_on_timeout: Option<Mode>,
@@ -487,7 +492,7 @@ impl SessionManager {
             }
             // An executor going away resumes nothing; another may hold it or resume it.
             None if self.engine.admission().is_draining() => return Err(super::drain::not_here_while_draining()),
-            None => self.paused_in_store(id, h.as_slice()).await?,
+            None => self.paused_in_store(id, token).await?,
         };
         let _in_progress = self.engine.admission().request();
         self.resume_as(id, &owner, &ticket).await?;
@@ -499,16 +504,21 @@ impl SessionManager {
     /// whose record holds `token_sha256` among its secrets' hashes: its owner and ticket here.
     /// A data-plane call names no tenant, so each is looked up (a store HEAD each). An open
     /// executor's sessions are owned by their caller's `authorization`, which a data-plane
-    /// call does not carry: those resume on their control-plane call (`connect`).
+    /// call does not carry: the record holds it sealed under the access token
+    /// ([`super::owner_seal`]), which the call presents.
     /// Bounded ([`super::lookups`]): an id no executor makes costs no read, and the reads
     /// share a token bucket; past it the call is told to retry.
-    async fn paused_in_store(&self, id: &str, token_sha256: &[u8]) -> Result<(Vec<u8>, Ticket), SessionError> {
+    async fn paused_in_store(&self, id: &str, token: &[u8]) -> Result<(Vec<u8>, Ticket), SessionError> {
         let Some(slot) = self.store.get() else {
             return Err(SessionError::NotFound);
         };
+        let token_sha256 = Sha256::digest(token);
+        let token_sha256 = token_sha256.as_slice();
         let tenants: Vec<Arc<crate::tenants::Tenant>> = match self.tenants.get() {
             Some(t) if !t.is_open() => t.table().tenants().filter(|t| t.authenticated).cloned().collect(),
-            _ => return Err(SessionError::NotFound),
+            // Open: the anonymous tenant's, each owned by what its caller sent.
+            Some(_) => vec![crate::tenants::Tenant::anonymous()],
+            None => return Err(SessionError::NotFound),
         };
         if !super::lookups::session_shaped(id) {
             return Err(SessionError::NotFound);
@@ -543,8 +553,20 @@ impl SessionManager {
             let Ok(priority) = tenant.priority(None) else {
                 continue;
             };
-            let owner = crate::call::Caller::of(&tenant, None).into_bytes();
-            return Ok((owner, Ticket { tenant, priority }));
+            let ticket = Ticket { tenant, priority };
+            let owner = match ticket.tenant.authenticated {
+                true => crate::call::Caller::of(&ticket.tenant, None).into_bytes(),
+                // Opened with the call's token, and still the owner the record names.
+                false => match rec
+                    .owner_sealed
+                    .as_deref()
+                    .and_then(|s| super::owner_seal::open(token, s))
+                {
+                    Some(o) if bool::from(rec.owner_sha256.as_bytes().ct_eq(owner_hash(&ticket, &o).as_bytes())) => o,
+                    _ => continue,
+                },
+            };
+            return Ok((owner, ticket));
         }
         Err(SessionError::NotFound)
     }
@@ -932,6 +954,10 @@ pub(super) fn record(s: &Session, st: &State, mode: Mode, drained: bool) -> Reco
         id: s.id.clone(),
         tenant: s.tenant.to_string(),
         owner_sha256: owner_hash(&s.ticket, &s.owner),
+        owner_sealed: match (&s.access_token, s.ticket.tenant.authenticated) {
+            (Some(token), false) => super::owner_seal::seal(token.as_bytes(), &s.owner),
+            _ => None,
+        },
         language: s.language.clone(),
         mode,
         lifetime_ms: ms(s.totals.lifetime),
