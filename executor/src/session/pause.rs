@@ -783,7 +783,14 @@ impl SessionManager {
         // bytes a call) would leave a paused session that never resumes: refused first.
         spec.argv
             .splice(0..1, ["sh", "-c", LONG_PATHS_FIRST, "sh"].map(String::from));
+        // The seat's share is what it held idle (its files' pages, plus a little): `sh`,
+        // `find` and `tar` start in room above that, given back when they end ("Cannot fork"
+        // lost a session in a drain on the real node otherwise).
+        let held = s.memory.load(std::sync::atomic::Ordering::Relaxed);
+        let want = s.totals.memory.min(held.saturating_add(EXTRACT_SLACK));
+        self.share(s, crate::sandbox::SeatShare::Grow(want)).await;
         let r = self.engine.run_phase_in(s.seat, &work, &spec, Phase::Run).await;
+        self.share(s, crate::sandbox::SeatShare::Hold).await;
         if r.result.exit_code == LONG_PATH_EXIT && r.result.stdout.is_empty() {
             let path: String = String::from_utf8_lossy(&r.result.stderr).chars().take(200).collect();
             return Err(SessionError::Exhausted(format!(
