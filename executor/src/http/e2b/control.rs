@@ -520,12 +520,9 @@ pub async fn pause(
     let Some(sessions) = e.sessions.as_ref() else {
         return no_such_sandbox();
     };
-    let req: PauseBody = match body.is_empty() {
-        true => PauseBody::default(),
-        false => match parse(&body) {
-            Ok(r) => r,
-            Err(r) => return r,
-        },
+    let req: PauseBody = match super::optional_body(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
     };
     // `memory: true` (the SDK's mode="full") also keeps the interpreter's variables; left out,
     // E2B's default is a full pause, Sandpool's a filesystem one (docs/compatibility.md).

@@ -268,6 +268,16 @@ pub fn sdk_path(rel: &str) -> String {
 }
 
 /// Parses a JSON body; an error names the field at fault (`request body: metadata.k: ...`).
+/// A control-plane body the SDK may leave out (pause, snapshot, fork): its default when
+/// empty, else parsed, a 400 naming what is wrong.
+#[allow(clippy::result_large_err)] // an early answer, built once per request
+pub fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, Response> {
+    match body.is_empty() {
+        true => Ok(T::default()),
+        false => json_body(body).map_err(|m| api_error(StatusCode::BAD_REQUEST, m)),
+    }
+}
+
 pub fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {

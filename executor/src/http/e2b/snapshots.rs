@@ -4,7 +4,7 @@
 //! `delete_snapshot(id)` is `DELETE /templates/{id}`, and `fork(count=...)` is
 //! `POST /sandboxes/{id}/fork` (a `ForkSession`).
 
-use super::{E2b, api_error, api_session_error, json_body};
+use super::{E2b, api_error, api_session_error};
 use crate::call::Call;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -35,12 +35,9 @@ pub async fn create(
     let Some(sessions) = e.sessions.as_ref() else {
         return api_session_error(crate::session::SessionError::NotFound);
     };
-    let req: SnapshotBody = match body.is_empty() {
-        true => SnapshotBody::default(),
-        false => match json_body(&body) {
-            Ok(r) => r,
-            Err(m) => return api_error(StatusCode::BAD_REQUEST, m),
-        },
+    let req: SnapshotBody = match super::optional_body(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
     };
     if req.memory == Some(true) {
         return api_error(
@@ -98,12 +95,9 @@ pub async fn fork(
     let Some(sessions) = e.sessions.as_ref() else {
         return api_session_error(crate::session::SessionError::NotFound);
     };
-    let req: ForkBody = match body.is_empty() {
-        true => ForkBody::default(),
-        false => match json_body(&body) {
-            Ok(r) => r,
-            Err(m) => return api_error(StatusCode::BAD_REQUEST, m),
-        },
+    let req: ForkBody = match super::optional_body(&body) {
+        Ok(r) => r,
+        Err(r) => return r,
     };
     let count = req.count.unwrap_or(1);
     if count == 0 || count > MAX_E2B_FORK {
