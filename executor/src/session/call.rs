@@ -194,15 +194,7 @@ impl SessionManager {
             // Closed or expired mid-call: the run is dropped (killed) here.
             _ = closed.wait_for(|c| *c) => return Err(SessionError::NotFound),
         };
-        // Back to what it holds: idle, it cannot take room another session's call may need.
-        // Unless it runs background processes: they go on growing between calls, so it keeps
-        // its grown share, on loan: another session's start or call takes it back when short.
-        let after = if s.background.load(Ordering::Relaxed) {
-            crate::sandbox::SeatShare::Lend(s.totals.memory)
-        } else {
-            crate::sandbox::SeatShare::Hold
-        };
-        self.share(&s, after).await;
+        self.share(&s, super::caps::idle_share(&s)).await;
         st.reserve_low |= s.reserve_missing.swap(false, Ordering::Relaxed);
         if st.reserve_low
             && let Some(w) = s.work.get().cloned()

@@ -125,3 +125,15 @@ impl SessionManager {
         self.policy.max_sessions
     }
 }
+
+/// The share a session goes back to between its calls (after a call, or an archive of its
+/// /work): what it holds, so that idle it cannot take room another session's call may need;
+/// unless it runs background processes, which go on growing between calls: then its grown
+/// share, on loan (another session's start or call takes it back when short).
+pub(super) fn idle_share(s: &super::record::Session) -> crate::sandbox::SeatShare {
+    if s.background.load(Ordering::Relaxed) {
+        crate::sandbox::SeatShare::Lend(s.totals.memory)
+    } else {
+        crate::sandbox::SeatShare::Hold
+    }
+}

@@ -713,8 +713,8 @@ impl SessionManager {
                     Some(Ensured::default()),
                 )
                 .await;
-            // Back to what it holds idle, should the pause fail after this and leave it live.
-            self.share(s, crate::sandbox::SeatShare::Hold).await;
+            // Back to its idle share, should the pause fail after this and leave it live.
+            self.share(s, super::caps::idle_share(s)).await;
             resp?
         };
         let answer = (resp.verdict == pb::Verdict::Ok as i32)
@@ -790,7 +790,7 @@ impl SessionManager {
         let want = s.totals.memory.min(held.saturating_add(EXTRACT_SLACK));
         self.share(s, crate::sandbox::SeatShare::Grow(want)).await;
         let r = self.engine.run_phase_in(s.seat, &work, &spec, Phase::Run).await;
-        self.share(s, crate::sandbox::SeatShare::Hold).await;
+        self.share(s, super::caps::idle_share(s)).await;
         if r.result.exit_code == LONG_PATH_EXIT && r.result.stdout.is_empty() {
             let path: String = String::from_utf8_lossy(&r.result.stderr).chars().take(200).collect();
             return Err(SessionError::Exhausted(format!(
