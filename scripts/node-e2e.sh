@@ -769,6 +769,7 @@ log "sessions through a rolling update in $((SECONDS - start)) s"
 # /usr/bin/python3): the pod compares them before it imports anything and fails naming both.
 E2BSDK_STORE="e2bsdk-store-$$"
 E2BSDK_DIR="/var/lib/sandpool-e2e-sdk-store-$$"
+E2BSDK_WHY="$(mktemp)"
 e2bsdk_cleanup() {
   if [[ "${SANDPOOL_NODE_E2E_KEEP:-}" != 1 ]]; then
     "$K" delete sbp e2bsdk -n "$NS_POOL_NS" --wait=false > /dev/null 2>&1 || true
@@ -777,6 +778,7 @@ e2bsdk_cleanup() {
     "$K" delete pv "$E2BSDK_STORE" --wait=false > /dev/null 2>&1 || true
     rm -rf "$E2BSDK_DIR"
   fi
+  rm -f "$E2BSDK_WHY"
 }
 trap 'e2bsdk_cleanup; cleanup' EXIT
 e2bsdk_pool() {
@@ -863,6 +865,7 @@ spec:
         - {name: HOME, value: /tmp}
         - {name: E2B_API_KEY, value: e2e}
         - {name: WANT_PYTHON, value: "$want"}
+        - {name: E2B_SDK_VERBOSE, value: "${E2B_SDK_VERBOSE:-}"}
       # First the image's python3 against the venv's minor version (the SDK's compiled parts);
       # then, as gateway_client does, up to 20 s for the gateway to accept a connection (a new
       # pod's address reaches the policy engine a moment after it starts); then the script.
@@ -909,6 +912,8 @@ EOF
   "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
   "$K" delete configmap e2bsdk-client -n "$ns" --wait=false > /dev/null
   echo "$out" | tail -n 14
+  # The step that failed, also where a log keeps only the ends of a failed check's output.
+  grep -m1 '^e2b-sdk: FAILED' <<< "$out" > "$E2BSDK_WHY" || true
   # Both executors served it (the copies of the snapshot, one on each).
   [[ $phase == Succeeded ]] &&
     grep -Eq '^e2b-sdk: ok pause=filesystem,full resume=connect autopause=paused,resumed snapshot=created,2-copies,deleted fork=2 executors=[^ ,]+,[^ ,]+ ' <<< "$out"
@@ -916,7 +921,7 @@ EOF
 start=$SECONDS
 check "the unmodified E2B SDK from a role=sandbox-user pod through the e2bsdk pool's gateway: pause (filesystem, full), connect, auto-pause and auto-resume, create_snapshot, Sandbox.create(snapshot_id) on both executors, fork(count=2), delete_snapshot" \
   e2b_sdk_lifecycle
-log "the E2B SDK's lifecycle in $((SECONDS - start)) s"
+log "the E2B SDK's lifecycle in $((SECONDS - start)) s${E2BSDK_WHY:+ $(cat "$E2BSDK_WHY" 2> /dev/null)}"
 # Not made when SANDPOOL_NODE_E2E_ONLY leaves the check out.
 "$K" delete sbp e2bsdk -n "$NS_POOL_NS" --wait=false --ignore-not-found > /dev/null
 

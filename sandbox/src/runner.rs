@@ -144,8 +144,9 @@ pub enum SeatShare {
     Hold,
     /// The call ended, but the session runs background processes (E2B's commands) that go
     /// on growing between calls: it keeps up to this many bytes, as [`SeatShare::Grow`], but
-    /// only on loan: another seat's start or call that finds less than the floor of room
-    /// takes the loan back, down to what this seat holds (as [`SeatShare::Hold`]).
+    /// only on loan: another seat's start or call that finds less room than it is owed (the
+    /// floor, or what a call grows to) takes the loan back, down to what this seat holds (as
+    /// [`SeatShare::Hold`]).
     Lend(u64),
     /// The session ended (its processes are gone, its `/work` dropped): no share.
     Release,

@@ -1007,7 +1007,8 @@ async fn e2b_code_finds_its_files_in_home_user() {
 /// Issue 46, finding 3, and E2B's commands: a command runs between its sandbox's calls, so it
 /// must not be held to the idle share (`--session-idle-bytes`) a session falls back to after
 /// a call. A command that takes 150 MiB succeeds; the grown share it runs in is a loan, and
-/// another sandbox started while it is out still starts (the loan is taken back).
+/// another sandbox started while it is out still starts and grows in a call past the idle
+/// share (the loan is taken back, as far as the call needs).
 #[tokio::test]
 async fn a_command_may_grow_past_the_idle_share_and_its_loan_is_taken_back() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1063,6 +1064,37 @@ async fn a_command_may_grow_past_the_idle_share_and_its_loan_is_taken_back() {
     .await;
     assert_eq!(code, 200, "{v}");
     assert!(v.as_str().unwrap_or_default().contains("\"text\":\"42\\n\""), "{v}");
+    // A call is owed all the room a loan holds, not only the floor, and a loan taken back
+    // leaves its session its idle share, not only what it holds: with the first's loan out
+    // again, a command of the first that will take 24 MiB in a moment (within its 48 MiB idle
+    // share), then a cell of the second that takes 120 MiB (past the idle share). Both run.
+    // (On the real node a fork's restored interpreter, loading its names next to a source
+    // that had run a command, died at the floor; then the source's interpreter, its loan taken
+    // back to what it held plus 2 MiB, died at its next touch.)
+    let reply = command("echo again").await.expect("start");
+    assert!(reply.contains("\"exitCode\":0"), "{reply}");
+    let later =
+        command("sleep 1.5; python3 -c \"x = bytearray(24 << 20); x[::4096] = b'x' * len(x[::4096]); print('later')\"");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (code, v) = call(
+        &exe,
+        "POST",
+        "/execute",
+        data(&id2, &token2),
+        json!({"code": "x = bytearray(120 << 20); x[::4096] = b'x' * len(x[::4096]); print('grown', len(x) >> 20)"})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert!(v.as_str().unwrap_or_default().contains("grown 120"), "{v}");
+    let reply = later.await.expect("start");
+    let out: Vec<u8> = reply
+        .split("\"stdout\":\"")
+        .skip(1)
+        .filter_map(|p| p.split('"').next())
+        .flat_map(|b| base64::engine::general_purpose::STANDARD.decode(b).expect("base64"))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&out), "later\n", "{reply}");
     // And the first one's interpreter lived through it all.
     let (code, v) = call(
         &exe,

@@ -138,6 +138,12 @@ impl SessionManager {
                     Ok(o) => {
                         st.cpu_used = st.cpu_at_repl_start + o.cpu;
                         let result = verdict::phase_result(o);
+                        // The cell's own doing (exit(), its memory limit) as often as not: info.
+                        tracing::info!(
+                            session = %&s.id[..8], seat = s.seat,
+                            verdict = ?pb::Verdict::try_from(result.verdict), signal = result.signal,
+                            "session interpreter exited during a call"
+                        );
                         resp.verdict = result.verdict;
                         resp.result = Some(result);
                         notes.push("the interpreter exited during the call and restarts on the next one (files in /work stay, variables are gone)");

@@ -380,21 +380,20 @@ impl Runner for Namespaces {
         let mut shares = self.seat_shares.as_ref()?.lock().ok()?;
         let cgroups = self.seat_cgroups.lock().ok()?.clone();
         let cg = cgroups.get(seat).cloned().flatten();
-        // A start or a call is owed the floor at least: loans other seats hold give it back.
-        if matches!(share, crate::SeatShare::Grow(_) | crate::SeatShare::Hold) {
-            shares.reclaim_loans(seat, &cgroups);
+        // Loans other seats hold give back what a start or a call is owed: the floor at
+        // least, and all a call asks for (a loan is room nobody used; a call needs it now).
+        let floor = shares.memory.floor;
+        match share {
+            crate::SeatShare::Grow(want) => shares.reclaim_loans(seat, want.max(floor), &cgroups),
+            crate::SeatShare::Hold => shares.reclaim_loans(seat, floor, &cgroups),
+            crate::SeatShare::Lend(_) | crate::SeatShare::Release => {}
         }
         let room = shares.room(seat);
         let now = *shares.of.get(seat)?;
         let new = match share {
             // Never below what it has: the others' shares left that room to it.
             crate::SeatShare::Grow(want) | crate::SeatShare::Lend(want) => want.min(room).max(now),
-            crate::SeatShare::Hold => {
-                let held = cg.as_ref().map_or(0, |c| c.memory_current());
-                held.saturating_add(SHARE_SLACK)
-                    .max(shares.memory.floor.min(room))
-                    .min(room.max(held))
-            }
+            crate::SeatShare::Hold => shares.hold(cg.as_ref().map_or(0, |c| c.memory_current()), room),
             crate::SeatShare::Release => 0,
         };
         let set = match (&cg, share) {
@@ -686,11 +685,22 @@ impl Shares {
         self.memory.ceiling.saturating_sub(others)
     }
 
-    /// Takes back the loans of other seats ([`crate::SeatShare::Lend`]), down to what each
-    /// holds plus the slack, until `seat` has the floor of room (or no loan is left).
-    fn reclaim_loans(&mut self, seat: usize, cgroups: &[Option<Arc<cgroup::SlotCgroup>>]) {
+    /// A share at rest ([`crate::SeatShare::Hold`]) for a seat that holds `held` bytes with
+    /// `room` to take: what it holds plus the slack, and the floor at least, room allowed.
+    /// Not only what it holds: an idle interpreter forked from a zygote has most of its pages
+    /// charged elsewhere, and its first touch of them after a cap at what it held killed it.
+    fn hold(&self, held: u64, room: u64) -> u64 {
+        held.saturating_add(SHARE_SLACK)
+            .max(self.memory.floor.min(room))
+            .min(room.max(held))
+    }
+
+    /// Takes back the loans of other seats ([`crate::SeatShare::Lend`]), each down to its
+    /// share at rest ([`Shares::hold`]), until `seat` has `need` bytes of room (or no loan
+    /// is left).
+    fn reclaim_loans(&mut self, seat: usize, need: u64, cgroups: &[Option<Arc<cgroup::SlotCgroup>>]) {
         for j in 0..self.of.len() {
-            if self.room(seat) >= self.memory.floor {
+            if self.room(seat) >= need {
                 return;
             }
             if j == seat || !self.lent[j] {
@@ -700,7 +710,7 @@ impl Shares {
             let Some(c) = cgroups.get(j).cloned().flatten() else {
                 continue;
             };
-            let back = c.memory_current().saturating_add(SHARE_SLACK).min(self.of[j]);
+            let back = self.hold(c.memory_current(), self.room(j)).min(self.of[j]);
             match c.set_cap(back, true, SHARE_SLACK) {
                 Ok(set) => self.of[j] = set,
                 Err(e) => tracing::warn!(seat = j, error = %e, "taking back a seat's memory loan"),
