@@ -8,10 +8,11 @@ sandbox URL). In order: a code-interpreter sandbox with a file under /home/user 
 read back by commands.run and run_code) and a Python variable and function; pause(mode=
 "filesystem") and connect (file kept, interpreter cold); pause(mode="full") and connect
 (file and variable kept); an auto-pause lifecycle (paused at its timeout, resumed by its next
-call, file and variable kept); create_snapshot() and two Sandbox.create(snapshot_id) started
-back to back (through a gateway over two executors: one on each), each with the file and
-the variable; fork(count=2) of the running sandbox (each fork with the file and the
-variable, writes kept apart); delete_snapshot; everything killed. Prints one line per step and last
+call, file and variable kept); create_snapshot() (listed by list_snapshots(), the class's
+and the sandbox's) and two Sandbox.create(snapshot_id) started back to back (through a
+gateway over two executors: one on each), each with the file and the variable;
+fork(count=2) of the running sandbox (each fork with the file and the variable, writes kept
+apart); delete_snapshot (no longer listed); everything killed. Prints one line per step and last
 `e2b-sdk: ok pause=... resume=... autopause=... snapshot=... executors=...`; exits 1 with
 `e2b-sdk: FAILED <step>: <why>` at the first failure (2 when the SDK is missing).
 
@@ -212,6 +213,11 @@ def _():
     # The source goes on, with its state.
     has_state(sbx)
     state["snap"] = info.snapshot_id
+    # Listed: among the caller's, and as the source's only one.
+    listed = {s.snapshot_id for s in Sandbox.list_snapshots().next_items()}
+    check(info.snapshot_id in listed, f"Sandbox.list_snapshots() left it out: {listed}")
+    mine = [s.snapshot_id for s in sbx.list_snapshots().next_items()]
+    check(mine == [info.snapshot_id], f"sbx.list_snapshots() gave {mine}")
 
 
 @step("from-snapshot")
@@ -250,6 +256,8 @@ def _():
 def _():
     snap = snapshots.pop()
     check(Sandbox.delete_snapshot(snap) is True, "delete_snapshot did not delete")
+    listed = {s.snapshot_id for s in Sandbox.list_snapshots().next_items()}
+    check(snap not in listed, "Sandbox.list_snapshots() still lists the deleted snapshot")
     try:
         track(CodeSandbox.create(snap, timeout=60))
     except Exception as e:  # noqa: BLE001: the SDK's own exception for an unknown template
@@ -270,7 +278,7 @@ def _():
 
 executors = sorted(set(seen.values()))
 print(
-    "e2b-sdk: ok pause=filesystem,full resume=connect autopause=paused,resumed snapshot=created,2-copies,deleted fork=2 "
+    "e2b-sdk: ok pause=filesystem,full resume=connect autopause=paused,resumed snapshot=created,listed,2-copies,deleted fork=2 "
     f"executors={','.join(executors)} "
     f"times=pause:{timings['pause-full']:.2f}s,resume:{timings['resume-full']:.2f}s,snapshot:{timings['snapshot']:.2f}s,fork:{timings['fork']:.2f}s",
     flush=True,

@@ -916,10 +916,10 @@ EOF
   grep -m1 '^e2b-sdk: FAILED' <<< "$out" > "$E2BSDK_WHY" || true
   # Both executors served it (the copies of the snapshot, one on each).
   [[ $phase == Succeeded ]] &&
-    grep -Eq '^e2b-sdk: ok pause=filesystem,full resume=connect autopause=paused,resumed snapshot=created,2-copies,deleted fork=2 executors=[^ ,]+,[^ ,]+ ' <<< "$out"
+    grep -Eq '^e2b-sdk: ok pause=filesystem,full resume=connect autopause=paused,resumed snapshot=created,listed,2-copies,deleted fork=2 executors=[^ ,]+,[^ ,]+ ' <<< "$out"
 }
 start=$SECONDS
-check "the unmodified E2B SDK from a role=sandbox-user pod through the e2bsdk pool's gateway: pause (filesystem, full), connect, auto-pause and auto-resume, create_snapshot, Sandbox.create(snapshot_id) on both executors, fork(count=2), delete_snapshot" \
+check "the unmodified E2B SDK from a role=sandbox-user pod through the e2bsdk pool's gateway: pause (filesystem, full), connect, auto-pause and auto-resume, create_snapshot, list_snapshots, Sandbox.create(snapshot_id) on both executors, fork(count=2), delete_snapshot" \
   e2b_sdk_lifecycle
 log "the E2B SDK's lifecycle in $((SECONDS - start)) s${E2BSDK_WHY:+ $(cat "$E2BSDK_WHY" 2> /dev/null)}"
 # Not made when SANDPOOL_NODE_E2E_ONLY leaves the check out.

@@ -173,8 +173,8 @@ impl Proxy {
         B::Error: Into<BoxError>,
     {
         let start = Instant::now();
-        if crate::list::is_list(req.method(), req.uri().path()) {
-            let resp = self.list_all(req).await;
+        if let Some(listing) = crate::list::is_list(req.method(), req.uri().path()) {
+            let resp = self.list_all(listing, req).await;
             self.metrics
                 .request_done("list", Some(resp.status().as_u16()), start.elapsed().as_secs_f64());
             return resp;
@@ -298,11 +298,11 @@ impl Proxy {
         (json_error(StatusCode::BAD_GATEWAY, &msg), None)
     }
 
-    /// E2B's list over the pool: every executor asked for one page after the client's
-    /// cursor, the pages merged into the client's. An executor that cannot be reached is
-    /// left out (its sandboxes cannot be used either); a refusal (a bad token, a bad query)
-    /// is the client's answer.
-    async fn list_all<B>(&self, req: Request<B>) -> Response<BoxBody> {
+    /// One of E2B's lists over the pool: every executor asked for one page after the
+    /// client's cursor, the pages merged into the client's. An executor that cannot be
+    /// reached is left out (its sandboxes cannot be used either); a refusal (a bad token, a
+    /// bad query) is the client's answer.
+    async fn list_all<B>(&self, listing: crate::list::Listing, req: Request<B>) -> Response<BoxBody> {
         let set = self.backends.snapshot();
         let (parts, _) = req.into_parts();
         let (limit, token, filters) = crate::list::split_query(parts.uri.query());
@@ -349,10 +349,10 @@ impl Proxy {
                     more |= has_more;
                     lists.push(l);
                 }
-                Err(e) => tracing::warn!(error = %e, "an executor's sandbox list was not a JSON list"),
+                Err(e) => tracing::warn!(error = %e, ?listing, "an executor's list was not a JSON list"),
             }
         }
-        let (page, next) = crate::list::page(lists, limit, more);
+        let (page, next) = crate::list::page(listing, lists, limit, more);
         let mut r = Response::new(body::full(Bytes::from(serde_json::Value::Array(page).to_string())));
         r.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

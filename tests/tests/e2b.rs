@@ -1277,6 +1277,75 @@ async fn a_snapshot_starts_new_sandboxes_with_its_files_through_the_sdk() {
     .await;
     assert_eq!(code, 404, "another tenant's snapshot: {v}");
 
+    // Listed for its owner only (`GET /snapshots`), by the sandbox it was taken of, paged by
+    // id; a bad limit is named.
+    let (code, v) = call(&exe, "POST", &format!("/sandboxes/{id}/snapshots"), key(A), "{}".into()).await;
+    assert_eq!(code, 201, "{v}");
+    let snap2 = v["snapshotID"].as_str().expect("snapshotID").to_owned();
+    let (other, _) = create(&exe, A, json!({"templateID": "base"})).await;
+    let (code, v) = call(
+        &exe,
+        "POST",
+        &format!("/sandboxes/{other}/snapshots"),
+        key(A),
+        "{}".into(),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let snap3 = v["snapshotID"].as_str().expect("snapshotID").to_owned();
+    let ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s["snapshotID"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut all = vec![snap.clone(), snap2.clone(), snap3.clone()];
+    all.sort();
+    let (code, v) = call(&exe, "GET", "/snapshots", key(A), String::new()).await;
+    assert_eq!((code, ids(&v)), (200, all.clone()), "{v}");
+    let mut of_id = vec![snap.clone(), snap2.clone()];
+    of_id.sort();
+    let (code, v) = call(
+        &exe,
+        "GET",
+        &format!("/snapshots?sandboxID={id}"),
+        key(A),
+        String::new(),
+    )
+    .await;
+    assert_eq!((code, ids(&v)), (200, of_id), "{v}");
+    let (code, v) = call(&exe, "GET", &format!("/snapshots?name={snap3}"), key(A), String::new()).await;
+    assert_eq!((code, ids(&v)), (200, vec![snap3.clone()]), "{v}");
+    let (code, v) = call(&exe, "GET", "/snapshots", key(B), String::new()).await;
+    assert_eq!((code, v), (200, json!([])), "another tenant's");
+    let (code, v) = call(&exe, "GET", "/snapshots?limit=0", key(A), String::new()).await;
+    assert_eq!(code, 400, "{v}");
+    assert!(v.to_string().contains("limit"), "{v}");
+    let addr = exe.http_addr.clone().expect("http");
+    let page = |after: &str| {
+        let head = format!(
+            "GET /snapshots?limit=2{after} HTTP/1.1\r\nHost: x\r\n{}Connection: close\r\n\r\n",
+            key(A)
+        );
+        raw(&addr, &head, &[], Duration::ZERO)
+    };
+    let first = page("");
+    let next = first
+        .lines()
+        .find_map(|l| l.strip_prefix("x-next-token: "))
+        .map(|t| t.trim().to_owned());
+    assert_eq!(next.as_deref(), Some(all[1].as_str()), "{first}");
+    let second = page(&format!("&nextToken={}", all[1]));
+    assert!(second.contains(&all[2]) && !second.contains(&all[0]), "{second}");
+    assert!(!second.contains("x-next-token"), "{second}");
+    for s in [&snap2, &snap3] {
+        let (code, v) = call(&exe, "DELETE", &format!("/templates/{s}"), key(A), String::new()).await;
+        assert_eq!(code, 204, "{v}");
+    }
+
     let base = format!("http://{}", exe.http_addr.clone().expect("http"));
     let script = r#"
 from e2b import Sandbox
@@ -1284,6 +1353,7 @@ sbx = Sandbox.create()
 sbx.files.write("/home/user/notes/a.txt", "before the snapshot")
 info = sbx.create_snapshot()
 assert info.snapshot_id, info
+assert [s.snapshot_id for s in sbx.list_snapshots().next_items()] == [info.snapshot_id]
 # The sandbox goes on.
 sbx.files.write("/home/user/notes/b.txt", "after")
 assert sbx.commands.run("cat notes/a.txt").stdout == "before the snapshot"

@@ -140,6 +140,10 @@ pub(super) struct Record {
     /// [`Extras::end_after`], milliseconds: the end a resumed session gets again.
     #[serde(default)]
     end_after_ms: Option<u64>,
+    /// A snapshot's: the session it was taken of (E2B's `list_snapshots(sandbox_id)`).
+    /// Absent in pauses and in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) source: Option<String>,
 }
 
 impl Record {
@@ -989,6 +993,7 @@ pub(super) fn record(s: &Session, st: &State, mode: Mode, drained: bool) -> Reco
         drained,
         pause_on_timeout: s.pause_on_timeout.map(record_mode),
         end_after_ms: s.end_after.map(ms),
+        source: None,
         token_sha256: {
             let mut all: Vec<String> = s.earlier_tokens.iter().map(|h| hex(h)).collect();
             all.extend(s.access_token.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))));

@@ -57,6 +57,7 @@ impl SessionManager {
         let snapshot_id = format!("{SNAPSHOT_PREFIX}{}", random_hex()?);
         let key = BlobKey::snapshot(&s.tenant, &snapshot_id).map_err(store_error)?;
         let (archive, mut rec) = self.archive_live(&s).await?;
+        rec.source = Some(rec.id.clone());
         rec.id = snapshot_id.clone();
         let record = serde_json::to_value(&rec).map_err(|e| ExecError::Internal(format!("record: {e}")))?;
         // Not the session's own (`session: None`): a snapshot outlives its session, until
@@ -73,6 +74,39 @@ impl SessionManager {
             snapshot_id,
             stored_bytes: meta.size,
         })
+    }
+
+    /// `call`'s snapshots whose TTL has not passed, by id, with when each was taken; only
+    /// those taken of session `source` where it is given. None without a store.
+    pub async fn list_snapshots(
+        &self,
+        call: &Call,
+        source: Option<&str>,
+    ) -> Result<Vec<(String, std::time::SystemTime)>, SessionError> {
+        if !self.has_store() {
+            return Ok(Vec::new());
+        }
+        let ticket = self.engine.ticket(call, 0, "priority")?;
+        let auth = call.caller.as_bytes();
+        let (store, _) = self.store().await?;
+        let all = store
+            .list(
+                &ticket.tenant.name,
+                sandpool_store::Kind::Snapshot,
+                std::time::SystemTime::now(),
+            )
+            .await
+            .map_err(store_error)?;
+        let mut out: Vec<_> = all
+            .iter()
+            .filter_map(|(id, meta)| {
+                let rec = Record::of(meta)?;
+                let wanted = source.is_none_or(|src| rec.source.as_deref() == Some(src));
+                (wanted && rec.owned_by(id, &ticket, auth)).then(|| (id.clone(), meta.created()))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
     }
 
     /// Deletes `ticket`'s `auth`'s snapshot.

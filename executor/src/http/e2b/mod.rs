@@ -182,7 +182,7 @@ pub fn control_routes<S: Clone + Send + Sync + 'static>(state: E2b) -> Router<S>
         .route("/templates/{id}", axum::routing::delete(snapshots::delete))
         .route("/sandboxes/{id}/{what}", any(control::unsupported))
         .route("/v2/sandboxes/{id}/{what}", any(control::unsupported))
-        .route("/snapshots", any(control::unsupported))
+        .route("/snapshots", get(snapshots::list).fallback(control::unsupported))
         .route("/snapshots/{id}", any(control::unsupported))
         .with_state(state)
 }

@@ -1,17 +1,18 @@
 //! E2B's snapshots (docs/sessions.md, "Snapshots and forks"): `create_snapshot()` is
 //! `POST /sandboxes/{id}/snapshots` (201 `{"snapshotID", "names"}`), `Sandbox.create(id)`
 //! is a create whose `templateID` is a snapshot's id (served in `control::create`), and
-//! `delete_snapshot(id)` is `DELETE /templates/{id}`, and `fork(count=...)` is
-//! `POST /sandboxes/{id}/fork` (a `ForkSession`).
+//! `delete_snapshot(id)` is `DELETE /templates/{id}`, `list_snapshots()` is `GET /snapshots`,
+//! and `fork(count=...)` is `POST /sandboxes/{id}/fork` (a `ForkSession`).
 
 use super::{E2b, api_error, api_session_error};
 use crate::call::Call;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use sandpool_proto::v1 as pb;
 use serde::Deserialize;
+use std::collections::HashMap;
 
 /// What the SDK sends with `create_snapshot(name=..., mode=...)`.
 #[derive(Debug, Default, Deserialize)]
@@ -69,6 +70,52 @@ pub async fn create(
             .into_response(),
         Err(e) => api_session_error(e),
     }
+}
+
+/// `GET /snapshots` (`Sandbox.list_snapshots()`; `sbx.list_snapshots()` adds `sandboxID`):
+/// the caller's snapshots by id, `limit` to a page (1 to 1000, default 100), the next page
+/// after the id sent back in `x-next-token` (`nextToken`), which a snapshot deleted meanwhile
+/// does not lose. `name` keeps the snapshot of that id (a snapshot's one name is its id; a
+/// `:tag` is ignored, as Sandpool's snapshots have none).
+pub async fn list(
+    State(e): State<E2b>,
+    Query(q): Query<HashMap<String, String>>,
+    call: Option<axum::Extension<Call>>,
+) -> Response {
+    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
+        None => 100,
+        Some(Ok(n)) if (1..=1000).contains(&n) => n,
+        Some(_) => return api_error(StatusCode::BAD_REQUEST, "limit: must be 1 to 1000"),
+    };
+    let Some(sessions) = e.sessions.as_ref() else {
+        return Json(serde_json::json!([])).into_response();
+    };
+    let source = q.get("sandboxID").map(String::as_str).filter(|s| !s.is_empty());
+    let all = match sessions.list_snapshots(&caller(&call), source).await {
+        Ok(all) => all,
+        Err(e) => return api_session_error(e),
+    };
+    let name = q.get("name").map(|n| n.split(':').next().unwrap_or_default());
+    let after = q.get("nextToken").map(String::as_str).unwrap_or_default();
+    let mut page: Vec<&String> = all
+        .iter()
+        .map(|(id, _)| id)
+        .filter(|id| name.is_none_or(|n| id.as_str() == n) && id.as_str() > after)
+        .take(limit + 1)
+        .collect();
+    let next = (page.len() > limit).then(|| {
+        page.truncate(limit);
+        page.last().map(|id| id.to_string()).unwrap_or_default()
+    });
+    let body: Vec<serde_json::Value> = page
+        .iter()
+        .map(|id| serde_json::json!({"snapshotID": id, "names": [id]}))
+        .collect();
+    let mut resp = Json(body).into_response();
+    if let Some(v) = next.and_then(|n| axum::http::HeaderValue::from_str(&n).ok()) {
+        resp.headers_mut().insert("x-next-token", v);
+    }
+    resp
 }
 
 /// What the SDK sends with `fork(timeout=..., count=...)`.
