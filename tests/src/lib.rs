@@ -4,6 +4,8 @@
 //! Build the binaries first (`cargo build --workspace`); the helper finds them
 //! next to the test executable, or at `$SANDPOOL_EXECUTOR_BIN`.
 
+pub mod session_calls;
+
 use sandpool_proto::v1 as pb;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -7,8 +7,7 @@ use sandpool_proto::v1 as pb;
 use std::path::Path;
 use tonic::Code;
 
-type Client = pb::executor_client::ExecutorClient<tonic::transport::Channel>;
-
+use sandpool_tests::session_calls::{Client, pause, pause_in, resume};
 use sandpool_tests::{as_caller as as_, session_executor as executor};
 
 async fn create(c: &mut Client, who: &str, auto_resume: bool) -> String {
@@ -62,24 +61,6 @@ fn sh(cmd: &str) -> pb::run_in_session_request::Input {
 
 fn py(code: &str) -> pb::run_in_session_request::Input {
     pb::run_in_session_request::Input::Code(code.into())
-}
-
-async fn pause(c: &mut Client, who: &str, id: &str) -> Result<pb::PauseSessionResponse, tonic::Status> {
-    c.pause_session(as_(
-        who,
-        pb::PauseSessionRequest {
-            session_id: id.into(),
-            mode: pb::PauseMode::Filesystem as i32,
-        },
-    ))
-    .await
-    .map(|r| r.into_inner())
-}
-
-async fn resume(c: &mut Client, who: &str, id: &str) -> Result<pb::ResumeSessionResponse, tonic::Status> {
-    c.resume_session(as_(who, pb::ResumeSessionRequest { session_id: id.into() }))
-        .await
-        .map(|r| r.into_inner())
 }
 
 /// Files the store holds below `dir`.
@@ -281,15 +262,7 @@ async fn an_idle_session_is_paused_after_the_pause_flag_and_resumes_with_its_fil
 }
 
 async fn pause_full(c: &mut Client, who: &str, id: &str) -> Result<pb::PauseSessionResponse, tonic::Status> {
-    c.pause_session(as_(
-        who,
-        pb::PauseSessionRequest {
-            session_id: id.into(),
-            mode: pb::PauseMode::Full as i32,
-        },
-    ))
-    .await
-    .map(|r| r.into_inner())
+    pause_in(c, who, id, pb::PauseMode::Full).await
 }
 
 /// A session's interpreter state, some of which cannot be kept (an open file, a thread, a

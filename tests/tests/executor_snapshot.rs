@@ -6,77 +6,8 @@ use sandpool_proto::v1 as pb;
 use std::collections::HashSet;
 use tonic::Code;
 
-type Client = pb::executor_client::ExecutorClient<tonic::transport::Channel>;
-
+use sandpool_tests::session_calls::{command as sh, create, fork, from_snapshot, snapshot};
 use sandpool_tests::{as_caller as as_, session_executor as executor};
-
-async fn create(c: &mut Client, who: &str, language: &str) -> String {
-    c.create_session(as_(
-        who,
-        pb::CreateSessionRequest {
-            language: language.into(),
-            ..Default::default()
-        },
-    ))
-    .await
-    .expect("create")
-    .into_inner()
-    .session_id
-}
-
-/// The command's stdout, asserting it ran.
-async fn sh(c: &mut Client, who: &str, id: &str, cmd: &str) -> String {
-    let r = c
-        .run_in_session(as_(
-            who,
-            pb::RunInSessionRequest {
-                session_id: id.into(),
-                input: Some(pb::run_in_session_request::Input::Command(cmd.into())),
-                ..Default::default()
-            },
-        ))
-        .await
-        .expect("run")
-        .into_inner();
-    let res = r.result.clone().unwrap_or_default();
-    assert_eq!(
-        r.verdict,
-        pb::Verdict::Ok as i32,
-        "{r:?}: {}",
-        String::from_utf8_lossy(&res.stderr)
-    );
-    String::from_utf8_lossy(&res.stdout).into_owned()
-}
-
-async fn snapshot(c: &mut Client, who: &str, id: &str) -> Result<pb::SnapshotSessionResponse, tonic::Status> {
-    c.snapshot_session(as_(who, pb::SnapshotSessionRequest { session_id: id.into() }))
-        .await
-        .map(|r| r.into_inner())
-}
-
-async fn from_snapshot(c: &mut Client, who: &str, snap: &str) -> Result<pb::CreateSessionResponse, tonic::Status> {
-    c.create_session(as_(
-        who,
-        pb::CreateSessionRequest {
-            from_snapshot: snap.into(),
-            ..Default::default()
-        },
-    ))
-    .await
-    .map(|r| r.into_inner())
-}
-
-async fn fork(c: &mut Client, who: &str, id: &str, n: u32) -> Result<pb::ForkSessionResponse, tonic::Status> {
-    c.fork_session(as_(
-        who,
-        pb::ForkSessionRequest {
-            session_id: id.into(),
-            n,
-        },
-    ))
-    .await
-    .map(|r| r.into_inner())
-}
 
 const MAKE_FILES: &str = "mkdir -p d && printf 'hello\\n' > a.txt && chmod 640 a.txt && ln -s a.txt link && echo ok";
 const CHECK_FILES: &str = "stat -c '%n %a %F' a.txt link && cat link";

@@ -7,75 +7,8 @@ use sandpool_proto::v1 as pb;
 use std::time::{Duration, Instant};
 use tonic::Code;
 
-type Client = pb::executor_client::ExecutorClient<tonic::transport::Channel>;
-
+use sandpool_tests::session_calls::{close, command as sh, create, pause, resume, try_command as try_sh};
 use sandpool_tests::{as_caller as as_, session_executor as executor};
-
-async fn create(c: &mut Client, who: &str, language: &str) -> String {
-    c.create_session(as_(
-        who,
-        pb::CreateSessionRequest {
-            language: language.into(),
-            ..Default::default()
-        },
-    ))
-    .await
-    .expect("create")
-    .into_inner()
-    .session_id
-}
-
-async fn try_sh(c: &mut Client, who: &str, id: &str, cmd: &str) -> Result<pb::RunInSessionResponse, tonic::Status> {
-    c.run_in_session(as_(
-        who,
-        pb::RunInSessionRequest {
-            session_id: id.into(),
-            input: Some(pb::run_in_session_request::Input::Command(cmd.into())),
-            ..Default::default()
-        },
-    ))
-    .await
-    .map(|r| r.into_inner())
-}
-
-/// The command's stdout, asserting it ran.
-async fn sh(c: &mut Client, who: &str, id: &str, cmd: &str) -> String {
-    let r = try_sh(c, who, id, cmd).await.expect("run");
-    let res = r.result.clone().unwrap_or_default();
-    let err = String::from_utf8_lossy(&res.stderr);
-    assert_eq!(
-        r.verdict,
-        pb::Verdict::Ok as i32,
-        "{cmd:.200}: exit {}: {:.300}",
-        res.exit_code,
-        err.chars()
-            .rev()
-            .take(300)
-            .collect::<String>()
-            .chars()
-            .rev()
-            .collect::<String>()
-    );
-    String::from_utf8_lossy(&res.stdout).into_owned()
-}
-
-async fn pause(c: &mut Client, who: &str, id: &str) -> Result<pb::PauseSessionResponse, tonic::Status> {
-    c.pause_session(as_(
-        who,
-        pb::PauseSessionRequest {
-            session_id: id.into(),
-            mode: pb::PauseMode::Filesystem as i32,
-        },
-    ))
-    .await
-    .map(|r| r.into_inner())
-}
-
-async fn resume(c: &mut Client, who: &str, id: &str) -> Result<pb::ResumeSessionResponse, tonic::Status> {
-    c.resume_session(as_(who, pb::ResumeSessionRequest { session_id: id.into() }))
-        .await
-        .map(|r| r.into_inner())
-}
 
 /// Every file below `dir` with its kind and size, sorted.
 fn tree(dir: &std::path::Path) -> Vec<String> {
@@ -168,12 +101,6 @@ async fn a_hostile_work_dir_pauses_and_resumes_without_reaching_outside_its_seat
         .filter(|l| !before_store.contains(l) && !l.contains("is_dir: true"))
         .collect();
     assert!(left.is_empty(), "{left:#?}");
-}
-
-async fn close(c: &mut Client, who: &str, id: &str) -> Result<(), tonic::Status> {
-    c.close_session(as_(who, pb::CloseSessionRequest { session_id: id.into() }))
-        .await
-        .map(drop)
 }
 
 /// Two resumes and a close of one paused session at once: never two live copies, never a
