@@ -204,7 +204,7 @@ pub struct ExecutorArgs {
 }
 
 /// Where paused sessions and snapshots are kept (docs/sessions.md, "The session store").
-/// Checked at start-up; sessions do not use the store yet.
+/// Checked at start-up (no network call is made then).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SessionStoreArgs {
     /// The local directory of the store (default: <--work-root>/session-store); in Kubernetes a
@@ -239,6 +239,12 @@ pub struct SessionStoreArgs {
     /// How long a paused session or snapshot is kept before the sweep deletes it, seconds.
     #[arg(long, env = "SANDPOOL_SESSION_STORE_TTL_SECS", default_value_t = 7 * 24 * 3600)]
     pub session_store_ttl_secs: u64,
+    /// How long one call to the session store (a read of a record, a listing, a piece of an
+    /// archive streaming in or out) may go unanswered before the pause, resume or listing
+    /// that made it is refused as retryable (UNAVAILABLE, HTTP 503), ms. A resume fetches its
+    /// archive before it takes a run slot, so a hung store holds no slot.
+    #[arg(long, env = "SANDPOOL_SESSION_STORE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub session_store_timeout_ms: u64,
 }
 
 impl SessionStoreArgs {
@@ -266,6 +272,7 @@ impl SessionStoreArgs {
             key_file: self.session_store_key_file.clone(),
             max_blob_bytes: self.session_store_blob_bytes,
             tenant_quota_bytes: self.session_store_tenant_bytes,
+            timeout: std::time::Duration::from_millis(self.session_store_timeout_ms),
         };
         cfg.check()?;
         Ok(cfg)

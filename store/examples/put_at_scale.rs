@@ -19,6 +19,7 @@ async fn main() -> Result<(), StoreError> {
         key_file: None,
         max_blob_bytes: 1 << 30,
         tenant_quota_bytes: 1 << 40,
+        timeout: std::time::Duration::from_secs(60),
     })
     .await?;
     let body = vec![7u8; 4096];

@@ -41,6 +41,9 @@ pub struct StoreConfig {
     pub max_blob_bytes: u64,
     /// Bytes one tenant's blobs may hold in all, as stored.
     pub tenant_quota_bytes: u64,
+    /// How long one backend call (a head, a list, a part of a blob streaming in or out) may
+    /// go unanswered before the store gives up on it ([`crate::StoreError::TimedOut`]).
+    pub timeout: std::time::Duration,
 }
 
 impl StoreConfig {

@@ -40,6 +40,12 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// A backend call did not answer in time ([`crate::StoreConfig::timeout`]).
+    #[error("session store: {op} did not answer within {} s (--session-store-timeout-ms)", after.as_secs_f64())]
+    TimedOut {
+        op: &'static str,
+        after: std::time::Duration,
+    },
     /// The backend failed (unreachable, refused, ...).
     #[error("session store backend: {0}")]
     Backend(#[from] object_store::Error),

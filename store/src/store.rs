@@ -61,6 +61,8 @@ pub struct Store {
     tenant_quota_bytes: u64,
     inflight: Arc<InFlight>,
     usage: Usage,
+    /// How long one backend call may go unanswered ([`StoreConfig::timeout`]).
+    timeout: Duration,
 }
 
 impl Store {
@@ -78,7 +80,21 @@ impl Store {
             tenant_quota_bytes: cfg.tenant_quota_bytes,
             inflight: Arc::default(),
             usage: Usage::default(),
+            timeout: cfg.timeout,
         })
+    }
+
+    /// `call`, one backend call of the store's `op`, or [`StoreError::TimedOut`] when it has
+    /// not answered within the store's timeout: a hung backend (an S3 endpoint that stopped
+    /// answering, a stuck network volume) costs its caller that long, not forever. A stream is
+    /// timed per piece, so a large blob that keeps coming is never cut off.
+    async fn within<F: std::future::Future>(&self, op: &'static str, call: F) -> Result<F::Output, StoreError> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| StoreError::TimedOut {
+                op,
+                after: self.timeout,
+            })
     }
 
     /// Whether blobs are sealed (a key is set).
@@ -123,7 +139,8 @@ impl Store {
             used: used + inflight - n,
         };
 
-        let mut upload = WriteMultipart::new_with_chunk_size(self.backend.put_multipart(&blob).await?, PART_BYTES);
+        let upload = self.within("put", self.backend.put_multipart(&blob)).await??;
+        let mut upload = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
         let streamed = async {
             let mut size = 0u64;
             let mut stored = 0u64;
@@ -157,7 +174,7 @@ impl Store {
                 let len = buf.len() as u64;
                 charge.add(len, room).map_err(|f| over(f, len))?;
                 stored += len;
-                upload.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+                self.within("put", upload.wait_for_capacity(PARTS_IN_FLIGHT)).await??;
                 upload.put(Bytes::from(buf));
                 if n < CHUNK {
                     return Ok((size, stored));
@@ -168,13 +185,13 @@ impl Store {
         let (size, stored) = match streamed {
             Ok(sizes) => sizes,
             Err(e) => {
-                if let Err(abort) = upload.abort().await {
+                if let Err(abort) = self.within("put", upload.abort()).await {
                     tracing::warn!(%key, error = %abort, "aborting a refused put failed");
                 }
                 return Err(e);
             }
         };
-        upload.finish().await?;
+        self.within("put", upload.finish()).await??;
         // The last check, one commit of the tenant's at a time: what it has committed (this
         // blob's old self not counted), its other puts in flight, and this blob.
         let lock = self.inflight.commit_lock(key.tenant());
@@ -203,9 +220,9 @@ impl Store {
             record: opts.record,
         };
         let json = serde_json::to_vec(&meta).map_err(|e| StoreError::Config(format!("metadata: {e}")))?;
-        self.backend
-            .put(&self.path(&key.rel(), META)?, PutPayload::from(json))
-            .await?;
+        let meta_path = self.path(&key.rel(), META)?;
+        self.within("put", self.backend.put(&meta_path, PutPayload::from(json)))
+            .await??;
         self.usage.changed(key.tenant(), &key.rel(), Some(stored));
         drop(charge);
         Ok(meta)
@@ -217,14 +234,17 @@ impl Store {
     }
 
     async fn meta_at(&self, path: &Path, key: &impl ToString) -> Result<Meta, StoreError> {
-        let got = self.backend.get(path).await.map_err(|e| not_found(e, key))?;
+        let got = self
+            .within("get", self.backend.get(path))
+            .await?
+            .map_err(|e| not_found(e, key))?;
         if got.meta.size > MAX_META_BYTES {
             return Err(StoreError::Corrupt {
                 key: key.to_string(),
                 reason: format!("metadata of {} bytes", got.meta.size),
             });
         }
-        let bytes = got.bytes().await.map_err(|e| not_found(e, key))?;
+        let bytes = self.within("get", got.bytes()).await?.map_err(|e| not_found(e, key))?;
         serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
             key: key.to_string(),
             reason: format!("metadata: {e}"),
@@ -256,16 +276,16 @@ impl Store {
             key: key.to_string(),
             source,
         };
+        let blob = self.path(&aad, BLOB)?;
         let mut stream = self
-            .backend
-            .get(&self.path(&aad, BLOB)?)
-            .await
+            .within("get", self.backend.get(&blob))
+            .await?
             .map_err(|e| not_found(e, key))?
             .into_stream();
         let mut pending: Vec<u8> = Vec::new();
         let mut opening = None;
         let mut written = 0u64;
-        while let Some(bytes) = stream.try_next().await? {
+        while let Some(bytes) = self.within("get", stream.try_next()).await?? {
             let Some(sealer) = &self.sealer else {
                 out.write_all(&bytes).await.map_err(io)?;
                 written += bytes.len() as u64;
@@ -322,12 +342,12 @@ impl Store {
             let opts = object_store::PutOptions::from(object_store::PutMode::Create);
             self.backend.put_opts(&path, PutPayload::from_static(b"claimed"), opts)
         };
-        match create().await {
+        match self.within("claim", create()).await? {
             Ok(_) => return Ok(()),
             Err(object_store::Error::AlreadyExists { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        let held = match self.backend.head(&path).await {
+        let held = match self.within("claim", self.backend.head(&path)).await? {
             Ok(m) => m,
             // Given back in between: try once more.
             Err(object_store::Error::NotFound { .. }) => {
@@ -342,13 +362,17 @@ impl Store {
             return Err(StoreError::Claimed(key.to_string()));
         }
         tracing::warn!(%key, age_s = age.as_secs(), "taking over a stale claim");
-        gone_ok(self.backend.delete(&path).await)?;
-        create().await.map(drop).map_err(|e| claimed(e, key))
+        gone_ok(self.within("claim", self.backend.delete(&path)).await?)?;
+        self.within("claim", create())
+            .await?
+            .map(drop)
+            .map_err(|e| claimed(e, key))
     }
 
     /// Gives back a claim ([`Store::claim`]) whose taker did not take the blob.
     pub async fn release(&self, key: &BlobKey) -> Result<(), StoreError> {
-        gone_ok(self.backend.delete(&self.path(&key.rel(), CLAIM)?).await)
+        let claim = self.path(&key.rel(), CLAIM)?;
+        gone_ok(self.within("release", self.backend.delete(&claim)).await?)
     }
 
     /// Deletes the blob under `key`; false if there was none.
@@ -362,15 +386,16 @@ impl Store {
         let had_meta = self.size_of(&meta).await?.is_some();
         let size = self.size_of(&blob).await?;
         // S3 answers a delete of a missing object with success: existence comes from the heads.
-        gone_ok(self.backend.delete(&meta).await)?;
-        gone_ok(self.backend.delete(&blob).await)?;
+        gone_ok(self.within("delete", self.backend.delete(&meta)).await?)?;
+        gone_ok(self.within("delete", self.backend.delete(&blob)).await?)?;
         self.usage.changed(rel.split('/').next().unwrap_or_default(), rel, None);
-        gone_ok(self.backend.delete(&self.path(rel, CLAIM)?).await)?;
+        let claim = self.path(rel, CLAIM)?;
+        gone_ok(self.within("delete", self.backend.delete(&claim)).await?)?;
         Ok((had_meta || size.is_some()).then_some(size.unwrap_or(0)))
     }
 
     async fn size_of(&self, p: &Path) -> Result<Option<u64>, StoreError> {
-        match self.backend.head(p).await {
+        match self.within("head", self.backend.head(p)).await? {
             Ok(m) => Ok(Some(m.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
@@ -383,13 +408,13 @@ impl Store {
         let paused = BlobKey::paused(tenant, session)?;
         let mut deleted = usize::from(self.delete(&paused).await?);
         let dir = self.path(&format!("{tenant}/{}", Kind::Snapshot.dir()), "")?;
-        let metas: Vec<Path> = self
+        let listing = self
             .backend
             .list(Some(&dir))
             .map_ok(|o| o.location)
             .try_filter(|p| futures::future::ready(p.as_ref().ends_with(META)))
-            .try_collect()
-            .await?;
+            .try_collect();
+        let metas: Vec<Path> = self.within("list", listing).await??;
         let owned = futures::stream::iter(metas)
             .map(|p| async move {
                 let rel = rel_of(&self.prefix, &p, META);
@@ -415,13 +440,13 @@ impl Store {
     pub async fn list(&self, tenant: &str, kind: Kind, now: SystemTime) -> Result<Vec<(String, Meta)>, StoreError> {
         check_tenant(tenant)?;
         let dir = self.path(&format!("{tenant}/{}", kind.dir()), "")?;
-        let metas: Vec<Path> = self
+        let listing = self
             .backend
             .list(Some(&dir))
             .map_ok(|o| o.location)
             .try_filter(|p| futures::future::ready(p.as_ref().ends_with(META)))
-            .try_collect()
-            .await?;
+            .try_collect();
+        let metas: Vec<Path> = self.within("list", listing).await??;
         futures::stream::iter(metas)
             .map(|p| async move {
                 let rel = rel_of(&self.prefix, &p, META);
@@ -472,7 +497,9 @@ impl Store {
     /// `tenant`'s committed blobs and their stored bytes, listed.
     async fn list_committed(&self, tenant: &str) -> Result<std::collections::HashMap<String, u64>, StoreError> {
         let dir = self.path(tenant, "")?;
-        let all: Vec<object_store::ObjectMeta> = self.backend.list(Some(&dir)).try_collect().await?;
+        let all: Vec<object_store::ObjectMeta> = self
+            .within("list", self.backend.list(Some(&dir)).try_collect())
+            .await??;
         let metas: std::collections::HashSet<String> = all
             .iter()
             .filter(|o| o.location.as_ref().ends_with(META))
@@ -496,7 +523,9 @@ impl Store {
     /// now and then (minutes), not per call.
     pub async fn sweep(&self, now: SystemTime) -> Result<SweepReport, StoreError> {
         let root = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
-        let all: Vec<object_store::ObjectMeta> = self.backend.list(root.as_ref()).try_collect().await?;
+        let all: Vec<object_store::ObjectMeta> = self
+            .within("list", self.backend.list(root.as_ref()).try_collect())
+            .await??;
         let metas: std::collections::HashSet<String> = all
             .iter()
             .filter(|o| o.location.as_ref().ends_with(META))
@@ -523,7 +552,7 @@ impl Store {
             .map(|o| o.location.clone())
             .collect();
         report.claims = futures::stream::iter(lone_claims)
-            .map(|p| async move { gone_ok(self.backend.delete(&p).await) })
+            .map(|p| async move { gone_ok(self.within("delete", self.backend.delete(&p)).await?) })
             .buffer_unordered(CONCURRENCY)
             .try_collect::<Vec<()>>()
             .await?

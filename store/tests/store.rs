@@ -83,6 +83,7 @@ fn config(which: Which, dir: &Path, test: &str) -> Option<StoreConfig> {
         key_file: matches!(which, Which::S3).then(|| key_file(dir, "key", 0x11)),
         max_blob_bytes: 64 * MIB,
         tenant_quota_bytes: 256 * MIB,
+        timeout: Duration::from_secs(60),
     })
 }
 
@@ -635,4 +636,73 @@ async fn local_quota_counts_commits_and_deletes_between_listings() {
         .await
         .expect("c fits beside the smaller b");
     assert_eq!(store.usage("tenant-u").await.expect("usage"), 900_000);
+}
+
+/// An S3 endpoint that takes connections and never answers (a hung store), on loopback:
+/// its address, and the thread holding what it accepted.
+fn hung_endpoint() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A store whose backend hangs answers every call with `TimedOut` at its timeout, naming the
+/// call, instead of holding its caller (a resume, a pause and its run slot) for as long as
+/// the backend's own retries go on.
+#[tokio::test]
+async fn a_hung_backend_times_out_each_call_naming_it() {
+    let dir = tmp();
+    let creds = dir.path().join("creds");
+    std::fs::create_dir_all(&creds).expect("creds dir");
+    std::fs::write(creds.join("access_key_id"), "k").expect("creds");
+    std::fs::write(creds.join("secret_access_key"), "s").expect("creds");
+    let store = Store::open(StoreConfig {
+        backend: Backend::S3(S3Config {
+            endpoint: Some(hung_endpoint()),
+            bucket: "b".into(),
+            region: "r".into(),
+            credentials_dir: Some(creds),
+        }),
+        prefix: String::new(),
+        key_file: Some(key_file(dir.path(), "key", 0x11)),
+        max_blob_bytes: 64 * MIB,
+        tenant_quota_bytes: 256 * MIB,
+        timeout: Duration::from_millis(500),
+    })
+    .await
+    .expect("open");
+    let key = BlobKey::paused("t", "s1").expect("key");
+    let timed_out = |what: &str, e: StoreError, op: &str| {
+        assert!(
+            matches!(e, StoreError::TimedOut { op: o, .. } if o == op),
+            "{what}: {e:?}"
+        );
+    };
+    let t = std::time::Instant::now();
+    timed_out("head", store.head(&key).await.unwrap_err(), "get");
+    timed_out("get", get(&store, &key).await.unwrap_err(), "get");
+    timed_out(
+        "list",
+        store.list("t", Kind::Paused, SystemTime::now()).await.unwrap_err(),
+        "list",
+    );
+    timed_out(
+        "claim",
+        store.claim(&key, Duration::from_secs(60)).await.unwrap_err(),
+        "claim",
+    );
+    let e = store
+        .put(&key, opts(Duration::from_secs(60)), &data(1024, 1)[..])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::TimedOut { .. }), "put: {e:?}");
+    // Five calls, each cut off at its timeout (object_store alone would retry for minutes).
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert!(e.to_string().contains("did not answer within 0.5 s"), "{e}");
 }

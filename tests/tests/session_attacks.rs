@@ -356,3 +356,62 @@ async fn a_fork_racing_a_pause_of_its_session_leaks_nothing() {
         assert_eq!(ex.metric("sandpool_sessions"), 0.0, "round {round}: a session leaked");
     }
 }
+
+/// A session store that takes connections and never answers (an S3 endpoint gone silent),
+/// on loopback: a pause and a resume are refused as retryable (UNAVAILABLE, naming the
+/// store) at `--session-store-timeout-ms`, not held for the minutes the S3 client's own
+/// retries take; the session whose pause failed goes on, and the executor still serves.
+#[tokio::test]
+async fn a_hung_store_makes_pauses_and_resumes_retryable_not_stuck() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = format!("http://{}", l.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    let creds = dir.path().join("creds");
+    std::fs::create_dir_all(&creds).expect("creds dir");
+    std::fs::write(creds.join("access_key_id"), "k").expect("creds");
+    std::fs::write(creds.join("secret_access_key"), "s").expect("creds");
+    let key = dir.path().join("key");
+    std::fs::write(&key, "11".repeat(32)).expect("key");
+    let args: Vec<String> = [
+        "--session-store-s3-bucket",
+        "b",
+        "--session-store-s3-endpoint",
+        &endpoint,
+        "--session-store-s3-credentials-dir",
+        &creds.display().to_string(),
+        "--session-store-key-file",
+        &key.display().to_string(),
+        "--session-store-timeout-ms",
+        "1000",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let exe = sandpool_tests::Executor::start(sandpool_tests::Options {
+        slots: 2,
+        languages: vec!["python", "bash"],
+        extra_args: args,
+        isolation: sandpool_tests::Isolation::Namespaces,
+        ..Default::default()
+    })
+    .await;
+    let mut c = exe.client();
+    let id = create(&mut c, "alice", "bash").await;
+    assert_eq!(sh(&mut c, "alice", &id, "echo kept > k.txt; cat k.txt").await, "kept\n");
+    let t = Instant::now();
+    let e = pause(&mut c, "alice", &id).await.expect_err("paused into a hung store");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("session store"), "{e:?}");
+    let e = resume(&mut c, "alice", "0123456789abcdef0123456789abcdef-x")
+        .await
+        .expect_err("resumed from a hung store");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    // The session is live, its files kept; the executor serves.
+    assert_eq!(sh(&mut c, "alice", &id, "cat k.txt").await, "kept\n");
+}

@@ -222,8 +222,9 @@ impl SessionManager {
         let mut restored = None;
         if let Some(archive) = archive {
             let (w, ok) = make_work(engine, seat.index, Vec::new()).await?;
+            let bytes = archive.fetch().await?;
             let _permit = engine.acquire_as(ticket, None, Admit::Continuing).await?;
-            restored = Some(super::pause::extract(engine, seat.index, &w, &archive, totals.memory).await?);
+            restored = Some(super::pause::extract(engine, seat.index, &w, bytes, totals.memory).await?);
             reserve_ok = ok;
             let _ = work.set(w);
         }

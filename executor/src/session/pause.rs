@@ -317,6 +317,11 @@ pub(super) fn store_error(e: StoreError) -> SessionError {
     match e {
         StoreError::NotFound(_) => SessionError::NotFound,
         StoreError::BlobTooLarge { .. } | StoreError::QuotaExceeded { .. } => SessionError::Exhausted(e.to_string()),
+        // The store is down or hung, not this executor: a retry (here or on another
+        // executor sharing the store) may find it back.
+        StoreError::TimedOut { .. } | StoreError::Backend(_) => {
+            SessionError::Retry(format!("the session store is unavailable, retry: {e}"))
+        }
         other => ExecError::Internal(format!("session store: {other}")).into(),
     }
 }
@@ -1010,8 +1015,9 @@ pub(super) enum Stored {
 }
 
 impl Stored {
-    /// The archive's bytes.
-    async fn fetch(&self) -> Result<Vec<u8>, SessionError> {
+    /// The archive's bytes (read before a run slot is taken: a slow or hung store holds
+    /// the session's seat then, not a slot other calls wait for).
+    pub(super) async fn fetch(&self) -> Result<Vec<u8>, SessionError> {
         match self {
             Stored::Blob { store, key } => {
                 let mut archive = Vec::new();
@@ -1026,16 +1032,15 @@ impl Stored {
 /// What an extraction's share holds beyond its files: tar itself.
 const EXTRACT_SLACK: u64 = 32 << 20;
 
-/// Extracts `stored` into `work` by tar inside the seat; call with a run slot held. Answers
-/// the archive's size.
+/// Extracts `archive` ([`Stored::fetch`]) into `work` by tar inside the seat; call with a
+/// run slot held. Answers the archive's size.
 pub(super) async fn extract(
     engine: &Arc<crate::engine::Engine>,
     seat: usize,
     work: &WorkDir,
-    stored: &Stored,
+    archive: Vec<u8>,
     memory: u64,
 ) -> Result<u64, SessionError> {
-    let archive = stored.fetch().await?;
     let archive_len = archive.len() as u64;
     let spec = tar_spec(
         &[
