@@ -226,7 +226,10 @@ impl Proxy {
     {
         let set = self.backends.snapshot();
         let named = self.moved.get(&id.id).unwrap_or_else(|| id.executor.clone());
-        let first = set.holder(&named).cloned().filter(|b| !b.is_down(Instant::now()));
+        // Tried even when marked down: the mark spreads stateless calls away from a backend
+        // that once failed to connect, but only the holder can serve its sessions (a draining
+        // one until it has stored them; another executor asked meanwhile cannot find them).
+        let first = set.holder(&named).cloned();
         if first.is_none() && set.list.is_empty() {
             // No executor at all: say so as E2B clients expect.
             let r = if control {

@@ -447,6 +447,17 @@ struct Fake {
 /// A fake executor named `name`: `/stream` sends a line, waits for `go_on`, sends another;
 /// `/echo` sends back its body; anything else is recorded and answered with the name.
 async fn fake(name: &'static str) -> Fake {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    serve_fake(name, listener)
+}
+
+/// [`fake`] on `addr` (a port that was free a moment ago).
+async fn fake_at(name: &'static str, addr: SocketAddr) -> Fake {
+    let listener = tokio::net::TcpListener::bind(addr).await.expect("bind the same port");
+    serve_fake(name, listener)
+}
+
+fn serve_fake(name: &'static str, listener: tokio::net::TcpListener) -> Fake {
     use axum::response::IntoResponse;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let go_on = Arc::new(tokio::sync::Notify::new());
@@ -486,7 +497,6 @@ async fn fake(name: &'static str) -> Fake {
             }
         })
         .layer(axum::extract::DefaultBodyLimit::max(64 << 20));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, app).await });
     Fake { addr, seen, go_on }
@@ -607,6 +617,41 @@ async fn gone_and_malformed_sessions() {
         2,
         "a bad request reached a backend"
     );
+}
+
+/// A session's calls go to its holder even while the holder is marked down: the mark (from
+/// one failed connect) steers stateless calls away, but another executor cannot serve the
+/// session (a draining holder's sessions are not in the store yet; E2B answers 502 "not
+/// found" there). Here A's port refuses one stateless call and is marked down for ten
+/// minutes, then A is up again: a call for A's session reaches A, not B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_marked_down_still_gets_its_sessions_calls() {
+    let a_addr = dead_addr();
+    let pb = fake("pod-b").await;
+    let g = gateway(&[("pod-a", a_addr), ("pod-b", pb.addr)], &["--down-ms", "600000"]).await;
+    let mut conn = Conn::open(g.addr).await;
+    // Stateless calls until one has tried A and marked it down (B answers them all).
+    for _ in 0..4 {
+        let (status, body) = conn.call(get("/v1/runtimes")).await;
+        assert_eq!((status, &body[..]), (200, &b"pod-b"[..]));
+    }
+    let m = gateway_metrics(&g).await;
+    assert_eq!(
+        metric(&m, "sandpool_gateway_upstream_errors_total{reason=\"connect\"}"),
+        1.0,
+        "A was tried once and marked down\n{m}"
+    );
+    // A comes back on its address.
+    let pa = fake_at("pod-a", a_addr).await;
+    let id = format!("{HEX}-pod-a");
+    let req = http::Request::post("/execute")
+        .header("host", "gw")
+        .header("E2b-Sandbox-Id", &id)
+        .body(full("{}"))
+        .expect("request");
+    let (status, body) = conn.call(req).await;
+    assert_eq!((status, &body[..]), (200, &b"pod-a"[..]), "to the session's holder");
+    assert_eq!(pa.seen.lock().expect("lock").len(), 1);
 }
 
 /// Responses stream: the client has the first line before the upstream sends the second.
