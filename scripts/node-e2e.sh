@@ -608,18 +608,20 @@ fi
 # Every sandbox must go on with its file and variables (each cell checks them), no call may
 # fail twice, no sandbox may retry more than once, and every sandbox ends on a new executor.
 AGENTS=50
-agents_pool() {
-  local node="${REAL[0]}" dir="/var/lib/sandpool-e2e-store-$$"
+# store_claim CLAIM PV SIZE DIR: a hostPath PersistentVolume PV (DIR on the first real node)
+# bound to the claim CLAIM in $NS_POOL_NS: a pool's session store (spec.sessions.store.pvc).
+store_claim() {
+  local claim="$1" pv="$2" size="$3" dir="$4" node="${REAL[0]}"
   cat <<EOF
 apiVersion: v1
 kind: PersistentVolume
-metadata: {name: agents-store-$$}
+metadata: {name: $pv}
 spec:
-  capacity: {storage: 2Gi}
+  capacity: {storage: $size}
   accessModes: [ReadWriteOnce]
   persistentVolumeReclaimPolicy: Retain
   storageClassName: ""
-  claimRef: {namespace: $NS_POOL_NS, name: agents-store}
+  claimRef: {namespace: $NS_POOL_NS, name: $claim}
   hostPath: {path: $dir, type: DirectoryOrCreate}
   nodeAffinity:
     required:
@@ -627,12 +629,18 @@ spec:
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
-metadata: {name: agents-store, namespace: $NS_POOL_NS}
+metadata: {name: $claim, namespace: $NS_POOL_NS}
 spec:
   accessModes: [ReadWriteOnce]
   storageClassName: ""
-  volumeName: agents-store-$$
-  resources: {requests: {storage: 2Gi}}
+  volumeName: $pv
+  resources: {requests: {storage: $size}}
+EOF
+}
+agents_pool() {
+  local node="${REAL[0]}"
+  store_claim agents-store "agents-store-$$" 2Gi "/var/lib/sandpool-e2e-store-$$"
+  cat <<EOF
 ---
 apiVersion: sandpool.dev/v1alpha1
 kind: SandboxPool
@@ -709,7 +717,6 @@ EOF
   t_roll=$SECONDS
   "$K" rollout status deployment/agents -n "$ns" --timeout=300s
   t_rolled=$SECONDS
-  kill "${followers[@]}" 2> /dev/null || true
   # The loops go on on the new executors for a while, then stop and check.
   sleep 30
   "$K" exec "$name" -n "$ns" -- touch /tmp/stop
@@ -718,6 +725,8 @@ EOF
     [[ $phase == Succeeded || $phase == Failed ]] && break
     sleep 1
   done
+  # The old executors' whole drains (a follower ends with its pod), for a failing run.
+  kill "${followers[@]}" 2> /dev/null || true
   after="$("$K" get pods -n "$ns" -l sandpool.dev/pool=agents -o jsonpath='{.items[*].metadata.name}')"
   out="$("$K" logs "$name" -n "$ns" 2>&1 || true)"
   grep '^error' <<< "$out" | head -n 8
@@ -731,6 +740,9 @@ EOF
       echo "$p:"
       "$K" logs "$p" -n "$ns" -c executor 2>&1 | grep -E -i "error|warn|exceeded|timed${ids:+|$ids}" | cut -c1-240 | tail -n 12
     done
+    # Where the gateway sent them (its warnings, and its lines naming them).
+    echo "agents-gateway:"
+    "$K" logs deploy/agents-gateway -n "$ns" 2>&1 | grep -E -i "warn|error${ids:+|$ids}" | cut -c1-240 | tail -n 12
   fi
   for p in $before; do
     echo "$p at SIGTERM:"
@@ -783,29 +795,8 @@ e2bsdk_cleanup() {
 trap 'e2bsdk_cleanup; cleanup' EXIT
 e2bsdk_pool() {
   local node="${REAL[0]}"
+  store_claim e2bsdk-store "$E2BSDK_STORE" 1Gi "$E2BSDK_DIR"
   cat <<EOF
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: $E2BSDK_STORE}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  storageClassName: ""
-  claimRef: {namespace: $NS_POOL_NS, name: e2bsdk-store}
-  hostPath: {path: $E2BSDK_DIR, type: DirectoryOrCreate}
-  nodeAffinity:
-    required:
-      nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$node]}]}]
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: e2bsdk-store, namespace: $NS_POOL_NS}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  volumeName: $E2BSDK_STORE
-  resources: {requests: {storage: 1Gi}}
 ---
 apiVersion: sandpool.dev/v1alpha1
 kind: SandboxPool

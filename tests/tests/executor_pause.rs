@@ -206,6 +206,32 @@ async fn a_session_paused_on_one_executor_resumes_on_another_sharing_the_store()
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
 }
 
+/// A session that runs threads and processes of its own is paused all the same, in both
+/// modes, and resumed with its files: the archive's `sh`, `find` and `tar` (held to 4
+/// processes) run in its seat once the interpreter's run, and all it started, is gone.
+#[tokio::test]
+async fn a_session_running_threads_and_processes_is_paused_and_resumed() {
+    let store = tempfile::tempdir().expect("store dir");
+    let exe = executor(store.path(), &[]).await;
+    let mut c = exe.client();
+    for mode in [pb::PauseMode::Filesystem, pb::PauseMode::Full] {
+        let id = create(&mut c, "alice", false).await;
+        run(&mut c, "alice", &id, sh("echo kept > k.txt")).await;
+        let busy = "import subprocess, threading, time\n\
+                    ts = [threading.Thread(target=time.sleep, args=(60,), daemon=True) for _ in range(20)]\n\
+                    [t.start() for t in ts]\n\
+                    ps = [subprocess.Popen(['sleep', '60']) for _ in range(2)]\n\
+                    threading.active_count() >= 5";
+        assert_eq!(run(&mut c, "alice", &id, py(busy)).await, "True");
+        let p = pause_in(&mut c, "alice", &id, mode)
+            .await
+            .expect("paused beside its threads");
+        assert_eq!(p.mode, mode as i32);
+        resume(&mut c, "alice", &id).await.expect("resume");
+        assert_eq!(run(&mut c, "alice", &id, sh("cat k.txt")).await, "kept\n");
+    }
+}
+
 #[tokio::test]
 async fn a_session_created_with_auto_resume_is_resumed_by_its_next_call() {
     let store = tempfile::tempdir().expect("store dir");

@@ -673,14 +673,19 @@ struct Shares {
 }
 
 impl Shares {
-    /// What the ceiling leaves to seat `seat` beside the others' shares.
+    /// What the ceiling leaves to seat `seat` beside the others' shares, each open seat's
+    /// (a share above 0) counted at the floor at least: a seat that grows never takes the
+    /// room another open seat is owed. (Taking it once left a seat whose share was set at
+    /// that moment with what it held plus 2 MiB, its interpreter's pages being the zygote's:
+    /// a drain's `tar` in it could not fork, and the session was lost.)
     fn room(&self, seat: usize) -> u64 {
+        let floor = self.memory.floor;
         let others: u64 = self
             .of
             .iter()
             .enumerate()
-            .filter(|(i, _)| *i != seat)
-            .map(|(_, s)| *s)
+            .filter(|(i, s)| *i != seat && **s > 0)
+            .map(|(_, s)| (*s).max(floor))
             .sum();
         self.memory.ceiling.saturating_sub(others)
     }
@@ -738,4 +743,30 @@ fn passwd_files(uid_base: u32, slots: usize, seats: usize) -> (String, String) {
         }
     }
     (passwd, group)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shares;
+
+    #[test]
+    fn room_keeps_every_open_seats_floor() {
+        const MIB: u64 = 1 << 20;
+        let shares = Shares {
+            memory: crate::SeatMemory {
+                ceiling: 300 * MIB,
+                floor: 50 * MIB,
+            },
+            // Seat 1 is open below its floor (its share set when room was short), seat 2
+            // grew, seats 0 and 3 are free.
+            of: vec![0, 10 * MIB, 200 * MIB, 0],
+            lent: vec![false; 4],
+        };
+        // Seat 1 is owed 50 MiB, not 10: seat 0 may take 300 - 50 - 200.
+        assert_eq!(shares.room(0), 50 * MIB);
+        // A seat's own share is not counted against it.
+        assert_eq!(shares.room(2), 250 * MIB);
+        // At rest, a seat holding little keeps the floor when the room is there.
+        assert_eq!(shares.hold(MIB, shares.room(1)), 50 * MIB);
+    }
 }
