@@ -74,6 +74,9 @@ pub struct Options {
     pub http: bool,
     /// The isolation mode, and with it how the executor is started.
     pub isolation: Isolation,
+    /// The uid of slot 0, instead of a range of this executor's own: executors given the
+    /// same one share uids, as the pods of a pool on one node do.
+    pub uid_base: Option<u32>,
     /// Shell commands run in a private mount namespace of the executor's own
     /// just before it starts there (`$WORK_ROOT` is its work root): to give it
     /// the filesystem a pod would, e.g. a read-only `/` and volumes.
@@ -124,7 +127,9 @@ impl Executor {
         let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
         // Distinct uid ranges keep concurrent executors' rlimits apart: 100 uids each, room
         // for the slots and the default 64 session seats (uid_base + slots + k).
-        let uid_base = 100_000 + (std::process::id() % 50) * 4000 + n * 100;
+        let uid_base = opts
+            .uid_base
+            .unwrap_or(100_000 + (std::process::id() % 50) * 4000 + n * 100);
         // A port `free_port` picked can be taken before the executor binds it (by a client
         // connection's ephemeral port, say): an executor that exits during start-up is
         // started again on fresh ports, twice at most. A real start-up bug fails each time.

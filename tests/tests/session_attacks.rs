@@ -415,3 +415,52 @@ async fn a_hung_store_makes_pauses_and_resumes_retryable_not_stuck() {
     // The session is live, its files kept; the executor serves.
     assert_eq!(sh(&mut c, "alice", &id, "cat k.txt").await, "kept\n");
 }
+
+/// Two executors with the same uids, as a pool's pods on one node have: A's session holds
+/// processes under its seat's uid while B pauses the session in B's seat of the same uid. The
+/// pause's `tar` (4 processes) was held by RLIMIT_NPROC, which counts every task of the uid
+/// on the host, A's included: `sh: Cannot fork`, and on the real node a drain lost sessions
+/// (3 in one rollout) to the new pods' interpreters. A run's processes are now counted by
+/// its cgroup alone; A's session can no more take B's sessions' room than it can take its
+/// calls'.
+#[tokio::test]
+async fn a_pod_sharing_uids_takes_no_process_room_from_another() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uid_base = 100_000 + (std::process::id() % 50) * 4000 + 3_000;
+    let start = |store: std::path::PathBuf| {
+        sandpool_tests::Executor::start(sandpool_tests::Options {
+            slots: 2,
+            languages: vec!["python", "bash"],
+            extra_args: vec!["--session-store-dir".into(), store.display().to_string()],
+            isolation: sandpool_tests::Isolation::Namespaces,
+            uid_base: Some(uid_base),
+            ..Default::default()
+        })
+    };
+    let a = start(dir.path().join("a")).await;
+    let b = start(dir.path().join("b")).await;
+    let (mut ca, mut cb) = (a.client(), b.client());
+    let busy = create(&mut ca, "alice", "python").await;
+    let hog = create(&mut cb, "bob", "bash").await;
+    let (ua, ub) = (
+        sh(&mut ca, "alice", &busy, "id -u").await,
+        sh(&mut cb, "bob", &hog, "id -u").await,
+    );
+    assert_eq!(ua, ub, "the two seats share a uid");
+    // A's session keeps 12 processes running between its calls (a call may start 64 here).
+    sh(
+        &mut ca,
+        "alice",
+        &busy,
+        "for i in $(seq 12); do setsid sleep 60 < /dev/null > /dev/null 2>&1 & done; echo started",
+    )
+    .await;
+    let running = sh(&mut ca, "alice", &busy, "pgrep -c -x sleep").await;
+    assert_eq!(running.trim(), "12", "A's processes outlive its call");
+    sh(&mut cb, "bob", &hog, "echo kept > k.txt").await;
+    pause(&mut cb, "bob", &hog)
+        .await
+        .expect("B pauses beside A's processes");
+    resume(&mut cb, "bob", &hog).await.expect("resume");
+    assert_eq!(sh(&mut cb, "bob", &hog, "cat k.txt").await, "kept\n");
+}

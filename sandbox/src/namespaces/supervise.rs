@@ -93,7 +93,6 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]
         // Backstop per process; the cgroup poll enforces the exact limit.
         (libc::RLIMIT_CPU, rlimit(cpu_s + 1, cpu_s + 2)),
         (libc::RLIMIT_FSIZE, rlimit(l.file_size, l.file_size)),
-        (libc::RLIMIT_NPROC, rlimit(l.processes as u64, l.processes as u64)),
         (libc::RLIMIT_CORE, rlimit(0, 0)),
         (libc::RLIMIT_NOFILE, rlimit(4096, 4096)),
         (
@@ -102,8 +101,13 @@ fn build_plan(ctx: &Context<'_>, spec: &RunSpec, fds: [i32; 6], join: &[OwnedFd]
         ),
     ];
     if ctx.cgroup.is_none() {
-        // Without a cgroup the address-space cap is the only memory limit.
+        // Without a cgroup the address-space cap is the only memory limit, and RLIMIT_NPROC
+        // the only process limit. With one, its pids.max counts this run's tasks alone:
+        // RLIMIT_NPROC counts every task of the uid on the host, and the executor pods on a
+        // node use the same uids, so another pod's session of that uid took this run's room
+        // (a drain's `tar`, held to 4, could not fork beside a new pod's interpreter).
         rlimits.push((libc::RLIMIT_AS, rlimit(l.memory, l.memory)));
+        rlimits.push((libc::RLIMIT_NPROC, rlimit(l.processes as u64, l.processes as u64)));
     }
     let argv0 = spec
         .argv
