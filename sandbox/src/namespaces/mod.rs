@@ -675,9 +675,9 @@ struct Shares {
 impl Shares {
     /// What the ceiling leaves to seat `seat` beside the others' shares, each open seat's
     /// (a share above 0) counted at the floor at least: a seat that grows never takes the
-    /// room another open seat is owed. (Taking it once left a seat whose share was set at
-    /// that moment with what it held plus 2 MiB, its interpreter's pages being the zygote's:
-    /// a drain's `tar` in it could not fork, and the session was lost.)
+    /// room another open seat is owed (a seat whose share was set while another had grown
+    /// into everything got what it held plus 2 MiB, and an interpreter forked from the
+    /// zygote holds little of its own pages).
     fn room(&self, seat: usize) -> u64 {
         let floor = self.memory.floor;
         let others: u64 = self
