@@ -1626,3 +1626,58 @@ async fn a_storm_of_made_up_sandbox_ids_does_bounded_store_work() {
     }
     assert!(resumed > 0, "the paused sandbox resumed on its data-plane call");
 }
+
+/// Many fresh sandboxes' first cells, streamed at once, each answer. A streamed cell reads
+/// its live output every 30 ms while its call runs; that read once waited for the session's
+/// `/work` to be made, which the call itself was making, and the call is not polled while
+/// the read waits: a first cell whose `/work` took longer than 30 ms hung for good (seen on
+/// the real node as a sandbox whose setup cell timed out twice, with no interpreter and no
+/// log line, its session then holding up its executor's drain).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_sandboxes_first_cells_streamed_at_once_all_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Room for 40 interpreters (one holds about 38 MiB here): this is about the hang.
+    let exe = std::sync::Arc::new(
+        executor(
+            dir.path(),
+            &[
+                "--max-sessions",
+                "48",
+                "--session-idle-bytes",
+                &(64u64 << 20).to_string(),
+            ],
+        )
+        .await,
+    );
+    // Each cell right after its create, before the interpreter's own start (50 ms after),
+    // so the call makes /work itself, 40 at once.
+    let cells = (0..40).map(|i| {
+        let exe = exe.clone();
+        tokio::spawn(async move {
+            let (id, token) = create(&exe, A, json!({"templateID": "code-interpreter-v1"})).await;
+            let addr = exe.http_addr.clone().expect("http");
+            let body = json!({"code": format!("x = {i}\nopen('f.txt', 'w').write('y')\nprint(x)")}).to_string();
+            let head = format!(
+                "POST /execute HTTP/1.1\r\nHost: x\r\n{}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                data(&id, &token),
+                body.len()
+            );
+            let reply = tokio::task::spawn_blocking(move || raw(&addr, &head, &[body.as_bytes()], Duration::ZERO))
+                .await
+                .expect("cell");
+            (i, reply)
+        })
+    });
+    // Each is answered whole (a hung one sent its headers only, then nothing for good). A
+    // burst like this one may still see a cell's interpreter killed at its memory share
+    // (docs/sessions.md: calls started together compete for the room above the idle
+    // bytes); that, too, is an answer.
+    for c in futures::future::join_all(cells).await {
+        let (i, reply) = c.expect("cell");
+        assert!(
+            reply.contains("number_of_executions")
+                && (reply.contains(&format!("\"text\":\"{i}\\n\"")) || reply.contains("MEMORY_LIMIT_EXCEEDED")),
+            "cell {i}: {reply}"
+        );
+    }
+}

@@ -121,7 +121,13 @@ impl SessionManager {
         max: u64,
     ) -> Result<Option<Vec<u8>>, SessionError> {
         let s = self.find(id, auth)?;
-        let (w, p) = (s.work(&self.engine).await?, format!("{STATE_DIR}/{path}"));
+        // Never makes /work: a streamed cell reads its output here while its own call may be
+        // making it, and waiting on that (a call not polled meanwhile) hung the session's
+        // first cell for good. Without /work nothing is written yet.
+        let Some(w) = s.work.get().cloned() else {
+            return Ok(None);
+        };
+        let p = format!("{STATE_DIR}/{path}");
         match blocking(move || w.read_file_at(&p, offset, max)).await? {
             Ok(b) => Ok(Some(b)),
             Err(crate::sandbox::FetchError::NotFound) => Ok(None),

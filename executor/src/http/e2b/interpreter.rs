@@ -155,6 +155,8 @@ fn stream_cell(
         let r = loop {
             tokio::select! {
                 r = &mut run => break r,
+                // The call (`run`) is not polled while this arm runs: nothing here may wait
+                // on it (a read that waited for its /work to be made never returned).
                 _ = tokio::time::sleep(LIVE_POLL) => {
                     if window.room() < PIECE_LINE {
                         continue; // the client has not read what it was sent
