@@ -755,8 +755,8 @@ EOF
   "$K" delete pod "$name" -n "$ns" --wait=false > /dev/null
   "$K" delete configmap agents-client -n "$ns" --wait=false > /dev/null
   # Every sandbox made before the update survives it; at most two of the fifty may fail to be
-  # made at all (a fresh session's first cell hung for 2 x 120 s once in a full two-node run:
-  # not the rollout's doing, not understood yet, shown above and in docs/testing.md).
+  # made at all (not the rollout's doing: a fresh session's first cell once hung for 2 x 120 s,
+  # fixed since, docs/testing.md; a burst of first cells may still meet its memory share).
   [[ $phase == Succeeded && -n $after && " $before " != *" ${after%% *} "* ]] &&
     grep -Eq "^sessions: survived=([0-9]+)/\1 setup_failed=[012] retries=[0-9]+ max_retries_per_sandbox=[01] errors=0 moved=\1 " <<< "$out"
 }
