@@ -50,7 +50,7 @@ NAME = "pytest-e2b"
 # The executor's session lifetime ceiling (--max-session-lifetime-ms): set_timeout never
 # moves a sandbox's end past it.
 LIFETIME_S = 600
-# What a refused E2B feature's message says (listing snapshots, fork, volumes, ...).
+# What a refused E2B feature's message says (volumes, file watches, a pty, metrics, ...).
 UNSUPPORTED = r"(?i)not supported by sandpool|sandpool does not support"
 HOME = "/home/user"
 
