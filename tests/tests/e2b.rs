@@ -991,6 +991,18 @@ async fn e2b_code_finds_its_files_in_home_user() {
     let reply = tokio::task::spawn_blocking(move || raw(&addr, &head, &[&env], Duration::ZERO))
         .await
         .expect("start");
+    assert_eq!(
+        process_stdout(&reply),
+        "/home/user\nuser\n/home/user\nfrom files\nfrom files\n",
+        "{reply}"
+    );
+    assert!(reply.contains("\"exitCode\":0"), "{reply}");
+    let (code, v) = call(&exe, "GET", "/files?path=/home/user/b.txt", h.clone(), String::new()).await;
+    assert_eq!((code, v), (200, json!("made\n")));
+}
+
+/// The stdout a `process.Process/Start` stream carried (its events' base64 `stdout`).
+fn process_stdout(reply: &str) -> String {
     use base64::Engine as _;
     let out: Vec<u8> = reply
         .split("\"stdout\":\"")
@@ -998,14 +1010,7 @@ async fn e2b_code_finds_its_files_in_home_user() {
         .filter_map(|p| p.split('"').next())
         .flat_map(|b| base64::engine::general_purpose::STANDARD.decode(b).expect("base64"))
         .collect();
-    assert_eq!(
-        String::from_utf8_lossy(&out),
-        "/home/user\nuser\n/home/user\nfrom files\nfrom files\n",
-        "{reply}"
-    );
-    assert!(reply.contains("\"exitCode\":0"), "{reply}");
-    let (code, v) = call(&exe, "GET", "/files?path=/home/user/b.txt", h.clone(), String::new()).await;
-    assert_eq!((code, v), (200, json!("made\n")));
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Issue 46, finding 3, and E2B's commands: a command runs between its sandbox's calls, so it
@@ -1047,14 +1052,7 @@ async fn a_command_may_grow_past_the_idle_share_and_its_loan_is_taken_back() {
         command("sleep 1; python3 -c \"x = bytearray(150 << 20); x[::4096] = b'x' * len(x[::4096]); print('held')\"")
             .await
             .expect("start");
-    use base64::Engine as _;
-    let out: Vec<u8> = reply
-        .split("\"stdout\":\"")
-        .skip(1)
-        .filter_map(|p| p.split('"').next())
-        .flat_map(|b| base64::engine::general_purpose::STANDARD.decode(b).expect("base64"))
-        .collect();
-    assert_eq!(String::from_utf8_lossy(&out), "held\n", "{reply}");
+    assert_eq!(process_stdout(&reply), "held\n", "{reply}");
     assert!(reply.contains("\"exitCode\":0"), "{reply}");
     // The first sandbox's share is on loan; a second sandbox still starts and runs a cell.
     let (id2, token2) = create(&exe, B, json!({"templateID": "code-interpreter-v1"})).await;
@@ -1092,13 +1090,7 @@ async fn a_command_may_grow_past_the_idle_share_and_its_loan_is_taken_back() {
     assert_eq!(code, 200, "{v}");
     assert!(v.as_str().unwrap_or_default().contains("grown 120"), "{v}");
     let reply = later.await.expect("start");
-    let out: Vec<u8> = reply
-        .split("\"stdout\":\"")
-        .skip(1)
-        .filter_map(|p| p.split('"').next())
-        .flat_map(|b| base64::engine::general_purpose::STANDARD.decode(b).expect("base64"))
-        .collect();
-    assert_eq!(String::from_utf8_lossy(&out), "later\n", "{reply}");
+    assert_eq!(process_stdout(&reply), "later\n", "{reply}");
     // And the first one's interpreter lived through it all.
     let (code, v) = call(
         &exe,

@@ -60,6 +60,24 @@ impl SessionManager {
         call: &Call,
         metadata: &BTreeMap<String, String>,
     ) -> Result<Vec<SessionInfo>, SessionError> {
+        let mut out: Vec<SessionInfo> = self
+            .owned_in_store(call, Kind::Paused)
+            .await?
+            .into_iter()
+            .map(|(_, meta, rec)| rec.info(&meta))
+            .filter(|i| metadata.iter().all(|(k, v)| i.metadata.get(k) == Some(v)))
+            .collect();
+        out.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.id.cmp(&b.id)));
+        Ok(out)
+    }
+
+    /// `call`'s blobs of `kind` in the store whose TTL has not passed, with their records
+    /// (none without a store): another tenant's or owner's are never among them.
+    pub(super) async fn owned_in_store(
+        &self,
+        call: &Call,
+        kind: Kind,
+    ) -> Result<Vec<(String, sandpool_store::Meta, Record)>, SessionError> {
         if !self.has_store() {
             return Ok(Vec::new());
         }
@@ -67,19 +85,16 @@ impl SessionManager {
         let auth = call.caller.as_bytes();
         let (store, _) = self.store().await?;
         let all = store
-            .list(&ticket.tenant.name, Kind::Paused, SystemTime::now())
+            .list(&ticket.tenant.name, kind, SystemTime::now())
             .await
             .map_err(store_error)?;
-        let mut out: Vec<SessionInfo> = all
-            .iter()
+        Ok(all
+            .into_iter()
             .filter_map(|(id, meta)| {
-                let rec = Record::of(meta)?;
-                rec.owned_by(id, &ticket, auth).then(|| rec.info(meta))
+                let rec = Record::of(&meta)?;
+                rec.owned_by(&id, &ticket, auth).then_some((id, meta, rec))
             })
-            .filter(|i| metadata.iter().all(|(k, v)| i.metadata.get(k) == Some(v)))
-            .collect();
-        out.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.id.cmp(&b.id)));
-        Ok(out)
+            .collect())
     }
 
     /// `call`'s paused session `id` as the store keeps it; NOT_FOUND for any other.

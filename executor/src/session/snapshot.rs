@@ -83,27 +83,12 @@ impl SessionManager {
         call: &Call,
         source: Option<&str>,
     ) -> Result<Vec<(String, std::time::SystemTime)>, SessionError> {
-        if !self.has_store() {
-            return Ok(Vec::new());
-        }
-        let ticket = self.engine.ticket(call, 0, "priority")?;
-        let auth = call.caller.as_bytes();
-        let (store, _) = self.store().await?;
-        let all = store
-            .list(
-                &ticket.tenant.name,
-                sandpool_store::Kind::Snapshot,
-                std::time::SystemTime::now(),
-            )
-            .await
-            .map_err(store_error)?;
-        let mut out: Vec<_> = all
-            .iter()
-            .filter_map(|(id, meta)| {
-                let rec = Record::of(meta)?;
-                let wanted = source.is_none_or(|src| rec.source.as_deref() == Some(src));
-                (wanted && rec.owned_by(id, &ticket, auth)).then(|| (id.clone(), meta.created()))
-            })
+        let mut out: Vec<_> = self
+            .owned_in_store(call, sandpool_store::Kind::Snapshot)
+            .await?
+            .into_iter()
+            .filter(|(_, _, rec)| source.is_none_or(|src| rec.source.as_deref() == Some(src)))
+            .map(|(id, meta, _)| (id, meta.created()))
             .collect();
         out.sort();
         Ok(out)
