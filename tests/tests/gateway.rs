@@ -1039,6 +1039,18 @@ async fn named_executor(name: &str, dir: &std::path::Path, store: &std::path::Pa
     .await
 }
 
+/// SIGTERM to `e` (its drain pauses its sessions into the store), waited for off the
+/// runtime; it must exit cleanly.
+async fn drain_and_stop(mut e: sandpool_tests::Executor) {
+    let status = tokio::task::spawn_blocking(move || e.terminate(Duration::from_secs(120)))
+        .await
+        .expect("join");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the executor exited badly: {status:?}"
+    );
+}
+
 /// One request through the gateway at `addr` (a fresh connection each, as a client after a
 /// pod's end would open): status and body text.
 async fn raw_call(addr: SocketAddr, method: &str, path: &str, headers: String, body: String) -> (u16, String) {
@@ -1099,7 +1111,7 @@ async fn a_drained_pods_sandboxes_continue_on_another_through_the_gateway() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = dir.path().join("store");
     std::fs::create_dir_all(&store).expect("store dir");
-    let mut a = named_executor("mv-a", dir.path(), &store).await;
+    let a = named_executor("mv-a", dir.path(), &store).await;
     let a_http: SocketAddr = a.http_addr.clone().expect("http").parse().expect("addr");
     // Only A at first, so both sandboxes are made there.
     let ga = gateway(&[("mv-a", a_http)], &[]).await;
@@ -1111,13 +1123,7 @@ async fn a_drained_pods_sandboxes_continue_on_another_through_the_gateway() {
     let (code, _) = raw_call(g, "GET", &format!("/sandboxes/{s1}"), api_key(), String::new()).await;
     assert_eq!(code, 200, "on A, through the pool's gateway");
 
-    let status = tokio::task::spawn_blocking(move || {
-        let s = a.terminate(Duration::from_secs(120));
-        (a, s)
-    });
-    let (a, status) = status.await.expect("join");
-    assert!(status.is_some_and(|s| s.success()), "A exited badly: {status:?}");
-    drop(a);
+    drain_and_stop(a).await;
 
     // connect: resumed on B, the gateway's answer says so.
     let (code, v) = raw_call(
@@ -1311,7 +1317,7 @@ async fn an_open_pools_drained_sandbox_resumes_from_its_data_plane_call() {
             ..Default::default()
         })
     };
-    let mut a = open("op-a").await;
+    let a = open("op-a").await;
     let addr =
         |e: &sandpool_tests::Executor| -> SocketAddr { e.http_addr.clone().expect("http").parse().expect("addr") };
     let ga = gateway(&[("op-a", addr(&a))], &[]).await;
@@ -1335,13 +1341,7 @@ async fn an_open_pools_drained_sandbox_resumes_from_its_data_plane_call() {
     assert_eq!(code, 200, "{v}");
     let b = open("op-b").await;
     let g = gateway(&[("op-a", addr(&a)), ("op-b", addr(&b))], &[]).await.addr;
-    let status = tokio::task::spawn_blocking(move || {
-        let s = a.terminate(Duration::from_secs(120));
-        (a, s)
-    });
-    let (a, status) = status.await.expect("join");
-    assert!(status.is_some_and(|s| s.success()), "A exited badly: {status:?}");
-    drop(a);
+    drain_and_stop(a).await;
     // Another token resumes nothing.
     let cell = serde_json::json!({"code": "print(x + 1)"}).to_string();
     let (code, v) = raw_call(
