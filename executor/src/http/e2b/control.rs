@@ -640,10 +640,9 @@ pub async fn list(
     }
     let running = states.is_empty() || states.contains(&"running");
     let paused = states.is_empty() || states.contains(&"paused");
-    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
-        None => 100,
-        Some(Ok(n)) if (1..=1000).contains(&n) => n,
-        Some(_) => return api_error(StatusCode::BAD_REQUEST, "limit: must be 1 to 1000"),
+    let limit = match super::page_limit(&q) {
+        Ok(n) => n,
+        Err(r) => return r,
     };
     let mut infos = match (&e.sessions, running) {
         (Some(s), true) => s.list(&auth, &filter),

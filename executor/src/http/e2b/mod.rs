@@ -267,7 +267,17 @@ pub fn sdk_path(rel: &str) -> String {
     }
 }
 
-/// Parses a JSON body; an error names the field at fault (`request body: metadata.k: ...`).
+/// A list's page size from its query's `limit`: 100 when left out, 1 to 1000, else 400
+/// naming it (the sandbox list and the snapshot list, as E2B bounds them).
+#[allow(clippy::result_large_err)] // an early answer, built once per request
+pub fn page_limit(q: &std::collections::HashMap<String, String>) -> Result<usize, Response> {
+    match q.get("limit").map(|l| l.parse::<usize>()) {
+        None => Ok(100),
+        Some(Ok(n)) if (1..=1000).contains(&n) => Ok(n),
+        Some(_) => Err(api_error(StatusCode::BAD_REQUEST, "limit: must be 1 to 1000")),
+    }
+}
+
 /// A control-plane body the SDK may leave out (pause, snapshot, fork): its default when
 /// empty, else parsed, a 400 naming what is wrong.
 #[allow(clippy::result_large_err)] // an early answer, built once per request
@@ -278,6 +288,7 @@ pub fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> R
     }
 }
 
+/// Parses a JSON body; an error names the field at fault (`request body: metadata.k: ...`).
 pub fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {

@@ -82,10 +82,9 @@ pub async fn list(
     Query(q): Query<HashMap<String, String>>,
     call: Option<axum::Extension<Call>>,
 ) -> Response {
-    let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
-        None => 100,
-        Some(Ok(n)) if (1..=1000).contains(&n) => n,
-        Some(_) => return api_error(StatusCode::BAD_REQUEST, "limit: must be 1 to 1000"),
+    let limit = match super::page_limit(&q) {
+        Ok(n) => n,
+        Err(r) => return r,
     };
     let Some(sessions) = e.sessions.as_ref() else {
         return Json(serde_json::json!([])).into_response();
